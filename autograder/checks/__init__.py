@@ -1,0 +1,8 @@
+"""Checks, one module per notebook: ``nb<notebook stem>.py`` with a list ``EXERCISES``.
+
+These run in the checker's process (or the notebook's kernel, for visible feedback)
+and compare what the student's code returned with an oracle of their own: PyTorch's
+functions and modules, closed forms, invariances. Never with the course's solutions.
+"""
+
+NOTEBOOKS = ["01_tokens_embeddings"]

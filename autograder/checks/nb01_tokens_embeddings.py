@@ -1,0 +1,406 @@
+"""Checks for notebook 01: tokens, embeddings and positions.
+
+Oracles: ``torch.nn.functional.embedding`` and autograd through it; the sinusoidal
+formula evaluated in float64 with the ``math`` module; sample statistics with bounds
+far outside their sampling error.
+
+Tolerances (float32 on any CPU):
+- lookups copy numbers, so they are compared at 1e-6 (exact on every BLAS; the slack
+  lets a one-hot matmul pass);
+- sinusoidal values: 1e-4 + 2e-7 * (largest position). float32 rounds the angle
+  p * w to about 1.2e-7 relative, so the error grows with p; measured worst cases with
+  two common formulations: 5e-7 at p < 50, 3e-5 at p < 512 (bound: 2e-4);
+- initialisation: sample std within 5% of the target on >= 64,000 draws (sampling
+  error is 0.3%); extremes within 3 std (+1e-6).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from autograder import expect
+from autograder.exercises import Exercise
+
+EMBEDDING = Exercise("embedding", "Exercise 1: an Embedding module from scratch", points=3)
+SINUSOIDAL = Exercise("sinusoidal", "Exercise 2: sinusoidal positional encoding", points=3)
+LEARNED = Exercise("learned_positions", "Exercise 3: learned positional embeddings", points=2)
+INPUT = Exercise("input_embedding", "Exercise 4: token plus position", points=2)
+EXERCISES = [EMBEDDING, SINUSOIDAL, LEARNED, INPUT]
+
+LOOKUP_TOL = 1e-6
+SEEDS = (0, 1, 2)
+
+# A truncated normal keeps this fraction of the untruncated std: sqrt(1 - 2*a*phi(a)/(2*Phi(a)-1)) at a=3.
+_phi3 = math.exp(-4.5) / math.sqrt(2 * math.pi)
+_Phi3 = 0.5 * (1 + math.erf(3 / math.sqrt(2)))
+TRUNCATED_STD_FACTOR = math.sqrt(1 - 6 * _phi3 / (2 * _Phi3 - 1))
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(1000 + seed)
+
+
+def _random(shape, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=_generator(seed))
+
+
+def _ids(high: int, shape, seed: int) -> torch.Tensor:
+    return torch.randint(0, high, shape, generator=_generator(seed))
+
+
+def _check_init(weight, *, std: float, truncated: bool, what: str, rule: str):
+    weight = expect.tensor(weight, what)
+    sample_std, sample_mean = float(weight.std()), float(weight.mean())
+    target = std * (TRUNCATED_STD_FACTOR if truncated else 1.0)
+    expect.that(
+        abs(sample_std / target - 1) < 0.05,
+        f"{what} has standard deviation {sample_std:.4g}; expected about {target:.4g} ({rule})",
+    )
+    expect.that(abs(sample_mean) < 0.05 * std, f"{what} has mean {sample_mean:.3g}; expected about 0")
+    if truncated:
+        largest = float(weight.abs().max())
+        expect.that(
+            largest <= 3 * std * (1 + 1e-6),
+            f"{what} has a value of magnitude {largest:.4g}, beyond 3 std = {3 * std:.4g}: "
+            "the normal distribution must be truncated at ±3 std",
+        )
+
+
+def _expect_index_error(outcome: dict, what: str, position: int, max_len: int):
+    expect.that(
+        outcome.get("raised") in ("IndexError", "ValueError"),
+        f"{what} with position {position} (max_len={max_len}) "
+        + (f"raised {outcome['raised']}" if outcome.get("raised") else "returned a result")
+        + "; it must raise IndexError: a position outside 0..max_len-1 has no encoding"
+        + (" (negative indices would silently wrap around to the end of the table)" if position < 0 else ""),
+    )
+
+
+# --- Exercise 1: Embedding ---------------------------------------------------------------
+
+
+@EMBEDDING.visible
+def test_embedding_parameters(impl):
+    "Embedding has one trainable parameter `weight` of shape [num_embeddings, embedding_dim]"
+    info = impl.embedding_summary(11, 5)["summary"]
+    expect.that("parameters" in info, "Embedding(11, 5) is not an nn.Module")
+    expect.that(
+        not any(kind == "Embedding" for kind in info["submodules"].values()),
+        "do not wrap torch.nn.Embedding: build the table yourself from nn.Parameter",
+    )
+    expect.that(
+        list(info["parameters"]) == ["weight"],
+        f"Embedding(11, 5) has parameters {list(info['parameters'])}; expected exactly one, named "
+        "`weight` (the name torch.nn.Embedding uses, so checkpoints load)",
+    )
+    expect.that(
+        info["parameters"]["weight"] == [11, 5],
+        f"weight has shape {info['parameters']['weight']}; expected [num_embeddings, embedding_dim] "
+        "= [11, 5]: one row per token id",
+    )
+    expect.that(info["trainable"]["weight"], "weight does not require grad: it must be learned")
+
+
+@EMBEDDING.visible
+def test_embedding_lookup(impl):
+    "forward(token_ids) returns the rows of weight, one per id"
+    weight, ids = _random((13, 6), 0), _ids(13, (2, 7), 0)
+    out = impl.embedding_forward(weight, ids)["output"]
+    expect.close(
+        out, F.embedding(ids, weight), "Embedding(13, 6)(token_ids) for token_ids of shape [2, 7]",
+        atol=LOOKUP_TOL,
+        alternatives=[(F.embedding(ids, weight) * math.sqrt(6), "it is scaled by sqrt(embedding_dim) although scale=False")],
+    )
+
+
+@EMBEDDING.visible
+def test_embedding_scale(impl):
+    "with scale=True the rows are multiplied by sqrt(embedding_dim)"
+    weight, ids = _random((9, 16), 1), _ids(9, (3, 4), 1)
+    out = impl.embedding_forward(weight, ids, scale=True)["output"]
+    expected = F.embedding(ids, weight) * math.sqrt(16)
+    expect.close(
+        out, expected, "Embedding(9, 16, scale=True)(token_ids)", atol=LOOKUP_TOL, rtol=1e-6,
+        alternatives=[
+            (F.embedding(ids, weight), "scale=True did not scale the rows"),
+            (F.embedding(ids, weight) / math.sqrt(16), "it divides by sqrt(embedding_dim); multiply instead"),
+            (F.embedding(ids, weight) * 16, "it multiplies by embedding_dim; the factor is sqrt(embedding_dim)"),
+        ],
+    )
+
+
+@EMBEDDING.hidden
+def test_embedding_any_shape(impl):
+    "token ids of any shape (a single id, 1-D, 3-D) give [..., embedding_dim]"
+    for seed, shape in zip(SEEDS, [(), (5,), (2, 3, 4)]):
+        weight, ids = _random((17, 3 + seed), seed), _ids(17, shape, seed)
+        out = impl.embedding_forward(weight, ids)["output"]
+        expect.close(out, F.embedding(ids, weight), f"the output for token_ids of shape {list(shape)}", atol=LOOKUP_TOL)
+
+
+@EMBEDDING.hidden
+def test_embedding_initialisation(impl):
+    "weight starts truncated-normal with std sqrt(2 / (num_embeddings + embedding_dim))"
+    for seed in SEEDS:
+        num, dim = 1000, 64 + 32 * seed
+        weight = impl.embedding_summary(num, dim, seed)["weight"]
+        _check_init(
+            weight, std=math.sqrt(2 / (num + dim)), truncated=True,
+            what=f"Embedding({num}, {dim}).weight at initialisation",
+            rule="Xavier/Glorot: sqrt(2 / (num_embeddings + embedding_dim)), truncated at ±3 std",
+        )
+
+
+@EMBEDDING.hidden
+def test_embedding_gradient(impl):
+    "backward reaches only the rows that were looked up, and repeated ids add up"
+    for seed, scale in zip(SEEDS, (False, True, False)):
+        weight = _random((8, 4), seed).requires_grad_()
+        ids = torch.tensor([[1, 1, 3], [3, 0, 1]])
+        grad_output = _random((2, 3, 4), seed + 10)
+        (F.embedding(ids, weight) * (2.0 if scale else 1.0) * grad_output).sum().backward()
+        grads = impl.embedding_forward(weight.detach(), ids, scale=scale, grad_output=grad_output)["grads"]
+        expect.close(
+            grads.get("weight"), weight.grad, f"weight.grad after backward (scale={scale})", atol=1e-5,
+            hint="Rows 2 and 4-7 were not used and must get zero gradient; row 1 was used three times.",
+        )
+
+
+# --- Exercise 2: sinusoidal positional encoding ------------------------------------------
+
+
+def sinusoidal_table(max_len: int, d_model: int, positions=None) -> torch.Tensor:
+    """pe[p, 2i] = sin(p / 10000^(2i/d)), pe[p, 2i+1] = cos(p / 10000^(2i/d)), in float64."""
+    rows = range(max_len) if positions is None else positions.flatten().tolist()
+    table = [
+        [
+            (math.sin if j % 2 == 0 else math.cos)(p / 10000 ** ((j - j % 2) / d_model))
+            for j in range(d_model)
+        ]
+        for p in rows
+    ]
+    shape = (max_len,) if positions is None else tuple(positions.shape)
+    return torch.tensor(table, dtype=torch.float64).reshape(*shape, d_model)
+
+
+def _sinusoidal_tolerance(largest_position: int) -> float:
+    return 1e-4 + 2e-7 * largest_position
+
+
+def _sinusoidal_mistakes(max_len: int, d_model: int):
+    p = torch.arange(max_len, dtype=torch.float64)[:, None]
+    even = torch.arange(0, d_model, 2, dtype=torch.float64)
+    halves = torch.cat([torch.sin(p / 10000 ** (even / d_model)), torch.cos(p / 10000 ** (even / d_model))], -1)
+    j = torch.arange(d_model, dtype=torch.float64)
+    pair = torch.div(j, 2, rounding_mode="floor")
+    angle, angle_i = p / 10000 ** (2 * pair / d_model), p / 10000 ** (pair / d_model)
+    use_sin = (j % 2 == 0)
+    return [
+        (torch.where(use_sin, torch.cos(angle), torch.sin(angle)),
+         "sine and cosine are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos"),
+        (halves[:, :d_model],
+         "it puts all sines first and all cosines after; this course interleaves them: "
+         "column 2i is sin, column 2i+1 is cos of the same frequency"),
+        (torch.where(use_sin, torch.sin(angle_i), torch.cos(angle_i)),
+         "the frequencies are off: pair i uses 10000^(-2i/d_model) (the exponent is 2i/d_model, not i/d_model)"),
+        (torch.where(use_sin, torch.sin(p * 10000 ** (2 * pair / d_model)), torch.cos(p * 10000 ** (2 * pair / d_model))),
+         "the frequencies are inverted: divide the position by 10000^(2i/d_model)"),
+    ]
+
+
+@SINUSOIDAL.visible
+def test_sinusoidal_values(impl):
+    "the table holds sin in even columns and cos in odd columns, pair i at frequency 10000^(-2i/d_model)"
+    max_len, d_model = 50, 16
+    out = impl.sinusoidal_forward(max_len, d_model, torch.arange(max_len))
+    expect.close(
+        out, sinusoidal_table(max_len, d_model),
+        f"SinusoidalPositionalEncoding({max_len}, {d_model})(torch.arange({max_len}))",
+        atol=_sinusoidal_tolerance(max_len), alternatives=_sinusoidal_mistakes(max_len, d_model),
+    )
+
+
+@SINUSOIDAL.visible
+def test_sinusoidal_is_buffer(impl):
+    "the table is a buffer named `pe` of shape [max_len, d_model]: no parameters, no gradient"
+    info = impl.sinusoidal_summary(20, 8)
+    summary = info["summary"]
+    expect.that("parameters" in summary, "SinusoidalPositionalEncoding(20, 8) is not an nn.Module")
+    expect.that(
+        not summary["parameters"],
+        f"it has parameters {list(summary['parameters'])}: a fixed encoding is not learned, so "
+        "register the table with register_buffer instead of nn.Parameter",
+    )
+    expect.that(
+        summary["buffers"].get("pe", {}).get("shape") == [20, 8],
+        f"expected a buffer `pe` of shape [20, 8]; found buffers {summary['buffers']}",
+    )
+    expect.that(not info["requires_grad"], "the encoding it returns requires grad; it must not")
+
+
+@SINUSOIDAL.hidden
+def test_sinusoidal_odd_and_other_sizes(impl):
+    "odd d_model works: ceil(d/2) sine columns and floor(d/2) cosine columns"
+    for max_len, d_model in [(30, 7), (64, 9), (12, 2), (40, 33)]:
+        out = impl.sinusoidal_forward(max_len, d_model, torch.arange(max_len))
+        expect.close(
+            out, sinusoidal_table(max_len, d_model), f"the encoding with d_model={d_model}",
+            atol=_sinusoidal_tolerance(max_len), alternatives=_sinusoidal_mistakes(max_len, d_model),
+        )
+
+
+@SINUSOIDAL.hidden
+def test_sinusoidal_any_positions(impl):
+    "positions of any shape and order (not just 0..n-1), up to max_len - 1"
+    max_len = 512
+    for seed, d_model in zip(SEEDS, (64, 10, 31)):
+        positions = _ids(max_len, (3, 5), seed)
+        positions[0, 0] = max_len - 1
+        out = impl.sinusoidal_forward(max_len, d_model, positions)
+        expect.close(
+            out, sinusoidal_table(max_len, d_model, positions),
+            f"the encoding of positions of shape [3, 5] (d_model={d_model})",
+            atol=_sinusoidal_tolerance(max_len),
+            hint="Look up the given positions; do not assume they are 0, 1, 2, ...",
+        )
+
+
+@SINUSOIDAL.hidden
+def test_sinusoidal_out_of_range(impl):
+    "positions outside 0..max_len-1 raise IndexError"
+    for position in (16, 40, -1):
+        outcome = impl.sinusoidal_out_of_range(16, 4, torch.tensor([0, position]))
+        _expect_index_error(outcome, "SinusoidalPositionalEncoding(16, 4)", position, 16)
+
+
+# --- Exercise 3: learned positional embeddings --------------------------------------------
+
+
+@LEARNED.visible
+def test_learned_parameter(impl):
+    "one trainable parameter `weight` of shape [max_len, d_model]"
+    summary = impl.learned_summary(24, 6)["summary"]
+    expect.that("parameters" in summary, "LearnedPositionalEmbedding(24, 6) is not an nn.Module")
+    expect.that(
+        summary["parameters"] == {"weight": [24, 6]},
+        f"LearnedPositionalEmbedding(24, 6) has parameters {summary['parameters']}; expected one, "
+        "`weight`, of shape [max_len, d_model] = [24, 6]. Learned positions are an nn.Parameter, "
+        "not a buffer",
+    )
+    expect.that(summary["trainable"]["weight"], "weight does not require grad: it must be learned")
+
+
+@LEARNED.visible
+def test_learned_lookup(impl):
+    "forward(positions) returns the rows of weight at those positions"
+    weight, positions = _random((24, 6), 3), torch.tensor([[5, 0, 23], [7, 7, 1]])
+    out = impl.learned_forward(weight, positions)["output"]
+    expect.close(
+        out, F.embedding(positions, weight), "LearnedPositionalEmbedding(24, 6)(positions)", atol=LOOKUP_TOL,
+        alternatives=[(weight[: positions.shape[-1]].expand(2, 3, 6), "it ignores the positions it is given")],
+    )
+
+
+@LEARNED.hidden
+def test_learned_initialisation(impl):
+    "weight starts normal with mean 0 and std 0.02 (GPT-2's choice)"
+    for seed in SEEDS:
+        weight = impl.learned_summary(1024, 64, seed)["weight"]
+        _check_init(weight, std=0.02, truncated=False, what="LearnedPositionalEmbedding(1024, 64).weight",
+                    rule="normal with std 0.02")
+
+
+@LEARNED.hidden
+def test_learned_any_positions_and_gradient(impl):
+    "any shape of positions; backward reaches only the rows used"
+    for seed, shape in zip(SEEDS, [(9,), (2, 5), (2, 2, 3)]):
+        weight = _random((32, 5), seed).requires_grad_()
+        positions = _ids(32, shape, seed)
+        grad_output = _random((*shape, 5), seed + 20)
+        (F.embedding(positions, weight) * grad_output).sum().backward()
+        result = impl.learned_forward(weight.detach(), positions, grad_output=grad_output)
+        expect.close(result["output"], F.embedding(positions, weight), f"the output for positions of shape {list(shape)}", atol=LOOKUP_TOL)
+        expect.close(result["grads"].get("weight"), weight.grad, "weight.grad after backward", atol=1e-5)
+
+
+@LEARNED.hidden
+def test_learned_out_of_range(impl):
+    "positions outside 0..max_len-1 raise IndexError (never clamp)"
+    for position in (10, 11, -1):
+        outcome = impl.learned_out_of_range(10, 3, torch.tensor([[1, position]]))
+        _expect_index_error(outcome, "LearnedPositionalEmbedding(10, 3)", position, 10)
+
+
+# --- Exercise 4: token plus position -----------------------------------------------------
+
+
+def _input_oracle(token_weight, position_weight, ids, start_pos, grad_output):
+    token_weight = token_weight.clone().requires_grad_()
+    position_weight = position_weight.clone().requires_grad_()
+    positions = torch.arange(start_pos, start_pos + ids.shape[-1])
+    out = F.embedding(ids, token_weight) + F.embedding(positions, position_weight)
+    (out * grad_output).sum().backward()
+    return out.detach(), token_weight.grad, position_weight.grad
+
+
+def _input_case(impl, seed, shape, start_pos, *, vocab=20, max_len=16, d_model=6):
+    token_weight, position_weight = _random((vocab, d_model), seed), _random((max_len, d_model), seed + 5)
+    ids = _ids(vocab, shape, seed)
+    grad_output = _random((*shape, d_model), seed + 30)
+    expected = _input_oracle(token_weight, position_weight, ids, start_pos or 0, grad_output)
+    got = impl.input_embedding(token_weight, position_weight, ids, start_pos, grad_output)
+    return got, expected, (token_weight, position_weight, ids)
+
+
+@INPUT.visible
+def test_input_adds_token_and_position(impl):
+    "output = token_embedding(ids) + position_embedding(0..seq-1), positions along the last axis"
+    got, (expected, _, _), (tw, pw, ids) = _input_case(impl, 0, (2, 5), None)
+    positions_on_batch = torch.arange(ids.shape[0])[:, None].expand_as(ids)
+    expect.close(
+        got["output"], expected, "InputEmbedding(...)(token_ids) for token_ids of shape [2, 5]",
+        atol=LOOKUP_TOL,
+        alternatives=[
+            (F.embedding(ids, tw) + F.embedding(positions_on_batch, pw),
+             "positions run along the batch axis; they must count along the last (sequence) axis"),
+        ],
+    )
+
+
+@INPUT.hidden
+def test_input_start_pos(impl):
+    "start_pos shifts the positions: start_pos, ..., start_pos + seq - 1"
+    for seed, start in zip(SEEDS, (3, 7, 11)):
+        got, (expected, _, _), (tw, _, ids) = _input_case(impl, seed, (2, 4), start)
+        expect.close(
+            got["output"], expected, f"the output with start_pos={start}", atol=LOOKUP_TOL,
+            hint="Positions are start_pos, start_pos + 1, ... (used when generating one token at a time).",
+        )
+
+
+@INPUT.hidden
+def test_input_shapes(impl):
+    "works for one sequence [seq], a batch [batch, seq] with batch != seq, and [a, b, seq]"
+    for seed, shape in zip(SEEDS, [(7,), (4, 3), (2, 3, 5)]):
+        got, (expected, _, _), _ = _input_case(impl, seed, shape, 0)
+        expect.close(got["output"], expected, f"the output for token_ids of shape {list(shape)}", atol=LOOKUP_TOL)
+
+
+@INPUT.hidden
+def test_input_submodules_and_gradients(impl):
+    "the tables are submodules `token_embedding` and `position_embedding`, and both get gradients"
+    got, (_, token_grad, position_grad), _ = _input_case(impl, 1, (3, 4), 2)
+    names = set(got["summary"]["parameters"])
+    expect.that(
+        names == {"token_embedding.weight", "position_embedding.weight"},
+        f"InputEmbedding has parameters {sorted(names)}; store the two modules as "
+        "self.token_embedding and self.position_embedding",
+    )
+    expect.close(got["grads"]["token_embedding.weight"], token_grad, "the token table's gradient", atol=1e-5)
+    expect.close(
+        got["grads"]["position_embedding.weight"], position_grad, "the position table's gradient", atol=1e-5,
+        hint="Each position's row collects the gradient of every sequence in the batch.",
+    )

@@ -1,0 +1,37 @@
+"""The ways a check can go wrong, kept apart so that each gets its own message."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+_OURS = str(Path(__file__).parent)
+_LIBRARIES = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+
+
+class CheckFailed(AssertionError):
+    """The student's result is wrong; the message says how, and hints why."""
+
+
+class StudentCodeError(Exception):
+    """Student code raised an exception; the message names it and the student's line."""
+
+
+class SandboxError(Exception):
+    """The process running student code hung, ended, or broke the protocol."""
+
+
+def describe(error: BaseException) -> str:
+    """One readable line for an exception from student code, naming the student's line."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if not frame.filename.startswith((_OURS, *_LIBRARIES)) and "site-packages" not in frame.filename
+    ]
+    text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    if frames:
+        last = frames[-1]
+        text += f" (at {last.filename}, line {last.lineno}, in {last.name})"
+    return text

@@ -1,0 +1,162 @@
+"""Exercises, their checks, and running the checks against one implementation.
+
+A checks module (``autograder/checks/nb<notebook>.py``) declares its exercises::
+
+    EMBEDDING = Exercise("embedding", "Embedding from scratch", points=3)
+
+    @EMBEDDING.visible
+    def test_lookup(impl):
+        "forward returns the rows of weight"
+        ...
+
+Each check is an ordinary pytest-style function of one argument, ``impl``: the
+implementation under test, reached only through the notebook's adapter functions
+(``autograder/adapters/nb<notebook>.py``). It fails by raising AssertionError (usually
+``CheckFailed`` through ``autograder.expect``) with a message for the student.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from autograder.errors import SandboxError, StudentCodeError
+
+
+@dataclass
+class Check:
+    function: Callable
+    hidden: bool
+
+    @property
+    def name(self) -> str:
+        return self.function.__name__
+
+    @property
+    def description(self) -> str:
+        return (self.function.__doc__ or self.name).strip().splitlines()[0]
+
+
+@dataclass
+class Exercise:
+    id: str  # the grade_id of the answer cell; its test cell is "<id>_test"
+    title: str
+    points: int
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def test_cell_id(self) -> str:
+        return f"{self.id}_test"
+
+    def visible(self, function):
+        self.checks.append(Check(function, hidden=False))
+        return function
+
+    def hidden(self, function):
+        self.checks.append(Check(function, hidden=True))
+        return function
+
+
+@dataclass
+class NotebookChecks:
+    notebook: str  # file stem, e.g. "01_tokens_embeddings"
+    exercises: list[Exercise]
+    adapter_module: str
+
+
+def module_name(notebook: str) -> str:
+    return "nb" + notebook
+
+
+def checks_for(notebook: str) -> NotebookChecks:
+    """The exercises of a notebook, by its file stem (``autograder/checks/nb<stem>.py``)."""
+    try:
+        module = importlib.import_module(f"autograder.checks.{module_name(notebook)}")
+    except ModuleNotFoundError:
+        raise LookupError(f"no checks for a notebook named {notebook!r}") from None
+    return NotebookChecks(
+        notebook, list(module.EXERCISES), f"autograder.adapters.{module_name(notebook)}"
+    )
+
+
+def find_exercise(exercise_id: str) -> tuple[Exercise, str]:
+    """The exercise with this id in any notebook, and its adapter module."""
+    from autograder.checks import NOTEBOOKS
+
+    for notebook in NOTEBOOKS:
+        checks = checks_for(notebook)
+        for exercise in checks.exercises:
+            if exercise.id == exercise_id:
+                return exercise, checks.adapter_module
+    raise LookupError(f"no exercise called {exercise_id!r}")
+
+
+@dataclass
+class CheckResult:
+    check: Check
+    passed: bool
+    message: str = ""
+
+
+@dataclass
+class ExerciseResult:
+    exercise: Exercise
+    results: list[CheckResult]
+    note: str = ""  # e.g. "your answer cell raised ..."
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    @property
+    def points(self) -> int:
+        return self.exercise.points if self.passed else 0
+
+    @property
+    def message(self) -> str:
+        failed = [r for r in self.results if not r.passed]
+        if not failed:
+            return f"all {len(self.results)} checks passed"
+        lines = [self.note] if self.note else []
+        lines += [f"{r.check.description}: {r.message}" for r in failed]
+        return "\n".join(lines)
+
+
+NOT_IMPLEMENTED = "not implemented yet: replace `raise NotImplementedError()` with your code"
+
+
+def run_check(check: Check, impl) -> CheckResult:
+    try:
+        check.function(impl)
+    except AssertionError as error:
+        return CheckResult(check, False, str(error) or "an assertion failed")
+    except StudentCodeError as error:
+        text = str(error)
+        if text.startswith("NotImplementedError"):
+            return CheckResult(check, False, NOT_IMPLEMENTED + f" {text[len('NotImplementedError'):].strip()}")
+        return CheckResult(check, False, f"your code raised {text}")
+    except SandboxError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the student's result broke the check itself
+        return CheckResult(
+            check, False, f"could not check your result ({type(error).__name__}: {error})"
+        )
+    return CheckResult(check, True)
+
+
+def run_exercise(exercise: Exercise, impl, *, visible: bool = True, hidden: bool = True, note: str = "") -> ExerciseResult:
+    """Run the chosen checks; once a check stops the student's process, skip the rest."""
+    results, stopped = [], None
+    for check in exercise.checks:
+        if (check.hidden and not hidden) or (not check.hidden and not visible):
+            continue
+        if stopped:
+            results.append(CheckResult(check, False, f"not run: {stopped}"))
+            continue
+        try:
+            results.append(run_check(check, impl))
+        except SandboxError as error:
+            results.append(CheckResult(check, False, str(error)))
+            stopped = "an earlier check of this exercise stopped the process running your code"
+    return ExerciseResult(exercise, results, note)

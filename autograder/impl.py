@@ -1,0 +1,48 @@
+"""The seam between the checks and the student's code.
+
+A check sees ``impl``; ``impl.some_adapter(*args)`` runs
+``autograder.adapters.<notebook>.some_adapter(namespace, *args)`` on the student's
+namespace and returns what it computed as plain tensors and containers.
+
+- ``LocalImpl`` calls the adapter in this process: the notebook's own visible tests.
+- ``RemoteImpl`` calls it in the worker process: grading, where student code must
+  never share a process with the verdict.
+
+Both send the result through the same serialisation, so a check sees the same data.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+
+from autograder import wire
+from autograder.errors import StudentCodeError, describe
+from autograder.sandbox import StudentProcess
+
+
+class LocalImpl:
+    def __init__(self, namespace: dict, adapter_module: str):
+        self._namespace = namespace
+        self._adapters = importlib.import_module(adapter_module)
+
+    def __getattr__(self, name: str):
+        adapter = getattr(self._adapters, name)
+
+        def call(*args, **kwargs):
+            args, kwargs = copy.deepcopy((args, kwargs))  # student code cannot edit our inputs
+            try:
+                value = adapter(self._namespace, *args, **kwargs)
+            except Exception as error:  # noqa: BLE001
+                raise StudentCodeError(describe(error)) from None
+            return wire.load_reply(wire.dump_reply(wire.plain(value)))
+
+        return call
+
+
+class RemoteImpl:
+    def __init__(self, process: StudentProcess):
+        self._process = process
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: self._process.call(name, *args, **kwargs)

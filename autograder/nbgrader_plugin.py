@@ -1,0 +1,74 @@
+"""nbgrader integration: the verdict comes from a process the student's code never ran in.
+
+nbgrader runs the student's cells and then the test cells in one kernel, and scores a
+test cell by whether its output shows an error; code in that kernel can fake any
+output. ``TrustedVerdict`` runs after ``Execute``: it grades the notebook with
+``autograder.grading`` (student code in a worker, checks here) and REPLACES the outputs
+of every test cell with that verdict, so ``SaveAutoGrades`` records it.
+``ResilientExecute`` keeps a kernel that dies (``os._exit``) from failing the whole
+submission: the cells it reached keep their outputs, the verdict does the rest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbclient.exceptions import DeadKernelError
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Float
+
+from autograder.grading import DEFAULT_TIMEOUT, grade
+
+LOCKED_MESSAGE = "(checked by the autograder in a separate process; outputs of this cell are replaced)"
+
+
+class ResilientExecute(Execute):
+    """nbgrader's Execute, except that a dead kernel ends execution instead of the submission."""
+
+    def preprocess(self, nb, resources=None, km=None):
+        try:
+            return super().preprocess(nb, resources, km=km)
+        except DeadKernelError as error:
+            self.log.warning("The kernel died while running the notebook: %s", error)
+            return nb, resources
+
+
+def _verdict_outputs(result) -> list[NotebookNode]:
+    text = f"{result.exercise.title}: {result.points}/{result.exercise.points} points\n"
+    if result.passed:
+        return [NotebookNode(output_type="stream", name="stdout", text=text + result.message + "\n")]
+    return [
+        NotebookNode(
+            output_type="error",
+            ename="ChecksFailed",
+            evalue=result.message.splitlines()[0] if result.message else "failed",
+            traceback=[text + result.message],
+        )
+    ]
+
+
+class TrustedVerdict(NbGraderPreprocessor):
+    """Grade in a separate process and write the verdict into the test cells."""
+
+    timeout = Float(DEFAULT_TIMEOUT, help="Seconds per cell and per call into student code.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        name = resources["unique_key"].split("/")[-1] if "unique_key" in resources else None
+        name = resources.get("metadata", {}).get("name") or name
+        cwd = Path(resources.get("metadata", {}).get("path") or ".")
+        report = grade(nb, name, cwd, timeout=self.timeout)
+        by_test_cell = {r.exercise.test_cell_id: r for r in report.exercises}
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("grade") and not meta.get("solution") and cell.cell_type == "code":
+                result = by_test_cell.get(meta.get("grade_id"))
+                if result is None:
+                    cell.outputs = [NotebookNode(
+                        output_type="error", ename="UnknownTest", evalue=meta.get("grade_id", ""),
+                        traceback=[f"no checks are registered for test cell {meta.get('grade_id')!r}"],
+                    )]
+                else:
+                    cell.outputs = _verdict_outputs(result)
+        self.log.info("Trusted verdict for %s: %s/%s", name, report.score, report.max_score)
+        return nb, resources
