@@ -6,13 +6,12 @@ from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
     ClearHiddenTests,
-    ClearMetadataPreprocessor,
     GetGrades,
     IgnorePattern,
     LimitOutput,
     SaveAutoGrades,
 )
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 
 from autograder.nbgrader_plugin import ResilientExecute, TrustedVerdict
 

@@ -118,8 +118,13 @@ class ExerciseResult:
         failed = [r for r in self.results if not r.passed]
         if not failed:
             return f"all {len(self.results)} checks passed"
+        first = failed[0].message  # one reason shared by several checks is said once
         lines = [self.note] if self.note else []
-        lines += [f"{r.check.description}: {r.message}" for r in failed]
+        lines.append(f"{failed[0].check.description}: {first}")
+        lines += [f"{r.check.description}: {r.message}" for r in failed[1:] if r.message != first]
+        repeats = sum(r.message == first for r in failed[1:])
+        if repeats:
+            lines.append(f"(the same for {repeats} more check{'s' * (repeats > 1)})")
         return "\n".join(lines)
 
 

@@ -1,0 +1,53 @@
+# Two commands do everything: `make lab` (students) and `make test` (CI, maintainers).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# nbgrader runs `alembic` and `jupyter` by name, so the venv's tools come first on PATH.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
+NOTEBOOKS := $(wildcard solutions/*/*.ipynb)
+ASSIGNMENTS := $(notdir $(patsubst %/,%,$(dir $(NOTEBOOKS))))
+# Open a browser only where there is a screen to show it on.
+BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
+
+.PHONY: lab test release envfiles lock outputs lint clean
+
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e .
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab $(BROWSER_FLAG) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/course
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg tests solutions
+
+# course/ is generated from solutions/ by nbgrader; commit the result.
+release: $(STAMP)
+	@for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; done
+
+# Re-execute the solution notebooks in place (their outputs are committed and checked by nbval).
+outputs: $(STAMP)
+	@for nb in $(NOTEBOOKS); do $(BIN)/jupyter nbconvert --to notebook --execute --inplace $$nb --log-level=WARN || exit 1; done
+
+envfiles: $(STAMP)
+	$(BIN)/python tools/envfiles.py write
+
+# After changing pyproject.toml: rebuild the venv from scratch and re-pin everything.
+lock:
+	rm -rf $(VENV) && $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python tools/envfiles.py lock
+	$(BIN)/python tools/envfiles.py write
+	@touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check autograder tests tools
+
+clean:
+	rm -rf $(VENV) .pytest_cache gradebook.db
