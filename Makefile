@@ -1,6 +1,7 @@
 # Two commands do everything: `make lab` (students) and `make test` (CI, maintainers).
 PYTHON ?= python3
 VENV := .venv
+PIP_VERSION := 26.3
 BIN := $(VENV)/bin
 # nbgrader runs `alembic` and `jupyter` by name, so the venv's tools come first on PATH.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
@@ -14,7 +15,7 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
 	$(BIN)/python -m pip install --quiet -c requirements.lock -e .
 	@rm -f $(VENV)/.installed-*
 	@touch $@
@@ -40,7 +41,7 @@ envfiles: $(STAMP)
 # After changing pyproject.toml: rebuild the venv from scratch and re-pin everything.
 lock:
 	rm -rf $(VENV) && $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
 	$(BIN)/python -m pip install --quiet -e .
 	$(BIN)/python tools/envfiles.py lock
 	$(BIN)/python tools/envfiles.py write

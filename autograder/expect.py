@@ -56,3 +56,12 @@ def close(actual, expected: torch.Tensor, what: str, *, atol: float, rtol: float
 def that(condition: bool, message: str):
     if not condition:
         fail(message)
+
+
+def gradients(result: dict, what: str) -> dict:
+    """The parameter gradients an adapter reported, or a failure that says why there are none."""
+    grads = result.get("grads")
+    if isinstance(grads, str):
+        fail(f"{what}: {grads}")
+    that(isinstance(grads, dict), f"{what}: no gradients were computed")
+    return grads

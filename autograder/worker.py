@@ -9,6 +9,7 @@ Usage: python -m autograder.worker ADAPTER_MODULE REQUEST_FD REPLY_FD
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import pickle
 import sys
@@ -25,6 +26,8 @@ def main() -> None:
     adapters = importlib.import_module(adapter_module)
     shell = InteractiveShell.instance()
     namespace = shell.user_ns
+    # Adapters run with the builtins as they were before student code could patch them.
+    pristine_builtins = dict(vars(builtins))
     wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": True, "value": "ready"}))
 
     while True:
@@ -37,6 +40,7 @@ def main() -> None:
                 )
                 exec(code, namespace)
             else:
+                vars(builtins).update(pristine_builtins)
                 function = getattr(adapters, request["name"])
                 reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
         except BaseException as error:  # noqa: BLE001 - SystemExit included: report, keep serving

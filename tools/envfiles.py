@@ -52,11 +52,12 @@ def lock_pins() -> dict[str, str]:
 
 def freeze() -> str:
     frozen = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
+        [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
         check=True, capture_output=True, text=True,
     ).stdout
     pins = parse_pins(line for line in frozen.splitlines() if "==" in line)
-    pins.pop("transformer-course", None)
+    for tool in ("transformer-course", "pip", "wheel"):  # the project itself and the installer
+        pins.pop(tool, None)
     body = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
     return "# Every package the course installs, pinned. Regenerate with `make lock`.\n" + body
 

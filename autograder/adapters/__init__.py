@@ -51,10 +51,22 @@ def outcome(function, *args, **kwargs) -> dict:
 
 
 def forward_backward(module: nn.Module, grad_output: torch.Tensor | None, *args, **kwargs) -> dict:
-    """Output of ``module(*args)`` and, given ``grad_output``, the gradient of every parameter."""
+    """Output of ``module(*args)`` and, given ``grad_output``, the gradient of every parameter.
+
+    When no backward pass is possible, ``grads`` is a sentence saying why.
+    """
     output = module(*args, **kwargs)
     result = {"output": output}
-    if grad_output is not None:
+    if grad_output is None:
+        return result
+    if not isinstance(output, torch.Tensor) or output.shape != grad_output.shape:
+        result["grads"] = f"the output has shape {list(getattr(output, 'shape', []))}, expected {list(grad_output.shape)}"
+    elif not output.requires_grad:
+        result["grads"] = (
+            "the output does not require grad, so no gradient can reach the parameters "
+            "(was it computed from .data, under torch.no_grad(), or detached?)"
+        )
+    else:
         output.backward(grad_output)
         result["grads"] = {
             name: (p.grad if p.grad is not None else torch.zeros_like(p))

@@ -162,7 +162,8 @@ def test_embedding_gradient(impl):
         ids = torch.tensor([[1, 1, 3], [3, 0, 1]])
         grad_output = _random((2, 3, 4), seed + 10)
         (F.embedding(ids, weight) * (2.0 if scale else 1.0) * grad_output).sum().backward()
-        grads = impl.embedding_forward(weight.detach(), ids, scale=scale, grad_output=grad_output)["grads"]
+        result = impl.embedding_forward(weight.detach(), ids, scale=scale, grad_output=grad_output)
+        grads = expect.gradients(result, "weight.grad after backward")
         expect.close(
             grads.get("weight"), weight.grad, f"weight.grad after backward (scale={scale})", atol=1e-5,
             hint="Rows 2 and 4-7 were not used and must get zero gradient; row 1 was used three times.",
@@ -323,7 +324,8 @@ def test_learned_any_positions_and_gradient(impl):
         (F.embedding(positions, weight) * grad_output).sum().backward()
         result = impl.learned_forward(weight.detach(), positions, grad_output=grad_output)
         expect.close(result["output"], F.embedding(positions, weight), f"the output for positions of shape {list(shape)}", atol=LOOKUP_TOL)
-        expect.close(result["grads"].get("weight"), weight.grad, "weight.grad after backward", atol=1e-5)
+        grads = expect.gradients(result, "weight.grad after backward")
+        expect.close(grads.get("weight"), weight.grad, "weight.grad after backward", atol=1e-5)
 
 
 @LEARNED.hidden
@@ -399,8 +401,9 @@ def test_input_submodules_and_gradients(impl):
         f"InputEmbedding has parameters {sorted(names)}; store the two modules as "
         "self.token_embedding and self.position_embedding",
     )
-    expect.close(got["grads"]["token_embedding.weight"], token_grad, "the token table's gradient", atol=1e-5)
+    grads = expect.gradients(got, "InputEmbedding")
+    expect.close(grads["token_embedding.weight"], token_grad, "the token table's gradient", atol=1e-5)
     expect.close(
-        got["grads"]["position_embedding.weight"], position_grad, "the position table's gradient", atol=1e-5,
+        grads["position_embedding.weight"], position_grad, "the position table's gradient", atol=1e-5,
         hint="Each position's row collects the gradient of every sequence in the batch.",
     )

@@ -1,0 +1,79 @@
+"""Every notebook follows the course's conventions, so the autograder can rely on them."""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+from nbgrader.nbgraderformat import MetadataValidator
+from notebooks import NOTEBOOKS, discovered, read, release_path, solution_path
+
+from autograder.checks import NOTEBOOKS as REGISTERED
+from autograder.exercises import checks_for
+
+TEST_CELL = '''# Visible checks for this exercise: run this cell after your answer cell.
+from autograder import check
+
+check("{id}", globals())
+### BEGIN HIDDEN TESTS
+check("{id}", globals(), hidden=True)
+### END HIDDEN TESTS'''
+
+
+def _meta(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_metadata_is_valid_for_nbgrader(notebook):
+    nb = read(solution_path(notebook))
+    nbformat.validate(nb)
+    MetadataValidator().validate_nb(nb)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_each_exercise_has_an_answer_cell_then_its_test_cell(notebook):
+    nb = read(solution_path(notebook))
+    graded = [(i, _meta(c)) for i, c in enumerate(nb.cells) if _meta(c)]
+    answers = {m["grade_id"]: i for i, m in graded if m.get("solution")}
+    tests = {m["grade_id"]: (i, m) for i, m in graded if m.get("grade") and not m.get("solution")}
+    exercises = checks_for(notebook).exercises
+    assert list(answers) == [e.id for e in exercises], "answer cells and registered exercises differ"
+    assert list(tests) == [e.test_cell_id for e in exercises], "test cells and registered exercises differ"
+    for exercise in exercises:
+        index, meta = tests[exercise.test_cell_id]
+        assert index > answers[exercise.id], f"{exercise.test_cell_id} comes before its answer cell"
+        assert meta["locked"] and meta["points"] == exercise.points
+        assert nb.cells[index].source == TEST_CELL.format(id=exercise.id)
+        assert all(c.cell_type == "markdown" for c in nb.cells[answers[exercise.id] + 1 : index]), \
+            "only explanations may stand between an answer cell and its test cell"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_notebook_teaches_in_the_course_style(notebook):
+    nb = read(solution_path(notebook))
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "you will be able to" in markdown.lower(), "learning objectives at the top"
+    assert "## Summary" in markdown
+    assert len(re.findall(r"### Exercise \d+ .*difficulty .*[123]/3 .*about \d+ min", markdown)) == len(
+        checks_for(notebook).exercises
+    ), "each exercise states a difficulty (1-3) and a time estimate"
+    figures = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert figures >= 2, "pictures, with their outputs committed"
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert not any(re.search(r"^\s*[%!]", line, re.M) for line in code), "no IPython magics"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_release_has_stubs_and_no_outputs(notebook):
+    nb = read(release_path(notebook))
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    answers = [c for c in nb.cells if _meta(c).get("solution")]
+    assert answers and all("raise NotImplementedError()" in c.source for c in answers)
+
+
+def test_exercise_ids_are_unique_across_the_course():
+    ids = [e.id for nb in REGISTERED for e in checks_for(nb).exercises]
+    assert len(ids) == len(set(ids))
+    assert sorted(REGISTERED) == discovered(), "every notebook in solutions/ needs checks in autograder/checks"

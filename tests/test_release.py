@@ -1,0 +1,66 @@
+"""course/ is exactly what nbgrader generates from solutions/, and gives nothing away."""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from leaks import MARKERS, leaked, secret_lines
+from notebooks import NOTEBOOKS, ROOT, read, solution_path
+
+
+def _venv_env():
+    import os
+
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.fixture(scope="module")
+def fresh_release(tmp_path_factory) -> Path:
+    """A release generated now, in a scratch course directory, from the committed sources."""
+    course = tmp_path_factory.mktemp("course")
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    for notebook in NOTEBOOKS:
+        subprocess.run(
+            [Path(sys.executable).parent / "nbgrader", "generate_assignment", notebook, "--log-level=ERROR"],
+            cwd=course, env=_venv_env(), check=True, timeout=300,
+        )
+    return course / "course"
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts}
+
+
+def test_committed_release_matches_a_fresh_generation(fresh_release):
+    committed = ROOT / "course"
+    assert _files(committed) == _files(fresh_release), "course/ has missing or extra files: run `make release`"
+    differing = [f for f in _files(committed) if not filecmp.cmp(committed / f, fresh_release / f, shallow=False)]
+    assert not differing, f"course/ is stale for {differing}: run `make release` and commit"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+@pytest.mark.parametrize("kind", MARKERS)
+def test_release_holds_no_solution_or_hidden_test_line(notebook, kind):
+    secrets = secret_lines(read(solution_path(notebook)), kind)
+    assert secrets, f"found no {kind} lines in {notebook}: is the marker convention still used?"
+    released = "\n".join(p.read_text(errors="replace") for p in (ROOT / "course").rglob("*") if p.is_file())
+    released += "\n".join(
+        cell.source for p in (ROOT / "course").rglob("*.ipynb") for cell in read(p).cells
+    )
+    assert not leaked(secrets, released)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_leak_detector_finds_the_secrets_in_the_sources(notebook):
+    """The search above can fail: run on the instructor's notebook, it finds every line."""
+    nb = read(solution_path(notebook))
+    source = "\n".join(cell.source for cell in nb.cells)
+    for kind in MARKERS:
+        secrets = secret_lines(nb, kind)
+        assert leaked(secrets, source) == sorted(secrets)
