@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nbclient.exceptions import DeadKernelError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float
@@ -24,13 +24,18 @@ LOCKED_MESSAGE = "(checked by the autograder in a separate process; outputs of t
 
 
 class ResilientExecute(Execute):
-    """nbgrader's Execute, except that a dead kernel ends execution instead of the submission."""
+    """nbgrader's Execute, except that a broken kernel ends execution, not the submission.
+
+    Student code can kill the kernel (``os._exit``) or wreck it (patched builtins leave
+    it unable to answer); the cells run so far keep their outputs, and the grade does
+    not depend on this kernel anyway.
+    """
 
     def preprocess(self, nb, resources=None, km=None):
         try:
             return super().preprocess(nb, resources, km=km)
-        except DeadKernelError as error:
-            self.log.warning("The kernel died while running the notebook: %s", error)
+        except (DeadKernelError, CellTimeoutError, RuntimeError) as error:
+            self.log.warning("The student's kernel stopped working: %s", str(error).splitlines()[0])
             return nb, resources
 
 

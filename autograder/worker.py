@@ -26,7 +26,7 @@ def main() -> None:
     adapters = importlib.import_module(adapter_module)
     shell = InteractiveShell.instance()
     namespace = shell.user_ns
-    # Adapters run with the builtins as they were before student code could patch them.
+    # Adapters, and the replies, run with the builtins as they were before student code.
     pristine_builtins = dict(vars(builtins))
     wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": True, "value": "ready"}))
 
@@ -40,11 +40,11 @@ def main() -> None:
                 )
                 exec(code, namespace)
             else:
-                vars(builtins).update(pristine_builtins)
                 function = getattr(adapters, request["name"])
                 reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
         except BaseException as error:  # noqa: BLE001 - SystemExit included: report, keep serving
             reply = {"nonce": request["nonce"], "ok": False, "error": describe(error)}
+        vars(builtins).update(pristine_builtins)
         try:
             payload = wire.dump_reply(reply)
         except Exception as error:  # noqa: BLE001
