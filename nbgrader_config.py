@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
@@ -11,7 +12,6 @@ from nbgrader.preprocessors import (
     LimitOutput,
     SaveAutoGrades,
 )
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 
 from autograder.nbgrader_plugin import ResilientExecute, TrustedVerdict
 

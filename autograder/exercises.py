@@ -18,8 +18,8 @@ implementation under test, reached only through the notebook's adapter functions
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from autograder.errors import SandboxError, StudentCodeError
 

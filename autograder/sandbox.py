@@ -89,13 +89,18 @@ class Worker:
         return reply
 
     def _died(self, doing: str, detail: str = "") -> SandboxError:
+        try:  # a closed pipe usually means the process is exiting: give it a moment
+            self.process.wait(timeout=2)
+            alive = False
+        except subprocess.TimeoutExpired:
+            alive = True
         self.kill()
-        code = self.process.returncode
+        if alive:  # it did not end: something in it wrote into the grader's pipe
+            return SandboxError(f"your code interfered with the grader's channel while {doing}: {detail}")
         said = self.tail.text.strip().splitlines()[-3:]
         return SandboxError(
-            f"the Python process running your code ended (exit status {code}) while {doing}"
-            + (f" [{detail}]" if detail and code is None else "")
-            + ": os._exit, sys.exit, a crash or too much memory?"
+            f"the Python process running your code ended (exit status {self.process.returncode}) "
+            f"while {doing}: os._exit, sys.exit, a crash or too much memory?"
             + (f" Last output: {' | '.join(said)}" if said else "")
         )
 

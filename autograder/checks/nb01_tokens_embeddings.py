@@ -135,7 +135,7 @@ def test_embedding_scale(impl):
 @EMBEDDING.hidden
 def test_embedding_any_shape(impl):
     "token ids of any shape (a single id, 1-D, 3-D) give [..., embedding_dim]"
-    for seed, shape in zip(SEEDS, [(), (5,), (2, 3, 4)]):
+    for seed, shape in zip(SEEDS, [(), (5,), (2, 3, 4)], strict=True):
         weight, ids = _random((17, 3 + seed), seed), _ids(17, shape, seed)
         out = impl.embedding_forward(weight, ids)["output"]
         expect.close(out, F.embedding(ids, weight), f"the output for token_ids of shape {list(shape)}", atol=LOOKUP_TOL)
@@ -157,7 +157,7 @@ def test_embedding_initialisation(impl):
 @EMBEDDING.hidden
 def test_embedding_gradient(impl):
     "backward reaches only the rows that were looked up, and repeated ids add up"
-    for seed, scale in zip(SEEDS, (False, True, False)):
+    for seed, scale in zip(SEEDS, (False, True, False), strict=True):
         weight = _random((8, 4), seed).requires_grad_()
         ids = torch.tensor([[1, 1, 3], [3, 0, 1]])
         grad_output = _random((2, 3, 4), seed + 10)
@@ -257,7 +257,7 @@ def test_sinusoidal_odd_and_other_sizes(impl):
 def test_sinusoidal_any_positions(impl):
     "positions of any shape and order (not just 0..n-1), up to max_len - 1"
     max_len = 512
-    for seed, d_model in zip(SEEDS, (64, 10, 31)):
+    for seed, d_model in zip(SEEDS, (64, 10, 31), strict=True):
         positions = _ids(max_len, (3, 5), seed)
         positions[0, 0] = max_len - 1
         out = impl.sinusoidal_forward(max_len, d_model, positions)
@@ -317,7 +317,7 @@ def test_learned_initialisation(impl):
 @LEARNED.hidden
 def test_learned_any_positions_and_gradient(impl):
     "any shape of positions; backward reaches only the rows used"
-    for seed, shape in zip(SEEDS, [(9,), (2, 5), (2, 2, 3)]):
+    for seed, shape in zip(SEEDS, [(9,), (2, 5), (2, 2, 3)], strict=True):
         weight = _random((32, 5), seed).requires_grad_()
         positions = _ids(32, shape, seed)
         grad_output = _random((*shape, 5), seed + 20)
@@ -375,8 +375,8 @@ def test_input_adds_token_and_position(impl):
 @INPUT.hidden
 def test_input_start_pos(impl):
     "start_pos shifts the positions: start_pos, ..., start_pos + seq - 1"
-    for seed, start in zip(SEEDS, (3, 7, 11)):
-        got, (expected, _, _), (tw, _, ids) = _input_case(impl, seed, (2, 4), start)
+    for seed, start in zip(SEEDS, (3, 7, 11), strict=True):
+        got, (expected, _, _), _ = _input_case(impl, seed, (2, 4), start)
         expect.close(
             got["output"], expected, f"the output with start_pos={start}", atol=LOOKUP_TOL,
             hint="Positions are start_pos, start_pos + 1, ... (used when generating one token at a time).",
@@ -386,7 +386,7 @@ def test_input_start_pos(impl):
 @INPUT.hidden
 def test_input_shapes(impl):
     "works for one sequence [seq], a batch [batch, seq] with batch != seq, and [a, b, seq]"
-    for seed, shape in zip(SEEDS, [(7,), (4, 3), (2, 3, 5)]):
+    for seed, shape in zip(SEEDS, [(7,), (4, 3), (2, 3, 5)], strict=True):
         got, (expected, _, _), _ = _input_case(impl, seed, shape, 0)
         expect.close(got["output"], expected, f"the output for token_ids of shape {list(shape)}", atol=LOOKUP_TOL)
 
