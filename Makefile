@@ -10,6 +10,8 @@ NOTEBOOKS := $(wildcard solutions/*/*.ipynb)
 ASSIGNMENTS := $(notdir $(patsubst %/,%,$(dir $(NOTEBOOKS))))
 # Open a browser only where there is a screen to show it on.
 BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
+# Jupyter refuses to run as root (containers, some cloud machines) unless told it may.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab test release envfiles lock outputs lint clean
 
@@ -21,7 +23,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@touch $@
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab $(BROWSER_FLAG) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/course
+	$(BIN)/jupyter lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/course
 
 test: $(STAMP)
 	$(BIN)/ruff check .

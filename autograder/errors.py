@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -33,5 +34,14 @@ def describe(error: BaseException) -> str:
     text = "".join(traceback.format_exception_only(type(error), error)).strip()
     if frames:
         last = frames[-1]
-        text += f" (at {last.filename}, line {last.lineno}, in {last.name})"
+        text += f" (line {last.lineno} of {_where(last.filename)}, in {last.name})"
     return text
+
+
+def _where(filename: str) -> str:
+    """'cell 12' for the grader's cells, 'your cell' for a Jupyter kernel's, else the file."""
+    if filename.startswith("<cell "):
+        return filename.strip("<>")
+    if re.search(r"ipykernel_\d+|<ipython-input-", filename):
+        return "your cell"
+    return filename

@@ -32,13 +32,13 @@ def close(actual, expected: torch.Tensor, what: str, *, atol: float, rtol: float
     matches one of them, the diagnosis is the message.
     """
     actual = tensor(actual, what, shape=expected.shape)
-    actual64, expected64 = actual.double(), expected.double()
+    actual64, expected64 = actual.detach().double(), expected.detach().double()
     error = (actual64 - expected64).abs()
     bound = atol + rtol * expected64.abs()
     if torch.isfinite(actual64).all() and bool((error <= bound).all()):
         return
     for wrong, diagnosis in alternatives:
-        if torch.allclose(actual64, wrong.double(), atol=atol, rtol=rtol):
+        if torch.allclose(actual64, wrong.detach().double(), atol=atol, rtol=rtol):
             fail(f"{what} is wrong: {diagnosis}")
     if not torch.isfinite(actual64).all():
         fail(f"{what} contains NaN or inf. {hint}".strip())
