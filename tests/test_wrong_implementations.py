@@ -46,3 +46,14 @@ def test_every_exercise_has_three_wrong_implementations(notebook):
     for wrong in MODULES[notebook].WRONG:
         counts[wrong.exercise] += 1
     assert min(counts.values()) >= 3, counts
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_every_check_rejects_some_wrong_implementation(notebook, solution_namespaces):
+    """No check is dead weight: each one fails at least one of the plausible mistakes."""
+    caught = set()
+    for wrong in MODULES[notebook].WRONG:
+        result = _grade(solution_namespaces, notebook, wrong.exercise, wrong.code)
+        caught |= {r.check.name for r in result.results if not r.passed}
+    every = {c.name for e in checks_for(notebook).exercises for c in e.checks}
+    assert every - caught == set(), "checks that no wrong implementation fails"
