@@ -1,0 +1,42 @@
+"""Adapters for notebook 03: rotary position embeddings."""
+
+from __future__ import annotations
+
+from autograder.adapters import need, outcome, summary
+
+
+def rotation_matrix(ns, angle):
+    return need(ns, "rotation_matrix")(angle)
+
+
+def rope_frequencies(ns, d_k: int, base: float):
+    return need(ns, "rope_frequencies")(d_k, base)
+
+
+def rope_frequencies_outcome(ns, d_k: int):
+    return outcome(need(ns, "rope_frequencies"), d_k)
+
+
+def rope_matrix(ns, d_k: int, position: int, base: float):
+    return need(ns, "rope_matrix")(d_k, position, base)
+
+
+def rope_summary(ns, d_k: int, max_seq_len: int):
+    module = need(ns, "RoPE")(d_k, max_seq_len)
+    return summary(module)
+
+
+def rope_forward(ns, d_k: int, max_seq_len: int, x, token_positions, base: float = 10000.0):
+    return need(ns, "RoPE")(d_k, max_seq_len, base)(x, token_positions)
+
+
+def rope_construct_outcome(ns, d_k: int, max_seq_len: int):
+    return outcome(need(ns, "RoPE"), d_k, max_seq_len)
+
+
+def rope_forward_outcome(ns, d_k: int, max_seq_len: int, x, token_positions):
+    return outcome(need(ns, "RoPE")(d_k, max_seq_len), x, token_positions)
+
+
+def halves_permutation(ns, d_k: int):
+    return need(ns, "halves_permutation")(d_k)

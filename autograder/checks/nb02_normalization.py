@@ -1,0 +1,234 @@
+"""Checks for notebook 02: LayerNorm and RMSNorm.
+
+Oracles: ``torch.nn.functional.layer_norm`` and ``torch.nn.functional.rms_norm`` (and
+autograd through them), evaluated in float32 or float64 here.
+
+Tolerances (stated per comparison):
+- float32: atol 1e-5 + rtol 1e-5 on outputs of order 1 (float32 rounding in a mean over
+  <= 64 features is ~1e-6); gradients atol 1e-4 (they sum over features and tokens);
+- bfloat16 outputs: atol 1e-2 + rtol 1e-2, about 2.5 bf16 ulps (2^-8 relative), since a
+  right answer computed in float32 may round to the neighbouring bf16 value;
+- float16 outputs: atol 2e-3 + rtol 2e-3 (fp16 has 2^-11 relative precision).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from autograder import expect
+from autograder.exercises import Exercise
+
+LAYER_NORM = Exercise("layer_norm", "Exercise 1: LayerNorm from scratch", points=3)
+RMS_NORM = Exercise("rms_norm", "Exercise 2: RMSNorm", points=3)
+EXERCISES = [LAYER_NORM, RMS_NORM]
+
+F32 = {"atol": 1e-5, "rtol": 1e-5}
+GRAD = {"atol": 1e-4, "rtol": 1e-4}
+BF16 = {"atol": 1e-2, "rtol": 1e-2}
+F16 = {"atol": 2e-3, "rtol": 2e-3}
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(2000 + seed)
+
+
+def _x(shape, seed, *, scale=1.0, shift=0.0, dtype=torch.float32):
+    """Activations with a per-token offset, as real ones have; LayerNorm must remove it."""
+    g = _gen(seed)
+    x = torch.randn(*shape, generator=g) * scale + shift * torch.randn(*shape[:-1], 1, generator=g)
+    return x.to(dtype)
+
+
+def _params(d, seed, *names):
+    g = _gen(100 + seed)
+    return {name: torch.randn(d, generator=g) * 0.5 + (1.0 if name == "weight" else 0.0) for name in names}
+
+
+def _check_params(impl, class_name, expected_names):
+    info = impl.norm_init(class_name, 6)
+    summary = info["summary"]
+    expect.that("parameters" in summary, f"{class_name}(6) is not an nn.Module")
+    expect.that(
+        summary["parameters"] == {name: [6] for name in expected_names},
+        f"{class_name}(6) has parameters {summary['parameters']}; expected "
+        + " and ".join(f"`{n}` of shape [6]" for n in expected_names)
+        + " (the names torch uses, so checkpoints load; not `gamma`/`beta`)",
+    )
+    state = info["state"]
+    expect.that(bool((state["weight"] == 1).all()), "weight (the gain) must start at ones: the layer starts as a pure normalization")
+    if "bias" in expected_names:
+        expect.that(bool((state["bias"] == 0).all()), "bias must start at zeros")
+
+
+# --- LayerNorm ---------------------------------------------------------------------------
+
+
+def _layer_norm_mistakes(x, weight, bias, eps):
+    mean = x.mean(-1, keepdim=True)
+    centred = x - mean
+    var = centred.pow(2).mean(-1, keepdim=True)
+    mistakes = [
+        (centred / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias,
+         "it uses the unbiased variance (divide by d - 1, torch.var's default); LayerNorm divides by d "
+         "(use unbiased=False / correction=0)"),
+        (centred / (torch.sqrt(var) + eps) * weight + bias,
+         "eps is added outside the square root; it belongs inside: sqrt(var + eps)"),
+        (centred / torch.sqrt(var + eps),
+         "the learnable gain `weight` and `bias` are not applied"),
+        (centred / torch.sqrt(var + eps) * weight,
+         "the `bias` is not added"),
+    ]
+    if x.dim() >= 2 and x.shape[-2] > 1:
+        m2 = x.mean(-2, keepdim=True)
+        v2 = (x - m2).pow(2).mean(-2, keepdim=True)
+        mistakes.append(((x - m2) / torch.sqrt(v2 + eps) * weight + bias,
+                         "it normalizes over the wrong dimension; statistics are taken over the last "
+                         "dimension (the features of each token)"))
+    return mistakes
+
+
+def _layer_norm_case(impl, shape, seed, *, eps=1e-5, scale=2.0, shift=3.0, dtype=torch.float32, grads=False):
+    d = shape[-1]
+    x = _x(shape, seed, scale=scale, shift=shift, dtype=dtype)
+    state = _params(d, seed, "weight", "bias")
+    grad_output = _x(shape, seed + 50, dtype=dtype) if grads else None
+    got = impl.norm_forward("LayerNorm", {k: v.to(dtype) for k, v in state.items()}, x, eps, grad_output)
+    return got, x, state, grad_output
+
+
+@LAYER_NORM.visible
+def test_layer_norm_parameters(impl):
+    "parameters `weight` (ones) and `bias` (zeros), each of shape [d_model]"
+    _check_params(impl, "LayerNorm", ["weight", "bias"])
+
+
+@LAYER_NORM.visible
+def test_layer_norm_forward(impl):
+    "output equals F.layer_norm over the last dimension, with gain and bias"
+    got, x, state, _ = _layer_norm_case(impl, (2, 5, 8), 0)
+    w, b = state["weight"], state["bias"]
+    expect.close(
+        got["output"], F.layer_norm(x, (8,), w, b, 1e-5), "LayerNorm(8)(x) for x of shape [2, 5, 8]",
+        **F32, alternatives=_layer_norm_mistakes(x, w, b, 1e-5),
+    )
+
+
+@LAYER_NORM.hidden
+def test_layer_norm_eps_inside_sqrt(impl):
+    "eps sits inside the square root and the constructor's eps is used"
+    for seed, eps in zip((1, 2), (1e-3, 0.1), strict=True):
+        got, x, state, _ = _layer_norm_case(impl, (4, 16), seed, eps=eps, scale=0.01, shift=0.0)
+        w, b = state["weight"], state["bias"]
+        expect.close(
+            got["output"], F.layer_norm(x, (16,), w, b, eps), f"LayerNorm(16, eps={eps}) on small activations",
+            **F32, alternatives=_layer_norm_mistakes(x, w, b, eps),
+            hint="With activations this small, eps matters: check where it goes and that self.eps is used.",
+        )
+
+
+@LAYER_NORM.hidden
+def test_layer_norm_shapes_and_dtypes(impl):
+    "any number of leading dimensions; float64 stays float64"
+    for seed, shape, dtype in [(3, (7,), torch.float32), (4, (3, 2, 4, 5), torch.float32), (5, (6, 33), torch.float64)]:
+        got, x, state, _ = _layer_norm_case(impl, shape, seed, dtype=dtype)
+        expected = F.layer_norm(x, shape[-1:], state["weight"].to(dtype), state["bias"].to(dtype), 1e-5)
+        out = expect.tensor(got["output"], f"the output for x of shape {list(shape)}", dtype=dtype)
+        expect.close(out, expected, f"the output for x of shape {list(shape)} ({dtype})", **F32,
+                     alternatives=_layer_norm_mistakes(x, state["weight"].to(dtype), state["bias"].to(dtype), 1e-5))
+
+
+@LAYER_NORM.hidden
+def test_layer_norm_gradients(impl):
+    "gradients for the input, weight and bias match autograd through F.layer_norm"
+    for seed in (6, 7):
+        got, x, state, grad_output = _layer_norm_case(impl, (3, 4, 12), seed, grads=True)
+        xr = x.clone().requires_grad_()
+        w, b = (state[n].clone().requires_grad_() for n in ("weight", "bias"))
+        F.layer_norm(xr, (12,), w, b, 1e-5).backward(grad_output)
+        grads = expect.gradients(got, "LayerNorm")
+        for name, expected in (("input", xr.grad), ("weight", w.grad), ("bias", b.grad)):
+            expect.close(grads.get(name), expected, f"the gradient of the {name}", **GRAD)
+
+
+# --- RMSNorm -----------------------------------------------------------------------------
+
+
+def _rms_oracle(x, weight, eps):
+    return F.rms_norm(x.float(), (x.shape[-1],), weight.float(), eps).to(x.dtype)
+
+
+def _rms_mistakes(x, weight, eps):
+    x = x.float()
+    ms = x.pow(2).mean(-1, keepdim=True)
+    centred = x - x.mean(-1, keepdim=True)
+    return [
+        (x / (torch.sqrt(ms) + eps) * weight, "eps is added outside the square root; it belongs inside: sqrt(mean(x²) + eps)"),
+        (x / torch.sqrt(ms + eps), "the learnable gain `weight` is not applied"),
+        (centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight,
+         "it subtracts the mean; RMSNorm does not re-centre, it only divides by the root mean square"),
+        (x / torch.sqrt(x.mean(-1, keepdim=True).abs() + eps) * weight,
+         "it uses the mean of x; RMS is the square root of the mean of x squared"),
+    ]
+
+
+def _rms_case(impl, shape, seed, *, eps=1e-5, scale=1.5, dtype=torch.float32, grads=False):
+    x = _x(shape, seed, scale=scale, shift=0.5, dtype=dtype)
+    state = _params(shape[-1], seed, "weight")
+    grad_output = _x(shape, seed + 50) if grads else None
+    return impl.norm_forward("RMSNorm", state, x, eps, grad_output), x, state["weight"], grad_output
+
+
+@RMS_NORM.visible
+def test_rms_norm_parameters(impl):
+    "one parameter `weight` (ones) of shape [d_model], no bias"
+    _check_params(impl, "RMSNorm", ["weight"])
+
+
+@RMS_NORM.visible
+def test_rms_norm_forward(impl):
+    "output equals F.rms_norm over the last dimension, times weight"
+    got, x, weight, _ = _rms_case(impl, (2, 5, 8), 0)
+    expect.close(
+        got["output"], _rms_oracle(x, weight, 1e-5), "RMSNorm(8)(x) for x of shape [2, 5, 8]", **F32,
+        alternatives=_rms_mistakes(x, weight, 1e-5),
+        hint="RMS is sqrt(mean(x**2 over the last dimension) + eps).",
+    )
+
+
+@RMS_NORM.hidden
+def test_rms_norm_low_precision_inputs(impl):
+    "bfloat16 and float16 inputs come back in their own dtype, computed in float32"
+    for seed, dtype, tol, scale in [(1, torch.bfloat16, BF16, 1.5), (2, torch.float16, F16, 300.0)]:
+        got, x, weight, _ = _rms_case(impl, (4, 3, 64), seed, dtype=dtype, scale=scale)
+        out = got["output"]
+        expect.tensor(out, "the output", shape=x.shape)
+        expect.that(
+            out.dtype == dtype,
+            f"RMSNorm returns {out.dtype} for a {dtype} input; compute in float32, then cast back with .to(x.dtype)",
+        )
+        expect.close(
+            out, _rms_oracle(x, weight, 1e-5), f"the output for a {dtype} input (values up to ±{scale * 4:g})",
+            **tol,
+            hint="Square in float32: in float16, 300² is already beyond the largest number (65504).",
+        )
+
+
+@RMS_NORM.hidden
+def test_rms_norm_eps_and_shapes(impl):
+    "eps inside the square root, the constructor's eps used, any leading dimensions"
+    for seed, shape, eps, scale in [(3, (9,), 1e-3, 0.01), (4, (2, 2, 3, 16), 0.1, 0.05), (5, (5, 7), 1e-5, 1.0)]:
+        got, x, weight, _ = _rms_case(impl, shape, seed, eps=eps, scale=scale)
+        expect.close(got["output"], _rms_oracle(x, weight, eps), f"RMSNorm(eps={eps}) for x of shape {list(shape)}",
+                     **F32, alternatives=_rms_mistakes(x, weight, eps))
+
+
+@RMS_NORM.hidden
+def test_rms_norm_gradients(impl):
+    "gradients for the input and weight match autograd through F.rms_norm"
+    got, x, weight, grad_output = _rms_case(impl, (3, 4, 12), 6, grads=True)
+    xr, w = x.clone().requires_grad_(), weight.clone().requires_grad_()
+    F.rms_norm(xr, (12,), w, 1e-5).backward(grad_output)
+    grads = expect.gradients(got, "RMSNorm")
+    expect.close(grads.get("input"), xr.grad, "the gradient of the input", **GRAD)
+    expect.close(grads.get("weight"), w.grad, "the gradient of weight", **GRAD)

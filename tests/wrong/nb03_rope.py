@@ -1,0 +1,124 @@
+"""Mistakes students make in notebook 03."""
+
+from wrong import Wrong
+
+ROTATION = '''
+def rotation_matrix(angle):
+    c, s = torch.cos(angle), torch.sin(angle)
+    return torch.stack([torch.stack([c, {top_right}], -1), torch.stack([{bottom_left}, c], -1)], -2)
+'''
+
+
+def rotation(top_right="-s", bottom_left="s"):
+    return ROTATION.format(top_right=top_right, bottom_left=bottom_left)
+
+
+FREQUENCIES = '''
+def rope_frequencies(d_k, base=10000.0):
+    {guard}
+    return base ** ({exponent})
+'''
+_FREQ_GUARD = "if d_k % 2: raise ValueError('d_k must be even')"
+
+
+def frequencies(exponent="-torch.arange(0, d_k, 2, dtype=torch.float32) / d_k", guard=_FREQ_GUARD):
+    return FREQUENCIES.format(exponent=exponent, guard=guard)
+
+
+MATRIX = '''
+def rope_matrix(d_k, position, base=10000.0):
+    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
+    out = torch.zeros(d_k, d_k)
+    for i, t in enumerate(theta.tolist()):
+        a = torch.tensor(position * t, dtype=torch.float64)
+        c, s = float(torch.cos(a)), float(torch.sin(a))
+        j, k = {pair}
+        out[j, j], out[j, k], out[k, j], out[k, k] = c, {sign}s, {other}s, c
+    return out
+'''
+
+
+def matrix(pair="2 * i, 2 * i + 1", sign="-", other=""):
+    return MATRIX.format(pair=pair, sign=sign, other=other)
+
+
+ROPE = '''
+class RoPE(nn.Module):
+    def __init__(self, d_k, max_seq_len, base=10000.0):
+        super().__init__()
+        if d_k % 2:
+            raise ValueError("d_k must be even")
+        self.d_k, self.max_seq_len = d_k, max_seq_len
+        theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float32) / {denominator})
+        angles = torch.arange(max_seq_len, dtype=torch.float32)[:, None] * theta
+        self.register_buffer("cos", torch.cos(angles), persistent={persistent})
+        self.register_buffer("sin", torch.sin(angles), persistent={persistent})
+
+    def forward(self, x, token_positions):
+        {guard}
+        {positions}
+        cos, sin = self.cos[token_positions], self.sin[token_positions]
+        {pairs}
+        out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1).flatten(-2)
+        return {cast}
+'''
+_ROPE_GUARD = ("if token_positions.numel() and (token_positions.min() < 0 or token_positions.max() >= self.max_seq_len): "
+               "raise IndexError('position outside the cache')")
+
+
+def rope(denominator="d_k", persistent="False", guard=_ROPE_GUARD, positions="",
+         pairs="x0, x1 = x.float()[..., 0::2], x.float()[..., 1::2]", cast="out.to(x.dtype)"):
+    return ROPE.format(denominator=denominator, persistent=persistent, guard=guard, positions=positions,
+                       pairs=pairs, cast=cast)
+
+
+HALVES = '''
+def halves_permutation(d_k):
+    return {body}
+'''
+
+
+def halves(body="torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)])"):
+    return HALVES.format(body=body)
+
+
+RIGHT = {"rotation_matrix": rotation(), "rope_frequencies": frequencies(), "rope_matrix": matrix(),
+         "rope": rope(), "halves_permutation": halves()}
+
+WRONG = [
+    Wrong("rotation_matrix", "minus sign on the wrong sin", rotation(top_right="s", bottom_left="-s"), "transposed"),
+    Wrong("rotation_matrix", "no minus sign at all", rotation(top_right="s"), "rotation_matrix(angles)"),
+    Wrong("rotation_matrix", "only works for a scalar angle",
+          "def rotation_matrix(angle):\n    c, s = torch.cos(angle), torch.sin(angle)\n"
+          "    return torch.tensor([[float(c), -float(s)], [float(s), float(c)]])", "rotation_matrix"),
+    Wrong("rope_frequencies", "exponent i/d", frequencies(exponent="-torch.arange(0, d_k // 2, dtype=torch.float32) / d_k"),
+          "not i/d_k"),
+    Wrong("rope_frequencies", "positive exponent", frequencies(exponent="torch.arange(0, d_k, 2, dtype=torch.float32) / d_k"),
+          "sign of the exponent"),
+    Wrong("rope_frequencies", "starts at i = 1", frequencies(exponent="-torch.arange(2, d_k + 2, 2, dtype=torch.float32) / d_k"),
+          "i starts at 0"),
+    Wrong("rope_frequencies", "no error for odd d_k", frequencies(guard="pass"), "raise ValueError"),
+    Wrong("rope_matrix", "blocks transposed (sin sign)", matrix(sign="", other="-"), "blocks are transposed"),
+    Wrong("rope_matrix", "pairs (i, i + d/2)", matrix(pair="i, i + d_k // 2"), "pairs i with i + d_k/2"),
+    Wrong("rope_matrix", "ignores the base", matrix().replace("base ** (", "10000.0 ** ("), "base=100.0"),
+    Wrong("rope", "rotates (i, i + d/2) pairs while claiming interleaved",
+          rope(pairs="x0, x1 = x.float()[..., : self.d_k // 2], x.float()[..., self.d_k // 2:]",
+               cast="torch.cat([out[..., 0::2], out[..., 1::2]], -1).to(x.dtype)"), "split halves"),
+    Wrong("rope", "sin terms with the wrong signs (turns the other way)",
+          rope().replace("x0 * cos - x1 * sin, x0 * sin + x1 * cos", "x0 * cos + x1 * sin, -x0 * sin + x1 * cos"),
+          "wrong sign"),
+    Wrong("rope", "frequencies base^(-i/d)", rope(denominator="(2 * d_k)"), "not base^(-i/d_k)"),
+    Wrong("rope", "ignores the positions", rope(positions="token_positions = torch.arange(x.shape[-2])"), "ignores token_positions"),
+    Wrong("rope", "cos/sin recomputed per call in float64",
+          rope(pairs="theta = 10000.0 ** (-torch.arange(0, self.d_k, 2, dtype=torch.float64) / self.d_k); "
+                     "angles = token_positions[..., None].double() * theta; cos, sin = angles.cos(), angles.sin(); "
+                     "x0, x1 = x[..., 0::2], x[..., 1::2]", cast="out"), "dtype torch.float64"),
+    Wrong("rope", "persistent buffers", rope(persistent="True"), "persistent=False"),
+    Wrong("rope", "no range check: -1 wraps around", rope(guard="pass"), "raise IndexError"),
+    Wrong("halves_permutation", "the inverse permutation", halves(body="torch.argsort(torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)]))"),
+          "inverse permutation"),
+    Wrong("halves_permutation", "odd coordinates first", halves(body="torch.cat([torch.arange(1, d_k, 2), torch.arange(0, d_k, 2)])"),
+          "expected [0, 2, 4, 6, 1, 3, 5, 7]"),
+    Wrong("halves_permutation", "returns floats", halves(body="torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)]).float()"),
+          "LongTensor"),
+]
