@@ -35,7 +35,7 @@ release: $(STAMP)
 
 # Re-execute the solution notebooks in place (their outputs are committed and checked by nbval).
 outputs: $(STAMP)
-	@for nb in $(NOTEBOOKS); do $(BIN)/jupyter nbconvert --to notebook --execute --inplace $$nb --log-level=WARN || exit 1; done
+	@for nb in $(NOTEBOOKS); do $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $$nb --log-level=WARN || exit 1; done
 
 envfiles: $(STAMP)
 	$(BIN)/python tools/envfiles.py write

@@ -26,14 +26,19 @@ def _blocks(source: str, begin: str, end: str):
 
 
 def secret_lines(nb, kind: str) -> set[str]:
-    """Lines inside the ``kind`` blocks of a source notebook that appear nowhere outside them."""
+    """Lines inside the ``kind`` blocks of a source notebook that it shows nowhere else.
+
+    A line the notebook also shows in public (an exercise's instructions quote
+    ``x32 = x.float()``, say) gives nothing away, so it is not a secret.
+    """
     begin, end = MARKERS[kind]
-    secret, public = set(), set()
+    secret, public = set(), []
     for cell in nb.cells:
         kept, visible = _blocks(cell.source, begin, end)
         secret.update(kept)
-        public.update(visible)
-    return {line for line in secret - public if len(line) >= MIN_LENGTH}
+        public += visible
+    public_text = normalise("\n".join(public))
+    return {line for line in secret if len(line) >= MIN_LENGTH and normalise(line) not in public_text}
 
 
 def normalise(text: str) -> str:

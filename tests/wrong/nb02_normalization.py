@@ -72,6 +72,12 @@ WRONG = [
           rms_norm(upcast="x", out="(x32 / rms * self.weight).to(x.dtype)"), "float16 input"),
     Wrong("rms_norm", "re-centres like LayerNorm",
           rms_norm(upcast="x.float() - x.float().mean(-1, keepdim=True)"), "does not re-centre"),
+    Wrong("rms_norm", "names the gain gamma",
+          rms_norm(params="self.gamma = nn.Parameter(torch.ones(d_model))", out="(x32 / rms * self.gamma).to(x.dtype)"),
+          "not `gamma`/`beta`"),
+    Wrong("rms_norm", "keeps a bias like LayerNorm",
+          rms_norm(params="self.weight = nn.Parameter(torch.ones(d_model)); self.bias = nn.Parameter(torch.zeros(d_model))"),
+          "expected `weight` of shape [6]"),
     Wrong("rms_norm", "normalizes over the wrong dimension",
           rms_norm(rms="torch.sqrt((x32 ** 2).mean(0, keepdim=True) + self.eps)"), "RMSNorm(8)(x)"),
 ]
