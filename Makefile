@@ -13,6 +13,9 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root (containers, some cloud machines) unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
+# Browser libraries for the attention views, and the browser-test driver (package-lock.json pins them).
+NODE_STAMP := node_modules/.package-lock.json
+
 .PHONY: lab test release envfiles lock outputs lint clean
 
 $(STAMP): pyproject.toml requirements.lock
@@ -22,10 +25,14 @@ $(STAMP): pyproject.toml requirements.lock
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-lab: $(STAMP)
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+lab: $(STAMP) $(NODE_STAMP)
 	$(BIN)/jupyter lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/course
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg tests solutions
 
@@ -34,7 +41,7 @@ release: $(STAMP)
 	@for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; done
 
 # Re-execute the solution notebooks in place (their outputs are committed and checked by nbval).
-outputs: $(STAMP)
+outputs: $(STAMP) $(NODE_STAMP)
 	@for nb in $(NOTEBOOKS); do $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $$nb --log-level=WARN || exit 1; done
 
 envfiles: $(STAMP)
@@ -53,4 +60,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check autograder tests tools
 
 clean:
-	rm -rf $(VENV) .pytest_cache gradebook.db
+	rm -rf $(VENV) node_modules .pytest_cache gradebook.db

@@ -6,6 +6,7 @@ import importlib
 
 import pytest
 from notebooks import NOTEBOOKS
+from wrong import PRELUDE
 
 from autograder.exercises import checks_for, find_exercise, run_exercise
 from autograder.impl import LocalImpl
@@ -20,7 +21,7 @@ CASES = [
 
 def _grade(namespaces, notebook, exercise_id, code):
     namespace = dict(namespaces[notebook])
-    exec(compile(code, "<answer>", "exec"), namespace)
+    exec(compile(PRELUDE + code, "<answer>", "exec"), namespace)
     exercise, adapters = find_exercise(exercise_id)
     return run_exercise(exercise, LocalImpl(namespace, adapters))
 

@@ -1,0 +1,41 @@
+"""Adapters for notebook 04: softmax, attention and masks."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from autograder.adapters import forbidden, need
+
+_SOFTMAXES = [(torch, "softmax"), (F, "softmax"), (torch.Tensor, "softmax"), (torch, "log_softmax"),
+              (F, "log_softmax"), (torch.Tensor, "log_softmax"), (torch, "logsumexp"), (torch.special, "softmax")]
+
+
+def softmax(ns, x, dim=-1):
+    with forbidden(*_SOFTMAXES, rule="write softmax with exp, max and sum"):
+        return need(ns, "softmax")(x, dim=dim)
+
+
+def attention_weights(ns, q, k, mask=None):
+    return need(ns, "attention_weights")(q, k, mask)
+
+
+def scaled_dot_product_attention(ns, q, k, v, mask=None):
+    with forbidden((F, "scaled_dot_product_attention"), rule="build attention from your attention_weights"):
+        return need(ns, "scaled_dot_product_attention")(q, k, v, mask)
+
+
+def causal_mask(ns, seq_len: int):
+    return need(ns, "causal_mask")(seq_len)
+
+
+def padding_mask(ns, token_ids, pad_id: int):
+    return need(ns, "padding_mask")(token_ids, pad_id)
+
+
+def decoder_mask(ns, token_ids, pad_id: int):
+    return need(ns, "decoder_mask")(token_ids, pad_id)
+
+
+def cross_attention_mask(ns, target_ids, source_ids, pad_id: int):
+    return need(ns, "cross_attention_mask")(target_ids, source_ids, pad_id)

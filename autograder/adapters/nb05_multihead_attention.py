@@ -1,0 +1,24 @@
+"""Adapters for notebook 05: multi-head, fused-QKV, grouped-query and cross attention."""
+
+from __future__ import annotations
+
+from autograder.adapters import load, need, outcome, summary
+
+
+def attention_summary(ns, class_name: str, args: list):
+    return summary(need(ns, class_name)(*args))
+
+
+def attention_forward(ns, class_name: str, args: list, state: dict, inputs: list, mask=None):
+    """Build ``class_name(*args)``, load ``state`` by name, return ``module(*inputs, mask=mask)``."""
+    module = load(need(ns, class_name)(*args), state)
+    return module(*inputs, mask=mask)
+
+
+def construct_outcome(ns, class_name: str, args: list):
+    return outcome(need(ns, class_name), *args)
+
+
+def kv_cache_bytes(ns, *args, **kwargs):
+    value = need(ns, "kv_cache_bytes")(*args, **kwargs)
+    return {"value": value if isinstance(value, (int, float)) else str(value), "type": type(value).__name__}

@@ -1,0 +1,334 @@
+"""Checks for notebook 04: softmax, scaled dot-product attention and masks.
+
+Mask convention: boolean, True = this query may attend to this key (the polarity of
+``torch.nn.functional.scaled_dot_product_attention``). A query whose keys are all
+masked gets zero weights and a zero output, as torch's function gives.
+
+Oracles: ``torch.softmax`` and ``F.scaled_dot_product_attention`` (float32 here), masks
+from ``torch.tril`` and comparisons, and invariances computed on the student's own
+outputs (future tokens, padding, permutations).
+
+Tolerances: float32 outputs of order 1 at atol 1e-5 + rtol 1e-5 (sums of <= 16 products);
+probabilities at atol 1e-6; masks compared exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from autograder import expect
+from autograder.exercises import Exercise
+
+SOFTMAX = Exercise("softmax", "Exercise 1: a numerically stable softmax", points=1)
+WEIGHTS = Exercise("attention_weights", "Exercise 2: attention weights", points=2)
+SDPA = Exercise("scaled_dot_product_attention", "Exercise 3: scaled dot-product attention", points=2)
+CAUSAL = Exercise("causal_mask", "Exercise 4: the causal mask", points=1)
+PADDING = Exercise("padding_mask", "Exercise 5: the padding mask", points=1)
+DECODER = Exercise("decoder_mask", "Exercise 6: causal plus padding", points=1)
+CROSS = Exercise("cross_attention_mask", "Exercise 7: the cross-attention mask", points=1)
+EXERCISES = [SOFTMAX, WEIGHTS, SDPA, CAUSAL, PADDING, DECODER, CROSS]
+
+TOL = {"atol": 1e-5, "rtol": 1e-5}
+PROB = {"atol": 1e-6, "rtol": 1e-5}
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(4000 + seed)
+
+
+def _randn(shape, seed, scale=1.0):
+    return torch.randn(*shape, generator=_gen(seed)) * scale
+
+
+def _mask(shape, seed, keep_one=True):
+    mask = torch.rand(*shape, generator=_gen(seed)) > 0.4
+    if keep_one:
+        mask[..., 0] = True  # every query keeps at least one key
+    return mask
+
+
+def oracle_weights(q, k, mask=None):
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.nan_to_num(weights, nan=0.0)
+
+
+def _weight_mistakes(q, k, mask=None):
+    d_k = q.shape[-1]
+    raw = q @ k.transpose(-1, -2)
+    mistakes = [
+        (torch.softmax(raw, -1) if mask is None else torch.softmax(raw.masked_fill(~mask, float("-inf")), -1),
+         "the scores are not scaled: divide q·k by sqrt(d_k)"),
+        (torch.softmax(raw / d_k, -1) if mask is None else torch.softmax((raw / d_k).masked_fill(~mask, float("-inf")), -1),
+         "the scores are divided by d_k; divide by sqrt(d_k)"),
+        (torch.softmax(raw / math.sqrt(d_k), -2) if mask is None else
+         torch.nan_to_num(torch.softmax((raw / math.sqrt(d_k)).masked_fill(~mask, float("-inf")), -2)),
+         "the softmax runs over the queries; each query's weights over the keys (the last dimension) must sum to 1"),
+    ]
+    if mask is not None:
+        scaled = raw / math.sqrt(d_k)
+        mistakes += [
+            (torch.nan_to_num(torch.softmax(scaled.masked_fill(mask, float("-inf")), -1)),
+             "the mask is inverted: True means the query MAY attend to that key"),
+            (torch.softmax(scaled, -1) * mask,
+             "the mask is applied after the softmax, so the rows no longer sum to 1; fill masked scores with -inf before it"),
+        ]
+    return mistakes
+
+
+# --- Exercise 1: softmax -----------------------------------------------------------------
+
+
+@SOFTMAX.visible
+def test_softmax_values(impl):
+    "softmax(x, dim) equals torch.softmax along the given dimension"
+    x = _randn((3, 5), 0, scale=3)
+    for dim in (-1, 0):
+        expect.close(impl.softmax(x, dim), torch.softmax(x, dim), f"softmax(x, dim={dim}) for x of shape [3, 5]",
+                     **PROB, alternatives=[(torch.softmax(x, -1 - dim), "it ignores `dim`")] if dim == 0 else ())
+
+
+@SOFTMAX.visible
+def test_softmax_large_logits(impl):
+    "large logits (1000) do not overflow"
+    x = torch.tensor([[1000.0, 999.0, 990.0], [-5.0, 0.0, 5.0]])
+    expect.close(impl.softmax(x, -1), torch.softmax(x, -1), "softmax of logits near 1000", **PROB,
+                 hint="exp(1000) overflows to inf; subtract each slice's maximum before exponentiating.")
+
+
+@SOFTMAX.hidden
+def test_softmax_rows_on_different_scales(impl):
+    "each slice is shifted by its own maximum; -inf entries get probability 0"
+    x = torch.tensor([[1000.0, 998.0, 995.0], [-1000.0, -1001.0, -1003.0], [2.0, float("-inf"), 0.0]])
+    expect.close(impl.softmax(x, -1), torch.softmax(x, -1), "softmax of rows near +1000, near -1000, and with -inf",
+                 **PROB, hint="Subtract the maximum of each slice (keepdim=True), not one maximum of the whole tensor.")
+
+
+@SOFTMAX.hidden
+def test_softmax_dims_and_dtypes(impl):
+    "any dimension of a 4-D tensor; float64 stays float64"
+    x = _randn((2, 3, 4, 5), 1, scale=4)
+    for dim in (1, -2, 3):
+        expect.close(impl.softmax(x, dim), torch.softmax(x, dim), f"softmax over dim={dim} of a [2, 3, 4, 5] tensor", **PROB)
+    x64 = _randn((4, 6), 2).double()
+    out = expect.tensor(impl.softmax(x64, -1), "softmax of a float64 tensor", dtype=torch.float64)
+    expect.close(out, torch.softmax(x64, -1), "softmax of a float64 tensor", atol=1e-12, rtol=1e-10)
+
+
+# --- Exercises 2 and 3: attention ---------------------------------------------------------
+
+
+@WEIGHTS.visible
+def test_weights_no_mask(impl):
+    "weights = softmax(q kᵀ / sqrt(d_k)) over the keys; each row sums to 1"
+    q, k = _randn((2, 4, 8), 3), _randn((2, 6, 8), 4)
+    expect.close(impl.attention_weights(q, k), oracle_weights(q, k), "attention_weights(q, k) for q [2, 4, 8], k [2, 6, 8]",
+                 **PROB, alternatives=_weight_mistakes(q, k))
+
+
+@WEIGHTS.visible
+def test_weights_with_mask(impl):
+    "masked keys get weight 0 and the rest still sum to 1 (True = may attend)"
+    q, k, mask = _randn((2, 4, 8), 5), _randn((2, 6, 8), 6), _mask((2, 4, 6), 7)
+    expect.close(impl.attention_weights(q, k, mask), oracle_weights(q, k, mask), "attention_weights(q, k, mask)",
+                 **PROB, alternatives=_weight_mistakes(q, k, mask))
+
+
+@WEIGHTS.hidden
+def test_weights_fully_masked_row(impl):
+    "a query with every key masked gets all-zero weights, and no NaN reaches the other rows"
+    q, k = _randn((3, 5, 4), 8), _randn((3, 7, 4), 9)
+    mask = _mask((3, 5, 7), 10)
+    mask[1, 2] = False
+    got = expect.tensor(impl.attention_weights(q, k, mask), "attention_weights", shape=(3, 5, 7))
+    expect.that(bool(torch.isfinite(got).all()), "the weights contain NaN or inf when one query has every key masked; "
+                "give such a row zeros (e.g. torch.nan_to_num, or torch.where on mask.any(-1))")
+    expect.close(got, oracle_weights(q, k, mask), "attention_weights with one fully masked row", **PROB)
+
+
+@WEIGHTS.hidden
+def test_weights_broadcast_masks(impl):
+    "4-D inputs with masks shaped [batch, 1, 1, k_len] and [q_len, k_len]"
+    q, k = _randn((2, 3, 4, 8), 11), _randn((2, 3, 5, 8), 12)
+    for seed, shape in [(13, (2, 1, 1, 5)), (14, (4, 5))]:
+        mask = _mask(shape, seed)
+        expect.close(impl.attention_weights(q, k, mask), oracle_weights(q, k, mask),
+                     f"attention_weights with a mask of shape {list(shape)}", **PROB, alternatives=_weight_mistakes(q, k, mask))
+
+
+def _sdpa(q, k, v, mask=None):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@SDPA.visible
+def test_sdpa_matches_torch(impl):
+    "equals torch's scaled_dot_product_attention (3-D, d_v != d_k, no mask)"
+    q, k, v = _randn((2, 4, 8), 20), _randn((2, 6, 8), 21), _randn((2, 6, 3), 22)
+    expect.close(impl.scaled_dot_product_attention(q, k, v), _sdpa(q, k, v), "attention output for q [2,4,8], k [2,6,8], v [2,6,3]",
+                 **TOL, alternatives=[(w @ v, diagnosis) for w, diagnosis in _weight_mistakes(q, k)])
+
+
+@SDPA.hidden
+def test_sdpa_with_masks(impl):
+    "4-D with causal and padding masks, and a fully masked row (zero output, no NaN elsewhere)"
+    q, k, v = _randn((2, 3, 5, 8), 23), _randn((2, 3, 5, 8), 24), _randn((2, 3, 5, 4), 25)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    padding = torch.tensor([[True] * 5, [True, True, True, False, False]])[:, None, None, :]
+    empty = _mask((2, 3, 5, 5), 26)
+    empty[0, 1, 3] = False
+    for name, mask in [("a causal mask", causal), ("a padding mask", padding), ("a fully masked row", empty)]:
+        got = impl.scaled_dot_product_attention(q, k, v, mask)
+        expect.close(got, _sdpa(q, k, v, mask), f"attention output with {name}", **TOL,
+                     alternatives=[(w @ v, d) for w, d in _weight_mistakes(q, k, mask)])
+
+
+@SDPA.hidden
+def test_sdpa_invariances(impl):
+    "causal: changing later tokens leaves earlier outputs alone; no mask: permuting keys and values together changes nothing"
+    q, k, v = _randn((1, 6, 8), 27), _randn((1, 6, 8), 28), _randn((1, 6, 8), 29)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    before = impl.scaled_dot_product_attention(q, k, v, causal)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, 4:], v2[:, 4:] = _randn((1, 2, 8), 30), _randn((1, 2, 8), 31)
+    after = impl.scaled_dot_product_attention(q, k2, v2, causal)
+    expect.close(after[:, :4], before[:, :4], "outputs of positions 0-3 after changing tokens 4 and 5 under the causal mask",
+                 atol=1e-6, hint="A query must never see a later key when the causal mask is given.")
+    perm = torch.tensor([3, 0, 5, 1, 4, 2])
+    permuted = impl.scaled_dot_product_attention(q, k[:, perm], v[:, perm])
+    expect.close(permuted, impl.scaled_dot_product_attention(q, k, v), "the output after permuting the keys and values together",
+                 **TOL, hint="Without a mask, attention is a weighted average over a set: the order of keys cannot matter.")
+
+
+# --- Exercises 4-7: masks -----------------------------------------------------------------
+
+
+def _mask_result(value, what, shape):
+    mask = expect.tensor(value, what, shape=shape)
+    expect.that(mask.dtype == torch.bool, f"{what} has dtype {mask.dtype}; masks are torch.bool (True = may attend)")
+    return mask
+
+
+def _same_mask(got, expected, what, mistakes=()):
+    if torch.equal(got, expected):
+        return
+    for wrong, diagnosis in mistakes:
+        if wrong.shape == got.shape and torch.equal(got, wrong):
+            expect.fail(f"{what} is wrong: {diagnosis}")
+    expect.fail(f"{what} is wrong:\n{got.int()}\nexpected\n{expected.int()}")
+
+
+@CAUSAL.visible
+def test_causal_mask_values(impl):
+    "causal_mask(n): True on and below the diagonal (query i sees keys 0..i)"
+    expected = torch.ones(5, 5, dtype=torch.bool).tril()
+    got = _mask_result(impl.causal_mask(5), "causal_mask(5)", (5, 5))
+    _same_mask(got, expected, "causal_mask(5)", [
+        (torch.ones(5, 5, dtype=torch.bool).tril(-1), "off by one: the diagonal is masked, but a token may attend to itself"),
+        (torch.ones(5, 5, dtype=torch.bool).tril(1), "off by one: each query also sees the next token"),
+        (~expected, "inverted: True must mean 'may attend'"),
+        (torch.ones(5, 5, dtype=torch.bool).triu(), "it is the transpose: row i (the query) may see columns 0..i"),
+    ])
+
+
+@CAUSAL.hidden
+def test_causal_mask_sizes(impl):
+    "works for sizes 1, 2 and 9"
+    for n in (1, 2, 9):
+        got = _mask_result(impl.causal_mask(n), f"causal_mask({n})", (n, n))
+        _same_mask(got, torch.ones(n, n, dtype=torch.bool).tril(), f"causal_mask({n})")
+
+
+_IDS = torch.tensor([[5, 7, 9, 0, 0], [3, 0, 0, 0, 0], [4, 4, 4, 4, 4]])
+
+
+def _padding_oracle(ids, pad):
+    return (ids != pad)[:, None, None, :]
+
+
+@PADDING.visible
+def test_padding_mask_values(impl):
+    "padding_mask(ids, pad_id) is [batch, 1, 1, seq], True where the key token is not padding"
+    got = impl.padding_mask(_IDS, 0)
+    keys = _IDS != 0
+    if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 1, 5, 1):
+        expect.fail("padding_mask has shape [3, 1, 5, 1]: it masks the query axis; padding tokens are KEYS "
+                    "nobody may attend to, so the sequence belongs in the last dimension: [batch, 1, 1, seq]")
+    if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 5):
+        expect.fail("padding_mask has shape [3, 5]; against scores [batch, heads, q_len, k_len] it would broadcast "
+                    "its batch axis over the queries. Return [batch, 1, 1, seq]")
+    got = _mask_result(got, "padding_mask(ids, 0)", (3, 1, 1, 5))
+    _same_mask(got, _padding_oracle(_IDS, 0), "padding_mask(ids, 0)",
+               [(~keys[:, None, None, :], "inverted: True marks real tokens (may attend)")])
+
+
+@PADDING.hidden
+def test_padding_mask_other_pad_id_and_effect(impl):
+    "any pad_id; changing padded tokens changes no output of real queries"
+    ids = torch.tensor([[2, 2, 8, 1], [6, 1, 1, 1]])
+    got = _mask_result(impl.padding_mask(ids, 1), "padding_mask(ids, pad_id=1)", (2, 1, 1, 4))
+    _same_mask(got, _padding_oracle(ids, 1), "padding_mask(ids, pad_id=1)")
+    q, k, v = _randn((2, 3, 4, 8), 40), _randn((2, 3, 4, 8), 41), _randn((2, 3, 4, 8), 42)
+    k2, v2 = k.clone(), v.clone()
+    k2[1, :, 1:], v2[1, :, 1:] = 50.0, -50.0  # garbage at the padded keys
+    out, out2 = _sdpa(q, k, v, got), _sdpa(q, k2, v2, got)
+    expect.close(out2, out, "attention outputs after changing the padded keys and values (using your mask)", atol=1e-5)
+
+
+def _decoder_oracle(ids, pad):
+    seq = ids.shape[-1]
+    return torch.ones(seq, seq, dtype=torch.bool).tril() & (ids != pad)[:, None, None, :]
+
+
+@DECODER.visible
+def test_decoder_mask_values(impl):
+    "decoder_mask(ids, pad_id) = causal AND padding, shaped [batch, 1, seq, seq]"
+    got = _mask_result(impl.decoder_mask(_IDS, 0), "decoder_mask(ids, 0)", (3, 1, 5, 5))
+    causal = torch.ones(5, 5, dtype=torch.bool).tril().expand(3, 1, 5, 5)
+    padding = _padding_oracle(_IDS, 0).expand(3, 1, 5, 5)
+    _same_mask(got, _decoder_oracle(_IDS, 0), "decoder_mask(ids, 0)", [
+        (causal, "padding is not masked; combine both masks with &"),
+        (padding, "the causal part is missing"),
+        (causal | padding, "it combines with OR; a key must pass both masks: use &"),
+    ])
+
+
+@DECODER.hidden
+def test_decoder_mask_other_pad_id(impl):
+    "any pad_id and length"
+    ids = torch.tensor([[9, 9, 9, 2, 2, 2, 2], [9, 3, 4, 5, 6, 7, 8]])
+    got = _mask_result(impl.decoder_mask(ids, 2), "decoder_mask(ids, pad_id=2)", (2, 1, 7, 7))
+    _same_mask(got, _decoder_oracle(ids, 2), "decoder_mask(ids, pad_id=2)")
+
+
+def _cross_oracle(target, source, pad):
+    return (source != pad)[:, None, None, :].expand(target.shape[0], 1, target.shape[1], source.shape[1])
+
+
+@CROSS.visible
+def test_cross_mask_values(impl):
+    "cross_attention_mask(target, source, pad_id): [batch, 1, tgt_len, src_len], True where the SOURCE token is real"
+    target, source = torch.tensor([[4, 5, 0], [6, 0, 0]]), _IDS[:2]
+    got = impl.cross_attention_mask(target, source, 0)
+    if isinstance(got, torch.Tensor) and tuple(got.shape) == (2, 1, 5, 3):
+        expect.fail("the mask has shape [2, 1, 5, 3]: queries come from the target (rows), keys from the source (columns)")
+    got = _mask_result(got, "cross_attention_mask(target, source, 0)", (2, 1, 3, 5))
+    both = _cross_oracle(target, source, 0) & (target != 0)[:, None, :, None]
+    causal = _cross_oracle(target, source, 0) & torch.ones(3, 5, dtype=torch.bool).tril()
+    _same_mask(got, _cross_oracle(target, source, 0), "cross_attention_mask(target, source, 0)", [
+        (both, "it also masks padded target positions (queries); only the source keys are masked here"),
+        (causal, "it adds a causal part; the decoder may look at the whole source"),
+        (~_cross_oracle(target, source, 0), "inverted: True marks real source tokens"),
+    ])
+
+
+@CROSS.hidden
+def test_cross_mask_other_sizes(impl):
+    "other pad ids and lengths"
+    target, source = torch.tensor([[1, 1, 1, 1]]), torch.tensor([[8, 8, 7, 7, 7, 7]])
+    got = _mask_result(impl.cross_attention_mask(target, source, 7), "cross_attention_mask with pad_id=7", (1, 1, 4, 6))
+    _same_mask(got, _cross_oracle(target, source, 7), "cross_attention_mask with pad_id=7")

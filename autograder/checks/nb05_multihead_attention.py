@@ -1,0 +1,318 @@
+"""Checks for notebook 05: multi-head, fused-QKV, grouped-query and cross attention.
+
+Oracles: ``torch.nn.MultiheadAttention`` with the student's projection weights copied in
+(its boolean masks mean the opposite of ours, so they are inverted here), and
+``F.scaled_dot_product_attention(..., enable_gqa=True)`` for grouped queries; the KV-cache
+size is a closed form. Invariances: later tokens cannot change earlier outputs under a
+causal mask.
+
+Tolerances: float32 at atol 1e-5 + rtol 1e-4 (two matmuls of width <= 24 around attention).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder import expect
+from autograder.exercises import Exercise
+
+MHA = Exercise("multi_head_attention", "Exercise 1: multi-head attention", points=3)
+FUSED = Exercise("fused_qkv_attention", "Exercise 2: one fused QKV projection", points=2)
+GQA = Exercise("grouped_query_attention", "Exercise 3: grouped-query attention", points=3)
+KV = Exercise("kv_cache_bytes", "Exercise 4: KV-cache memory", points=1)
+CROSS = Exercise("cross_attention", "Exercise 5: cross-attention", points=2)
+EXERCISES = [MHA, FUSED, GQA, KV, CROSS]
+
+TOL = {"atol": 1e-5, "rtol": 1e-4}
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(5000 + seed)
+
+
+def _randn(shape, seed, scale=1.0):
+    return torch.randn(*shape, generator=_gen(seed)) * scale
+
+
+def _projections(d_model, seed, names=("q_proj", "k_proj", "v_proj", "out_proj"), out_dims=None, bias=True):
+    state = {}
+    for i, name in enumerate(names):
+        out = (out_dims or {}).get(name, d_model)
+        state[f"{name}.weight"] = _randn((out, d_model), seed * 10 + i, scale=d_model ** -0.5)
+        if bias:
+            state[f"{name}.bias"] = _randn((out,), seed * 10 + i + 5, scale=0.1)
+    return state
+
+
+def torch_mha(state, num_heads, query, key=None, value=None, mask=None):
+    """nn.MultiheadAttention with our weights; ``mask`` in the course's polarity (True = may attend)."""
+    key = query if key is None else key
+    value = key if value is None else value
+    d_model = query.shape[-1]
+    reference = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(torch.cat([state[f"{p}.weight"] for p in ("q_proj", "k_proj", "v_proj")]))
+        reference.in_proj_bias.copy_(torch.cat([state[f"{p}.bias"] for p in ("q_proj", "k_proj", "v_proj")]))
+        reference.out_proj.weight.copy_(state["out_proj.weight"])
+        reference.out_proj.bias.copy_(state["out_proj.bias"])
+    attn_mask = None
+    if mask is not None:  # [batch or 1, 1, q, k] -> [batch * heads, q, k], inverted
+        full = mask.expand(query.shape[0], num_heads, query.shape[1], key.shape[1])
+        attn_mask = ~full.reshape(-1, query.shape[1], key.shape[1])
+    with torch.no_grad():
+        return reference(query, key, value, attn_mask=attn_mask, need_weights=False)[0]
+
+
+def _manual(state, num_heads, x, context=None, mask=None, *, split="correct", out_proj=True, mask_fix=None):
+    """The plausible wrong versions, written out (used only to name a student's mistake)."""
+    context = x if context is None else context
+    b, t, d = x.shape
+    s, hd = context.shape[1], d // num_heads
+
+    def project(name, inp):
+        return inp @ state[f"{name}.weight"].T + state[f"{name}.bias"]
+
+    def heads(tensor, length):
+        if split == "reshape":  # reshape without the transpose: mixes positions and heads
+            return tensor.reshape(b, num_heads, length, hd)
+        return tensor.reshape(b, length, num_heads, hd).transpose(1, 2)
+
+    q, k, v = heads(project("q_proj", x), t), heads(project("k_proj", context), s), heads(project("v_proj", context), s)
+    if mask is not None and mask_fix is not None:
+        mask = mask_fix(mask)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = out.reshape(b, t, d) if split == "reshape" else out.transpose(1, 2).reshape(b, t, d)
+    return out @ state["out_proj.weight"].T + state["out_proj.bias"] if out_proj else out
+
+
+def _mha_mistakes(state, num_heads, x, context=None, mask=None):
+    mistakes = [
+        (_manual(state, num_heads, x, context, mask, split="reshape"),
+         "the heads are split with a reshape to [batch, heads, seq, head_dim] without a transpose; split the "
+         "feature axis: 'b s (h d) -> b h s d'"),
+        (_manual(state, num_heads, x, context, mask, out_proj=False), "the output projection out_proj is not applied"),
+    ]
+    if mask is not None and mask.dim() == 4 and mask.shape[0] == num_heads > 1 and mask.shape[1] == 1:
+        mistakes.append((_manual(state, num_heads, x, context, mask, mask_fix=lambda m: m.transpose(0, 1)),
+                         "the mask is broadcast over the heads instead of the batch: keep its batch axis first "
+                         "and a size-1 heads axis"))
+    return mistakes
+
+
+def _check_submodules(impl, class_name, args, expected):
+    summary = impl.attention_summary(class_name, args)
+    expect.that("parameters" in summary, f"{class_name}{tuple(args)} is not an nn.Module")
+    got = summary["parameters"]
+    expect.that(
+        got == expected,
+        f"{class_name}{tuple(args)} has parameters {got}; expected {expected} "
+        "(the names matter: checkpoints are loaded by name)",
+    )
+
+
+def _mha_state(d, h, seed):
+    return _projections(d, seed)
+
+
+def _causal(t):
+    return torch.ones(t, t, dtype=torch.bool).tril()
+
+
+def _padding(lengths, total):
+    return (torch.arange(total)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
+
+
+# --- Exercise 1 --------------------------------------------------------------------------
+
+
+@MHA.visible
+def test_mha_parameters(impl):
+    "submodules q_proj, k_proj, v_proj, out_proj: nn.Linear(d_model, d_model) with bias"
+    _check_submodules(impl, "MultiHeadAttention", [16, 4],
+                      {f"{p}.{w}": ([16, 16] if w == "weight" else [16]) for p in ("q_proj", "k_proj", "v_proj", "out_proj")
+                       for w in ("weight", "bias")})
+
+
+@MHA.visible
+def test_mha_matches_torch(impl):
+    "equals torch.nn.MultiheadAttention with the same weights (no mask)"
+    state, x = _mha_state(16, 4, 0), _randn((2, 5, 16), 1)
+    got = impl.attention_forward("MultiHeadAttention", [16, 4], state, [x])
+    expect.close(got, torch_mha(state, 4, x), "MultiHeadAttention(16, 4)(x) for x [2, 5, 16]", **TOL,
+                 alternatives=_mha_mistakes(state, 4, x))
+
+
+@MHA.hidden
+def test_mha_masks_and_sizes(impl):
+    "causal and per-sequence padding masks; other sizes (one head, three heads)"
+    cases = [(12, 3, _causal(6)[None, None], 2), (8, 1, None, 3), (8, 2, _padding([4, 2], 6), 4),
+             (16, 4, _padding([6, 3], 6) & _causal(6), 5)]
+    for d, h, mask, seed in cases:
+        state, x = _mha_state(d, h, seed), _randn((2, 6, d), seed + 50)
+        got = impl.attention_forward("MultiHeadAttention", [d, h], state, [x], mask)
+        expect.close(got, torch_mha(state, h, x, mask=mask), f"MultiHeadAttention({d}, {h}) with "
+                     + ("no mask" if mask is None else f"a mask of shape {list(mask.shape)}"), **TOL,
+                     alternatives=_mha_mistakes(state, h, x, mask=mask))
+
+
+@MHA.hidden
+def test_mha_causal_and_errors(impl):
+    "later tokens do not change earlier outputs under a causal mask; d_model % num_heads != 0 raises ValueError"
+    state, x = _mha_state(16, 4, 6), _randn((1, 6, 16), 60)
+    x2 = x.clone()
+    x2[:, 4:] = _randn((1, 2, 16), 61)
+    mask = _causal(6)[None, None]
+    a = impl.attention_forward("MultiHeadAttention", [16, 4], state, [x], mask)
+    b = impl.attention_forward("MultiHeadAttention", [16, 4], state, [x2], mask)
+    expect.close(b[:, :4], a[:, :4], "outputs of positions 0-3 after changing tokens 4 and 5 (causal mask)", atol=1e-6)
+    outcome = impl.construct_outcome("MultiHeadAttention", [10, 4])
+    expect.that(outcome["raised"] == "ValueError", "MultiHeadAttention(10, 4) must raise ValueError: 10 features do "
+                "not split into 4 equal heads")
+
+
+# --- Exercise 2 --------------------------------------------------------------------------
+
+
+def _fused(state):
+    return {"qkv_proj.weight": torch.cat([state[f"{p}.weight"] for p in ("q_proj", "k_proj", "v_proj")]),
+            "qkv_proj.bias": torch.cat([state[f"{p}.bias"] for p in ("q_proj", "k_proj", "v_proj")]),
+            "out_proj.weight": state["out_proj.weight"], "out_proj.bias": state["out_proj.bias"]}
+
+
+def _fused_mistakes(state, h, x, mask=None):
+    swapped = dict(state, **{"q_proj.weight": state["k_proj.weight"], "q_proj.bias": state["k_proj.bias"],
+                             "k_proj.weight": state["q_proj.weight"], "k_proj.bias": state["q_proj.bias"]})
+    return [(torch_mha(swapped, h, x, mask=mask), "q and k are swapped: the fused output splits as [q | k | v]")]
+
+
+@FUSED.visible
+def test_fused_parameters_and_output(impl):
+    "qkv_proj = nn.Linear(d_model, 3 * d_model) split as [q | k | v]; equal to separate projections"
+    _check_submodules(impl, "FusedQKVAttention", [16, 4], {"qkv_proj.weight": [48, 16], "qkv_proj.bias": [48],
+                                                           "out_proj.weight": [16, 16], "out_proj.bias": [16]})
+    state, x = _mha_state(16, 4, 7), _randn((2, 5, 16), 70)
+    got = impl.attention_forward("FusedQKVAttention", [16, 4], _fused(state), [x])
+    expect.close(got, torch_mha(state, 4, x), "FusedQKVAttention(16, 4)(x)", **TOL,
+                 alternatives=_fused_mistakes(state, 4, x) + _mha_mistakes(state, 4, x))
+
+
+@FUSED.hidden
+def test_fused_masks_and_sizes(impl):
+    "with causal and padding masks, and other sizes"
+    for d, h, mask, seed in [(12, 3, _causal(5)[None, None], 8), (8, 2, _padding([5, 1], 5), 9)]:
+        state, x = _mha_state(d, h, seed), _randn((2, 5, d), seed + 80)
+        got = impl.attention_forward("FusedQKVAttention", [d, h], _fused(state), [x], mask)
+        expect.close(got, torch_mha(state, h, x, mask=mask), f"FusedQKVAttention({d}, {h}) with a mask", **TOL,
+                     alternatives=_fused_mistakes(state, h, x, mask) + _mha_mistakes(state, h, x, mask=mask))
+
+
+# --- Exercise 3 --------------------------------------------------------------------------
+
+
+def _gqa_state(d, h, g, seed):
+    hd = d // h
+    return _projections(d, seed, out_dims={"k_proj": g * hd, "v_proj": g * hd}, bias=False)
+
+
+def gqa_oracle(state, h, g, x, mask=None, *, grouping="interleave"):
+    b, s, d = x.shape
+    hd = d // h
+    q = (x @ state["q_proj.weight"].T).reshape(b, s, h, hd).transpose(1, 2)
+    k = (x @ state["k_proj.weight"].T).reshape(b, s, g, hd).transpose(1, 2)
+    v = (x @ state["v_proj.weight"].T).reshape(b, s, g, hd).transpose(1, 2)
+    if grouping == "interleave":
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    else:  # the mistake: tile the K/V heads instead of repeating each in place
+        out = F.scaled_dot_product_attention(q, k.repeat(1, h // g, 1, 1), v.repeat(1, h // g, 1, 1), attn_mask=mask)
+    return out.transpose(1, 2).reshape(b, s, d) @ state["out_proj.weight"].T
+
+
+@GQA.visible
+def test_gqa_parameters_and_output(impl):
+    "k_proj/v_proj produce num_kv_heads * head_dim features; query head i reads K/V head i // (num_heads / num_kv_heads)"
+    _check_submodules(impl, "GroupedQueryAttention", [16, 4, 2], {"q_proj.weight": [16, 16], "k_proj.weight": [8, 16],
+                                                                  "v_proj.weight": [8, 16], "out_proj.weight": [16, 16]})
+    state, x = _gqa_state(16, 4, 2, 10), _randn((2, 5, 16), 100)
+    got = impl.attention_forward("GroupedQueryAttention", [16, 4, 2], state, [x])
+    expect.close(got, gqa_oracle(state, 4, 2, x), "GroupedQueryAttention(16, 4, num_kv_heads=2)(x)", **TOL,
+                 alternatives=[(gqa_oracle(state, 4, 2, x, grouping="tile"),
+                                "the K/V heads are repeated in the wrong order: with 4 query heads and 2 K/V heads, "
+                                "query heads 0 and 1 share K/V head 0 (repeat_interleave), not heads 0 and 2 (repeat)")])
+
+
+@GQA.hidden
+def test_gqa_sizes_masks_and_errors(impl):
+    "multi-query (1 K/V head), ordinary MHA (num_kv_heads = num_heads), 3 groups, a causal mask; bad sizes raise"
+    for d, h, g, seed in [(16, 4, 1, 11), (16, 4, 4, 12), (24, 6, 2, 13), (12, 6, 3, 14)]:
+        state, x, mask = _gqa_state(d, h, g, seed), _randn((2, 6, d), seed + 100), _causal(6)[None, None]
+        got = impl.attention_forward("GroupedQueryAttention", [d, h, g], state, [x], mask)
+        expect.close(got, gqa_oracle(state, h, g, x, mask), f"GroupedQueryAttention({d}, {h}, {g}) with a causal mask",
+                     **TOL, alternatives=[(gqa_oracle(state, h, g, x, mask, grouping="tile"),
+                                           "the K/V heads are repeated in the wrong order (use repeat_interleave)")])
+    for args in ([16, 4, 3], [10, 4, 2]):
+        outcome = impl.construct_outcome("GroupedQueryAttention", args)
+        expect.that(outcome["raised"] == "ValueError", f"GroupedQueryAttention{tuple(args)} must raise ValueError")
+
+
+# --- Exercise 4 --------------------------------------------------------------------------
+
+
+def _kv_expected(layers, kv_heads, head_dim, seq, batch=1, nbytes=2):
+    return 2 * layers * kv_heads * head_dim * seq * batch * nbytes
+
+
+@KV.visible
+def test_kv_cache_llama2_7b(impl):
+    "Llama-2-7B (32 layers, 32 K/V heads of 128) at 4096 tokens in bf16: 2 GiB"
+    got = impl.kv_cache_bytes(32, 32, 128, 4096)
+    expected = _kv_expected(32, 32, 128, 4096)
+    expect.that(got["type"] == "int", f"kv_cache_bytes returned a {got['type']}; return a whole number of bytes (int)")
+    expect.that(got["value"] == expected, f"kv_cache_bytes(32, 32, 128, 4096) = {got['value']}, expected {expected} "
+                + ("(K AND V are both cached: the factor 2)" if got["value"] * 2 == expected else ""))
+
+
+@KV.hidden
+def test_kv_cache_other_configurations(impl):
+    "batch size and bytes per value count; grouped K/V heads shrink the cache"
+    for args in [(80, 8, 128, 4096, 1, 2), (12, 12, 64, 1024, 8, 4), (1, 1, 1, 1, 1, 1)]:
+        got = impl.kv_cache_bytes(*args)
+        expect.that(got["value"] == _kv_expected(*args), f"kv_cache_bytes{args} = {got['value']}, "
+                    f"expected {_kv_expected(*args)}")
+    got = impl.kv_cache_bytes(num_layers=2, num_kv_heads=2, head_dim=4, seq_len=8, batch_size=3, bytes_per_value=1)
+    expect.that(got["value"] == _kv_expected(2, 2, 4, 8, 3, 1), "kv_cache_bytes with keyword arguments gave "
+                f"{got['value']}, expected {_kv_expected(2, 2, 4, 8, 3, 1)}")
+
+
+# --- Exercise 5 --------------------------------------------------------------------------
+
+
+def _cross_mistakes(state, h, x, context, mask=None):
+    return [
+        (torch_mha(state, h, x, x, x), "keys and values come from x; in cross-attention they come from `context`"),
+        (torch_mha(state, h, x, context, x[:, :1].expand_as(context)) if x.shape[1] != context.shape[1] else x,
+         "values come from the wrong sequence; values and keys both come from `context`"),
+    ] + _mha_mistakes(state, h, x, context, mask)
+
+
+@CROSS.visible
+def test_cross_attention_matches_torch(impl):
+    "queries from x [batch, tgt, d], keys and values from context [batch, src, d]; equals nn.MultiheadAttention"
+    _check_submodules(impl, "CrossAttention", [16, 4],
+                      {f"{p}.{w}": ([16, 16] if w == "weight" else [16]) for p in ("q_proj", "k_proj", "v_proj", "out_proj")
+                       for w in ("weight", "bias")})
+    state, x, context = _mha_state(16, 4, 15), _randn((2, 3, 16), 150), _randn((2, 7, 16), 151)
+    got = impl.attention_forward("CrossAttention", [16, 4], state, [x, context])
+    expect.close(got, torch_mha(state, 4, x, context), "CrossAttention(16, 4)(x [2, 3, 16], context [2, 7, 16])", **TOL,
+                 alternatives=_cross_mistakes(state, 4, x, context))
+
+
+@CROSS.hidden
+def test_cross_attention_padding(impl):
+    "a source padding mask [batch, 1, 1, src_len] hides padded source tokens"
+    state, x, context = _mha_state(12, 3, 16), _randn((2, 4, 12), 160), _randn((2, 6, 12), 161)
+    mask = _padding([6, 2], 6)
+    got = impl.attention_forward("CrossAttention", [12, 3], state, [x, context], mask)
+    expect.close(got, torch_mha(state, 3, x, context, mask=mask), "CrossAttention with a source padding mask", **TOL,
+                 alternatives=_cross_mistakes(state, 3, x, context, mask))

@@ -1,0 +1,1 @@
+"""Helpers the notebooks use that are not exercises (pictures, views)."""
