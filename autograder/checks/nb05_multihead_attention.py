@@ -3,7 +3,8 @@
 Oracles: ``torch.nn.MultiheadAttention`` with the student's projection weights copied in
 (its boolean masks mean the opposite of ours, so they are inverted here), and
 ``F.scaled_dot_product_attention(..., enable_gqa=True)`` for grouped queries; the KV-cache
-size is a closed form. Invariances: later tokens cannot change earlier outputs under a
+size is a closed form; rotary attention uses notebook 03's complex-number RoPE oracle, and the
+student's class gets that oracle as its ``rope`` module. Invariances: later tokens cannot change earlier outputs under a
 causal mask.
 
 Tolerances: float32 at atol 1e-5 + rtol 1e-4 (two matmuls of width <= 24 around attention).
@@ -23,7 +24,8 @@ FUSED = Exercise("fused_qkv_attention", "Exercise 2: one fused QKV projection", 
 GQA = Exercise("grouped_query_attention", "Exercise 3: grouped-query attention", points=3)
 KV = Exercise("kv_cache_bytes", "Exercise 4: KV-cache memory", points=1)
 CROSS = Exercise("cross_attention", "Exercise 5: cross-attention", points=2)
-EXERCISES = [MHA, FUSED, GQA, KV, CROSS]
+ROTARY = Exercise("rotary_attention", "Exercise 6: RoPE inside multi-head attention", points=2)
+EXERCISES = [MHA, FUSED, GQA, KV, CROSS, ROTARY]
 
 TOL = {"atol": 1e-5, "rtol": 1e-4}
 
@@ -316,3 +318,64 @@ def test_cross_attention_padding(impl):
     got = impl.attention_forward("CrossAttention", [12, 3], state, [x, context], mask)
     expect.close(got, torch_mha(state, 3, x, context, mask=mask), "CrossAttention with a source padding mask", **TOL,
                  alternatives=_cross_mistakes(state, 3, x, context, mask))
+
+
+# --- Exercise 6 --------------------------------------------------------------------------
+
+
+def rotary_oracle(state, num_heads, x, mask=None, positions=None, *, rotate=("q", "k"), before_split=False):
+    """Attention with interleaved RoPE (notebook 03's oracle) on the chosen projections."""
+    from autograder.checks.nb03_rope import rope_oracle
+
+    b, s, d = x.shape
+    positions = torch.arange(s) if positions is None else positions
+    projected = {n: x @ state[f"{n}_proj.weight"].T + state[f"{n}_proj.bias"] for n in ("q", "k", "v")}
+    if before_split:
+        projected = {n: rope_oracle(t, positions).float() if n in rotate else t for n, t in projected.items()}
+    heads = {n: t.reshape(b, s, num_heads, d // num_heads).transpose(1, 2) for n, t in projected.items()}
+    if not before_split:
+        heads = {n: rope_oracle(t, positions).float() if n in rotate else t for n, t in heads.items()}
+    out = F.scaled_dot_product_attention(heads["q"], heads["k"], heads["v"], attn_mask=mask)
+    return out.transpose(1, 2).reshape(b, s, d) @ state["out_proj.weight"].T + state["out_proj.bias"]
+
+
+def _rotary_mistakes(state, h, x, mask=None, positions=None):
+    return [
+        (rotary_oracle(state, h, x, mask, positions, rotate=("q", "k", "v")), "the values are rotated too; RoPE turns only queries and keys"),
+        (rotary_oracle(state, h, x, mask, positions, rotate=("q",)), "only the queries are rotated; rotate the keys as well"),
+        (rotary_oracle(state, h, x, mask, positions, rotate=("k",)), "only the keys are rotated; rotate the queries as well"),
+        (rotary_oracle(state, h, x, mask, positions, before_split=True),
+         "RoPE is applied before the head split; it works within each head, on [batch, heads, seq, head_dim]"),
+        (rotary_oracle(state, h, x, mask, None), "it ignores token_positions and uses 0, 1, 2, ..."),
+        (torch_mha(state, h, x, mask=mask), "no rotation is applied: call self.rope on the queries and keys"),
+    ]
+
+
+@ROTARY.visible
+def test_rotary_attention_output(impl):
+    "queries and keys of every head are rotated by their positions (default 0..seq-1); values are not"
+    state, x = _mha_state(16, 4, 17), _randn((2, 5, 16), 170)
+    got = impl.rotary_forward([16, 4], state, x)
+    expect.close(got, rotary_oracle(state, 4, x), "RotaryMultiHeadAttention(16, 4, rope)(x)", **TOL,
+                 alternatives=_rotary_mistakes(state, 4, x))
+
+
+@ROTARY.hidden
+def test_rotary_attention_positions_and_mask(impl):
+    "given token_positions with gaps, and a causal mask"
+    # Only differences of positions matter, so a shifted 0..n-1 would not tell; gaps do.
+    state, x = _mha_state(24, 3, 18), _randn((2, 6, 24), 180)
+    positions, mask = torch.tensor([3, 5, 6, 10, 11, 40]), _causal(6)[None, None]
+    got = impl.rotary_forward([24, 3], state, x, mask, positions)
+    expect.close(got, rotary_oracle(state, 3, x, mask, positions), "RotaryMultiHeadAttention with positions "
+                 "[3, 5, 6, 10, 11, 40] and a causal mask", **TOL, alternatives=_rotary_mistakes(state, 3, x, mask, positions))
+
+
+@ROTARY.hidden
+def test_rotary_attention_only_relative_positions_matter(impl):
+    "shifting every position by the same amount leaves the output unchanged"
+    state, x = _mha_state(16, 2, 19), _randn((1, 7, 16), 190)
+    a = impl.rotary_forward([16, 2], state, x, None, torch.arange(7))
+    b = impl.rotary_forward([16, 2], state, x, None, torch.arange(7) + 300)
+    expect.close(b, a, "the output with positions 300..306 against 0..6", atol=1e-4,
+                 hint="Rotate queries and keys by the SAME positions, inside each head.")

@@ -101,8 +101,32 @@ def cross(q_src="self.q_proj(x)", k_src="self.k_proj(context)", v_src="self.v_pr
     return CROSS.format(q_src=q_src, k_src=k_src, v_src=v_src)
 
 
+ROTARY = mha() + '''
+
+class RotaryMultiHeadAttention(MultiHeadAttention):
+    def __init__(self, d_model, num_heads, rope):
+        super().__init__(d_model, num_heads)
+        self.rope = rope
+
+    def forward(self, x, mask=None, token_positions=None):
+        {positions}
+        q, k, v = (einops.rearrange(t, 'b s (h d) -> b h s d', h=self.num_heads)
+                   for t in ({q}, {k}, self.v_proj(x)))
+        {rotate}
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out_proj(einops.rearrange(o, 'b h s d -> b s (h d)'))
+'''
+_POSITIONS = "token_positions = torch.arange(x.shape[1]) if token_positions is None else token_positions"
+
+
+def rotary(positions=_POSITIONS, q="self.q_proj(x)", k="self.k_proj(x)",
+           rotate="q, k = self.rope(q, token_positions), self.rope(k, token_positions)"):
+    return ROTARY.format(positions=positions, q=q, k=k, rotate=rotate)
+
+
 RIGHT = {"multi_head_attention": mha(), "fused_qkv_attention": fused(), "grouped_query_attention": gqa(),
-         "kv_cache_bytes": kv(), "cross_attention": cross()}
+         "kv_cache_bytes": kv(), "cross_attention": cross(),
+         "rotary_attention": rotary()}
 
 WRONG = [
     Wrong("multi_head_attention", "heads split by reshape without a transpose",
@@ -142,4 +166,14 @@ WRONG = [
           CROSS.format(q_src="self.q_proj(x)", k_src="self.k_proj(context)", v_src="self.v_proj(context)")
           .replace("return self.out_proj(einops.rearrange(o, 'b h s d -> b s (h d)'))",
                    "return einops.rearrange(o, 'b h s d -> b s (h d)')"), "out_proj is not applied"),
+    Wrong("rotary_attention", "rotates the values too",
+          rotary(rotate="q, k, v = (self.rope(t, token_positions) for t in (q, k, v))"), "values are rotated too"),
+    Wrong("rotary_attention", "rotates only the queries", rotary(rotate="q = self.rope(q, token_positions)"),
+          "only the queries"),
+    Wrong("rotary_attention", "rotates before the head split",
+          rotary(q="self.rope(self.q_proj(x), token_positions)", k="self.rope(self.k_proj(x), token_positions)",
+                 rotate="pass"), "before the head split"),
+    Wrong("rotary_attention", "ignores the given positions", rotary(positions="token_positions = torch.arange(x.shape[1])"),
+          "ignores token_positions"),
+    Wrong("rotary_attention", "forgets to rotate", rotary(rotate="pass"), "no rotation"),
 ]
