@@ -13,8 +13,8 @@ class ChecksFailed(AssertionError):
         return [str(self)]
 
 
-def render(result: ExerciseResult, *, color: bool = False) -> str:
-    ok, bad = ("\x1b[32m✓\x1b[0m", "\x1b[31m✗\x1b[0m") if color else ("✓", "✗")
+def render(result: ExerciseResult) -> str:
+    ok, bad = "✓", "✗"
     lines = []
     for r in result.results:
         kind = " (hidden)" if r.check.hidden else ""

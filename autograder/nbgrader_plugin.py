@@ -18,9 +18,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Float
 
-from autograder.grading import DEFAULT_TIMEOUT, grade
-
-LOCKED_MESSAGE = "(checked by the autograder in a separate process; outputs of this cell are replaced)"
+from autograder.grading import DEFAULT_TIMEOUT, grade, is_test_cell
 
 
 class ResilientExecute(Execute):
@@ -59,21 +57,19 @@ class TrustedVerdict(NbGraderPreprocessor):
     timeout = Float(DEFAULT_TIMEOUT, help="Seconds per cell and per call into student code.").tag(config=True)
 
     def preprocess(self, nb, resources):
-        name = resources["unique_key"].split("/")[-1] if "unique_key" in resources else None
-        name = resources.get("metadata", {}).get("name") or name
-        cwd = Path(resources.get("metadata", {}).get("path") or ".")
+        name = resources["metadata"]["name"]  # the notebook's file stem, which names its checks
+        cwd = Path(resources["metadata"].get("path") or ".")
         report = grade(nb, name, cwd, timeout=self.timeout)
         by_test_cell = {r.exercise.test_cell_id: r for r in report.exercises}
         for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("grade") and not meta.get("solution") and cell.cell_type == "code":
-                result = by_test_cell.get(meta.get("grade_id"))
-                if result is None:
-                    cell.outputs = [NotebookNode(
-                        output_type="error", ename="UnknownTest", evalue=meta.get("grade_id", ""),
-                        traceback=[f"no checks are registered for test cell {meta.get('grade_id')!r}"],
-                    )]
-                else:
-                    cell.outputs = _verdict_outputs(result)
+            if cell.cell_type != "code" or not is_test_cell(cell):
+                continue
+            grade_id = cell.metadata["nbgrader"].get("grade_id", "")
+            result = by_test_cell.get(grade_id)
+            if result is None:  # a graded cell with no checks behind it never passes
+                cell.outputs = [NotebookNode(output_type="error", ename="UnknownTest", evalue=grade_id,
+                                             traceback=[f"no checks are registered for test cell {grade_id!r}"])]
+            else:
+                cell.outputs = _verdict_outputs(result)
         self.log.info("Trusted verdict for %s: %s/%s", name, report.score, report.max_score)
         return nb, resources
