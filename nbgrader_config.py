@@ -13,7 +13,7 @@ from nbgrader.preprocessors import (
     SaveAutoGrades,
 )
 
-from autograder.nbgrader_plugin import ResilientExecute, TrustedVerdict
+from autograder.nbgrader_plugin import TrustedVerdict
 
 c = get_config()  # noqa: F821 - provided by nbgrader
 
@@ -25,17 +25,21 @@ c.CourseDirectory.course_id = "transformer-from-scratch"
 # A deleted test cell comes back from the gradebook and is graded like any other.
 c.OverwriteCells.add_missing_cells = True
 
-# Per-cell time limit in the student's kernel, and per cell/call in the grading worker.
-c.Execute.timeout = 30
-c.TrustedVerdict.timeout = 30
+# Student code runs only in the sandboxed grading worker (see README, "Security model"):
+# TrustedVerdict replaces nbgrader's Execute, records the cells' outputs for the feedback,
+# and writes the verdict that SaveAutoGrades records. Limits per cell or call, and per process:
+c.TrustedVerdict.timeout = 30  # seconds
+c.TrustedVerdict.memory_limit = "3G"
+c.TrustedVerdict.max_processes = 256  # processes and threads
+c.TrustedVerdict.max_file_size = "1G"
+# Without bubblewrap, autograde refuses to run; True grades anyway, with your permissions.
+c.TrustedVerdict.allow_unsandboxed = False
 
-# The verdict that SaveAutoGrades records is written by TrustedVerdict, after the kernel ran.
 c.Autograde.autograde_preprocessors = [
-    ResilientExecute,
+    TrustedVerdict,
     IgnorePattern,
     ClearMetadataPreprocessor,
     LimitOutput,
-    TrustedVerdict,
     SaveAutoGrades,
     AssignLatePenalties,
     CheckCellMetadata,

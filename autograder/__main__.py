@@ -1,7 +1,8 @@
 """Command line: ``python -m autograder check NOTEBOOK.ipynb [--json]``.
 
-Runs the notebook's code in a separate process and every check (visible and hidden)
-in this one; prints per-exercise results and exits 1 if anything failed.
+Runs the notebook's code in a separate, sandboxed process and every check (visible and
+hidden) in this one; prints per-exercise results and exits 1 if anything failed, 2 if
+the file is not one of the course's notebooks.
 """
 
 from __future__ import annotations
@@ -10,20 +11,43 @@ import argparse
 import json
 import sys
 
+import nbformat
+
 from autograder.grading import DEFAULT_TIMEOUT, grade_file
+from autograder.sandbox import Limits, unavailable_reason
 
 
 def main(argv=None) -> int:
+    defaults = Limits()
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="grade one notebook")
-    check.add_argument("notebook", help="path to a course notebook (.ipynb)")
+    check.add_argument("notebook", help="path to a course notebook (.ipynb), under any file name")
     check.add_argument("--json", action="store_true", help="print a JSON report")
     check.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                        help="seconds allowed per cell and per call into your code (default %(default)s)")
+    check.add_argument("--memory", default="3G", help="memory your code may use, e.g. 3G or 512M (default %(default)s)")
+    check.add_argument("--max-processes", type=int, default=defaults.processes,
+                       help="processes and threads your code may run at once (default %(default)s)")
+    check.add_argument("--max-file-size", default="1G", help="largest file your code may write (default %(default)s)")
     args = parser.parse_args(argv)
 
-    report = grade_file(args.notebook, timeout=args.timeout)
+    try:
+        limits = Limits.from_settings(args.memory, args.max_processes, args.max_file_size)
+    except ValueError as error:
+        parser.error(str(error))
+    reason = unavailable_reason()
+    if reason:  # a student's own machine (macOS, Binder, a container): still useful, and said once
+        print(f"note: checking without a sandbox: {reason}. Your code runs with your own permissions; "
+              "the memory and file-size limits still apply.", file=sys.stderr)
+    try:
+        report = grade_file(args.notebook, timeout=args.timeout, limits=limits, sandboxed=reason is None)
+    except (OSError, ValueError, nbformat.reader.NotJSONError) as error:
+        print(f"{args.notebook}: cannot read it as a notebook ({error})", file=sys.stderr)
+        return 2
+    except LookupError as error:
+        print(f"{args.notebook}: not one of this course's notebooks ({error})", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

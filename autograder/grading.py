@@ -13,13 +13,18 @@ import nbformat
 
 from autograder.exercises import ExerciseResult, checks_for, run_exercise
 from autograder.impl import RemoteImpl
-from autograder.sandbox import StudentProcess
+from autograder.process import CellOutcome, StudentProcess
+from autograder.sandbox import Limits, Sandbox
 
 DEFAULT_TIMEOUT = 30.0  # seconds per cell and per call into student code
 
 
 def _nbgrader(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def grade_id(cell) -> str | None:
+    return _nbgrader(cell).get("grade_id")
 
 
 def is_test_cell(cell) -> bool:
@@ -37,10 +42,39 @@ def student_cells(nb) -> list[tuple[int, str]]:
     ]
 
 
+def identify(nb) -> str:
+    """The course notebook that ``nb`` is a copy of, from the ids of its graded cells.
+
+    Not from its file name: JupyterLab's Duplicate saves ``NAME-Copy1.ipynb``, and a
+    student may save their work under any name.
+    """
+    from autograder.checks import NOTEBOOKS
+
+    ids = {grade_id(cell) for cell in nb.cells} - {None}
+    overlap = {}
+    for name in NOTEBOOKS:
+        exercises = checks_for(name).exercises
+        overlap[name] = len(ids & ({e.id for e in exercises} | {e.test_cell_id for e in exercises}))
+    best = max(overlap.values())
+    matches = [name for name, count in overlap.items() if count == best]
+    if best == 0 or len(matches) > 1:
+        raise LookupError("none of its cells carries the id of an exercise of this course")
+    return matches[0]
+
+
+def find_course_root(folder: Path) -> Path | None:
+    """The nearest folder at or above ``folder`` that holds the course's ``data/`` or its nbgrader config."""
+    for candidate in [folder, *folder.parents]:
+        if (candidate / "nbgrader_config.py").is_file() or (candidate / "data").is_dir():
+            return candidate
+    return None
+
+
 @dataclass
 class NotebookReport:
     notebook: str
     exercises: list[ExerciseResult]
+    cells: dict[int, CellOutcome]  # what each code cell did (and showed, when recorded)
 
     @property
     def score(self) -> int:
@@ -72,18 +106,29 @@ class NotebookReport:
         }
 
 
-def grade(nb, name: str, cwd: Path, timeout: float = DEFAULT_TIMEOUT) -> NotebookReport:
-    """Run notebook ``nb`` (file stem ``name``) in a worker and check every exercise."""
+def grade(
+    nb,
+    cwd: Path,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    limits: Limits | None = None,
+    sandboxed: bool = True,
+    course_root: Path | None = None,
+    private: list[Path] = (),
+    record: bool = False,
+) -> NotebookReport:
+    """Run notebook ``nb`` (found in folder ``cwd``) in a sandboxed worker and check every exercise.
+
+    ``course_root`` is shown to student code read-only, except ``private`` paths; with
+    ``record``, every code cell's outputs are kept in the report.
+    """
+    name = identify(nb)
     checks = checks_for(name)
-    cells = student_cells(nb)
-    process = StudentProcess(checks.adapter_module, cells, Path(cwd), timeout)
+    sandbox = Sandbox(Path(cwd), course_root, list(private), limits or Limits(), enabled=sandboxed)
+    process = StudentProcess(checks.adapter_module, student_cells(nb), sandbox, timeout, record)
     try:
         outcomes = process.run_cells()
-        answer_index = {
-            _nbgrader(cell).get("grade_id"): index
-            for index, cell in enumerate(nb.cells)
-            if _nbgrader(cell).get("solution")
-        }
+        answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")}
         results = []
         for exercise in checks.exercises:
             index = answer_index.get(exercise.id)
@@ -96,10 +141,11 @@ def grade(nb, name: str, cwd: Path, timeout: float = DEFAULT_TIMEOUT) -> Noteboo
             results.append(run_exercise(exercise, RemoteImpl(process), note=note))
     finally:
         process.close()
-    return NotebookReport(name, results)
+    return NotebookReport(name, results, outcomes)
 
 
-def grade_file(path: str | Path, timeout: float = DEFAULT_TIMEOUT) -> NotebookReport:
-    path = Path(path)
+def grade_file(path: str | Path, **options) -> NotebookReport:
+    """Grade the notebook at ``path``; its folder's course root is shown to student code read-only."""
+    path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
-    return grade(nb, path.stem, path.parent.resolve(), timeout)
+    return grade(nb, path.parent, course_root=find_course_root(path.parent), **options)

@@ -18,7 +18,7 @@ import importlib
 
 from autograder import wire
 from autograder.errors import StudentCodeError, describe
-from autograder.sandbox import StudentProcess
+from autograder.process import StudentProcess
 
 
 class LocalImpl:

@@ -1,40 +1,32 @@
-"""nbgrader integration: the verdict comes from a process the student's code never ran in.
+"""nbgrader integration: student code runs only in the sandboxed worker, never in nbgrader's kernel.
 
-nbgrader runs the student's cells and then the test cells in one kernel, and scores a
-test cell by whether its output shows an error; code in that kernel can fake any
-output. ``TrustedVerdict`` runs after ``Execute``: it grades the notebook with
-``autograder.grading`` (student code in a worker, checks here) and REPLACES the outputs
-of every test cell with that verdict, so ``SaveAutoGrades`` records it.
-``ResilientExecute`` keeps a kernel that dies (``os._exit``) from failing the whole
-submission: the cells it reached keep their outputs, the verdict does the rest.
+Plain nbgrader runs the student's cells and then the test cells in one kernel, with the
+instructor's permissions, and scores a test cell by whether its output shows an error;
+code in that kernel can fake any output, or reach the gradebook. Here ``TrustedVerdict``
+replaces nbgrader's ``Execute``: it grades the notebook with ``autograder.grading``
+(student cells in a sandboxed worker, checks in this process), writes the outputs the
+worker recorded into the student's cells (for the feedback), and writes the verdict into
+every test cell, so ``SaveAutoGrades`` records it.
+
+Without a working sandbox it refuses to grade, unless the instructor sets
+``c.TrustedVerdict.allow_unsandboxed = True``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
-from traitlets import Float
+from nbformat.notebooknode import NotebookNode, from_dict
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool, Float, Int, Unicode
 
 from autograder.grading import DEFAULT_TIMEOUT, grade, is_test_cell
+from autograder.sandbox import INSTALL_HINT, Limits, unavailable_reason
 
 
-class ResilientExecute(Execute):
-    """nbgrader's Execute, except that a broken kernel ends execution, not the submission.
-
-    Student code can kill the kernel (``os._exit``) or wreck it (patched builtins leave
-    it unable to answer); the cells run so far keep their outputs, and the grade does
-    not depend on this kernel anyway.
-    """
-
-    def preprocess(self, nb, resources=None, km=None):
-        try:
-            return super().preprocess(nb, resources, km=km)
-        except (DeadKernelError, CellTimeoutError, RuntimeError) as error:
-            self.log.warning("The student's kernel stopped working: %s", str(error).splitlines()[0])
-            return nb, resources
+class SandboxUnavailable(RuntimeError):
+    pass
 
 
 def _verdict_outputs(result) -> list[NotebookNode]:
@@ -51,18 +43,55 @@ def _verdict_outputs(result) -> list[NotebookNode]:
     ]
 
 
+def private_paths(coursedir: CourseDirectory) -> list[Path]:
+    """What student code must not see of the course: instructor sources, submissions, grades, logs."""
+    root = Path(coursedir.root)
+    paths = [root / getattr(coursedir, f"{step}_directory")
+             for step in ("source", "submitted", "autograded", "feedback", "solution", "source_with_tests")]
+    paths += [root / ".nbgrader.log", root / "nbgrader_config.py.bak"]
+    if coursedir.db_url.startswith("sqlite:///"):  # an absolute path, or one relative to the course
+        paths.append(root / coursedir.db_url.removeprefix("sqlite:///"))
+    return paths
+
+
 class TrustedVerdict(NbGraderPreprocessor):
-    """Grade in a separate process and write the verdict into the test cells."""
+    """Run the notebook in the sandbox, record its outputs, and write the verdict into the test cells."""
 
     timeout = Float(DEFAULT_TIMEOUT, help="Seconds per cell and per call into student code.").tag(config=True)
+    memory_limit = Unicode("3G", help="Memory student code may use (address space), e.g. 3G or 512M.").tag(config=True)
+    max_processes = Int(Limits().processes, help="Processes and threads student code may run at once.").tag(config=True)
+    max_file_size = Unicode("1G", help="Largest file student code may write.").tag(config=True)
+    allow_unsandboxed = Bool(
+        False, help="Grade even where bubblewrap cannot run: student code then has your permissions."
+    ).tag(config=True)
 
     def preprocess(self, nb, resources):
-        name = resources["metadata"]["name"]  # the notebook's file stem, which names its checks
-        cwd = Path(resources["metadata"].get("path") or ".")
-        report = grade(nb, name, cwd, timeout=self.timeout)
+        reason = unavailable_reason()
+        if reason and not self.allow_unsandboxed:
+            raise SandboxUnavailable(
+                f"refusing to run student code unsandboxed: {reason}; {INSTALL_HINT}, "
+                "or set c.TrustedVerdict.allow_unsandboxed = True in nbgrader_config.py"
+            )
+        if reason:
+            self.log.warning("Grading WITHOUT a sandbox (%s): student code runs with your permissions", reason)
+        coursedir = CourseDirectory(config=self.config)
+        report = grade(
+            nb,
+            Path(resources["metadata"].get("path") or "."),
+            timeout=self.timeout,
+            limits=Limits.from_settings(self.memory_limit, self.max_processes, self.max_file_size),
+            sandboxed=reason is None,
+            course_root=Path(coursedir.root),
+            private=private_paths(coursedir),
+            record=True,
+        )
         by_test_cell = {r.exercise.test_cell_id: r for r in report.exercises}
-        for cell in nb.cells:
-            if cell.cell_type != "code" or not is_test_cell(cell):
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            if not is_test_cell(cell):
+                outcome = report.cells.get(index)
+                cell.outputs = [from_dict(output) for output in (outcome.outputs if outcome else [])]
                 continue
             grade_id = cell.metadata["nbgrader"].get("grade_id", "")
             result = by_test_cell.get(grade_id)
@@ -71,5 +100,5 @@ class TrustedVerdict(NbGraderPreprocessor):
                                              traceback=[f"no checks are registered for test cell {grade_id!r}"])]
             else:
                 cell.outputs = _verdict_outputs(result)
-        self.log.info("Trusted verdict for %s: %s/%s", name, report.score, report.max_score)
+        self.log.info("Trusted verdict for %s: %s/%s", report.notebook, report.score, report.max_score)
         return nb, resources

@@ -1,180 +1,241 @@
-"""The checker's side of the process boundary: start, feed, time and restart a worker.
+"""The OS sandbox around every process that runs student code: bubblewrap plus resource limits.
 
-``StudentProcess`` runs a notebook's code cells in a ``worker`` process and then answers
-adapter calls. If student code hangs or ends the process, that cell (or call) is
-reported, the worker is replaced, and the cells that ran cleanly are replayed, so one
-bad cell costs only what depends on it.
+``Sandbox.wrap(argv)`` turns a command into one that runs under bubblewrap (``bwrap``):
+
+- the whole filesystem read-only; ``/tmp``, ``/var/tmp``, ``/run``, ``/home`` and the grader's
+  home replaced by empty read-only folders; the Python installation, the ``autograder`` and
+  ``coursetools`` packages and the course folder put back read-only; the course's private
+  folders (instructor sources, submissions, gradebook, feedback) hidden again;
+- one writable place: a private scratch copy of the submission folder, mounted where the
+  submission was, so relative paths in the notebook still work; it is deleted afterwards;
+- its own PID, network (loopback only), IPC and UTS namespaces; when the sandbox's first
+  process ends, the kernel ends every process inside it;
+- an explicit, minimal environment.
+
+``Limits`` (memory, processes, file size) are applied by the worker itself before any
+student code runs (``Limits.apply``), so they hold with or without bubblewrap.
+
+When the grader runs as root, bubblewrap cannot use a user namespace to drop privileges,
+so the worker switches to an unprivileged user id of its own (``Sandbox.uid``) before
+running student code: the kernel does not enforce a process limit on root, and a distinct
+user id per sandbox keeps one submission's processes from counting against another's.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
-import pickle
+import re
+import resource
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import wire
-from autograder.errors import SandboxError, StudentCodeError
+import autograder
+import coursetools
 
-START_TIMEOUT = 120.0  # seconds to import torch and get ready, on a slow, busy machine
-OUTPUT_TAIL = 4000  # characters of the student's printed output kept for messages
+BWRAP_ENV = "AUTOGRADER_BWRAP"  # the bwrap executable; tests point it elsewhere to simulate its absence
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap) "
+    "on a Linux kernel that allows user namespaces"
+)
+HIDDEN = ("/tmp", "/var/tmp", "/run", "/home")  # besides the grader's home
+UNPRIVILEGED_UIDS = range(200_000, 1_000_000)  # for a sandbox started by root; no files belong to them
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``3G``, ``512M``, ``1.5G``, ``64K`` or a plain number of bytes."""
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)I?B?\s*", str(text).upper())
+    if not match:
+        raise ValueError(f"not a size: {text!r} (write for example 3G or 512M)")
+    number, unit = match.groups()
+    return int(float(number) * 1024 ** " KMGT".index(unit or " "))
+
+
+def format_size(size: int) -> str:
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} bytes"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-process resource limits for student code (``setrlimit``)."""
+
+    memory: int = 3 * 2**30  # address space, bytes (RLIMIT_AS)
+    processes: int = 256  # processes and threads (RLIMIT_NPROC); torch starts one thread per core
+    file_size: int = 2**30  # largest file it may write, bytes (RLIMIT_FSIZE)
+
+    @classmethod
+    def from_settings(cls, memory="3G", processes=256, file_size="1G") -> Limits:
+        return cls(parse_size(memory), int(processes), parse_size(file_size))
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def apply(self, processes: bool = True) -> None:
+        """Set the limits on this process (and so on everything it starts).
+
+        ``processes`` is False outside a sandbox: there RLIMIT_NPROC would count every
+        process of the user, not only the student's.
+        """
+        wanted = {resource.RLIMIT_AS: self.memory, resource.RLIMIT_FSIZE: self.file_size, resource.RLIMIT_CORE: 0}
+        if processes:
+            wanted[resource.RLIMIT_NPROC] = self.processes
+        for which, value in wanted.items():
+            try:
+                resource.setrlimit(which, (value, value))
+            except (ValueError, OSError):  # macOS refuses some; apply what we can
+                pass
+        # Writing past the file-size limit then raises OSError(EFBIG) instead of killing the process.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    def explain(self, error: BaseException) -> str | None:
+        """The limit that ``error`` ran into, in words, or None."""
+        text = str(error)
+        if isinstance(error, MemoryError) or "can't allocate memory" in text or "Cannot allocate memory" in text:
+            return f"your code used more than {format_size(self.memory)} of memory, the limit for grading"
+        if isinstance(error, OSError) and error.errno == errno.EFBIG:
+            return f"your code wrote a file larger than {format_size(self.file_size)}, the limit for grading"
+        if (isinstance(error, OSError) and error.errno == errno.EAGAIN) or "can't start new thread" in text:
+            return f"your code started more than {self.processes} processes or threads, the limit for grading"
+        return None
+
+
+@functools.cache
+def unavailable_reason(bwrap: str | None = None) -> str | None:
+    """None when bubblewrap runs here; else why not, in a few words."""
+    bwrap = bwrap or os.environ.get(BWRAP_ENV, "bwrap")
+    if sys.platform != "linux":
+        return f"bubblewrap needs Linux (this is {sys.platform})"
+    executable = shutil.which(bwrap)
+    if executable is None:
+        return f"bubblewrap ({bwrap}) is not installed"
+    probe = [executable, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--die-with-parent"]
+    probe += [] if os.geteuid() == 0 else ["--unshare-user"]
+    try:
+        done = subprocess.run([*probe, "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap did not start ({error})"
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"bubblewrap cannot create namespaces here ({said})"
+    return None
+
+
+def _under(path: Path, roots: list[Path]) -> bool:
+    return any(path.is_relative_to(root) for root in roots)
+
+
+def _make_dirs(path: Path, emptied: list[Path]) -> list[str]:
+    """Mount points for ``path`` inside the innermost emptied folder, readable by any user."""
+    roots = [root for root in emptied if path.is_relative_to(root) and path != root]
+    if not roots:
+        return []
+    root = max(roots, key=lambda r: len(r.parts))
+    parts = path.relative_to(root).parts
+    made = []
+    for i in range(1, len(parts)):
+        made += ["--perms", "0755", "--dir", str(root.joinpath(*parts[:i]))]
+    return made
 
 
 @dataclass
-class CellOutcome:
-    index: int
-    ok: bool
-    error: str | None = None
+class Sandbox:
+    """Where student code may look and write, for one submission folder."""
 
+    submission: Path  # the folder the notebook lives in; student code sees a writable copy of it
+    course_root: Path | None = None  # shown read-only (data/, other public files)
+    private: list[Path] = field(default_factory=list)  # hidden even inside course_root
+    limits: Limits = field(default_factory=Limits)
+    enabled: bool = True  # False: no bubblewrap (self-check where there is none); limits still apply
+    scratch: Path = field(init=False)
+    uid: int | None = field(init=False)
 
-class _Tail(threading.Thread):
-    """Drains the worker's stdout/stderr so a chatty student cannot block it; keeps the end."""
+    def __post_init__(self):
+        self.submission = self.submission.resolve()
+        self.uid = secrets.choice(UNPRIVILEGED_UIDS) if self.enabled and os.geteuid() == 0 else None
+        # Sandboxed: a copy of the submission, mounted in its place. Otherwise only HOME and TMPDIR.
+        self.scratch = Path(tempfile.mkdtemp(prefix="autograder-"))
+        if self.enabled:
+            shutil.copytree(self.submission, self.scratch, dirs_exist_ok=True, symlinks=True)
+        if self.uid is not None:
+            for folder, _, files in os.walk(self.scratch):
+                for name in [folder, *(os.path.join(folder, f) for f in files)]:
+                    os.lchown(name, self.uid, self.uid)
 
-    def __init__(self, stream):
-        super().__init__(daemon=True)
-        self.stream, self.text = stream, ""
+    def settings(self) -> dict:
+        """What the worker applies to itself before running student code (``worker.confine``)."""
+        return {"limits": self.limits.to_json(), "uid": self.uid, "sandboxed": self.enabled}
 
-    def run(self):
-        for chunk in iter(lambda: self.stream.read1(65536), b""):
-            self.text = (self.text + chunk.decode("utf-8", "replace"))[-OUTPUT_TAIL:]
+    def environment(self) -> dict[str, str]:
+        """All the environment student code gets: nothing of the grader's."""
+        home = str(self.submission if self.enabled else self.scratch)
+        threads = str(min(os.cpu_count() or 1, 8))
+        return {
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
+            "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per arena otherwise
+        }
 
+    def wrap(self, argv: list[str], info_fd: int | None = None) -> list[str]:
+        """``argv`` as a bubblewrap command line; mounts are applied in order, later ones on top.
 
-class Worker:
-    """One worker process and the two pipes to it."""
-
-    def __init__(self, adapter_module: str, cwd: Path):
-        request_read, self._request_write = os.pipe()
-        self._reply_read, reply_write = os.pipe()
-        env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "autograder.worker", adapter_module,
-             str(request_read), str(reply_write)],
-            pass_fds=(request_read, reply_write),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=cwd, env=env, start_new_session=True,
-        )
-        os.close(request_read)
-        os.close(reply_write)
-        self.tail = _Tail(self.process.stdout)
-        self.tail.start()
-        self._await(None, START_TIMEOUT, "starting Python")
-
-    def request(self, message: dict, timeout: float, doing: str):
-        message = dict(message, nonce=secrets.token_hex(8))
-        try:
-            wire.send(self._request_write, pickle.dumps(message))
-        except OSError:
-            raise self._died(doing) from None
-        return self._await(message["nonce"], timeout, doing)
-
-    def _await(self, nonce, timeout: float, doing: str):
-        try:
-            reply = wire.load_reply(wire.receive(self._reply_read, time.monotonic() + timeout))
-        except TimeoutError:
-            self.kill()
-            raise SandboxError(
-                f"no answer after {timeout:g} s while {doing}: an infinite loop, or far too slow"
-            ) from None
-        except wire.WireError as error:
-            raise self._died(doing, str(error)) from None
-        if not isinstance(reply, dict) or reply.get("nonce") != nonce:
-            self.kill()
-            raise SandboxError(f"the worker sent a reply that does not belong to {doing}")
-        return reply
-
-    def _died(self, doing: str, detail: str = "") -> SandboxError:
-        try:  # a closed pipe usually means the process is exiting: give it a moment
-            self.process.wait(timeout=2)
-            alive = False
-        except subprocess.TimeoutExpired:
-            alive = True
-        self.kill()
-        if alive:  # it did not end: something in it wrote into the grader's pipe
-            return SandboxError(f"your code interfered with the grader's channel while {doing}: {detail}")
-        said = self.tail.text.strip().splitlines()[-3:]
-        return SandboxError(
-            f"the Python process running your code ended (exit status {self.process.returncode}) "
-            f"while {doing}: os._exit, sys.exit, a crash or too much memory?"
-            + (f" Last output: {' | '.join(said)}" if said else "")
-        )
-
-    def kill(self):
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait()
-        for fd in (self._request_write, self._reply_read):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._request_write = self._reply_read = -1
-
-
-@dataclass
-class StudentProcess:
-    """Runs ``cells`` (index, source) in a worker, then serves adapter calls."""
-
-    adapter_module: str
-    cells: list[tuple[int, str]]
-    cwd: Path
-    timeout: float = 30.0
-    outcomes: dict[int, CellOutcome] = field(default_factory=dict)
-    _worker: Worker | None = None
-
-    def run_cells(self) -> dict[int, CellOutcome]:
-        for index, source in self.cells:
-            if index in self.outcomes:
-                continue
-            worker = self._ready_worker()
-            try:
-                reply = worker.request(
-                    {"op": "exec", "index": index, "source": source}, self.timeout,
-                    f"running cell {index}",
+        ``info_fd``: bubblewrap writes the PID of the sandbox's init there, as JSON.
+        """
+        if not self.enabled:
+            return argv
+        hidden = [Path(p) for p in (*HIDDEN, Path.home()) if Path(p).is_dir()]
+        hidden = sorted({p for p in hidden if not any(p != h and p.is_relative_to(h) for h in hidden)})
+        shown = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
+        shown |= {Path(m.__file__).resolve().parent for m in (autograder, coursetools)}
+        if self.course_root is not None:
+            shown.add(self.course_root.resolve())
+        if self.uid is not None:  # root: student code runs as another user, who must be able to read these
+            closed = [str(p) for p in shown if p.is_dir() and p.stat().st_mode & 0o005 != 0o005]
+            if closed:
+                raise PermissionError(
+                    f"grading as root runs student code as an unprivileged user, who cannot read {', '.join(closed)}: "
+                    "make it readable by others (chmod o+rx) or grade as a normal user"
                 )
-                self.outcomes[index] = CellOutcome(index, reply["ok"], reply.get("error"))
-            except SandboxError as error:
-                self.outcomes[index] = CellOutcome(index, False, str(error))
-                self._worker = None
-        return self.outcomes
+        bwrap = shutil.which(os.environ.get(BWRAP_ENV, "bwrap")) or "bwrap"
+        command = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                   "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+        if self.uid is None:
+            command.append("--unshare-user")
+        else:  # root: the worker needs these two to switch to self.uid, then loses every capability
+            command += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        if info_fd is not None:
+            command += ["--info-fd", str(info_fd)]
+        command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        emptied = []  # tmpfs mounts, made read-only once every mount point inside them exists
+        for path in hidden:
+            command += ["--perms", "0755", "--tmpfs", str(path)]
+            emptied.append(path)
+        for path in sorted(shown, key=lambda p: len(p.parts)):
+            if _under(path, emptied):
+                command += _make_dirs(path, emptied) + ["--ro-bind", str(path), str(path)]
+        for path in (p.resolve() for p in self.private):
+            if path.is_file():
+                command += ["--ro-bind", "/dev/null", str(path)]
+            elif path.is_dir():
+                command += ["--perms", "0755", "--tmpfs", str(path)]
+                emptied.append(path)
+        command += _make_dirs(self.submission, emptied) + ["--bind", str(self.scratch), str(self.submission)]
+        for path in emptied:
+            command += ["--remount-ro", str(path)]
+        return command + ["--chdir", str(self.submission), "--", *argv]
 
-    def call(self, name: str, *args, **kwargs):
-        """Run adapter ``name`` on the student's namespace; raise StudentCodeError or SandboxError."""
-        worker = self._ready_worker()
-        try:
-            reply = worker.request(
-                {"op": "call", "name": name, "args": args, "kwargs": kwargs}, self.timeout,
-                "checking your code",
-            )
-        except SandboxError:
-            self._worker = None
-            raise
-        if not reply["ok"]:
-            raise StudentCodeError(reply["error"])
-        return reply["value"]
-
-    def _ready_worker(self) -> Worker:
-        """The live worker, or a new one that has replayed every cell that ran cleanly."""
-        if self._worker is None or self._worker.process.poll() is not None:
-            self._worker = Worker(self.adapter_module, self.cwd)
-            for index, source in self.cells:
-                outcome = self.outcomes.get(index)
-                if outcome is not None and outcome.ok:
-                    self._worker.request(
-                        {"op": "exec", "index": index, "source": source}, self.timeout,
-                        f"replaying cell {index}",
-                    )
-        return self._worker
-
-    def close(self):
-        if self._worker is not None:
-            self._worker.kill()
-            self._worker = None
+    def cleanup(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)

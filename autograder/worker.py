@@ -1,50 +1,81 @@
-"""The process that runs a student's notebook code; started by ``sandbox.Worker``.
+"""The process that runs a student's notebook code; started by ``process.Worker``.
 
 It executes notebook cells and calls the adapter functions of one notebook
 (``autograder.adapters.<module>``) on the student's namespace. It decides nothing:
-it only sends back what the student's code computed for the inputs it was given.
+it only sends back what the student's code computed for the inputs it was given, and
+what the cells showed. Before any student code runs it gives up root (when started
+by root, inside the sandbox) and applies the resource limits.
 
-Usage: python -m autograder.worker ADAPTER_MODULE REQUEST_FD REPLY_FD
+Usage: python -m autograder.worker ADAPTER_MODULE REQUEST_FD REPLY_FD SETTINGS_JSON
 """
 
 from __future__ import annotations
 
 import builtins
 import importlib
+import json
+import os
 import pickle
 import sys
 
-from autograder import wire
+from autograder import outputs, wire
 from autograder.errors import describe
+from autograder.sandbox import Limits
+
+
+def confine(settings: dict) -> Limits:
+    """Switch to the sandbox's own user id (if any), then set the limits; both are irreversible."""
+    uid = settings.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    limits = Limits(**settings["limits"])
+    limits.apply(processes=settings["sandboxed"])
+    return limits
 
 
 def main() -> None:
     adapter_module, request_fd, reply_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    limits = confine(json.loads(sys.argv[4]))
     # Everything the worker needs is imported before any student code runs.
     from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
 
     adapters = importlib.import_module(adapter_module)
-    shell = InteractiveShell.instance()
+    shell = InteractiveShell.instance(config=Config({"HistoryManager": {"enabled": False}}))
     namespace = shell.user_ns
     # Adapters, and the replies, run with the builtins as they were before student code.
     pristine_builtins = dict(vars(builtins))
-    wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": True, "value": "ready"}))
 
+    def explain(error: BaseException) -> str:
+        text = describe(error)
+        limit = limits.explain(error)
+        return f"{text}: {limit}" if limit else text
+
+    wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": True, "value": "ready"}))
     while True:
         request = pickle.loads(wire.receive(request_fd))
         reply = {"nonce": request["nonce"], "ok": True, "value": None}
+        recorder = outputs.Recorder(shell, record=bool(request.get("record")))
         try:
             if request["op"] == "exec":
-                code = compile(
-                    shell.transform_cell(request["source"]), f"<cell {request['index']}>", "exec"
-                )
-                exec(code, namespace)
+                with recorder.capturing():
+                    body, last = outputs.split_last_expression(shell.transform_cell(request["source"]))
+                    name = f"<cell {request['index']}>"
+                    exec(compile(body, name, "exec"), namespace)
+                    if last is not None:
+                        recorder.result(eval(compile(last, name, "eval"), namespace), request["index"])
             else:
                 function = getattr(adapters, request["name"])
                 reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
         except BaseException as error:  # noqa: BLE001 - SystemExit included: report, keep serving
-            reply = {"nonce": request["nonce"], "ok": False, "error": describe(error)}
+            vars(builtins).update(pristine_builtins)
+            reply = {"nonce": request["nonce"], "ok": False, "error": explain(error)}
+            recorder.outputs.append(outputs.error(type(error).__name__, reply["error"]))
         vars(builtins).update(pristine_builtins)
+        if request["op"] == "exec":
+            reply["outputs"] = recorder.outputs
         try:
             payload = wire.dump_reply(reply)
         except Exception as error:  # noqa: BLE001

@@ -6,7 +6,7 @@ import pytest
 import torch
 from notebooks import ROOT
 
-from autograder.checks.nb03_rope import rope_oracle
+from autograder.reference.rope import rope as rope_oracle
 from coursetools.notebook_import import load_from_notebook
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from torch import nn
-
 from autograder.adapters import load, need, outcome, summary
-from autograder.checks.nb03_rope import rope_oracle
+from autograder.reference.rope import RoPE
 
 
 def attention_summary(ns, class_name: str, args: list):
@@ -27,14 +25,8 @@ def kv_cache_bytes(ns, *args, **kwargs):
     return {"value": value if isinstance(value, (int, float)) else str(value), "type": type(value).__name__}
 
 
-class OracleRoPE(nn.Module):
-    """The checker's own rotary embedding (complex numbers), so exercise 6 does not rest on notebook 03."""
-
-    def forward(self, x, token_positions):
-        return rope_oracle(x, token_positions).to(x.dtype)
-
-
 def rotary_forward(ns, args: list, state: dict, x, mask=None, token_positions=None):
-    module = load(need(ns, "RotaryMultiHeadAttention")(*args, OracleRoPE()), state)
+    """The student's attention around the checker's own RoPE, so exercise 6 does not rest on notebook 03."""
+    module = load(need(ns, "RotaryMultiHeadAttention")(*args, RoPE()), state)
     kwargs = {} if token_positions is None else {"token_positions": token_positions}
     return module(x, mask, **kwargs)

@@ -22,6 +22,7 @@ import torch
 
 from autograder import expect
 from autograder.exercises import Exercise
+from autograder.reference import rope as reference_rope
 
 ROTATION = Exercise("rotation_matrix", "Exercise 1: a 2x2 rotation", points=1)
 FREQUENCIES = Exercise("rope_frequencies", "Exercise 2: the frequencies", points=1)
@@ -55,18 +56,8 @@ def rotation_oracle(angle: torch.Tensor) -> torch.Tensor:
     return torch.linalg.matrix_exp(generator)
 
 
-def frequencies_oracle(d_k: int, base: float) -> torch.Tensor:
-    return torch.tensor([base ** (-2 * i / d_k) for i in range(d_k // 2)], dtype=torch.float64)
-
-
-def rope_oracle(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0, *, theta=None) -> torch.Tensor:
-    """Interleaved RoPE by complex multiplication, in float64."""
-    d_k = x.shape[-1]
-    theta = frequencies_oracle(d_k, base) if theta is None else theta
-    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d_k // 2, 2).contiguous())
-    angles = positions.double()[..., None] * theta
-    rotated = pairs * torch.polar(torch.ones_like(angles), angles)
-    return torch.view_as_real(rotated).reshape(x.shape)
+frequencies_oracle = reference_rope.frequencies
+rope_oracle = reference_rope.rope  # interleaved RoPE by complex multiplication, in float64
 
 
 def rope_halves_oracle(x, positions, base=10000.0):

@@ -18,6 +18,7 @@ from torch import nn
 
 from autograder import expect
 from autograder.exercises import Exercise
+from autograder.reference import rope as reference_rope
 
 MHA = Exercise("multi_head_attention", "Exercise 1: multi-head attention", points=3)
 FUSED = Exercise("fused_qkv_attention", "Exercise 2: one fused QKV projection", points=2)
@@ -324,17 +325,16 @@ def test_cross_attention_padding(impl):
 
 
 def rotary_oracle(state, num_heads, x, mask=None, positions=None, *, rotate=("q", "k"), before_split=False):
-    """Attention with interleaved RoPE (notebook 03's oracle) on the chosen projections."""
-    from autograder.checks.nb03_rope import rope_oracle
+    """Attention with interleaved RoPE (the reference rotation) on the chosen projections."""
 
     b, s, d = x.shape
     positions = torch.arange(s) if positions is None else positions
     projected = {n: x @ state[f"{n}_proj.weight"].T + state[f"{n}_proj.bias"] for n in ("q", "k", "v")}
     if before_split:
-        projected = {n: rope_oracle(t, positions).float() if n in rotate else t for n, t in projected.items()}
+        projected = {n: reference_rope.rope(t, positions).float() if n in rotate else t for n, t in projected.items()}
     heads = {n: t.reshape(b, s, num_heads, d // num_heads).transpose(1, 2) for n, t in projected.items()}
     if not before_split:
-        heads = {n: rope_oracle(t, positions).float() if n in rotate else t for n, t in heads.items()}
+        heads = {n: reference_rope.rope(t, positions).float() if n in rotate else t for n, t in heads.items()}
     out = F.scaled_dot_product_attention(heads["q"], heads["k"], heads["v"], attn_mask=mask)
     return out.transpose(1, 2).reshape(b, s, d) @ state["out_proj.weight"].T + state["out_proj.bias"]
 

@@ -1,0 +1,199 @@
+"""The checker's side of the process boundary: start, feed, time and restart a worker.
+
+``StudentProcess`` runs a notebook's code cells in a ``worker`` process, inside the
+OS sandbox (``autograder.sandbox``), and then answers adapter calls. If student code
+hangs or ends the process, that cell (or call) is reported, the worker and everything
+it started are killed, a new worker starts in the same scratch folder, and the cells
+that ran cleanly are replayed, so one bad cell costs only what depends on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from autograder import outputs, wire
+from autograder.errors import SandboxError, StudentCodeError
+from autograder.sandbox import Sandbox
+
+START_TIMEOUT = 120.0  # seconds to import torch and get ready, on a slow, busy machine
+OUTPUT_TAIL = 4000  # characters of the student's printed output kept for messages
+
+
+@dataclass
+class CellOutcome:
+    index: int
+    ok: bool
+    error: str | None = None
+    outputs: list = field(default_factory=list)  # nbformat outputs, when recorded
+
+
+class _Tail(threading.Thread):
+    """Drains the worker's stdout/stderr so a chatty student cannot block it; keeps the end."""
+
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self.stream, self.text = stream, ""
+
+    def run(self):
+        for chunk in iter(lambda: self.stream.read1(65536), b""):
+            self.text = (self.text + chunk.decode("utf-8", "replace"))[-OUTPUT_TAIL:]
+
+
+class Worker:
+    """One worker process and the two pipes to it."""
+
+    def __init__(self, adapter_module: str, sandbox: Sandbox):
+        request_read, self._request_write = os.pipe()
+        self._reply_read, reply_write = os.pipe()
+        info_read, info_write = os.pipe()  # bubblewrap says there which process is the sandbox's init
+        argv = [sys.executable, "-m", "autograder.worker", adapter_module,
+                str(request_read), str(reply_write), json.dumps(sandbox.settings())]
+        self.process = subprocess.Popen(
+            sandbox.wrap(argv, info_fd=info_write),
+            pass_fds=(request_read, reply_write, info_write),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=sandbox.submission, env=sandbox.environment(), start_new_session=True,
+        )
+        for fd in (request_read, reply_write, info_write):
+            os.close(fd)
+        self.tail = _Tail(self.process.stdout)
+        self.tail.start()
+        self._sandbox_init = None
+        try:
+            self._await(None, START_TIMEOUT, "starting Python")
+            if sandbox.enabled and select.select([info_read], [], [], 5)[0]:
+                self._sandbox_init = json.loads(os.read(info_read, 4096))["child-pid"]
+        finally:
+            os.close(info_read)
+
+    def request(self, message: dict, timeout: float, doing: str):
+        message = dict(message, nonce=secrets.token_hex(8))
+        try:
+            wire.send(self._request_write, pickle.dumps(message))
+        except OSError:
+            raise self._died(doing) from None
+        return self._await(message["nonce"], timeout, doing)
+
+    def _await(self, nonce, timeout: float, doing: str):
+        try:
+            reply = wire.load_reply(wire.receive(self._reply_read, time.monotonic() + timeout))
+        except TimeoutError:
+            self.kill()
+            raise SandboxError(
+                f"no answer after {timeout:g} s while {doing}: an infinite loop, or far too slow"
+            ) from None
+        except wire.WireError as error:
+            raise self._died(doing, str(error)) from None
+        if not isinstance(reply, dict) or reply.get("nonce") != nonce:
+            self.kill()
+            raise SandboxError(f"the worker sent a reply that does not belong to {doing}")
+        return reply
+
+    def _died(self, doing: str, detail: str = "") -> SandboxError:
+        try:  # a closed pipe usually means the process is exiting: give it a moment
+            self.process.wait(timeout=2)
+            alive = False
+        except subprocess.TimeoutExpired:
+            alive = True
+        self.kill()
+        if alive:  # it did not end: something in it wrote into the grader's pipe
+            return SandboxError(f"your code interfered with the grader's channel while {doing}: {detail}")
+        said = self.tail.text.strip().splitlines()[-3:]
+        return SandboxError(
+            f"the Python process running your code ended (exit status {self.process.returncode}) "
+            f"while {doing}: os._exit, sys.exit, a crash or too much memory?"
+            + (f" Last output: {' | '.join(said)}" if said else "")
+        )
+
+    def kill(self):
+        """End the worker and everything it started; return once they are gone.
+
+        Killing the sandbox's init makes the kernel kill every process in its PID
+        namespace (daemons included); bubblewrap exits after them.
+        """
+        for kill, pid in ((os.kill, self._sandbox_init), (os.killpg, self.process.pid)):
+            if pid is not None and self.process.poll() is None:
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.process.wait()
+        for fd in (self._request_write, self._reply_read):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._request_write = self._reply_read = -1
+
+
+@dataclass
+class StudentProcess:
+    """Runs ``cells`` (index, source) in a worker, then serves adapter calls."""
+
+    adapter_module: str
+    cells: list[tuple[int, str]]
+    sandbox: Sandbox
+    timeout: float = 30.0
+    record: bool = False  # keep each cell's outputs (for nbgrader's feedback)
+    outcomes: dict[int, CellOutcome] = field(default_factory=dict)
+    _worker: Worker | None = None
+
+    def run_cells(self) -> dict[int, CellOutcome]:
+        for index, source in self.cells:
+            if index in self.outcomes:
+                continue
+            worker = self._ready_worker()
+            try:
+                reply = worker.request(
+                    {"op": "exec", "index": index, "source": source, "record": self.record}, self.timeout,
+                    f"running cell {index}",
+                )
+                self.outcomes[index] = CellOutcome(index, reply["ok"], reply.get("error"), reply["outputs"])
+            except SandboxError as error:
+                self.outcomes[index] = CellOutcome(index, False, str(error), [outputs.error("SandboxError", str(error))])
+                self._worker = None
+        return self.outcomes
+
+    def call(self, name: str, *args, **kwargs):
+        """Run adapter ``name`` on the student's namespace; raise StudentCodeError or SandboxError."""
+        worker = self._ready_worker()
+        try:
+            reply = worker.request(
+                {"op": "call", "name": name, "args": args, "kwargs": kwargs}, self.timeout,
+                "checking your code",
+            )
+        except SandboxError:
+            self._worker = None
+            raise
+        if not reply["ok"]:
+            raise StudentCodeError(reply["error"])
+        return reply["value"]
+
+    def _ready_worker(self) -> Worker:
+        """The live worker, or a new one that has replayed every cell that ran cleanly."""
+        if self._worker is None or self._worker.process.poll() is not None:
+            self._worker = Worker(self.adapter_module, self.sandbox)
+            for index, source in self.cells:
+                outcome = self.outcomes.get(index)
+                if outcome is not None and outcome.ok:
+                    self._worker.request(
+                        {"op": "exec", "index": index, "source": source}, self.timeout,
+                        f"replaying cell {index}",
+                    )
+        return self._worker
+
+    def close(self):
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+        self.sandbox.cleanup()

@@ -1,0 +1,28 @@
+"""Rotary position embedding, interleaved pairs (2i, 2i+1), computed with complex numbers."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def frequencies(d_k: int, base: float = 10000.0) -> torch.Tensor:
+    """theta_i = base^(-2i/d_k) for i < d_k/2, in float64."""
+    return torch.tensor([base ** (-2 * i / d_k) for i in range(d_k // 2)], dtype=torch.float64)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0, *, theta=None) -> torch.Tensor:
+    """Rotate each pair of ``x`` by position * theta: multiplication by exp(i m theta), in float64."""
+    d_k = x.shape[-1]
+    theta = frequencies(d_k, base) if theta is None else theta
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d_k // 2, 2).contiguous())
+    angles = positions.double()[..., None] * theta
+    rotated = pairs * torch.polar(torch.ones_like(angles), angles)
+    return torch.view_as_real(rotated).reshape(x.shape)
+
+
+class RoPE(nn.Module):
+    """``rope`` as a module with the course's interface: ``forward(x, token_positions)``."""
+
+    def forward(self, x: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
+        return rope(x, token_positions).to(x.dtype)
