@@ -60,6 +60,19 @@ def working_directory(path: Path):
         os.chdir(before)
 
 
+def require_sandbox() -> None:
+    """Skip where bubblewrap cannot run, except in CI (COURSE_REQUIRE_SANDBOX=1), where that fails."""
+    import pytest
+
+    from autograder.sandbox import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason and os.environ.get("COURSE_REQUIRE_SANDBOX") == "1":
+        pytest.fail(f"the sandbox is required here: {reason}")
+    if reason:
+        pytest.skip(reason)
+
+
 def run_here(nb, cwd: Path) -> dict:
     """Execute a notebook's student cells in this process (no test cells); skip cells that fail."""
     matplotlib.use("Agg")
@@ -76,4 +89,5 @@ def run_here(nb, cwd: Path) -> dict:
     return namespace
 
 
-__all__ = ["NOTEBOOKS", "ROOT", "answer_source", "read", "release_path", "run_here", "solution_path", "with_answer"]
+__all__ = ["NOTEBOOKS", "ROOT", "answer_source", "read", "release_path", "require_sandbox", "run_here", "solution_path",
+           "with_answer"]

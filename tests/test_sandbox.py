@@ -1,19 +1,25 @@
-"""The grading worker contains what student code does to its own process.
+"""The grading worker contains what student code does to its own process, and the OS sandbox
+contains what it does to everything else.
 
-One notebook, four answers, each misbehaving differently inside the functions the
-checks call; the command-line grader must fail exactly the misbehaving exercises,
-say why, and give full marks to the rest.
+Through the command line: misbehaviour inside the functions the checks call, each attack
+of ``attacks.py``, renamed notebooks, and the unsandboxed self-check.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import attacks
 import nbformat
-from notebooks import answer_source, read, solution_path
+import pytest
+from attacks import ATTACKS
+from notebooks import ROOT, answer_source, read, require_sandbox, solution_path, with_answer
 
 from autograder.grading import is_test_cell
 
@@ -83,3 +89,71 @@ def test_misbehaving_code_costs_only_its_exercise(tmp_path):
     assert report["input_embedding"]["passed"], report["input_embedding"]["message"]
     # One stuck call stops that exercise's remaining checks instead of timing out on each.
     assert elapsed < 120, f"grading took {elapsed:.0f} s"
+
+
+# --- the OS sandbox: attacks on the grader, through the command line ---------------------
+
+
+def _cli(path: Path, *args: str, env: dict | None = None):
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", "check", str(path), "--json", *args],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    return done.returncode, (json.loads(done.stdout) if done.stdout.strip() else None), done.stderr
+
+
+def _course_folder(tmp_path: Path, notebook: str, nb, name: str | None = None) -> Path:
+    """``nb`` saved as ``tmp_path/course/<notebook>/<name>.ipynb``, with the course's data beside it."""
+    tmp_path.chmod(0o755)  # grading as root runs student code as another user, who must read the course
+    path = tmp_path / "course" / notebook / f"{name or notebook}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+    shutil.copytree(ROOT / "data" / "tinystories", tmp_path / "data" / "tinystories")
+    return path
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.name)
+def test_attack_costs_only_its_exercise_and_does_no_harm(attack, tmp_path):
+    require_sandbox()
+    solution = read(solution_path(attacks.NOTEBOOK))
+    harm = attacks.Harm(folder=tmp_path)
+    nb = with_answer(solution, attack.exercise, attack.answer(answer_source(solution, attack.exercise), harm))
+    path = _course_folder(tmp_path, attacks.NOTEBOOK, nb)
+
+    status, report, stderr = _cli(path, "--max-file-size", attacks.FILE_SIZE_LIMIT, env=harm.environment())
+
+    assert status == 1, stderr[-2000:]
+    assert "without a sandbox" not in stderr
+    failed = {e["id"]: e["message"] for e in report["exercises"] if not e["passed"]}
+    assert set(failed) == {attack.exercise}, failed
+    if attack.says:
+        assert any(fragment in failed[attack.exercise] for fragment in attack.says), failed[attack.exercise]
+    assert harm.check() == []
+
+
+def test_renamed_copies_grade_like_the_original(tmp_path):
+    """JupyterLab's Duplicate (NAME-Copy1.ipynb) or any name: the content says which notebook it is."""
+    solution = read(solution_path("02_normalization"))
+    for name in ("02_normalization-Copy1", "my_attempt"):
+        path = tmp_path / f"{name}.ipynb"
+        nbformat.write(solution, path)
+        status, report, _ = _cli(path)
+        assert status == 0 and report["notebook"] == "02_normalization", report
+
+
+def test_a_notebook_of_no_exercise_gets_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "notes.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('hello')")]), path)
+    status, report, stderr = _cli(path)
+    assert (status, report) == (2, None)
+    assert stderr.strip().count("\n") == 0 and "not one of this course's notebooks" in stderr, stderr
+
+
+def test_without_a_sandbox_self_check_still_works_and_says_so(tmp_path):
+    """macOS, Binder, a container without user namespaces: grading runs, with the limits it can set."""
+    path = _course_folder(tmp_path, "04_attention", read(solution_path("04_attention")))
+    status, report, stderr = _cli(path, env=dict(os.environ, AUTOGRADER_BWRAP="/nonexistent/bwrap"))
+    assert status == 0, report
+    assert report["score"] == report["max_score"]
+    assert stderr.count("checking without a sandbox") == 1 and "not installed" in stderr, stderr
+    assert "memory and file-size limits still apply" in stderr
