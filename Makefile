@@ -34,7 +34,7 @@ lab: $(STAMP) $(NODE_STAMP)
 
 test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg tests solutions
+	$(BIN)/python -m pytest -n auto --dist loadscope --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg tests solutions
 
 # course/ is generated from solutions/ by nbgrader; commit the result.
 release: $(STAMP)

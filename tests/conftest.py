@@ -12,3 +12,4 @@ def solution_namespaces() -> dict:
 def stub_namespaces() -> dict:
     """Each released (stub) notebook executed once in this process, by notebook name."""
     return {nb: run_here(read(release_path(nb)), release_path(nb).parent) for nb in NOTEBOOKS}
+

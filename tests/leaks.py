@@ -37,7 +37,7 @@ def secret_lines(nb, kind: str) -> set[str]:
         kept, visible = _blocks(cell.source, begin, end)
         secret.update(kept)
         public += visible
-    public_text = normalise("\n".join(public))
+    public_text = normalise("\n".join(public).replace("`", ""))  # as Markdown renders it: no backticks
     return {line for line in secret if len(line) >= MIN_LENGTH and normalise(line) not in public_text}
 
 

@@ -1,40 +1,75 @@
-"""A whole class through real nbgrader: release, submissions, autograde, feedback, export.
+"""A whole class through real nbgrader, for every notebook: release, submissions, autograde, feedback, export.
 
-Each simulated student is a release notebook with some answer cells filled in. Cheaters
-combine a trick with a wrong answer to ONE exercise: the trick must not earn that
-exercise, and the student's right answers must still earn theirs.
+Every notebook's class has a full, a stub, a wrong and a cheating student. Notebook 01's
+class adds the ways of breaking the worker; notebook 04's adds every attack on the grader
+(``attacks.py``) and three that only make sense inside nbgrader: copying the instructor's
+solution, copying a classmate's submission, editing the gradebook. Cheaters and attackers
+each hold a wrong (or failing) answer to ONE exercise: the trick must not earn it, and
+their right answers must still earn theirs.
+
+Each notebook's class is its own course folder and nbgrader run, and its tests are one
+test class (``TestClassNN``), so pytest-xdist (``--dist loadscope``) grades the classes in
+parallel, each once, on one worker.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import csv
+import functools
+import importlib
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import attacks
 import nbformat
 import pytest
 from leaks import html_text, leaked, secret_lines
-from notebooks import ROOT, answer_source, grade_id, read, solution_path
-from wrong.nb01_tokens_embeddings import WRONG
+from notebooks import NOTEBOOKS, ROOT, answer_source, grade_id, read, require_sandbox, solution_path
 
 from autograder.exercises import checks_for
 
-ASSIGNMENT = "01_tokens_embeddings"
-POINTS = {e.id: e.points for e in checks_for(ASSIGNMENT).exercises}
-TIMEOUT = 10  # seconds per cell, in the kernel and in the grading worker
-SOLUTION = read(solution_path(ASSIGNMENT))
+TIMEOUT = 10  # seconds per cell and per call in the grading worker
 
 
-def right(exercise: str) -> str:
-    return answer_source(SOLUTION, exercise)
+@dataclass
+class Student:
+    answers: dict[str, str] | None  # exercise -> answer cell (others: the solution); None: the untouched release
+    zero: set[str]  # exercises that must score 0
+    edit: str | None = None  # "delete" or "edit" the test cells
+    says: dict[str, tuple[str, ...]] = field(default_factory=dict)  # exercise -> one of these in the feedback
 
 
-def wrong(exercise: str) -> str:
-    return next(w.code for w in WRONG if w.exercise == exercise)
+def points(notebook: str) -> dict[str, int]:
+    return {e.id: e.points for e in checks_for(notebook).exercises}
+
+
+def right(notebook: str, exercise: str) -> str:
+    return answer_source(read(solution_path(notebook)), exercise)
+
+
+def _defines(code: str) -> set[str]:
+    return {node.name for node in ast.parse(code).body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+
+
+def wrong(notebook: str, exercise: str) -> str:
+    """A plausible mistake (tests/wrong) in this exercise's answer cell, and only there.
+
+    Some wrong versions carry their own copies of earlier answers (attention_weights
+    with its softmax); in a notebook those copies would replace the student's, so they
+    are left out here.
+    """
+    module = importlib.import_module(f"wrong.nb{notebook}")
+    code = next(w.code for w in module.WRONG if w.exercise == exercise)
+    others = set().union(*(_defines(right(notebook, e)) for e in points(notebook) if e != exercise))
+    tree = ast.parse(code)
+    tree.body = [node for node in tree.body if getattr(node, "name", None) not in others]
+    return ast.unparse(tree)
 
 
 FAKE_AUTOGRADER = """
@@ -43,122 +78,239 @@ fake = types.ModuleType("autograder")
 fake.check = lambda *args, **kwargs: print("All visible checks passed.")
 sys.modules["autograder"] = fake
 """
-
-# student: (answers that differ from the solution, edit to the notebook, exercises that must score 0)
-CLASS = {
-    "full": ({}, None, set()),
-    "stub": (None, None, set(POINTS)),
-    "wrong": ({e: wrong(e) for e in POINTS}, None, set(POINTS)),
-    "patches_torch": (
-        {"embedding": wrong("embedding") + "\ntorch.allclose = lambda *a, **k: True\n"
-                                           "torch.testing.assert_close = lambda *a, **k: None\n"
-                                           "torch.equal = lambda *a, **k: True\n"},
-        None, {"embedding"}),
-    "fakes_autograder": ({"sinusoidal": wrong("sinusoidal") + FAKE_AUTOGRADER}, None, {"sinusoidal"}),
-    "patches_builtins": (
-        {"learned_positions": wrong("learned_positions") + "\nimport builtins\n"
-         "builtins.isinstance = lambda *a: True\nbuiltins.AssertionError = Warning\n"},
-        None, {"learned_positions"}),
-    "exits_in_cell": ({"input_embedding": right("input_embedding") + "\nimport os\nos._exit(0)\n"}, None, {"input_embedding"}),
-    "exits_in_forward": (
-        {"learned_positions": right("learned_positions").replace(
-            "def forward(self, positions: torch.Tensor) -> torch.Tensor:\n",
-            "def forward(self, positions: torch.Tensor) -> torch.Tensor:\n        import os; os._exit(1)\n")},
-        None, {"learned_positions"}),
-    "loops_forever": ({"sinusoidal": "while True:\n    pass\n"}, None, {"sinusoidal"}),
-    "prints_megabytes": ({"embedding": right("embedding") + '\nprint("spam " * 4_000_000)\n'}, None, set()),
-    "raises": ({"input_embedding": 'raise RuntimeError("I give up")\n'}, None, {"input_embedding"}),
-    "deletes_tests": ({"embedding": wrong("embedding")}, "delete", {"embedding"}),
-    "edits_tests": ({"embedding": wrong("embedding")}, "edit", {"embedding"}),
-}
+PATCH_TORCH = """
+torch.allclose = lambda *a, **k: True
+torch.testing.assert_close = lambda *a, **k: None
+torch.equal = lambda *a, **k: True
+"""
 
 
-def submission(release, answers, edit):
+def worker_breakers(nb: str) -> dict[str, Student]:
+    """Notebook 01: everything that ends, hangs or floods the worker, or tampers with the notebook."""
+    return {
+        "patches_builtins": Student(
+            {"learned_positions": wrong(nb, "learned_positions") + "\nimport builtins\n"
+             "builtins.isinstance = lambda *a: True\nbuiltins.AssertionError = Warning\n"}, {"learned_positions"}),
+        "exits_in_cell": Student({"input_embedding": right(nb, "input_embedding") + "\nimport os\nos._exit(0)\n"},
+                                 {"input_embedding"}),
+        "exits_in_forward": Student(
+            {"learned_positions": right(nb, "learned_positions").replace(
+                "def forward(self, positions: torch.Tensor) -> torch.Tensor:\n",
+                "def forward(self, positions: torch.Tensor) -> torch.Tensor:\n        import os; os._exit(1)\n")},
+            {"learned_positions"}),
+        "loops_forever": Student({"sinusoidal": "while True:\n    pass\n"}, {"sinusoidal"},
+                                 says={"sinusoidal": ("infinite loop",)}),
+        "prints_megabytes": Student({"embedding": right(nb, "embedding") + '\nprint("spam " * 4_000_000)\n'}, set()),
+        "raises": Student({"input_embedding": 'raise RuntimeError("I give up")\n'}, {"input_embedding"},
+                          says={"input_embedding": ("I give up",)}),
+        "deletes_tests": Student({"embedding": wrong(nb, "embedding")}, {"embedding"}, edit="delete"),
+        "edits_tests": Student({"embedding": wrong(nb, "embedding")}, {"embedding"}, edit="edit"),
+    }
+
+
+NBGRADER_ATTACKS = [
+    attacks.Attack("copies_solution", attacks.SDPA,
+                   "import json, pathlib\n"
+                   "source = pathlib.Path.cwd().parents[2] / 'solutions' / '04_attention' / '04_attention.ipynb'\n"
+                   "for cell in json.loads(source.read_text())['cells']:\n"
+                   "    if cell['cell_type'] == 'code' and 'BEGIN SOLUTION' in ''.join(cell['source']):\n"
+                   "        exec(''.join(cell['source']))", ("No such file",)),
+    attacks.Attack("copies_classmate", attacks.DECODER,
+                   "import json, pathlib\n"
+                   "theirs = pathlib.Path.cwd().parents[2] / 'submitted' / 'full' / '04_attention' / '04_attention.ipynb'\n"
+                   "exec('\\n'.join(''.join(c['source']) for c in json.loads(theirs.read_text())['cells']\n"
+                   "                if c['cell_type'] == 'code'))", ("No such file",)),
+    attacks.Attack("edits_gradebook", attacks.CROSS,
+                   "import pathlib, sqlite3\n"
+                   "db = sqlite3.connect(pathlib.Path.cwd().parents[2] / 'gradebook.db')\n"
+                   "db.execute('UPDATE grade SET manual_score = 100')\ndb.commit()", ("OperationalError", "Error")),
+]
+
+
+def attackers(nb: str, harm: attacks.Harm) -> dict[str, Student]:
+    """Notebook 04: each attack on the grader is one student."""
+    return {
+        attack.name: Student({attack.exercise: attack.answer(right(nb, attack.exercise), harm)}, {attack.exercise},
+                             says={attack.exercise: attack.says} if attack.says else {})
+        for attack in attacks.ATTACKS + NBGRADER_ATTACKS
+    }
+
+
+def class_of(notebook: str, harm: attacks.Harm) -> dict[str, Student]:
+    every = set(points(notebook))
+    last = checks_for(notebook).exercises[-1].id  # no other exercise builds on the last one
+    students = {
+        "full": Student({}, set()),
+        "stub": Student(None, every),
+        "wrong": Student({e: wrong(notebook, e) for e in every}, every),
+        "cheater": Student({last: wrong(notebook, last) + PATCH_TORCH + FAKE_AUTOGRADER}, {last}),
+    }
+    if notebook == "01_tokens_embeddings":
+        students |= worker_breakers(notebook)
+    if notebook == attacks.NOTEBOOK:
+        students |= attackers(notebook, harm)
+    return students
+
+
+def submission(release, notebook: str, student: Student):
     nb = copy.deepcopy(release)
-    if answers is None:  # the untouched release
+    if student.answers is None:
         return nb
     for cell in nb.cells:
-        exercise = grade_id(cell)
-        if exercise in POINTS:
-            cell.source = answers.get(exercise, right(exercise))
-    if edit == "delete":
+        if grade_id(cell) in points(notebook):
+            cell.source = student.answers.get(grade_id(cell), right(notebook, grade_id(cell)))
+    if student.edit == "delete":
         nb.cells = [c for c in nb.cells if not (grade_id(c) or "").endswith("_test")]
-    elif edit == "edit":
+    elif student.edit == "edit":
         for cell in nb.cells:
-            if grade_id(cell) == "embedding_test":
+            if (grade_id(cell) or "").endswith("_test"):
                 cell.source = 'print("All visible checks passed.")'
     return nb
 
 
-def nbgrader(course: Path, *args):
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+def nbgrader(course: Path, *args, env: dict | None = None):
+    env = dict(env or os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return subprocess.run(
         [str(Path(sys.executable).parent / "nbgrader"), *args, "--log-level=WARN"],
         cwd=course, env=env, capture_output=True, text=True, timeout=1200,
     )
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory) -> Path:
-    course = tmp_path_factory.mktemp("class")
-    course.chmod(0o755)  # grading as root runs student code as another user, who must read the course
-    shutil.copy(ROOT / "nbgrader_config.py", course)
-    shutil.copytree(ROOT / "solutions" / ASSIGNMENT, course / "solutions" / ASSIGNMENT)
-    shutil.copytree(ROOT / "data" / "tinystories", course / "data" / "tinystories")
-    assert nbgrader(course, "generate_assignment", ASSIGNMENT).returncode == 0
-    release = read(course / "course" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    for student, (answers, edit, _) in CLASS.items():
-        folder = course / "submitted" / student / ASSIGNMENT
-        folder.mkdir(parents=True)
-        nbformat.write(submission(release, answers, edit), folder / f"{ASSIGNMENT}.ipynb")
-    graded = nbgrader(course, "autograde", ASSIGNMENT,
-                      f"--TrustedVerdict.timeout={TIMEOUT}")
-    assert graded.returncode == 0, graded.stderr[-3000:]
-    assert nbgrader(course, "generate_feedback", ASSIGNMENT).returncode == 0
-    assert nbgrader(course, "export", "--to", str(course / "grades.csv")).returncode == 0
-    return course
+@dataclass
+class GradedClass:
+    notebook: str
+    folder: Path
+    students: dict[str, Student]
+    harms: list[str]  # what the attackers managed to do (must be nothing)
+    untouched: bool  # the instructor's files and the submissions are byte for byte as before
 
 
-def _scores(course: Path, student: str) -> dict[str, float]:
+@functools.cache
+def graded(notebook: str, scratch: Path) -> GradedClass:
+    """Release ``notebook``, submit its class, autograde (sandboxed), feed back and export, once per worker."""
+    folder = scratch / notebook
+    folder.mkdir(mode=0o755)  # grading as root runs student code as another user, who must read the course
+    shutil.copy(ROOT / "nbgrader_config.py", folder)
+    shutil.copytree(ROOT / "solutions" / notebook, folder / "solutions" / notebook)
+    shutil.copytree(ROOT / "data" / "tinystories", folder / "data" / "tinystories")
+    assert nbgrader(folder, "generate_assignment", notebook).returncode == 0
+    release = read(folder / "course" / notebook / f"{notebook}.ipynb")
+    harm = attacks.Harm(folder=folder / "autograded")
+    students = class_of(notebook, harm)
+    for name, student in students.items():
+        (folder / "submitted" / name / notebook).mkdir(parents=True)
+        nbformat.write(submission(release, notebook, student), folder / "submitted" / name / notebook / f"{notebook}.ipynb")
+    instructor = [folder / "solutions", folder / "course", folder / "data", folder / "nbgrader_config.py",
+                  folder / "submitted"]
+    before = attacks.checksum(*instructor)
+    done = nbgrader(folder, "autograde", notebook, f"--TrustedVerdict.timeout={TIMEOUT}",
+                    f"--TrustedVerdict.max_file_size={attacks.FILE_SIZE_LIMIT}", env=harm.environment())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert nbgrader(folder, "generate_feedback", notebook).returncode == 0
+    assert nbgrader(folder, "export", "--to", str(folder / "grades.csv")).returncode == 0
+    return GradedClass(notebook, folder, students, harm.check(), attacks.checksum(*instructor) == before)
+
+
+@pytest.fixture(scope="session")
+def scratch(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("classes")
+    path.chmod(0o755)
+    return path
+
+
+def _scores(course: GradedClass, student: str) -> dict[str, float]:
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        notebook = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
+    with Gradebook(f"sqlite:///{course.folder / 'gradebook.db'}") as gradebook:
+        notebook = gradebook.find_submission_notebook(course.notebook, course.notebook, student)
         return {grade.name.removesuffix("_test"): grade.score for grade in notebook.grades}
 
 
-@pytest.mark.parametrize("student", CLASS)
-def test_gradebook_holds_the_trusted_verdict(course, student):
-    _, _, zero = CLASS[student]
-    expected = {exercise: 0 if exercise in zero else points for exercise, points in POINTS.items()}
-    assert _scores(course, student) == expected
+def _feedback(course: GradedClass, student: str) -> str:
+    return html_text((course.folder / "feedback" / student / course.notebook / f"{course.notebook}.html").read_text())
 
 
-def test_export_totals(course):
-    with open(course / "grades.csv") as handle:
-        rows = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle)}
-    expected = {s: sum(p for e, p in POINTS.items() if e not in zero) for s, (_, _, zero) in CLASS.items()}
-    assert rows == expected
+def _student_names(notebook: str) -> list[str]:
+    harm = attacks.Harm(folder=Path("/nonexistent"))  # the attackers' answers need one; only names are kept
+    names = list(class_of(notebook, harm))
+    harm.server.close()
+    return names
 
 
-def _feedback(course: Path, student: str) -> str:
-    return (course / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+def pytest_generate_tests(metafunc):
+    if "student" in metafunc.fixturenames:
+        metafunc.parametrize("student", _student_names(metafunc.cls.notebook))
 
 
-def test_feedback_explains_what_is_wrong(course):
-    text = html_text(_feedback(course, "wrong"))
-    assert "standard deviation" in text  # the wrong Embedding's init
-    text = html_text(_feedback(course, "loops_forever"))
-    assert "infinite loop" in text
+class _GradedClassTests:
+    """The tests of one notebook's class; ``TestClassNN`` below binds ``notebook``."""
+
+    notebook: str
+
+    @pytest.fixture
+    def course(self, scratch) -> GradedClass:
+        require_sandbox()
+        return graded(self.notebook, scratch)
+
+    def test_gradebook_holds_the_trusted_verdict(self, course, student):
+        expected = {e: 0 if e in course.students[student].zero else p for e, p in points(self.notebook).items()}
+        assert _scores(course, student) == expected
+
+    def test_feedback_says_why_and_shows_no_hidden_test(self, course, student):
+        text = _feedback(course, student)
+        for exercise, fragments in course.students[student].says.items():
+            assert any(f in text for f in fragments), f"{exercise}: none of {fragments} in the feedback"
+        assert not leaked(secret_lines(read(solution_path(self.notebook)), "hidden"), text)
+
+    def test_the_class_did_no_harm_and_the_export_adds_up(self, course):
+        assert course.harms == []
+        assert course.untouched, "the instructor's files or the submissions changed during autograde"
+        with open(course.folder / "grades.csv") as handle:
+            rows = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle)}
+        assert rows == {name: sum(p for e, p in points(self.notebook).items() if e not in s.zero)
+                        for name, s in course.students.items()}
+
+    def test_feedback_shows_no_solution_to_the_stub(self, course):
+        """The untouched release gets feedback without a line of the solutions (the messages included)."""
+        assert not leaked(secret_lines(read(solution_path(self.notebook)), "solution"), _feedback(course, "stub"))
 
 
-@pytest.mark.parametrize("student", CLASS)
-def test_feedback_shows_no_hidden_test(course, student):
-    hidden = secret_lines(SOLUTION, "hidden")
-    assert not leaked(hidden, html_text(_feedback(course, student)))
+class TestClass01(_GradedClassTests):
+    notebook = "01_tokens_embeddings"
+
+    def test_feedback_shows_what_the_cells_printed(self, course):
+        """The worker records the student's outputs for the feedback: text and figures."""
+        html = (course.folder / "feedback" / "full" / self.notebook / f"{self.notebook}.html").read_text()
+        assert "data:image/png;base64," in html
+        assert "spam spam" in _feedback(course, "prints_megabytes")
+        assert "standard deviation" in _feedback(course, "wrong")  # the wrong Embedding's init
 
 
-def test_feedback_shows_no_solution(course):
-    """The untouched release gets feedback without a line of the solutions (the messages included)."""
-    solution = secret_lines(SOLUTION, "solution")
-    assert not leaked(solution, html_text(_feedback(course, "stub")))
+for _notebook in NOTEBOOKS[1:]:
+    _name = f"TestClass{_notebook[:2]}"
+    globals()[_name] = type(_name, (_GradedClassTests,), {"notebook": _notebook})
+
+
+def test_autograde_refuses_without_a_sandbox_unless_allowed(tmp_path):
+    """Fail closed: no bubblewrap, no grading, and one line that says what to do; the instructor may opt out."""
+    notebook = "02_normalization"
+    tmp_path.chmod(0o755)
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
+    shutil.copytree(ROOT / "solutions" / notebook, tmp_path / "solutions" / notebook)
+    assert nbgrader(tmp_path, "generate_assignment", notebook).returncode == 0
+    (tmp_path / "submitted" / "full" / notebook).mkdir(parents=True)
+    shutil.copy(solution_path(notebook), tmp_path / "submitted" / "full" / notebook)
+    without = dict(os.environ, AUTOGRADER_BWRAP="/nonexistent/bwrap")
+
+    refused = nbgrader(tmp_path, "autograde", notebook, env=without)
+    assert refused.returncode != 0
+    said = [line for line in refused.stderr.splitlines() if "refusing to run student code unsandboxed" in line]
+    assert said and "apt-get install bubblewrap" in said[0] and "allow_unsandboxed = True" in said[0], refused.stderr
+    assert not (tmp_path / "autograded" / "full" / notebook).exists()
+
+    allowed = nbgrader(tmp_path, "autograde", notebook, "--TrustedVerdict.allow_unsandboxed=True", env=without)
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    assert "WITHOUT a sandbox" in allowed.stderr
+    course = GradedClass(notebook, tmp_path, {"full": Student({}, set())}, [], True)
+    assert _scores(course, "full") == points(notebook)
