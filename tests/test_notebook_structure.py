@@ -74,6 +74,11 @@ def test_release_has_stubs_and_no_outputs(notebook):
 
 
 def test_exercise_ids_are_unique_across_the_course():
-    ids = [e.id for nb in REGISTERED for e in checks_for(nb).exercises]
-    assert len(ids) == len(set(ids))
+    """The grader recognises a notebook by its exercise ids, whatever the file is called."""
+    from autograder.grading import identify
+
+    ids = [e.id for notebook in REGISTERED for e in checks_for(notebook).exercises]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
     assert sorted(REGISTERED) == discovered(), "every notebook in solutions/ needs checks in autograder/checks"
+    for notebook in REGISTERED:
+        assert identify(read(release_path(notebook))) == notebook
