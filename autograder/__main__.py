@@ -14,11 +14,16 @@ import sys
 import nbformat
 
 from autograder.grading import DEFAULT_TIMEOUT, grade_file
-from autograder.sandbox import Limits, unavailable_reason
+from autograder.sandbox import (
+    DEFAULT_FILE_SIZE,
+    DEFAULT_MEMORY,
+    DEFAULT_PROCESSES,
+    Limits,
+    unavailable_reason,
+)
 
 
 def main(argv=None) -> int:
-    defaults = Limits()
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="grade one notebook")
@@ -26,10 +31,10 @@ def main(argv=None) -> int:
     check.add_argument("--json", action="store_true", help="print a JSON report")
     check.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                        help="seconds allowed per cell and per call into your code (default %(default)s)")
-    check.add_argument("--memory", default="3G", help="memory your code may use, e.g. 3G or 512M (default %(default)s)")
-    check.add_argument("--max-processes", type=int, default=defaults.processes,
+    check.add_argument("--memory", default=DEFAULT_MEMORY, help="memory your code may use, e.g. 3G or 512M (default %(default)s)")
+    check.add_argument("--max-processes", type=int, default=DEFAULT_PROCESSES,
                        help="processes and threads your code may run at once (default %(default)s)")
-    check.add_argument("--max-file-size", default="1G", help="largest file your code may write (default %(default)s)")
+    check.add_argument("--max-file-size", default=DEFAULT_FILE_SIZE, help="largest file your code may write (default %(default)s)")
     args = parser.parse_args(argv)
 
     try:

@@ -22,7 +22,14 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Float, Int, Unicode
 
 from autograder.grading import DEFAULT_TIMEOUT, grade, is_test_cell
-from autograder.sandbox import INSTALL_HINT, Limits, unavailable_reason
+from autograder.sandbox import (
+    DEFAULT_FILE_SIZE,
+    DEFAULT_MEMORY,
+    DEFAULT_PROCESSES,
+    INSTALL_HINT,
+    Limits,
+    unavailable_reason,
+)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -58,9 +65,9 @@ class TrustedVerdict(NbGraderPreprocessor):
     """Run the notebook in the sandbox, record its outputs, and write the verdict into the test cells."""
 
     timeout = Float(DEFAULT_TIMEOUT, help="Seconds per cell and per call into student code.").tag(config=True)
-    memory_limit = Unicode("3G", help="Memory student code may use (address space), e.g. 3G or 512M.").tag(config=True)
-    max_processes = Int(Limits().processes, help="Processes and threads student code may run at once.").tag(config=True)
-    max_file_size = Unicode("1G", help="Largest file student code may write.").tag(config=True)
+    memory_limit = Unicode(DEFAULT_MEMORY, help="Memory student code may use (address space), e.g. 3G or 512M.").tag(config=True)
+    max_processes = Int(DEFAULT_PROCESSES, help="Processes and threads student code may run at once.").tag(config=True)
+    max_file_size = Unicode(DEFAULT_FILE_SIZE, help="Largest file student code may write.").tag(config=True)
     allow_unsandboxed = Bool(
         False, help="Grade even where bubblewrap cannot run: student code then has your permissions."
     ).tag(config=True)

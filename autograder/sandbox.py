@@ -67,16 +67,20 @@ def format_size(size: int) -> str:
     return f"{size} bytes"
 
 
+# The defaults, as written in nbgrader_config.py and on the command line.
+DEFAULT_MEMORY, DEFAULT_PROCESSES, DEFAULT_FILE_SIZE = "3G", 256, "1G"
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-process resource limits for student code (``setrlimit``)."""
 
-    memory: int = 3 * 2**30  # address space, bytes (RLIMIT_AS)
-    processes: int = 256  # processes and threads (RLIMIT_NPROC); torch starts one thread per core
-    file_size: int = 2**30  # largest file it may write, bytes (RLIMIT_FSIZE)
+    memory: int = parse_size(DEFAULT_MEMORY)  # address space, bytes (RLIMIT_AS)
+    processes: int = DEFAULT_PROCESSES  # processes and threads (RLIMIT_NPROC); torch starts one thread per core
+    file_size: int = parse_size(DEFAULT_FILE_SIZE)  # largest file it may write, bytes (RLIMIT_FSIZE)
 
     @classmethod
-    def from_settings(cls, memory="3G", processes=256, file_size="1G") -> Limits:
+    def from_settings(cls, memory: str | int, processes: int, file_size: str | int) -> Limits:
         return cls(parse_size(memory), int(processes), parse_size(file_size))
 
     def to_json(self) -> dict:
@@ -233,7 +237,7 @@ class Sandbox:
                 command += ["--perms", "0755", "--tmpfs", str(path)]
                 emptied.append(path)
         command += _make_dirs(self.submission, emptied) + ["--bind", str(self.scratch), str(self.submission)]
-        for path in emptied:
+        for path in [*emptied, Path("/dev")]:  # /dev: bubblewrap's is a writable tmpfs (/dev/shm included)
             command += ["--remount-ro", str(path)]
         return command + ["--chdir", str(self.submission), "--", *argv]
 

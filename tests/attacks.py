@@ -56,6 +56,17 @@ if os.fork() == 0:
 time.sleep(0.5)
 """
 
+WRITES_OUTSIDE = """
+for target in ["../../escaped-{token}.txt", "/tmp/escaped-{token}.txt", "/dev/shm/escaped-{token}.txt"]:
+    try:
+        open(target, "w").write("written by a submission")
+    except OSError as error:
+        denied = error
+    else:
+        raise RuntimeError(f"wrote {{target}}")
+raise denied
+"""
+
 FORK_BOMB = """
 import os
 while True:
@@ -72,9 +83,7 @@ ATTACKS = [
     Attack("edits_checks", SDPA,
            "import autograder.checks.nb04_attention as checks\n"
            "open(checks.__file__, 'a').write('\\nEXERCISES = []  # every later grading passes\\n')", DENIED),
-    Attack("writes_outside", DECODER,
-           "for target in ['../../escaped-{token}.txt', '/tmp/escaped-{token}.txt']:\n"
-           "    open(target, 'w').write('written by a submission')", DENIED),
+    Attack("writes_outside", DECODER, WRITES_OUTSIDE, DENIED),
     Attack("kills_grader", CROSS,
            "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept PermissionError:\n    pass",
            (), harmless=True),
