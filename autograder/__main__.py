@@ -19,8 +19,22 @@ from autograder.sandbox import (
     DEFAULT_MEMORY,
     DEFAULT_PROCESSES,
     Limits,
+    SandboxUnavailable,
     unavailable_reason,
 )
+
+
+def _grade(path: str, **options):
+    """Grade in the sandbox where there is one; elsewhere (macOS, Binder, a container) say so once, grade anyway."""
+    reason = unavailable_reason()
+    if reason is None:
+        try:
+            return grade_file(path, sandboxed=True, **options)
+        except SandboxUnavailable as error:
+            reason = str(error)
+    print(f"note: checking without a sandbox: {reason}. Your code runs with your own permissions; "
+          "the memory and file-size limits still apply.", file=sys.stderr)
+    return grade_file(path, sandboxed=False, **options)
 
 
 def main(argv=None) -> int:
@@ -41,12 +55,8 @@ def main(argv=None) -> int:
         limits = Limits.from_settings(args.memory, args.max_processes, args.max_file_size)
     except ValueError as error:
         parser.error(str(error))
-    reason = unavailable_reason()
-    if reason:  # a student's own machine (macOS, Binder, a container): still useful, and said once
-        print(f"note: checking without a sandbox: {reason}. Your code runs with your own permissions; "
-              "the memory and file-size limits still apply.", file=sys.stderr)
     try:
-        report = grade_file(args.notebook, timeout=args.timeout, limits=limits, sandboxed=reason is None)
+        report = _grade(args.notebook, timeout=args.timeout, limits=limits)
     except (OSError, ValueError, nbformat.reader.NotJSONError) as error:
         print(f"{args.notebook}: cannot read it as a notebook ({error})", file=sys.stderr)
         return 2

@@ -28,12 +28,9 @@ from autograder.sandbox import (
     DEFAULT_PROCESSES,
     INSTALL_HINT,
     Limits,
+    SandboxUnavailable,
     unavailable_reason,
 )
-
-
-class SandboxUnavailable(RuntimeError):
-    pass
 
 
 def _verdict_outputs(result) -> list[NotebookNode]:

@@ -49,6 +49,10 @@ HIDDEN = ("/tmp", "/var/tmp", "/run", "/home")  # besides the grader's home
 UNPRIVILEGED_UIDS = range(200_000, 1_000_000)  # for a sandbox started by root; no files belong to them
 
 
+class SandboxUnavailable(RuntimeError):
+    """Student code cannot be sandboxed here; the message says why and what to do."""
+
+
 def parse_size(text: str | int) -> int:
     """Bytes from ``3G``, ``512M``, ``1.5G``, ``64K`` or a plain number of bytes."""
     if isinstance(text, int):
@@ -116,9 +120,9 @@ class Limits:
 
 
 @functools.cache
-def unavailable_reason(bwrap: str | None = None) -> str | None:
+def unavailable_reason() -> str | None:
     """None when bubblewrap runs here; else why not, in a few words."""
-    bwrap = bwrap or os.environ.get(BWRAP_ENV, "bwrap")
+    bwrap = os.environ.get(BWRAP_ENV, "bwrap")
     if sys.platform != "linux":
         return f"bubblewrap needs Linux (this is {sys.platform})"
     executable = shutil.which(bwrap)
@@ -168,6 +172,13 @@ class Sandbox:
     def __post_init__(self):
         self.submission = self.submission.resolve()
         self.uid = secrets.choice(UNPRIVILEGED_UIDS) if self.enabled and os.geteuid() == 0 else None
+        if self.uid is not None:  # root: student code runs as another user, who must be able to read these
+            closed = [str(p) for p in self._shown() if p.is_dir() and p.stat().st_mode & 0o005 != 0o005]
+            if closed:
+                raise SandboxUnavailable(
+                    f"grading as root runs student code as an unprivileged user, who cannot read {', '.join(closed)}: "
+                    "make it readable by others (chmod o+rx) or grade as a normal user"
+                )
         # Sandboxed: a copy of the submission, mounted in its place. Otherwise only HOME and TMPDIR.
         self.scratch = Path(tempfile.mkdtemp(prefix="autograder-"))
         if self.enabled:
@@ -176,6 +187,14 @@ class Sandbox:
             for folder, _, files in os.walk(self.scratch):
                 for name in [folder, *(os.path.join(folder, f) for f in files)]:
                     os.lchown(name, self.uid, self.uid)
+
+    def _shown(self) -> set[Path]:
+        """What student code must see (read-only) even inside an emptied folder."""
+        shown = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
+        shown |= {Path(m.__file__).resolve().parent for m in (autograder, coursetools)}
+        if self.course_root is not None:
+            shown.add(self.course_root.resolve())
+        return shown
 
     def settings(self) -> dict:
         """What the worker applies to itself before running student code (``worker.confine``)."""
@@ -202,17 +221,7 @@ class Sandbox:
             return argv
         hidden = [Path(p) for p in (*HIDDEN, Path.home()) if Path(p).is_dir()]
         hidden = sorted({p for p in hidden if not any(p != h and p.is_relative_to(h) for h in hidden)})
-        shown = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
-        shown |= {Path(m.__file__).resolve().parent for m in (autograder, coursetools)}
-        if self.course_root is not None:
-            shown.add(self.course_root.resolve())
-        if self.uid is not None:  # root: student code runs as another user, who must be able to read these
-            closed = [str(p) for p in shown if p.is_dir() and p.stat().st_mode & 0o005 != 0o005]
-            if closed:
-                raise PermissionError(
-                    f"grading as root runs student code as an unprivileged user, who cannot read {', '.join(closed)}: "
-                    "make it readable by others (chmod o+rx) or grade as a normal user"
-                )
+        shown = self._shown()
         bwrap = shutil.which(os.environ.get(BWRAP_ENV, "bwrap")) or "bwrap"
         command = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                    "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
