@@ -47,13 +47,15 @@ class Attack:
 
 
 DAEMON = """
-import os, time
+import os
+started, ready = os.pipe()
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
+        os.write(ready, b"x")
         os.execv("/bin/sleep", ["sleep", "9{token}"])
     os._exit(0)
-time.sleep(0.5)
+os.read(started, 1)  # the daemon exists before this cell goes on
 """
 
 WRITES_OUTSIDE = """
