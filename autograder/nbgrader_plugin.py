@@ -90,12 +90,18 @@ class TrustedVerdict(NbGraderPreprocessor):
             record=True,
         )
         by_test_cell = {r.exercise.test_cell_id: r for r in report.exercises}
+        count = 0
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
+            count += 1  # numbered in order, as if run top to bottom
+            cell.execution_count = count
             if not is_test_cell(cell):
                 outcome = report.cells.get(index)
                 cell.outputs = [from_dict(output) for output in (outcome.outputs if outcome else [])]
+                for output in cell.outputs:
+                    if output.output_type == "execute_result":
+                        output.execution_count = count
                 continue
             grade_id = cell.metadata["nbgrader"].get("grade_id", "")
             result = by_test_cell.get(grade_id)
