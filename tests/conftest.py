@@ -1,15 +1,30 @@
 import pytest
-from notebooks import NOTEBOOKS, read, release_path, run_here, solution_path
+from notebooks import read, release_path, run_here, solution_path
+
+
+class _Executed(dict):
+    """Notebook name -> the namespace its student cells leave, executed on first use.
+
+    Under pytest-xdist each worker executes only the notebooks its tests ask for.
+    """
+
+    def __init__(self, path_of):
+        super().__init__()
+        self._path_of = path_of
+
+    def __missing__(self, notebook: str) -> dict:
+        path = self._path_of(notebook)
+        self[notebook] = run_here(read(path), path.parent)
+        return self[notebook]
 
 
 @pytest.fixture(scope="session")
 def solution_namespaces() -> dict:
     """Each solution notebook executed once in this process, by notebook name."""
-    return {nb: run_here(read(solution_path(nb)), solution_path(nb).parent) for nb in NOTEBOOKS}
+    return _Executed(solution_path)
 
 
 @pytest.fixture(scope="session")
 def stub_namespaces() -> dict:
     """Each released (stub) notebook executed once in this process, by notebook name."""
-    return {nb: run_here(read(release_path(nb)), release_path(nb).parent) for nb in NOTEBOOKS}
-
+    return _Executed(release_path)

@@ -1,7 +1,9 @@
 """Every check passes on the solutions and fails on the untouched stubs.
 
 The checks run here exactly as in a notebook (``LocalImpl``); the sandboxed path that
-grading uses is exercised on whole notebooks through the command line.
+grading uses is exercised on whole notebooks through the command line. One test class
+per notebook (``TestChecksNN``), so pytest-xdist (``--dist loadscope``) spreads the
+notebooks over its workers.
 """
 
 from __future__ import annotations
@@ -10,35 +12,17 @@ import json
 import subprocess
 import sys
 
-import pytest
 from notebooks import NOTEBOOKS, release_path, solution_path
 
 from autograder.exercises import NOT_IMPLEMENTED, checks_for, run_check
 from autograder.impl import LocalImpl
 
-ALL_CHECKS = [
-    pytest.param(notebook, check, id=f"{notebook}::{exercise.id}::{check.name}")
-    for notebook in NOTEBOOKS
-    for exercise in checks_for(notebook).exercises
-    for check in exercise.checks
-]
 
-
-def _impl(namespaces, notebook):
-    return LocalImpl(namespaces[notebook], checks_for(notebook).adapter_module)
-
-
-@pytest.mark.parametrize("notebook, check", ALL_CHECKS)
-def test_check_passes_on_solution(notebook, check, solution_namespaces):
-    result = run_check(check, _impl(solution_namespaces, notebook))
-    assert result.passed, result.message
-
-
-@pytest.mark.parametrize("notebook, check", ALL_CHECKS)
-def test_check_fails_on_stub(notebook, check, stub_namespaces):
-    result = run_check(check, _impl(stub_namespaces, notebook))
-    assert not result.passed
-    assert result.message.startswith(NOT_IMPLEMENTED), result.message
+def pytest_generate_tests(metafunc):
+    if "check" in metafunc.fixturenames:
+        exercises = checks_for(metafunc.cls.notebook).exercises
+        metafunc.parametrize("check", [c for e in exercises for c in e.checks],
+                             ids=[f"{e.id}::{c.name}" for e in exercises for c in e.checks])
 
 
 def _cli(path):
@@ -49,24 +33,41 @@ def _cli(path):
     return done.returncode, json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS)
-def test_cli_gives_solutions_full_marks(notebook):
-    status, report = _cli(solution_path(notebook))
-    exercises = checks_for(notebook).exercises
-    assert status == 0, report
-    assert report["notebook"] == notebook
-    assert report["score"] == report["max_score"] == sum(e.points for e in exercises)
-    assert [e["id"] for e in report["exercises"]] == [e.id for e in exercises]
-    for entry in report["exercises"]:
-        assert set(entry) == {"id", "passed", "points", "max_points", "message"}
-        assert entry["passed"] and entry["points"] == entry["max_points"]
+class _NotebookChecks:
+    notebook: str
+
+    def _impl(self, namespaces):
+        return LocalImpl(namespaces[self.notebook], checks_for(self.notebook).adapter_module)
+
+    def test_check_passes_on_solution(self, check, solution_namespaces):
+        result = run_check(check, self._impl(solution_namespaces))
+        assert result.passed, result.message
+
+    def test_check_fails_on_stub(self, check, stub_namespaces):
+        result = run_check(check, self._impl(stub_namespaces))
+        assert not result.passed
+        assert result.message.startswith(NOT_IMPLEMENTED), result.message
+
+    def test_cli_gives_solutions_full_marks(self):
+        status, report = _cli(solution_path(self.notebook))
+        exercises = checks_for(self.notebook).exercises
+        assert status == 0, report
+        assert report["notebook"] == self.notebook
+        assert report["score"] == report["max_score"] == sum(e.points for e in exercises)
+        assert [e["id"] for e in report["exercises"]] == [e.id for e in exercises]
+        for entry in report["exercises"]:
+            assert set(entry) == {"id", "passed", "points", "max_points", "message"}
+            assert entry["passed"] and entry["points"] == entry["max_points"]
+
+    def test_cli_gives_stubs_zero_and_says_why(self):
+        status, report = _cli(release_path(self.notebook))
+        assert status == 1
+        assert report["score"] == 0
+        for entry in report["exercises"]:
+            assert not entry["passed"] and entry["points"] == 0
+            assert NOT_IMPLEMENTED in entry["message"], entry["message"]
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS)
-def test_cli_gives_stubs_zero_and_says_why(notebook):
-    status, report = _cli(release_path(notebook))
-    assert status == 1
-    assert report["score"] == 0
-    for entry in report["exercises"]:
-        assert not entry["passed"] and entry["points"] == 0
-        assert NOT_IMPLEMENTED in entry["message"], entry["message"]
+for _notebook in NOTEBOOKS:
+    _name = f"TestChecks{_notebook[:2]}"
+    globals()[_name] = type(_name, (_NotebookChecks,), {"notebook": _notebook})
