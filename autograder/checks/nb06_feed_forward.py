@@ -7,17 +7,21 @@ and ``(F.silu(x @ W1.T) * (x @ W3.T)) @ W2.T``), their parameter gradients by au
 those closed forms; parameter counts from ``nn.Linear`` modules built here; FLOPs from
 ``torch.utils.flop_counter.FlopCounterMode`` over a block built here on the meta device.
 
-Tolerances (float32 on CPU, any BLAS), with the largest errors measured against the oracles
-for the reference answers and for variants (x * sigmoid(x) vs x / (1 + exp(-x)), erf vs
-erfc forms, matmul vs F.linear), across 40 seeds:
-- activations: atol 1e-6 + rtol 1e-5 on inputs up to |x| ~ 12 (measured <= 4.8e-7 absolute);
-  their derivatives atol 1e-5 + rtol 1e-5 (measured <= 1.2e-6);
-- FFN and SwiGLU outputs: atol 1e-5 + rtol 1e-4 (two matmuls of width <= 96; measured
-  <= 1.9e-6); parameter gradients: atol 1e-4 + rtol 1e-4 (they sum over <= 60 tokens;
-  measured <= 1.5e-5);
+Tolerances (float32 on CPU, any BLAS), with the largest errors measured here (40 seeds, every
+input of the checks' shapes) for the reference answers and common variants (clamp / where / mask
+for ReLU; erf and erfc forms of GELU; tanh and sigmoid forms of the tanh GELU; x * sigmoid(x),
+x / (1 + exp(-x)) and the tanh form of SiLU):
+- activations: atol 1e-5 + rtol 1e-5 on inputs up to |x| = 100 (measured <= 9.5e-7 absolute, a few
+  float32 ulps of an output near 3; the closest known mistake, the tanh GELU in place of the exact
+  one, differs by 4.7e-4 on the visible check's input);
+  their derivatives atol 1e-5 + rtol 1e-5 (measured <= 3.6e-6, for the tanh GELU);
+- FFN and SwiGLU outputs: atol 1e-5 + rtol 1e-4 (two matmuls of width <= 96; float32 against a
+  float64 evaluation of the same closed form: <= 1.0e-6, 11% of the tolerance, which bounds what
+  another summation order can change); parameter gradients: atol 1e-4 + rtol 1e-4 (they sum over
+  <= 60 tokens; float32 against float64: <= 3.2e-6, 7% of the tolerance);
 - dropout: an entry of the train-mode output is either 0 or the eval-mode output / (1 - p),
-  at atol 1e-5 + rtol 1e-4; the share of zeros is p within 0.15 (3.5 binomial standard
-  deviations for 200 entries at p = 0.5);
+  at atol 1e-5 + rtol 1e-4; the share of zeros is p within 0.15 (4.2 binomial standard
+  deviations for 200 entries at p = 0.5; the check seeds torch's generator, so it is repeatable);
 - widths, parameter counts and FLOPs are integers and compared exactly.
 """
 
@@ -40,7 +44,7 @@ SWIGLU = Exercise("swiglu", "Exercise 4: SwiGLU", points=3)
 COSTS = Exercise("block_costs", "Exercise 5: parameters and FLOPs of a block", points=2)
 EXERCISES = [ACTIVATIONS, FFN, WIDTH, SWIGLU, COSTS]
 
-ACT = {"atol": 1e-6, "rtol": 1e-5}
+ACT = {"atol": 1e-5, "rtol": 1e-5}
 ACT_GRAD = {"atol": 1e-5, "rtol": 1e-5}
 TOL = {"atol": 1e-5, "rtol": 1e-4}
 GRAD = {"atol": 1e-4, "rtol": 1e-4}
