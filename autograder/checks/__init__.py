@@ -5,4 +5,5 @@ and compare what the student's code returned with an oracle of their own: PyTorc
 functions and modules, closed forms, invariances. Never with the course's solutions.
 """
 
-NOTEBOOKS = ["01_tokens_embeddings", "02_normalization", "03_rope", "04_attention", "05_multihead_attention"]
+NOTEBOOKS = ["01_tokens_embeddings", "02_normalization", "03_rope", "04_attention", "05_multihead_attention",
+             "06_feed_forward"]

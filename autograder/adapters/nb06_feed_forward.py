@@ -1,0 +1,63 @@
+"""Adapters for notebook 06: activations, the position-wise FeedForward and SwiGLU."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder.adapters import forbidden, forward_backward, load, need, summary
+
+# Ready-made activations the first exercise asks students to write from their formulas.
+_READY_MADE = [(F, "relu"), (torch, "relu"), (torch.Tensor, "relu"), (F, "relu6"), (F, "gelu"), (F, "silu"),
+               (F, "mish"), (F, "elu"), (F, "leaky_relu")]
+_RULE = ("write relu, gelu, gelu_tanh and silu from their formulas (torch.erf, torch.tanh, torch.sigmoid, "
+         "torch.clamp, torch.where and arithmetic), not with F.relu, F.gelu, F.silu or nn.GELU/nn.SiLU")
+
+
+def activation(ns, name: str, x, grad_output=None):
+    """``name(x)`` with the library activations switched off, and with ``grad_output`` the input's gradient."""
+    function = need(ns, name)
+    x = x.clone().requires_grad_(grad_output is not None)
+    with forbidden(*_READY_MADE, rule=_RULE):
+        output = function(x)
+    result = {"output": output, "grad": None}
+    if grad_output is not None and isinstance(output, torch.Tensor) and output.requires_grad \
+            and output.shape == grad_output.shape:
+        output.backward(grad_output)
+        result["grad"] = x.grad
+    return result
+
+
+def ffn_summary(ns, class_name: str, args: list, kwargs: dict):
+    return summary(need(ns, class_name)(*args, **kwargs))
+
+
+def ffn_forward(ns, class_name: str, args: list, kwargs: dict, state: dict, x, grad_output=None):
+    """Build ``class_name(*args, **kwargs)``, load ``state`` by name, return its output (and parameter gradients)."""
+    module = load(need(ns, class_name)(*args, **kwargs), state)
+    return forward_backward(module, grad_output, x)
+
+
+def ffn_dropout(ns, args: list, kwargs: dict, state: dict, x):
+    """Two calls in train mode (different random numbers) and two in eval mode."""
+    module = load(need(ns, "FeedForward")(*args, **kwargs), state)
+    if not isinstance(module, nn.Module):
+        return {}
+    results = {}
+    with torch.no_grad():
+        module.train()
+        torch.manual_seed(0)
+        results["train_a"] = module(x)
+        torch.manual_seed(1)
+        results["train_b"] = module(x)
+        module.eval()
+        results["eval_a"] = module(x)
+        results["eval_b"] = module(x)
+    return results
+
+
+def call(ns, name: str, args: list, kwargs: dict):
+    """The value a plain function returns, and the name of its type (a check may insist on int)."""
+    value = need(ns, name)(*args, **kwargs)
+    return {"value": value, "type": type(value).__name__}

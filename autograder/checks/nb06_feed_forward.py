@@ -1,0 +1,549 @@
+"""Checks for notebook 06: the position-wise feed-forward network and SwiGLU.
+
+Oracles: ``F.relu``, ``F.gelu(approximate="none")``, ``F.gelu(approximate="tanh")`` and
+``F.silu`` (and autograd through them) for the activations; the FFN and SwiGLU written out
+here as closed forms with the student's weights copied in (``act(x @ W1.T + b1) @ W2.T + b2``
+and ``(F.silu(x @ W1.T) * (x @ W3.T)) @ W2.T``), their parameter gradients by autograd through
+those closed forms; parameter counts from ``nn.Linear`` modules built here; FLOPs from
+``torch.utils.flop_counter.FlopCounterMode`` over a block built here on the meta device.
+
+Tolerances (float32 on CPU, any BLAS), with the largest errors measured here (40 seeds, every
+input of the checks' shapes) for the reference answers and common variants (clamp / where / mask
+for ReLU; erf and erfc forms of GELU; tanh and sigmoid forms of the tanh GELU; x * sigmoid(x),
+x / (1 + exp(-x)) and the tanh form of SiLU):
+- activations: atol 1e-5 + rtol 1e-5 on inputs up to |x| = 100 (measured <= 9.5e-7 absolute, a few
+  float32 ulps of an output near 3; the closest known mistake, the tanh GELU in place of the exact
+  one, differs by 4.7e-4 on the visible check's input);
+  their derivatives atol 1e-5 + rtol 1e-5 (measured <= 3.6e-6, for the tanh GELU);
+- FFN and SwiGLU outputs: atol 1e-5 + rtol 1e-4 (two matmuls of width <= 96; float32 against a
+  float64 evaluation of the same closed form: <= 1.0e-6, 11% of the tolerance, which bounds what
+  another summation order can change); parameter gradients: atol 1e-4 + rtol 1e-4 (they sum over
+  <= 60 tokens; float32 against float64: <= 3.2e-6, 7% of the tolerance);
+- dropout: an entry of the train-mode output is either 0 or the eval-mode output / (1 - p),
+  at atol 1e-5 + rtol 1e-4; the share of zeros is p within 0.15 (4.2 binomial standard
+  deviations for 200 entries at p = 0.5; the check seeds torch's generator, so it is repeatable);
+- widths, parameter counts and FLOPs are integers and compared exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from autograder import expect
+from autograder.exercises import Exercise
+
+ACTIVATIONS = Exercise("ffn_activations", "Exercise 1: ReLU, GELU (exact and tanh) and SiLU", points=2)
+FFN = Exercise("feed_forward", "Exercise 2: the position-wise FeedForward", points=3)
+WIDTH = Exercise("swiglu_width", "Exercise 3: SwiGLU's hidden width and parameter counts", points=2)
+SWIGLU = Exercise("swiglu", "Exercise 4: SwiGLU", points=3)
+COSTS = Exercise("block_costs", "Exercise 5: parameters and FLOPs of a block", points=2)
+EXERCISES = [ACTIVATIONS, FFN, WIDTH, SWIGLU, COSTS]
+
+ACT = {"atol": 1e-5, "rtol": 1e-5}
+ACT_GRAD = {"atol": 1e-5, "rtol": 1e-5}
+TOL = {"atol": 1e-5, "rtol": 1e-4}
+GRAD = {"atol": 1e-4, "rtol": 1e-4}
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(6000 + seed)
+
+
+def _randn(shape, seed, scale=1.0):
+    return torch.randn(*shape, generator=_gen(seed)) * scale
+
+
+# --- Exercise 1 --------------------------------------------------------------------------
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _tanh_gelu(x):
+    return 0.5 * x * (1.0 + torch.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
+ORACLES = {
+    "relu": F.relu,
+    "gelu": lambda x: F.gelu(x, approximate="none"),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+def _activation_mistakes(name, x):
+    exact = F.gelu(x)
+    if name == "gelu":
+        return [
+            (F.gelu(x, approximate="tanh"), "this is the tanh approximation; `gelu` is the exact one: "
+             "x * Φ(x) = 0.5 * x * (1 + erf(x / sqrt(2)))"),
+            (0.5 * x * (1 + torch.erf(x)), "erf needs x / sqrt(2): Φ(x) = 0.5 * (1 + erf(x / sqrt(2)))"),
+            (x * (1 + torch.erf(x / math.sqrt(2))), "the factor 0.5 is missing: Φ(x) = 0.5 * (1 + erf(x / sqrt(2)))"),
+            (0.5 * (1 + torch.erf(x / math.sqrt(2))), "this is Φ(x) alone; GELU multiplies it by x"),
+            (x * torch.sigmoid(1.702 * x), "this is the sigmoid approximation x * σ(1.702 x); use erf"),
+        ]
+    if name == "gelu_tanh":
+        return [
+            (exact, "this is the exact GELU (erf); `gelu_tanh` is the tanh approximation "
+             "0.5 * x * (1 + tanh(sqrt(2/π) * (x + 0.044715 x³)))"),
+            (0.5 * x * (1 + torch.tanh(SQRT_2_OVER_PI * x)), "the cubic term 0.044715 * x**3 is missing"),
+            (0.5 * x * (1 + torch.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**2))),
+             "the correction term is cubic: 0.044715 * x**3, not x**2"),
+            (0.5 * x * (1 + torch.tanh(math.sqrt(2 * math.pi) * (x + 0.044715 * x**3))),
+             "the factor is sqrt(2 / π), not sqrt(2π)"),
+        ]
+    if name == "silu":
+        return [
+            (torch.sigmoid(x), "this is the sigmoid σ(x) alone; SiLU is x * σ(x)"),
+            (x * torch.sigmoid(1.702 * x), "SiLU is x * σ(x), with no factor inside the sigmoid"),
+            (exact, "this is GELU; SiLU is x * σ(x) = x / (1 + exp(-x))"),
+        ]
+    return [
+        (torch.where(x > 0, x, 0.01 * x), "this is a leaky ReLU; ReLU sets negative inputs to exactly 0"),
+        (x.abs(), "this is |x|; ReLU sets negative inputs to 0: max(x, 0)"),
+        (torch.clamp(x, -1, 1), "ReLU is max(x, 0), unbounded above and 0 below"),
+    ]
+
+
+def _activation_case(impl, name, shape, seed, scale=3.0, grads=False):
+    x = _randn(shape, seed, scale)
+    grad_output = _randn(shape, seed + 100) if grads else None
+    got = impl.activation(name, x, grad_output)
+    if isinstance(got, dict) and "output" in got:
+        expect.close(got["output"], ORACLES[name](x), f"{name}(x) for x of shape {list(shape)}", **ACT,
+                     alternatives=_activation_mistakes(name, x))
+    return got, x, grad_output
+
+
+@ACTIVATIONS.visible
+def test_activations_match_torch(impl):
+    "relu, gelu, gelu_tanh and silu equal F.relu, F.gelu (exact and tanh) and F.silu, without calling them"
+    for name in ORACLES:
+        _activation_case(impl, name, (4, 50), 0)
+
+
+@ACTIVATIONS.hidden
+def test_activations_shapes_and_extremes(impl):
+    "any shape; large positive and negative inputs give finite values, not NaN"
+    extremes = torch.tensor([-100.0, -30.0, -12.0, -1e-3, 0.0, 1e-3, 12.0, 30.0, 100.0])
+    for name in ORACLES:
+        for seed, shape in ((1, (7,)), (2, (2, 3, 5))):
+            _activation_case(impl, name, shape, seed)
+        got = impl.activation(name, extremes, None)
+        out = expect.tensor(got["output"], f"{name}(x)", shape=extremes.shape)
+        shown = ", ".join(f"{v:g}" for v in extremes.tolist())
+        expect.that(bool(torch.isfinite(out).all()), f"{name}(x) gives NaN or inf for x in [{shown}]; "
+                    "write it so that large |x| stays finite (e.g. x * torch.sigmoid(x) for SiLU)")
+        expect.close(out, ORACLES[name](extremes), f"{name}(x) for x in [{shown}]", **ACT,
+                     alternatives=_activation_mistakes(name, extremes))
+
+
+@ACTIVATIONS.hidden
+def test_activation_derivatives(impl):
+    "autograd's derivative of each activation equals that of the torch function"
+    for name in ORACLES:
+        got, x, grad_output = _activation_case(impl, name, (3, 40), 3, grads=True)
+        expect.that(got.get("grad") is not None, f"no gradient reaches the input of {name}: build it from torch "
+                    "operations on x (no .detach(), .item(), .numpy() or torch.no_grad())")
+        xr = x.clone().requires_grad_()
+        ORACLES[name](xr).backward(grad_output)
+        expect.close(got["grad"], xr.grad, f"the derivative of {name}", **ACT_GRAD)
+
+
+# --- Exercise 2 --------------------------------------------------------------------------
+
+FFN_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda h: F.gelu(h, approximate="tanh")}
+
+
+def ffn_state(d_model, d_ff, seed, bias=True):
+    state = {"fc1.weight": _randn((d_ff, d_model), seed, d_model ** -0.5),
+             "fc2.weight": _randn((d_model, d_ff), seed + 1, d_ff ** -0.5)}
+    if bias:
+        state["fc1.bias"] = _randn((d_ff,), seed + 2, 0.5)
+        state["fc2.bias"] = _randn((d_model,), seed + 3, 0.5)
+    return state
+
+
+def ffn_oracle(state, x, activation="gelu", act=None):
+    act = act or FFN_ACTIVATIONS[activation]
+    h = x @ state["fc1.weight"].T
+    if "fc1.bias" in state:
+        h = h + state["fc1.bias"]
+    out = act(h) @ state["fc2.weight"].T
+    return out + state["fc2.bias"] if "fc2.bias" in state else out
+
+
+def _ffn_mistakes(state, x, activation):
+    mistakes = [(ffn_oracle(state, x, act=lambda h: h), "the activation between fc1 and fc2 is missing")]
+    if activation == "gelu":
+        mistakes.append((ffn_oracle(state, x, "gelu_tanh"), "it uses the tanh approximation of GELU where "
+                         "activation=\"gelu\" asks for the exact one (erf)"))
+    if activation == "gelu_tanh":
+        mistakes.append((ffn_oracle(state, x, "gelu"), "it uses the exact GELU where activation=\"gelu_tanh\" asks "
+                         "for the tanh approximation"))
+    for other in FFN_ACTIVATIONS:
+        if other != activation:
+            mistakes.append((ffn_oracle(state, x, other), f"it applies {other} where activation={activation!r} was "
+                             "asked: use the `activation` argument"))
+    mistakes.append((F.relu(ffn_oracle(state, x, activation)), "an activation is applied after fc2 as well; the "
+                     "FFN's output is fc2's output, not activated"))
+    return mistakes
+
+
+def _ffn_parameters(d_model, d_ff, bias=True):
+    shapes = {"fc1.weight": [d_ff, d_model], "fc2.weight": [d_model, d_ff]}
+    if bias:
+        shapes |= {"fc1.bias": [d_ff], "fc2.bias": [d_model]}
+    return shapes
+
+
+def _check_parameters(impl, class_name, args, kwargs, expected, names):
+    summary = impl.ffn_summary(class_name, args, kwargs)
+    call = f"{class_name}({', '.join([*map(str, args), *(f'{k}={v!r}' for k, v in kwargs.items())])})"
+    expect.that("parameters" in summary, f"{call} is not an nn.Module")
+    got = summary["parameters"]
+    if got == expected:
+        return
+    transposed = [k for k, v in expected.items() if k.endswith("weight") and got.get(k) == v[::-1] != v]
+    if transposed and set(got) == set(expected):
+        expect.fail(f"{call} has {' and '.join(transposed)} transposed: {got}. nn.Linear(in_features, out_features) "
+                    f"stores its weight as [out_features, in_features]; {names}")
+    expect.fail(f"{call} has parameters {got}; expected {expected}. {names}")
+
+
+FFN_NAMES = ("fc1 = nn.Linear(d_model, d_ff, bias=bias) and fc2 = nn.Linear(d_ff, d_model, bias=bias); "
+             "the names matter, checkpoints load by name")
+
+
+@FFN.visible
+def test_ffn_parameters(impl):
+    "fc1 = nn.Linear(d_model, d_ff) and fc2 = nn.Linear(d_ff, d_model), with or without bias"
+    _check_parameters(impl, "FeedForward", [8, 32], {}, _ffn_parameters(8, 32), FFN_NAMES)
+    _check_parameters(impl, "FeedForward", [6, 10], {"bias": False}, _ffn_parameters(6, 10, bias=False), FFN_NAMES)
+
+
+@FFN.visible
+def test_ffn_forward(impl):
+    "FeedForward(8, 32)(x) equals fc2(gelu(fc1(x))) with exact GELU, for x of shape [2, 5, 8]"
+    state, x = ffn_state(8, 32, 0), _randn((2, 5, 8), 10)
+    got = impl.ffn_forward("FeedForward", [8, 32], {}, state, x)
+    expect.close(got["output"], ffn_oracle(state, x), "FeedForward(8, 32)(x)", **TOL,
+                 alternatives=_ffn_mistakes(state, x, "gelu"))
+
+
+@FFN.hidden
+def test_ffn_activations_shapes_and_bias(impl):
+    "each activation option, 2-D and 3-D inputs, other widths, bias=False"
+    cases = [("relu", True, (7, 12), 48, 1), ("gelu", True, (3, 4, 16), 40, 2), ("gelu_tanh", True, (2, 6, 8), 24, 3),
+             ("gelu_tanh", False, (10, 12), 20, 4), ("relu", False, (1, 3, 24), 96, 5)]
+    for activation, bias, shape, d_ff, seed in cases:
+        d = shape[-1]
+        state, x = ffn_state(d, d_ff, seed * 10, bias), _randn(shape, seed * 10 + 5, 2.0)
+        got = impl.ffn_forward("FeedForward", [d, d_ff], {"activation": activation, "bias": bias}, state, x)
+        expect.close(got["output"], ffn_oracle(state, x, activation),
+                     f"FeedForward({d}, {d_ff}, activation={activation!r}, bias={bias})(x) for x of shape "
+                     f"{list(shape)}", **TOL, alternatives=_ffn_mistakes(state, x, activation))
+
+
+@FFN.hidden
+def test_ffn_gradients(impl):
+    "parameter gradients equal autograd's through the closed form"
+    for seed, activation, shape in ((6, "gelu", (3, 5, 12)), (7, "relu", (20, 12))):
+        state, x = ffn_state(12, 36, seed * 10), _randn(shape, seed * 10 + 5)
+        grad_output = _randn(shape, seed * 10 + 6)
+        got = impl.ffn_forward("FeedForward", [12, 36], {"activation": activation}, state, x, grad_output)
+        grads = expect.gradients(got, f"FeedForward(12, 36, activation={activation!r})")
+        params = {k: v.clone().requires_grad_() for k, v in state.items()}
+        ffn_oracle(params, x, activation).backward(grad_output)
+        for name, p in params.items():
+            expect.close(grads.get(name), p.grad, f"the gradient of {name}", **GRAD)
+
+
+@FFN.hidden
+def test_ffn_dropout(impl):
+    "dropout on the output: active in train mode (entries 0 or scaled by 1/(1-p)), off in eval mode"
+    state, x = ffn_state(8, 32, 80), _randn((5, 5, 8), 85)
+    expected = ffn_oracle(state, x, "relu")
+    got = impl.ffn_dropout([8, 32], {"activation": "relu", "dropout": 0.5}, state, x)
+    for key in ("eval_a", "eval_b"):
+        expect.close(got[key], expected, "FeedForward(8, 32, activation='relu', dropout=0.5) in eval mode", **TOL,
+                     alternatives=_ffn_mistakes(state, x, "relu"), hint="In eval mode dropout must do nothing: use nn.Dropout (it follows .train()/.eval()) "
+                          "or pass training=self.training to F.dropout.")
+    train_a = expect.tensor(got["train_a"], "the output in train mode", shape=expected.shape)
+    train_b = expect.tensor(got["train_b"], "the output in train mode", shape=expected.shape)
+    expect.that(not torch.equal(train_a, train_b) and not torch.allclose(train_a, expected),
+                "FeedForward(8, 32, dropout=0.5) gives the same output on every call in train mode: dropout "
+                "is not applied (store nn.Dropout(dropout) and call it in forward)")
+    zeros = train_a == 0
+    share = float(zeros.float().mean())
+    scaled = torch.where(zeros, torch.zeros_like(expected), expected / 0.5)
+    kept = bool(torch.allclose(train_a, scaled, **TOL))
+    expect.that(kept, "with dropout=0.5 in train mode each output entry should be either 0 or twice its eval-mode "
+                "value: dropout acts on the FFN's output (after fc2), like GPT-2's MLP, and scales the kept "
+                "entries by 1/(1-p)")
+    expect.that(abs(share - 0.5) < 0.15, f"with dropout=0.5, {share:.0%} of the output entries are zero; expected "
+                "about half: pass the `dropout` argument to nn.Dropout")
+    got = impl.ffn_dropout([8, 32], {"activation": "relu"}, state, x)
+    expect.close(got["train_a"], expected, "FeedForward(8, 32) (dropout=0.0 by default) in train mode", **TOL,
+                 hint="With p = 0 the module must be deterministic.")
+
+
+# --- Exercise 3 --------------------------------------------------------------------------
+
+
+def hidden_dim_oracle(d_model, multiple_of=64):
+    """The smallest multiple of ``multiple_of`` that is >= 8/3 * d_model, in integers."""
+    return -(-8 * d_model // (3 * multiple_of)) * multiple_of
+
+
+def param_count_oracle(d_model, d_ff, gated=False, bias=True):
+    layers = [nn.Linear(d_model, d_ff, bias=bias, device="meta"), nn.Linear(d_ff, d_model, bias=bias, device="meta")]
+    if gated:
+        layers.append(nn.Linear(d_model, d_ff, bias=bias, device="meta"))
+    return sum(p.numel() for layer in layers for p in layer.parameters())
+
+
+def _int_result(got, call):
+    expect.that(got["type"] == "int", f"{call} returned a {got['type']} ({got['value']!r}); return an int")
+    return got["value"]
+
+
+def _width_diagnosis(d_model, multiple_of, value):
+    exact = 8 * d_model / 3
+    if value == int(exact) and value != hidden_dim_oracle(d_model, multiple_of):
+        if multiple_of == 1:
+            return " (int() truncates 8/3 * d_model; round it UP: with multiple_of=1 the width is ceil(8 * d_model / 3))"
+        return " (8/3 * d_model is not rounded to a multiple of multiple_of)"
+    if value % multiple_of == 0 and value < exact:
+        return (" (rounded down or to the nearest multiple; the width is rounded UP to the next multiple, so it is "
+                "never below 8/3 * d_model)")
+    if value == 4 * d_model:
+        return " (that is the 4x width of the plain FFN; SwiGLU uses 2/3 of it: 8/3 * d_model)"
+    return ""
+
+
+@WIDTH.visible
+def test_hidden_dim_examples(impl):
+    "swiglu_hidden_dim: 8/3 * d_model rounded up to a multiple of multiple_of (768 -> 2048, 512 -> 1408)"
+    for d_model in (768, 512, 4096):
+        value = _int_result(impl.call("swiglu_hidden_dim", [d_model], {}), f"swiglu_hidden_dim({d_model})")
+        expected = hidden_dim_oracle(d_model)
+        expect.that(value == expected, f"swiglu_hidden_dim({d_model}) = {value}, expected {expected}"
+                    + _width_diagnosis(d_model, 64, value))
+
+
+@WIDTH.hidden
+def test_hidden_dim_multiple_of(impl):
+    "other d_model and multiple_of values, as keyword arguments"
+    for d_model, multiple_of in ((100, 64), (288, 32), (5120, 256), (10, 1), (1000, 100), (7, 1)):
+        call = f"swiglu_hidden_dim({d_model}, multiple_of={multiple_of})"
+        value = _int_result(impl.call("swiglu_hidden_dim", [d_model], {"multiple_of": multiple_of}), call)
+        expected = hidden_dim_oracle(d_model, multiple_of)
+        expect.that(value == expected, f"{call} = {value}, expected {expected}"
+                    + _width_diagnosis(d_model, multiple_of, value))
+
+
+def _count_diagnosis(d_model, d_ff, gated, bias, value):
+    weights = param_count_oracle(d_model, d_ff, gated, bias=False)
+    if bias and value == weights:
+        return " (the biases are not counted)"
+    if not bias and value == param_count_oracle(d_model, d_ff, gated, bias=True):
+        return " (bias=False: no biases to count)"
+    if gated and value in (param_count_oracle(d_model, d_ff, False, bias), param_count_oracle(d_model, d_ff, False, False)):
+        return " (a gated FFN has three matrices: w1 and w3 of [d_ff, d_model] and w2 of [d_model, d_ff])"
+    if bias and value - weights in (2 * d_ff, 2 * d_model, 3 * d_ff, 3 * d_model, d_ff, d_model):
+        return (" (the biases: each layer's bias has one entry per output feature, d_ff for fc1, w1 and w3, "
+                "d_model for fc2 and w2)")
+    return ""
+
+
+@WIDTH.visible
+def test_param_counts(impl):
+    "ffn_param_count: a plain FFN at 4 * d_model and SwiGLU at its rounded width, with and without biases"
+    for d_model, d_ff, gated, bias in ((768, 3072, False, True), (768, 2048, True, False), (512, 1408, True, False),
+                                       (8, 32, False, False)):
+        call = f"ffn_param_count({d_model}, {d_ff}, gated={gated}, bias={bias})"
+        value = _int_result(impl.call("ffn_param_count", [d_model, d_ff], {"gated": gated, "bias": bias}), call)
+        expected = param_count_oracle(d_model, d_ff, gated, bias)
+        expect.that(value == expected, f"{call} = {value}, expected {expected}"
+                    + _count_diagnosis(d_model, d_ff, gated, bias, value))
+
+
+@WIDTH.hidden
+def test_param_counts_defaults_and_more(impl):
+    "defaults gated=False, bias=True; gated with biases; small sizes"
+    value = _int_result(impl.call("ffn_param_count", [16, 64], {}), "ffn_param_count(16, 64)")
+    expect.that(value == param_count_oracle(16, 64), f"ffn_param_count(16, 64) = {value}, expected "
+                f"{param_count_oracle(16, 64)} (by default gated=False and bias=True)"
+                + _count_diagnosis(16, 64, False, True, value))
+    for d_model, d_ff, gated, bias in ((10, 27, True, True), (1, 1, True, True), (300, 832, False, True)):
+        call = f"ffn_param_count({d_model}, {d_ff}, gated={gated}, bias={bias})"
+        value = _int_result(impl.call("ffn_param_count", [d_model, d_ff], {"gated": gated, "bias": bias}), call)
+        expected = param_count_oracle(d_model, d_ff, gated, bias)
+        expect.that(value == expected, f"{call} = {value}, expected {expected}"
+                    + _count_diagnosis(d_model, d_ff, gated, bias, value))
+
+
+# --- Exercise 4 --------------------------------------------------------------------------
+
+
+def swiglu_state(d_model, d_ff, seed, bias=False):
+    state = {"w1.weight": _randn((d_ff, d_model), seed, d_model ** -0.5),
+             "w2.weight": _randn((d_model, d_ff), seed + 1, d_ff ** -0.5),
+             "w3.weight": _randn((d_ff, d_model), seed + 2, d_model ** -0.5)}
+    if bias:
+        for name, size in (("w1", d_ff), ("w2", d_model), ("w3", d_ff)):
+            state[f"{name}.bias"] = _randn((size,), seed + 3 + len(name), 0.3)
+    return state
+
+
+def swiglu_oracle(state, x, gate=F.silu, up=lambda u: u):
+    def linear(name, inp):
+        out = inp @ state[f"{name}.weight"].T
+        return out + state[f"{name}.bias"] if f"{name}.bias" in state else out
+
+    return linear("w2", gate(linear("w1", x)) * up(linear("w3", x)))
+
+
+def _swiglu_mistakes(state, x):
+    swapped = dict(state, **{"w1.weight": state["w3.weight"], "w3.weight": state["w1.weight"]})
+    if "w1.bias" in state:
+        swapped |= {"w1.bias": state["w3.bias"], "w3.bias": state["w1.bias"]}
+    return [
+        (swiglu_oracle(swapped, x), "the gate is on the wrong branch: silu goes on w1(x) (the gate), and w3(x) "
+         "(the 'up' branch) stays linear: w2(silu(w1(x)) * w3(x))"),
+        (swiglu_oracle(state, x, up=F.silu), "silu is applied to both branches; only the gate w1(x) goes through "
+         "silu, w3(x) stays linear"),
+        (swiglu_oracle(state, x, gate=lambda u: u), "the activation is missing: the gate is silu(w1(x))"),
+        (swiglu_oracle(state, x, gate=torch.sigmoid), "the gate uses the sigmoid σ(w1 x) (that is GLU); SwiGLU "
+         "uses silu(w1 x) = w1 x * σ(w1 x)"),
+        (swiglu_oracle(state, x, gate=F.gelu), "the gate uses GELU (that is GEGLU); SwiGLU uses silu"),
+    ]
+
+
+SWIGLU_NAMES = ("w1 (gate) and w3 (up) are nn.Linear(d_model, d_ff, bias=bias), w2 (down) is "
+                "nn.Linear(d_ff, d_model, bias=bias)")
+
+
+def _swiglu_parameters(d_model, d_ff, bias=False):
+    shapes = {"w1.weight": [d_ff, d_model], "w2.weight": [d_model, d_ff], "w3.weight": [d_ff, d_model]}
+    if bias:
+        shapes |= {"w1.bias": [d_ff], "w2.bias": [d_model], "w3.bias": [d_ff]}
+    return shapes
+
+
+@SWIGLU.visible
+def test_swiglu_parameters(impl):
+    "w1, w3: nn.Linear(d_model, d_ff), w2: nn.Linear(d_ff, d_model), no bias by default; d_ff from swiglu_hidden_dim"
+    _check_parameters(impl, "SwiGLU", [16, 40], {}, _swiglu_parameters(16, 40), SWIGLU_NAMES)
+    for d_model, multiple_of in ((96, 64), (100, 64), (40, 16)):
+        kwargs = {} if multiple_of == 64 else {"multiple_of": multiple_of}
+        width = hidden_dim_oracle(d_model, multiple_of)
+        summary = impl.ffn_summary("SwiGLU", [d_model], kwargs)
+        got = summary.get("parameters", {}).get("w1.weight", ["?", "?"])[0]
+        call = f"SwiGLU({d_model}{', multiple_of=' + str(multiple_of) if kwargs else ''})"
+        expect.that(got == width, f"{call} has a hidden width of {got}, expected {width}: with d_ff=None the width "
+                    f"is swiglu_hidden_dim(d_model, multiple_of)" + (_width_diagnosis(d_model, multiple_of, got)
+                                                                     if isinstance(got, int) else ""))
+        _check_parameters(impl, "SwiGLU", [d_model], kwargs, _swiglu_parameters(d_model, width), SWIGLU_NAMES)
+
+
+@SWIGLU.visible
+def test_swiglu_forward(impl):
+    "SwiGLU(16, 40)(x) equals w2(silu(w1 x) * w3 x), for x of shape [2, 5, 16]"
+    state, x = swiglu_state(16, 40, 0), _randn((2, 5, 16), 1)
+    got = impl.ffn_forward("SwiGLU", [16, 40], {}, state, x)
+    expect.close(got["output"], swiglu_oracle(state, x), "SwiGLU(16, 40)(x)", **TOL,
+                 alternatives=_swiglu_mistakes(state, x))
+
+
+@SWIGLU.hidden
+def test_swiglu_shapes_bias_and_gradients(impl):
+    "2-D and 3-D inputs, other widths, bias=True; parameter gradients equal autograd's through the closed form"
+    _check_parameters(impl, "SwiGLU", [24, 64], {"bias": True}, _swiglu_parameters(24, 64, bias=True), SWIGLU_NAMES)
+    for seed, shape, d_ff, bias in ((2, (9, 12), 32, False), (3, (2, 3, 24), 64, True), (4, (1, 7, 8), 20, False)):
+        d = shape[-1]
+        state, x = swiglu_state(d, d_ff, seed * 10, bias), _randn(shape, seed * 10 + 5, 1.5)
+        grad_output = _randn(shape, seed * 10 + 6)
+        got = impl.ffn_forward("SwiGLU", [d, d_ff], {"bias": bias}, state, x, grad_output)
+        expect.close(got["output"], swiglu_oracle(state, x), f"SwiGLU({d}, {d_ff}, bias={bias})(x) for x of shape "
+                     f"{list(shape)}", **TOL, alternatives=_swiglu_mistakes(state, x))
+        grads = expect.gradients(got, f"SwiGLU({d}, {d_ff})")
+        params = {k: v.clone().requires_grad_() for k, v in state.items()}
+        swiglu_oracle(params, x).backward(grad_output)
+        for name, p in params.items():
+            expect.close(grads.get(name), p.grad, f"the gradient of {name}", **GRAD)
+
+
+# --- Exercise 5 --------------------------------------------------------------------------
+
+COST_KEYS = ("attention_params", "ffn_params", "attention_flops", "ffn_flops")
+
+
+def costs_oracle(d_model, d_ff, seq_len):
+    """Parameters of the block's linear layers; FLOPs counted by FlopCounterMode on the meta device."""
+    with torch.device("meta"):
+        q, k, v, o = (nn.Linear(d_model, d_model) for _ in range(4))
+        fc1, fc2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        x = torch.empty(1, seq_len, d_model)
+    with FlopCounterMode(display=False) as attention:
+        weights = (q(x) @ k(x).transpose(-1, -2)).softmax(-1)  # one head of width d_model: same count as h heads
+        o(weights @ v(x))
+    with FlopCounterMode(display=False) as ffn:
+        fc2(F.gelu(fc1(x)))
+    count = lambda *modules: sum(p.numel() for m in modules for p in m.parameters())  # noqa: E731
+    return {"attention_params": count(q, k, v, o), "ffn_params": count(fc1, fc2),
+            "attention_flops": attention.get_total_flops(), "ffn_flops": ffn.get_total_flops()}
+
+
+def _costs_diagnosis(key, value, d_model, d_ff, seq_len, expected):
+    t, d = seq_len, d_model
+    if key.endswith("flops") and value * 2 == expected:
+        return " (that counts multiply-adds; a multiply-add is 2 FLOPs)"
+    if key == "attention_flops" and value == 8 * t * d * d:
+        return " (only the four projections; the scores Q K^T and weights @ V add 2 * seq_len² * d_model each)"
+    if key == "attention_flops" and value == 8 * t * d * d + 2 * t * t * d:
+        return " (the product of the weights with V costs 2 * seq_len² * d_model as well)"
+    if key == "attention_params" and value == 4 * d * d:
+        return " (the biases of q_proj, k_proj, v_proj and out_proj are not counted)"
+    if key == "ffn_params" and value == 2 * d * d_ff:
+        return " (the biases of fc1 and fc2 are not counted)"
+    if key == "attention_params" and value == 3 * d * d + 3 * d:
+        return " (out_proj is part of attention: four d_model x d_model projections)"
+    return ""
+
+
+def _check_costs(impl, d_model, d_ff, seq_len):
+    call = f"block_costs({d_model}, {d_ff}, {seq_len})"
+    got = impl.call("block_costs", [d_model, d_ff, seq_len], {})
+    value = got["value"]
+    expect.that(got["type"] == "dict" and isinstance(value, dict),
+                f"{call} returned a {got['type']}; return a dict with keys {list(COST_KEYS)}")
+    expect.that(sorted(value) == sorted(COST_KEYS), f"{call} has keys {sorted(value)}; expected {list(COST_KEYS)}")
+    expected = costs_oracle(d_model, d_ff, seq_len)
+    four_times = costs_oracle(d_model, 4 * d_model, seq_len) if d_ff != 4 * d_model else {}
+    for key in COST_KEYS:
+        if value[key] != expected[key] and value[key] == four_times.get(key):
+            expect.fail(f"{call}[{key!r}] = {value[key]:,}, expected {expected[key]:,}: that is the count for "
+                        f"d_ff = 4 * d_model = {4 * d_model}; use the d_ff argument, which is not always 4 * d_model")
+        expect.that(isinstance(value[key], int) and not isinstance(value[key], bool),
+                    f"{call}[{key!r}] is {value[key]!r}; return an int")
+        expect.that(value[key] == expected[key], f"{call}[{key!r}] = {value[key]:,}, expected {expected[key]:,}"
+                    + _costs_diagnosis(key, value[key], d_model, d_ff, seq_len, expected[key]))
+
+
+@COSTS.visible
+def test_costs_gpt2_small(impl):
+    "GPT-2 small's block (d_model 768, d_ff 3072) at 1024 tokens: parameters and forward FLOPs of attention and FFN"
+    _check_costs(impl, 768, 3072, 1024)
+
+
+@COSTS.hidden
+def test_costs_other_sizes(impl):
+    "other widths and sequence lengths, where the seq_len² terms dominate or vanish"
+    for args in ((64, 256, 4096), (512, 1408, 1), (12, 48, 7)):
+        _check_costs(impl, *args)

@@ -1,0 +1,194 @@
+"""Mistakes students make in notebook 06."""
+
+from wrong import Wrong
+
+_ACTIVATIONS = '''
+def relu(x):
+    return {relu}
+
+
+def gelu(x):
+    return {gelu}
+
+
+def gelu_tanh(x):
+    return {gelu_tanh}
+
+
+def silu(x):
+    return {silu}
+'''
+_RELU = "torch.where(x > 0, x, torch.zeros_like(x))"
+_GELU = "0.5 * x * (1 + torch.erf(x / math.sqrt(2)))"
+_GELU_TANH = "0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))"
+_SILU = "x * torch.sigmoid(x)"
+
+
+def activations(relu=_RELU, gelu=_GELU, gelu_tanh=_GELU_TANH, silu=_SILU, extra=""):
+    return extra + _ACTIVATIONS.format(relu=relu, gelu=gelu, gelu_tanh=gelu_tanh, silu=silu)
+
+
+_FFN = '''
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, activation="gelu", bias=True, dropout=0.0):
+        super().__init__()
+        self.activation = {choices}[activation]
+        self.fc1 = {fc1}
+        self.fc2 = {fc2}
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        {body}
+'''
+_CHOICES = '{"relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh}'
+_BODY = "return self.dropout(self.fc2(self.activation(self.fc1(x))))"
+
+
+def ffn(choices=_CHOICES, fc1="nn.Linear(d_model, d_ff, bias=bias)", fc2="nn.Linear(d_ff, d_model, bias=bias)",
+        body=_BODY):
+    return _FFN.format(choices=choices, fc1=fc1, fc2=fc2, body=body)
+
+
+_WIDTH = '''
+def swiglu_hidden_dim(d_model, multiple_of=64):
+    return {width}
+
+
+def ffn_param_count(d_model, d_ff, gated=False, bias={default_bias}):
+    layers = 3 if gated else 2
+    return {count}
+'''
+_CEIL = "-(-8 * d_model // (3 * multiple_of)) * multiple_of"
+_COUNT = "layers * d_model * d_ff + (((layers - 1) * d_ff + d_model) if bias else 0)"
+
+
+def width(width=_CEIL, count=_COUNT, default_bias="True"):
+    return _WIDTH.format(width=width, count=count, default_bias=default_bias)
+
+
+_SWIGLU = '''
+class SwiGLU(nn.Module):
+    def __init__(self, d_model, d_ff=None, multiple_of=64, bias=False):
+        super().__init__()
+        if d_ff is None:
+            d_ff = {width}
+        self.w1 = nn.Linear(d_model, d_ff, bias={bias})
+        self.w3 = nn.Linear(d_model, d_ff, bias={bias})
+        self.w2 = {w2}
+
+    def forward(self, x):
+        return {out}
+'''
+
+
+def swiglu(width="swiglu_hidden_dim(d_model, multiple_of)", bias="bias", w2="nn.Linear(d_ff, d_model, bias=bias)",
+           out="self.w2(silu(self.w1(x)) * self.w3(x))"):
+    return _SWIGLU.format(width=width, bias=bias, w2=w2, out=out)
+
+
+_COSTS = '''
+def block_costs(d_model, d_ff, seq_len):
+    d, t = d_model, seq_len
+    return {{
+        "attention_params": {attention_params},
+        "ffn_params": {ffn_params},
+        "attention_flops": {attention_flops},
+        "ffn_flops": {ffn_flops},
+    }}
+'''
+
+
+def costs(attention_params="4 * (d * d + d)", ffn_params="2 * d * d_ff + d_ff + d",
+          attention_flops="8 * t * d * d + 4 * t * t * d", ffn_flops="4 * t * d * d_ff"):
+    return _COSTS.format(attention_params=attention_params, ffn_params=ffn_params, attention_flops=attention_flops,
+                         ffn_flops=ffn_flops)
+
+
+RIGHT = {"ffn_activations": activations(), "feed_forward": ffn(), "swiglu_width": width(), "swiglu": swiglu(),
+         "block_costs": costs()}
+
+WRONG = [
+    # Exercise 1
+    Wrong("ffn_activations", "tanh GELU where the exact one was asked", activations(gelu=_GELU_TANH),
+          "this is the tanh approximation"),
+    Wrong("ffn_activations", "GELU without the factor 0.5", activations(gelu="x * (1 + torch.erf(x / math.sqrt(2)))"),
+          "the factor 0.5 is missing"),
+    Wrong("ffn_activations", "erf without the 1/sqrt(2)", activations(gelu="0.5 * x * (1 + torch.erf(x))"),
+          "erf needs x / sqrt(2)"),
+    Wrong("ffn_activations", "tanh GELU without the cubic term",
+          activations(gelu_tanh="0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * x))"), "cubic term"),
+    Wrong("ffn_activations", "SiLU returns the sigmoid alone", activations(silu="torch.sigmoid(x)"),
+          "the sigmoid σ(x) alone"),
+    Wrong("ffn_activations", "leaky ReLU", activations(relu="torch.where(x > 0, x, 0.01 * x)"), "leaky ReLU"),
+    Wrong("ffn_activations", "calls F.gelu", activations(gelu="F.gelu(x)"), "ready-made function"),
+    Wrong("ffn_activations", "sigmoid written as exp(x) / (1 + exp(x)): NaN for large x",
+          activations(silu="x * torch.exp(x) / (1 + torch.exp(x))"), "NaN or inf"),
+    Wrong("ffn_activations", "ReLU through NumPy: no gradient",
+          activations(relu="torch.from_numpy(np.maximum(x.detach().numpy(), 0))", extra="import numpy as np\n"),
+          "no gradient reaches the input of relu"),
+    # Exercise 2
+    Wrong("feed_forward", "tanh GELU where activation='gelu' asks for the exact one",
+          ffn(choices='{"relu": relu, "gelu": gelu_tanh, "gelu_tanh": gelu_tanh}'), "tanh approximation of GELU"),
+    Wrong("feed_forward", "activation missing", ffn(body="return self.dropout(self.fc2(self.fc1(x)))"),
+          "the activation between fc1 and fc2 is missing"),
+    Wrong("feed_forward", "weights transposed",
+          ffn(fc1="nn.Linear(d_ff, d_model, bias=bias)", fc2="nn.Linear(d_model, d_ff, bias=bias)",
+              body="h = self.activation(x @ self.fc1.weight + (self.fc1.bias if self.fc1.bias is not None else 0))\n"
+                   "        return self.dropout(h @ self.fc2.weight + (self.fc2.bias if self.fc2.bias is not None "
+                   "else 0))"),
+          "transposed"),
+    Wrong("feed_forward", "ignores the activation argument",
+          ffn(choices='{"relu": gelu, "gelu": gelu, "gelu_tanh": gelu}'), "use the `activation` argument"),
+    Wrong("feed_forward", "ignores bias=False", ffn(fc1="nn.Linear(d_model, d_ff)", fc2="nn.Linear(d_ff, d_model)"),
+          "the names matter"),
+    Wrong("feed_forward", "F.dropout without training=self.training (active in eval mode)",
+          ffn(body="return F.dropout(self.fc2(self.activation(self.fc1(x))), self.dropout.p)"),
+          "In eval mode dropout must do nothing"),
+    Wrong("feed_forward", "dropout on the hidden layer instead of the output",
+          ffn(body="return self.fc2(self.dropout(self.activation(self.fc1(x))))"), "dropout acts on the FFN's output"),
+    Wrong("feed_forward", "never calls dropout", ffn(body="return self.fc2(self.activation(self.fc1(x)))"),
+          "dropout is not applied"),
+    Wrong("feed_forward", "forward under torch.no_grad()",
+          ffn(body="with torch.no_grad():\n            return self.dropout(self.fc2(self.activation(self.fc1(x))))"),
+          "does not require grad"),
+    # Exercise 3
+    Wrong("swiglu_width", "width rounded down", width(width="(8 * d_model // 3) // multiple_of * multiple_of"),
+          "rounded down or to the nearest"),
+    Wrong("swiglu_width", "width rounded to the nearest multiple",
+          width(width="round(8 * d_model / 3 / multiple_of) * multiple_of"), "rounded down or to the nearest"),
+    Wrong("swiglu_width", "width not rounded", width(width="int(8 * d_model / 3)"), "is not rounded to a multiple"),
+    Wrong("swiglu_width", "width truncated by int() before rounding up",
+          width(width="-(-int(8 * d_model / 3) // multiple_of) * multiple_of"), "int() truncates"),
+    Wrong("swiglu_width", "the 4x width", width(width="4 * d_model"), "that is the 4x width"),
+    Wrong("swiglu_width", "biases not counted", width(count="layers * d_model * d_ff"), "the biases are not counted"),
+    Wrong("swiglu_width", "gated FFN counted with two matrices",
+          width(count="2 * d_model * d_ff + ((d_ff + d_model) if bias else 0)"), "three matrices"),
+    Wrong("swiglu_width", "bias=False by default", width(default_bias="False"), "by default gated=False and bias=True"),
+    # Exercise 4
+    Wrong("swiglu", "gate on the wrong branch", swiglu(out="self.w2(silu(self.w3(x)) * self.w1(x))"),
+          "the gate is on the wrong branch"),
+    Wrong("swiglu", "activation on both branches", swiglu(out="self.w2(silu(self.w1(x)) * silu(self.w3(x)))"),
+          "silu is applied to both branches"),
+    Wrong("swiglu", "activation missing", swiglu(out="self.w2(self.w1(x) * self.w3(x))"), "the activation is missing"),
+    Wrong("swiglu", "sigmoid gate (GLU)", swiglu(out="self.w2(torch.sigmoid(self.w1(x)) * self.w3(x))"),
+          "that is GLU"),
+    Wrong("swiglu", "width not rounded", swiglu(width="int(8 * d_model / 3)"), "is not rounded to a multiple"),
+    Wrong("swiglu", "width rounded down",
+          swiglu(width="(8 * d_model // 3) // multiple_of * multiple_of"), "rounded down or to the nearest"),
+    Wrong("swiglu", "w2 transposed",
+          swiglu(w2="nn.Linear(d_model, d_ff, bias=bias)", out="(silu(self.w1(x)) * self.w3(x)) @ self.w2.weight"),
+          "w2.weight transposed"),
+    Wrong("swiglu", "ignores bias=True", swiglu(bias="False", w2="nn.Linear(d_ff, d_model, bias=False)"),
+          "w2 (down) is nn.Linear(d_ff, d_model, bias=bias)"),
+    # Exercise 5
+    Wrong("block_costs", "counts multiply-adds, not FLOPs",
+          costs(attention_flops="4 * t * d * d + 2 * t * t * d", ffn_flops="2 * t * d * d_ff"), "multiply-adds"),
+    Wrong("block_costs", "attention FLOPs without the scores and weighted values",
+          costs(attention_flops="8 * t * d * d"), "only the four projections"),
+    Wrong("block_costs", "attention FLOPs without the weighted values",
+          costs(attention_flops="8 * t * d * d + 2 * t * t * d"), "the product of the weights with V"),
+    Wrong("block_costs", "biases not counted", costs(attention_params="4 * d * d", ffn_params="2 * d * d_ff"),
+          "are not counted"),
+    Wrong("block_costs", "d_ff assumed to be 4 * d_model",
+          costs(ffn_params="8 * d * d + 4 * d + d", ffn_flops="16 * t * d * d"), "use the d_ff argument"),
+]
