@@ -7,7 +7,7 @@ import torch
 from notebooks import ROOT
 
 from autograder.reference.rope import rope as rope_oracle
-from coursetools.notebook_import import load_from_notebook
+from coursetools.notebook_import import load_from_notebook, use_earlier
 
 
 def test_loads_the_instructors_rope_and_it_is_right():
@@ -35,3 +35,52 @@ def test_says_what_is_missing(tmp_path):
         load_from_notebook("03_rope", "RoPE", folder=tmp_path)
     with pytest.raises(NameError, match="defines no NoSuchThing"):
         load_from_notebook("03_rope", "NoSuchThing", folder=ROOT / "solutions")
+
+
+# use_earlier: later notebooks build on earlier answers, or on the course's reference with one line saying so.
+
+def test_use_earlier_gives_the_students_own_module(capsys):
+    from autograder.reference.attention import MultiHeadAttention as Reference
+
+    MultiHeadAttention = use_earlier("05_multihead_attention", "MultiHeadAttention", Reference,
+                                     folder=ROOT / "solutions")
+    assert MultiHeadAttention is not Reference and MultiHeadAttention.__module__ == "notebook_05_multihead_attention"
+    assert capsys.readouterr().out == "Using your MultiHeadAttention from 05_multihead_attention.\n"
+
+
+def test_use_earlier_falls_back_on_a_stub_and_says_so(capsys):
+    from autograder.reference.feed_forward import FeedForward as Reference
+
+    assert use_earlier("06_feed_forward", "FeedForward", Reference, folder=ROOT / "course") is Reference
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("Your FeedForward from 06_feed_forward is not finished (its answer cell still says raise "
+                           "NotImplementedError()); using the course's reference version built on PyTorch instead.")
+    assert line.endswith("Finish notebook 06 and re-run this cell to use your own.")
+
+
+def test_use_earlier_falls_back_when_the_notebook_is_missing_or_broken(tmp_path, capsys):
+    assert use_earlier("02_normalization", "LayerNorm", torch.nn.LayerNorm, folder=tmp_path) is torch.nn.LayerNorm
+    assert "is not there" in capsys.readouterr().out
+    broken = tmp_path / "02_normalization"
+    broken.mkdir()
+    (broken / "02_normalization.ipynb").write_text("not a notebook")
+    assert use_earlier("02_normalization", "LayerNorm", torch.nn.LayerNorm, folder=tmp_path) is torch.nn.LayerNorm
+    assert "loading it raised" in capsys.readouterr().out
+
+
+def test_the_reference_cannot_stand_in_for_an_exercise():
+    """Notebook 05 graded with the course's reference attention imported as the answer: refused, and told why."""
+    from notebooks import answer_source, read, run_here, solution_path, with_answer
+
+    from autograder.exercises import find_exercise, run_exercise
+    from autograder.impl import LocalImpl
+
+    nb = read(solution_path("05_multihead_attention"))
+    assert "class MultiHeadAttention" in answer_source(nb, "multi_head_attention")
+    cheat = with_answer(nb, "multi_head_attention", "from autograder.reference.attention import MultiHeadAttention\n")
+    namespace = run_here(cheat, solution_path("05_multihead_attention").parent)
+    exercise, adapters = find_exercise("multi_head_attention")
+    result = run_exercise(exercise, LocalImpl(namespace, adapters))
+    assert not result.passed
+    assert "`MultiHeadAttention` is the course's reference implementation; the exercise asks for your own" \
+        in result.message, result.message

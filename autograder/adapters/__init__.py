@@ -18,7 +18,21 @@ def need(namespace: dict, name: str):
     """The student's definition of ``name``, or a NameError that says what to do."""
     if name not in namespace:
         raise NameError(f"{name} is not defined: run its answer cell (and the cells above it) first")
-    return namespace[name]
+    value = namespace[name]
+    if _is_the_courses(value):
+        raise TypeError(f"`{name}` is the course's reference implementation; the exercise asks for your own")
+    return value
+
+
+_COURSE_MODULES = ("autograder.reference", "autograder.checks")
+
+
+def _is_the_courses(value) -> bool:
+    """Whether ``value`` (or its class, or a base class) is defined in the course's reference or checks."""
+    owners = [value, type(value)]
+    for owner in list(owners):
+        owners += list(getattr(owner, "__mro__", ()))
+    return any(str(getattr(owner, "__module__", "") or "").startswith(_COURSE_MODULES) for owner in owners)
 
 
 def summary(module) -> dict:
