@@ -1,0 +1,54 @@
+"""Adapters for notebook 07: the residual connection, pre-/post-norm blocks, encoder and decoder blocks.
+
+The blocks take their components as constructor arguments; here they get the course's reference
+components (``autograder.reference``), so grading never depends on the student's notebooks 02, 05
+and 06.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from autograder.adapters import forward_backward, load, need, summary
+from autograder.reference.attention import CrossAttention, MultiHeadAttention
+from autograder.reference.feed_forward import FeedForward
+
+COMPONENTS = {"attention": MultiHeadAttention, "feed_forward": FeedForward, "norm": nn.LayerNorm}
+
+
+def _build(ns, class_name: str, args: list, kwargs: dict):
+    components = dict(COMPONENTS, **({"cross_attention": CrossAttention} if class_name == "DecoderBlock" else {}))
+    return need(ns, class_name)(*args, **kwargs, **components)
+
+
+def block_summary(ns, class_name: str, args: list, kwargs: dict):
+    return summary(_build(ns, class_name, args, kwargs))
+
+
+def block_forward(ns, class_name: str, args: list, kwargs: dict, state: dict, inputs: list, call_kwargs: dict,
+                  grad_output=None):
+    """Build the block with the reference components, load ``state`` by name, run it (and backward)."""
+    module = load(_build(ns, class_name, args, kwargs), state)
+    return forward_backward(module, grad_output, *inputs, **call_kwargs)
+
+
+def _sublayer(kind: str, d_model: int) -> nn.Module:
+    return nn.Linear(d_model, d_model) if kind == "linear" else MultiHeadAttention(d_model, 2)
+
+
+def residual_summary(ns, kind: str, d_model: int):
+    return summary(need(ns, "Residual")(_sublayer(kind, d_model)))
+
+
+def residual_forward(ns, kind: str, d_model: int, state: dict, x, call_kwargs: dict, grad_output=None):
+    """``Residual(sublayer)(x, **call_kwargs)``; whether ``x`` was changed; gradients of ``x`` and parameters."""
+    module = load(need(ns, "Residual")(_sublayer(kind, d_model)), state)
+    given = x.clone().requires_grad_(grad_output is not None)
+    seen = given.detach().clone()
+    result = forward_backward(module, grad_output, given, **call_kwargs)
+    result["input_after"] = given.detach().clone()
+    result["input_before"] = seen
+    if grad_output is not None and isinstance(result.get("grads"), dict):
+        result["input_grad"] = given.grad if given.grad is not None else torch.zeros_like(given)
+    return result

@@ -1,0 +1,633 @@
+"""Checks for notebook 07: the residual connection, pre-norm and post-norm blocks, encoder and decoder blocks.
+
+Oracles: ``torch.nn.TransformerEncoderLayer`` (``norm_first`` True and False) and
+``torch.nn.TransformerDecoderLayer``, with ``dropout=0.0``, ``batch_first=True``, activation
+"relu" or "gelu", in train mode (PyTorch's eval-mode fast path returns zeros at padded positions),
+with the student's weights copied in (q/k/v stacked into ``in_proj_weight``/``in_proj_bias``,
+``fc1``/``fc2`` as ``linear1``/``linear2``) and the masks translated to PyTorch's polarity (True =
+NOT allowed; ``*_key_padding_mask`` True = padding); their parameter gradients by autograd; and
+invariances: changing future tokens leaves earlier decoder outputs unchanged, changing padded tokens
+leaves the real tokens' outputs unchanged. The student's blocks are built with the course's
+reference components (``autograder.reference``), so these checks never rest on notebooks 02, 05, 06.
+The residual connection is checked against ``x + sublayer(x)`` computed here, and its input
+gradient against ``grad + J^T grad`` by autograd.
+
+Diagnoses of known mistakes (post-norm order in a pre-norm block, a missing residual, one LayerNorm
+for both sublayers, cross-attention on the decoder's own states, ...) are the same composition
+written here with the reference components, each with the mistake.
+
+Tolerances (float32 on CPU): block outputs atol 1e-5 + rtol 1e-4, parameter gradients atol 1e-4 +
+rtol 1e-4. Measured here for the reference solution over 40 seeds at the checks' shapes: outputs
+differ from PyTorch's layers by at most 2.4e-6 (LayerNorm outputs are O(1); PyTorch's fused
+in-projection sums in another order), gradients by at most 1.1e-5. The closest known mistake (one
+LayerNorm shared by both sublayers, with the two norms' weights drawn 0.3 apart) differs by more
+than 0.1. Invariances: atol 1e-5 (an unchanged output is recomputed from identical inputs, and the
+masked keys get exactly zero weight; measured 0).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from autograder import expect
+from autograder.exercises import Exercise
+from autograder.reference.attention import CrossAttention, MultiHeadAttention
+from autograder.reference.feed_forward import FeedForward
+
+RESIDUAL = Exercise("residual", "Exercise 1: the residual connection", points=2)
+PRE_NORM = Exercise("pre_norm_block", "Exercise 2: the pre-norm block", points=3)
+POST_NORM = Exercise("post_norm_block", "Exercise 3: the post-norm block", points=3)
+ENCODER = Exercise("encoder_block", "Exercise 4: the encoder block with a padding mask", points=3)
+DECODER = Exercise("decoder_block", "Exercise 5: the decoder block", points=4)
+EXERCISES = [RESIDUAL, PRE_NORM, POST_NORM, ENCODER, DECODER]
+
+TOL = {"atol": 1e-5, "rtol": 1e-4}
+GRAD = {"atol": 1e-4, "rtol": 1e-4}
+SAME = {"atol": 1e-5, "rtol": 0.0}
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(7000 + seed)
+
+
+def _randn(shape, seed, scale=1.0):
+    return torch.randn(*shape, generator=_gen(seed)) * scale
+
+
+# --- states and the PyTorch oracles ------------------------------------------------------
+
+def _linear(prefix, n_in, n_out, seed):
+    return {f"{prefix}.weight": _randn((n_out, n_in), seed, n_in ** -0.5), f"{prefix}.bias": _randn((n_out,), seed + 1, 0.2)}
+
+
+def _norm(prefix, d, seed):
+    return {f"{prefix}.weight": 1.0 + _randn((d,), seed, 0.3), f"{prefix}.bias": _randn((d,), seed + 1, 0.3)}
+
+
+def _attention(prefix, d, seed):
+    state = {}
+    for i, name in enumerate(("q_proj", "k_proj", "v_proj", "out_proj")):
+        state |= _linear(f"{prefix}.{name}", d, d, seed + 10 * i)
+    return state
+
+
+def block_state(d, d_ff, seed, attention="attn", cross=False):
+    """A state dict with the course's names: norm1, <attention>, norm2, ffn (and cross_attn, norm3)."""
+    state = _attention(attention, d, seed) | _norm("norm1", d, seed + 50) | _norm("norm2", d, seed + 60)
+    state |= _linear("ffn.fc1", d, d_ff, seed + 70) | _linear("ffn.fc2", d_ff, d, seed + 80)
+    if cross:
+        state |= _attention("cross_attn", d, seed + 100) | _norm("norm3", d, seed + 150)
+    return state
+
+
+def _to_torch_attention(state, prefix, target):
+    q, k, v = (f"{prefix}.{n}_proj" for n in "qkv")
+    return {f"{target}.in_proj_weight": torch.cat([state[f"{p}.weight"] for p in (q, k, v)]),
+            f"{target}.in_proj_bias": torch.cat([state[f"{p}.bias"] for p in (q, k, v)]),
+            f"{target}.out_proj.weight": state[f"{prefix}.out_proj.weight"],
+            f"{target}.out_proj.bias": state[f"{prefix}.out_proj.bias"]}
+
+
+def torch_layer(state, d, heads, d_ff, activation, norm_first, attention="attn", decoder=False):
+    """PyTorch's own layer with the course-named ``state`` copied in."""
+    layer_class = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
+    layer = layer_class(d, heads, d_ff, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first)
+    copied = _to_torch_attention(state, attention, "self_attn")
+    copied |= {"linear1.weight": state["ffn.fc1.weight"], "linear1.bias": state["ffn.fc1.bias"],
+               "linear2.weight": state["ffn.fc2.weight"], "linear2.bias": state["ffn.fc2.bias"]}
+    norms = ("norm1", "norm2", "norm3") if decoder else ("norm1", "norm2")
+    copied |= {f"{n}.{p}": state[f"{n}.{p}"] for n in norms for p in ("weight", "bias")}
+    if decoder:
+        copied |= _to_torch_attention(state, "cross_attn", "multihead_attn")
+    layer.load_state_dict(copied, strict=True)
+    return layer.train()  # train mode with dropout 0: no fast path, which zeroes padded positions
+
+
+def _from_torch_grads(layer, d, attention="attn"):
+    """The layer's parameter gradients under the course's names."""
+    grads = {}
+    for name, p in layer.named_parameters():
+        g = p.grad
+        target = {"self_attn": attention, "multihead_attn": "cross_attn"}.get(name.split(".")[0])
+        if name.endswith("in_proj_weight") or name.endswith("in_proj_bias"):
+            kind = "weight" if name.endswith("weight") else "bias"
+            for i, proj in enumerate(("q_proj", "k_proj", "v_proj")):
+                grads[f"{target}.{proj}.{kind}"] = g[i * d:(i + 1) * d]
+        elif name.startswith(("self_attn.", "multihead_attn.")):
+            grads[f"{target}.{name.split('.', 1)[1]}"] = g
+        elif name.startswith("linear"):
+            grads[name.replace("linear", "ffn.fc")] = g
+        else:
+            grads[name] = g
+    return grads
+
+
+def _not(mask):
+    return None if mask is None else ~mask
+
+
+def encoder_oracle(state, x, heads, d_ff, activation, norm_first, mask=None, padding=None, attention="attn",
+                   grad_output=None):
+    layer = torch_layer(state, x.shape[-1], heads, d_ff, activation, norm_first, attention)
+    out = layer(x, src_mask=_not(mask), src_key_padding_mask=_not(padding))
+    if grad_output is None:
+        return out.detach(), None
+    out.backward(grad_output)
+    return out.detach(), _from_torch_grads(layer, x.shape[-1], attention)
+
+
+def causal(length):
+    return torch.ones(length, length, dtype=torch.bool).tril()
+
+
+def decoder_oracle(state, x, memory, heads, d_ff, activation, norm_first, tgt_padding=None, memory_padding=None,
+                   grad_output=None):
+    layer = torch_layer(state, x.shape[-1], heads, d_ff, activation, norm_first, "self_attn", decoder=True)
+    out = layer(x, memory, tgt_mask=~causal(x.shape[1]), tgt_key_padding_mask=_not(tgt_padding),
+                memory_key_padding_mask=_not(memory_padding))
+    if grad_output is None:
+        return out.detach(), None
+    out.backward(grad_output)
+    return out.detach(), _from_torch_grads(layer, x.shape[-1], "self_attn")
+
+
+# --- the same blocks composed here from reference components, for diagnoses -------------
+
+class _Parts:
+    def __init__(self, state, d, heads, d_ff, activation, attention="attn"):
+        def sub(prefix):
+            return {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+
+        self.attn = MultiHeadAttention(d, heads)
+        self.attn.load_state_dict(sub(attention))
+        self.ffn = FeedForward(d, d_ff, activation)
+        self.ffn.load_state_dict(sub("ffn"))
+        self.norms = {}
+        for n in ("norm1", "norm2", "norm3"):
+            if f"{n}.weight" in state:
+                self.norms[n] = nn.LayerNorm(d)
+                self.norms[n].load_state_dict(sub(n))
+        if "cross_attn.q_proj.weight" in state:
+            self.cross = CrossAttention(d, heads)
+            self.cross.load_state_dict(sub("cross_attn"))
+
+
+@torch.no_grad()
+def composed(parts, x, steps, mask=None, memory=None, memory_mask=None):
+    """A block as a list of (kind, sublayer, norm) steps, kinds including a few known mistakes."""
+    for kind, sub, norm_name in steps:
+        norm = parts.norms[norm_name]
+
+        def f(h, sub=sub):
+            if sub == "attn":
+                return parts.attn(h, mask)
+            if sub == "cross":
+                return parts.cross(h, memory, memory_mask)
+            if sub == "self-cross":  # cross-attention reading the decoder's own states
+                return parts.cross(h, h, None)
+            return parts.ffn(h)
+
+        if kind == "pre":
+            x = x + f(norm(x))
+        elif kind == "post":
+            x = norm(x + f(x))
+        elif kind == "bare-pre":  # residual missing
+            x = f(norm(x))
+        elif kind == "bare-post":
+            x = norm(f(x))
+        elif kind == "normed-pre":  # the residual stream itself normalized: h = norm(x); x = h + f(h)
+            h = norm(x)
+            x = h + f(h)
+        elif kind == "prepost":  # norm before and after: norm(x + f(norm(x)))
+            x = norm(x + f(norm(x)))
+    return x
+
+
+# --- Exercise 1 --------------------------------------------------------------------------
+
+RESIDUAL_NAMES = "store the sublayer as self.sublayer (an nn.Module attribute, so its parameters are registered)"
+
+
+def _residual_case(impl, kind, d, seed, shape, mask=None, grads=False):
+    sub = nn.Linear(d, d) if kind == "linear" else MultiHeadAttention(d, 2)
+    state = _linear("sublayer", d, d, seed) if kind == "linear" else _attention("sublayer", d, seed)
+    sub.load_state_dict({k.split(".", 1)[1]: v for k, v in state.items()})
+    x, grad_output = _randn(shape, seed + 5), (_randn(shape, seed + 6) if grads else None)
+    call_kwargs = {} if mask is None else {"mask": mask}
+    got = impl.residual_forward(kind, d, state, x, call_kwargs, grad_output)
+    what = f"Residual({'nn.Linear' if kind == 'linear' else 'MultiHeadAttention'}({d}, ...))(x{', mask=mask' * (mask is not None)})"
+    expect.that(isinstance(got, dict) and "input_after" in got, f"{what} did not run")
+    expect.that(torch.equal(got["input_after"], got["input_before"]),
+                f"{what} changes its input x in place (x += ...): the caller's x must stay as it was; "
+                "return x + self.sublayer(x) as a new tensor")
+    with torch.no_grad():
+        inner = sub(x, **call_kwargs)
+        mistakes = [(inner, "the residual is missing: return x + self.sublayer(x), not the sublayer's output alone"),
+                    (x, "the sublayer's output is not added: return x + self.sublayer(x)"),
+                    (2 * x + inner, "x is added twice: x + self.sublayer(x)")]
+        if mask is not None:
+            mistakes.append((x + sub(x), "the mask does not reach the sublayer: pass the extra arguments on, "
+                             "forward(x, *args, **kwargs) returns x + self.sublayer(x, *args, **kwargs)"))
+    expect.close(got["output"], x + inner, what, **TOL, alternatives=mistakes)
+    if grads:
+        g = expect.gradients(got, what)
+        xr = x.clone().requires_grad_()
+        params = dict(sub.named_parameters())
+        (xr + sub(xr, **call_kwargs)).backward(grad_output)
+        expect.close(got.get("input_grad"), xr.grad, f"the gradient of x through {what}", **GRAD,
+                     alternatives=[(xr.grad - grad_output, "the identity path x carries no gradient: do not detach x "
+                                    "(no x.detach() or x.data); the gradient of x + f(x) is grad + J^T grad")])
+        for name, p in params.items():
+            expect.close(g.get(f"sublayer.{name}"), p.grad, f"the gradient of sublayer.{name}", **GRAD)
+
+
+@RESIDUAL.visible
+def test_residual_adds_the_input(impl):
+    "Residual(nn.Linear(8, 8))(x) equals x + linear(x), keeps the sublayer's parameters, leaves x unchanged"
+    got = impl.residual_summary("linear", 8)
+    expect.that("parameters" in got, "Residual(sublayer) is not an nn.Module: subclass nn.Module")
+    expect.that(got["parameters"] == {"sublayer.weight": [8, 8], "sublayer.bias": [8]},
+                f"Residual(nn.Linear(8, 8)) has parameters {got['parameters']}, expected sublayer.weight and "
+                f"sublayer.bias: the sublayer is not registered; {RESIDUAL_NAMES}")
+    _residual_case(impl, "linear", 8, 0, (2, 5, 8))
+
+
+@RESIDUAL.hidden
+def test_residual_passes_arguments_on(impl):
+    "extra arguments reach the sublayer: Residual(attention)(x, mask=causal) equals x + attention(x, causal)"
+    _residual_case(impl, "attention", 8, 10, (2, 6, 8), mask=causal(6))
+    _residual_case(impl, "linear", 12, 20, (7, 12))
+
+
+@RESIDUAL.hidden
+def test_residual_gradients(impl):
+    "the gradient reaches x through both paths (grad + J^T grad) and reaches the sublayer's parameters"
+    _residual_case(impl, "linear", 8, 30, (3, 4, 8), grads=True)
+    _residual_case(impl, "attention", 8, 40, (2, 5, 8), mask=causal(5), grads=True)
+
+
+# --- Exercises 2 and 3 -------------------------------------------------------------------
+
+def _block_parameters(d, d_ff, attention="attn", cross=False):
+    shapes = {}
+    for prefix in (attention, "cross_attn") if cross else (attention,):
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            shapes |= {f"{prefix}.{proj}.weight": [d, d], f"{prefix}.{proj}.bias": [d]}
+    for n in ("norm1", "norm2", "norm3") if cross else ("norm1", "norm2"):
+        shapes |= {f"{n}.weight": [d], f"{n}.bias": [d]}
+    return shapes | {"ffn.fc1.weight": [d_ff, d], "ffn.fc1.bias": [d_ff], "ffn.fc2.weight": [d, d_ff],
+                     "ffn.fc2.bias": [d]}
+
+
+def _check_block_parameters(impl, class_name, args, kwargs, expected, names):
+    got = impl.block_summary(class_name, args, kwargs)
+    call = f"{class_name}({', '.join(map(str, args))}, ...)"
+    expect.that("parameters" in got, f"{call} is not an nn.Module")
+    params = got["parameters"]
+    if params == expected:
+        return
+    norms = sorted(n.split(".")[0] for n in expected if n.startswith("norm") and n.endswith("weight"))
+    lost = [n for n in norms if f"{n}.weight" not in params]
+    if lost and set(expected) - set(params) == {f"{n}.{p}" for n in lost for p in ("weight", "bias")}:
+        expect.fail(f"{call} has no parameters named {', '.join(lost)}: one LayerNorm is shared by several "
+                    f"sublayers (or not created); each sublayer needs its own, {', '.join(norms)} = norm(d_model)")
+    missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
+    expect.fail(f"{call} has parameters that differ from the expected names and shapes (missing: {missing[:6]}, "
+                f"unexpected: {extra[:6]}). {names}")
+
+
+PRE_NAMES = ("self.norm1 = norm(d_model), self.attn = attention(d_model, num_heads), self.norm2 = norm(d_model), "
+             "self.ffn = feed_forward(d_model, d_ff, activation); the names matter, checkpoints load by name")
+
+
+def _block_mistakes(parts, x, mask, pre):
+    first, second = ("pre", "post") if pre else ("post", "pre")
+    mistakes = [
+        (composed(parts, x, [(second, "attn", "norm1"), (second, "ffn", "norm2")], mask),
+         "this is the post-norm order; a pre-norm block normalizes the sublayer's input inside the branch: "
+         "x = x + attn(norm1(x)), then x = x + ffn(norm2(x))" if pre else
+         "this is the pre-norm order; a post-norm block normalizes after the residual add: x = norm1(x + attn(x)), "
+         "then x = norm2(x + ffn(x))"),
+        (composed(parts, x, [(f"bare-{first}", "attn", "norm1"), (first, "ffn", "norm2")], mask),
+         "the residual connection around attention is missing: add the block's input back (x + ...)"),
+        (composed(parts, x, [(first, "attn", "norm1"), (f"bare-{first}", "ffn", "norm2")], mask),
+         "the residual connection around the feed-forward network is missing: add its input back (x + ...)"),
+        (composed(parts, x, [(first, "attn", "norm1"), (first, "ffn", "norm1")], mask),
+         "norm1 is used for both sublayers; the feed-forward network's LayerNorm is norm2"),
+        (composed(parts, x, [(first, "attn", "norm1"), (first, "ffn", "norm2")], None),
+         "the mask does not reach the attention: pass mask on to self.attn(..., mask)"),
+    ]
+    if pre:
+        mistakes += [
+            (composed(parts, x, [("prepost", "attn", "norm1"), ("prepost", "ffn", "norm2")], mask),
+             "the norm is applied after the residual add as well; in a pre-norm block the residual stream x is "
+             "never normalized: x = x + attn(norm1(x))"),
+            (composed(parts, x, [("normed-pre", "attn", "norm1"), ("normed-pre", "ffn", "norm2")], mask),
+             "the residual adds the normalized h = norm1(x) instead of x: keep the residual stream as it is, "
+             "x = x + attn(norm1(x))"),
+        ]
+    return mistakes
+
+
+def _block_case(impl, class_name, d, heads, d_ff, activation, shape, seed, mask, grads=False):
+    pre = class_name == "PreNormBlock"
+    state, x = block_state(d, d_ff, seed), _randn(shape, seed + 500)
+    grad_output = _randn(shape, seed + 600) if grads else None
+    kwargs = {"activation": activation}
+    got = impl.block_forward(class_name, [d, heads, d_ff], kwargs, state, [x], {"mask": mask}, grad_output)
+    expected, expected_grads = encoder_oracle(state, x, heads, d_ff, activation, pre, mask=mask,
+                                              grad_output=grad_output)
+    parts = _Parts(state, d, heads, d_ff, activation)
+    mistakes = _block_mistakes(parts, x, mask, pre)
+    other = "gelu" if activation == "relu" else "relu"
+    mistakes.append((encoder_oracle(state, x, heads, d_ff, other, pre, mask=mask)[0],
+                     f"the feed-forward network uses {other} where activation={activation!r} was asked: "
+                     "pass activation on to feed_forward(d_model, d_ff, activation)"))
+    what = (f"{class_name}({d}, {heads}, {d_ff}, activation={activation!r})(x, mask="
+            f"{'None' if mask is None else 'causal'}) for x of shape {list(shape)}")
+    expect.close(got["output"], expected, what, **TOL, alternatives=mistakes,
+                 hint=f"The oracle is nn.TransformerEncoderLayer(norm_first={pre}) with your weights copied in.")
+    if grads:
+        g = expect.gradients(got, what)
+        for name, value in expected_grads.items():
+            expect.close(g.get(name), value, f"the gradient of {name}", **GRAD)
+
+
+def _block_checks(exercise, class_name):
+    pre = class_name == "PreNormBlock"
+    layer = f"nn.TransformerEncoderLayer(norm_first={pre})"
+
+    @exercise.visible
+    def test_parameters(impl):
+        _check_block_parameters(impl, class_name, [8, 2, 32], {}, _block_parameters(8, 32), PRE_NAMES)
+
+    test_parameters.__doc__ = "norm1, attn, norm2, ffn built from the components it is given (names and shapes)"
+
+    @exercise.visible
+    def test_forward(impl):
+        _block_case(impl, class_name, 8, 2, 32, "relu", (2, 5, 8), 0, causal(5))
+
+    test_forward.__doc__ = f"{class_name}(8, 2, 32) with a causal mask equals {layer} with the same weights"
+
+    @exercise.hidden
+    def test_options_and_shapes(impl):
+        _block_case(impl, class_name, 12, 3, 20, "gelu", (3, 7, 12), 10, None)
+        _block_case(impl, class_name, 16, 4, 48, "relu", (1, 9, 16), 20, (torch.rand(9, 9, generator=_gen(3)) > 0.4)
+                    | torch.eye(9, dtype=torch.bool))
+
+    test_options_and_shapes.__doc__ = "activation='gelu', no mask, a random mask, other widths, heads and lengths"
+
+    @exercise.hidden
+    def test_gradients(impl):
+        _block_case(impl, class_name, 8, 2, 24, "gelu", (2, 6, 8), 30, causal(6), grads=True)
+
+    test_gradients.__doc__ = f"parameter gradients equal autograd's through {layer}"
+    for function, name in ((test_parameters, "parameters"), (test_forward, "forward"),
+                           (test_options_and_shapes, "options_and_shapes"), (test_gradients, "gradients")):
+        function.__name__ = function.__qualname__ = f"test_{class_name.lower()}_{name}"
+
+
+_block_checks(PRE_NORM, "PreNormBlock")
+_block_checks(POST_NORM, "PostNormBlock")
+
+
+# --- Exercise 4 --------------------------------------------------------------------------
+
+ENCODER_NAMES = ("self.self_attn = attention(d_model, num_heads), self.norm1 = norm(d_model), self.ffn = "
+                 "feed_forward(d_model, d_ff, activation), self.norm2 = norm(d_model)")
+
+
+def _padding(batch, length, real_lengths):
+    """Right padding: True for the first real_lengths[b] positions of sequence b."""
+    return torch.arange(length)[None, :] < torch.tensor(real_lengths)[:, None]
+
+
+def _order(norm_first, subs):
+    return [("pre" if norm_first else "post", sub, norm) for sub, norm in subs]
+
+
+def _encoder_mistakes(parts, x, padding, norm_first):
+    keys = None if padding is None else padding[:, None, None, :]
+    steps = _order(norm_first, [("attn", "norm1"), ("ffn", "norm2")])
+    length = x.shape[1]
+    mistakes = [
+        (composed(parts, x, _order(not norm_first, [("attn", "norm1"), ("ffn", "norm2")]), keys),
+         f"norm_first={norm_first} asks for the {'pre' if norm_first else 'post'}-norm order: "
+         + ("x = x + self_attn(norm1(x)), then x = x + ffn(norm2(x))" if norm_first else
+            "x = norm1(x + self_attn(x)), then x = norm2(x + ffn(x))")),
+        (composed(parts, x, steps, causal(length) if keys is None else keys & causal(length)),
+         "an encoder attends in both directions: there is no causal mask, only the padding mask"),
+    ]
+    if padding is not None:
+        mistakes += [
+            (composed(parts, x, steps, ~keys), "the padding mask is inverted: padding_mask is True for real tokens, "
+             "and in an attention mask True means 'may attend'"),
+            (composed(parts, x, steps, None), "the padding mask does not reach the attention: build "
+             "mask = padding_mask[:, None, None, :] and pass it to self.self_attn"),
+            (composed(parts, x, steps, padding[:, None, :, None]), "the padding mask is on the query axis: padded "
+             "*keys* must be hidden from every query, mask = padding_mask[:, None, None, :] (the last axis is keys)"),
+        ]
+    return mistakes + _block_mistakes(parts, x, keys, norm_first)[1:4]
+
+
+def _encoder_case(impl, d, heads, d_ff, activation, norm_first, shape, seed, real_lengths=None, grads=False):
+    state, x = block_state(d, d_ff, seed, "self_attn"), _randn(shape, seed + 500)
+    padding = None if real_lengths is None else _padding(shape[0], shape[1], real_lengths)
+    grad_output = _randn(shape, seed + 600) if grads else None
+    kwargs = {"activation": activation, "norm_first": norm_first}
+    got = impl.block_forward("EncoderBlock", [d, heads, d_ff], kwargs, state, [x], {"padding_mask": padding},
+                             grad_output)
+    expected, expected_grads = encoder_oracle(state, x, heads, d_ff, activation, norm_first, padding=padding,
+                                              attention="self_attn", grad_output=grad_output)
+    parts = _Parts(state, d, heads, d_ff, activation, "self_attn")
+    what = (f"EncoderBlock({d}, {heads}, {d_ff}, activation={activation!r}, norm_first={norm_first})(x, padding_mask)"
+            f" for x of shape {list(shape)}, real lengths {real_lengths}")
+    expect.close(got["output"], expected, what, **TOL, alternatives=_encoder_mistakes(parts, x, padding, norm_first),
+                 hint=f"The oracle is nn.TransformerEncoderLayer(norm_first={norm_first}) with your weights copied in "
+                      "and src_key_padding_mask = ~padding_mask.")
+    if grads:
+        g = expect.gradients(got, what)
+        for name, value in expected_grads.items():
+            expect.close(g.get(name), value, f"the gradient of {name}", **GRAD)
+
+
+def _padding_invariance(impl, class_name, args, kwargs, state, inputs, call_kwargs, changed, real, what):
+    """Changing padded tokens (inputs -> changed) leaves the outputs at the ``real`` positions unchanged."""
+    first = expect.tensor(impl.block_forward(class_name, args, kwargs, state, inputs, call_kwargs)["output"], what)
+    second = expect.tensor(impl.block_forward(class_name, args, kwargs, state, changed, call_kwargs)["output"], what)
+    expect.that(first.shape == second.shape, f"{what} changes shape with its input")
+    delta = (first - second).abs()[real]
+    return float(delta.max()) if delta.numel() else 0.0
+
+
+@ENCODER.visible
+def test_encoder_parameters(impl):
+    "self_attn, norm1, ffn, norm2 built from the components it is given (names and shapes)"
+    _check_block_parameters(impl, "EncoderBlock", [8, 2, 32], {}, _block_parameters(8, 32, "self_attn"),
+                            ENCODER_NAMES)
+
+
+@ENCODER.visible
+def test_encoder_forward_with_padding(impl):
+    "EncoderBlock(8, 2, 32) (post-norm) with a padding mask equals nn.TransformerEncoderLayer with src_key_padding_mask"
+    _encoder_case(impl, 8, 2, 32, "relu", False, (3, 6, 8), 0, real_lengths=[6, 4, 2])
+
+
+@ENCODER.visible
+def test_encoder_padding_is_invisible(impl):
+    "changing the padded tokens leaves the outputs of the real tokens unchanged"
+    state, x = block_state(8, 32, 5, "self_attn"), _randn((2, 7, 8), 505)
+    padding = _padding(2, 7, [7, 3])
+    changed = torch.where(padding[..., None], x, _randn((2, 7, 8), 506, 5.0))
+    for norm_first in (False, True):
+        delta = _padding_invariance(impl, "EncoderBlock", [8, 2, 32], {"norm_first": norm_first}, state, [x],
+                                    {"padding_mask": padding}, [changed], padding, "EncoderBlock(8, 2, 32)(x, padding_mask)")
+        expect.that(delta <= SAME["atol"], f"with norm_first={norm_first}, changing the padded tokens changed the "
+                    f"outputs of real tokens by up to {delta:.3g}: padded keys must be hidden from every query. "
+                    "padding_mask is [batch, seq], True = real token; the attention mask is "
+                    "padding_mask[:, None, None, :] (True = may attend, on the key axis)")
+
+
+@ENCODER.hidden
+def test_encoder_options(impl):
+    "norm_first=True, activation='gelu', no padding mask, other widths and heads"
+    _encoder_case(impl, 8, 2, 32, "relu", True, (3, 6, 8), 10, real_lengths=[6, 4, 2])
+    _encoder_case(impl, 12, 3, 20, "gelu", False, (2, 5, 12), 20)
+    _encoder_case(impl, 16, 4, 40, "gelu", True, (2, 8, 16), 30, real_lengths=[1, 8])
+
+
+@ENCODER.hidden
+def test_encoder_gradients(impl):
+    "parameter gradients equal autograd's through nn.TransformerEncoderLayer, pre- and post-norm"
+    for norm_first in (False, True):
+        _encoder_case(impl, 8, 2, 24, "gelu", norm_first, (2, 6, 8), 40 + norm_first, real_lengths=[6, 3], grads=True)
+
+
+# --- Exercise 5 --------------------------------------------------------------------------
+
+DECODER_NAMES = ("self.self_attn = attention(d_model, num_heads), self.norm1, self.cross_attn = "
+                 "cross_attention(d_model, num_heads), self.norm2, self.ffn = feed_forward(d_model, d_ff, activation), "
+                 "self.norm3, each norm = norm(d_model)")
+
+
+def _decoder_mistakes(parts, x, memory, tgt_padding, memory_padding, norm_first):
+    length = x.shape[1]
+    self_mask = causal(length) if tgt_padding is None else causal(length) & tgt_padding[:, None, None, :]
+    memory_mask = None if memory_padding is None else memory_padding[:, None, None, :]
+    subs = [("attn", "norm1"), ("cross", "norm2"), ("ffn", "norm3")]
+
+    def run(steps, mask=self_mask, mem_mask=memory_mask):
+        return composed(parts, x, steps, mask, memory, mem_mask)
+
+    kind = "pre" if norm_first else "post"
+    mistakes = [
+        (run(_order(norm_first, [("attn", "norm1"), ("self-cross", "norm2"), ("ffn", "norm3")])),
+         "the cross-attention reads the decoder's own states: its keys and values come from memory (the encoder's "
+         "output), cross_attn(h, memory, memory_mask), only its queries from the decoder"),
+        (run(_order(norm_first, subs), mask=None if tgt_padding is None else tgt_padding[:, None, None, :]),
+         "the self-attention has no causal mask: a token must not see the tokens after it"),
+        (run(_order(not norm_first, subs)), f"norm_first={norm_first} asks for the "
+         f"{'pre' if norm_first else 'post'}-norm order in all three sublayers"),
+        (run(_order(norm_first, [("cross", "norm1"), ("attn", "norm2"), ("ffn", "norm3")])),
+         "the sublayers are in the wrong order: causal self-attention first, then cross-attention, then the FFN"),
+        (run([(kind, "attn", "norm1"), (f"bare-{kind}", "cross", "norm2"), (kind, "ffn", "norm3")]),
+         "the residual connection around the cross-attention is missing"),
+        (run([(kind, "attn", "norm1"), (kind, "cross", "norm2"), (kind, "ffn", "norm2")]),
+         "norm2 is used twice; the FFN's LayerNorm is norm3"),
+    ]
+    if memory_padding is not None:
+        mistakes.append((run(_order(norm_first, subs), mem_mask=None), "memory_padding does not reach the "
+                         "cross-attention: mask = memory_padding[:, None, None, :]"))
+    if tgt_padding is not None:
+        mistakes.append((run(_order(norm_first, subs), mask=causal(length)), "tgt_padding does not reach the "
+                         "self-attention: combine it with the causal mask, causal & tgt_padding[:, None, None, :]"))
+    return mistakes
+
+
+def _decoder_case(impl, d, heads, d_ff, activation, norm_first, shape, memory_len, seed, tgt_lengths=None,
+                  memory_lengths=None, grads=False):
+    state = block_state(d, d_ff, seed, "self_attn", cross=True)
+    x, memory = _randn(shape, seed + 500), _randn((shape[0], memory_len, d), seed + 501)
+    tgt_padding = None if tgt_lengths is None else _padding(shape[0], shape[1], tgt_lengths)
+    memory_padding = None if memory_lengths is None else _padding(shape[0], memory_len, memory_lengths)
+    grad_output = _randn(shape, seed + 600) if grads else None
+    kwargs = {"activation": activation, "norm_first": norm_first}
+    got = impl.block_forward("DecoderBlock", [d, heads, d_ff], kwargs, state, [x, memory],
+                             {"tgt_padding": tgt_padding, "memory_padding": memory_padding}, grad_output)
+    expected, expected_grads = decoder_oracle(state, x, memory, heads, d_ff, activation, norm_first, tgt_padding,
+                                              memory_padding, grad_output)
+    parts = _Parts(state, d, heads, d_ff, activation, "self_attn")
+    what = (f"DecoderBlock({d}, {heads}, {d_ff}, activation={activation!r}, norm_first={norm_first})(x, memory"
+            f"{', tgt_padding' * (tgt_padding is not None)}{', memory_padding' * (memory_padding is not None)}) "
+            f"for x of shape {list(shape)} and memory of length {memory_len}")
+    expect.close(got["output"], expected, what, **TOL,
+                 alternatives=_decoder_mistakes(parts, x, memory, tgt_padding, memory_padding, norm_first),
+                 hint=f"The oracle is nn.TransformerDecoderLayer(norm_first={norm_first}) with your weights copied "
+                      "in, a causal tgt_mask and the key padding masks ~tgt_padding and ~memory_padding.")
+    if grads:
+        g = expect.gradients(got, what)
+        for name, value in expected_grads.items():
+            expect.close(g.get(name), value, f"the gradient of {name}", **GRAD)
+
+
+@DECODER.visible
+def test_decoder_parameters(impl):
+    "self_attn, norm1, cross_attn, norm2, ffn, norm3 built from the components it is given (names and shapes)"
+    _check_block_parameters(impl, "DecoderBlock", [8, 2, 32], {}, _block_parameters(8, 32, "self_attn", cross=True),
+                            DECODER_NAMES)
+
+
+@DECODER.visible
+def test_decoder_forward(impl):
+    "DecoderBlock(8, 2, 32) (post-norm) equals nn.TransformerDecoderLayer with a causal tgt_mask"
+    _decoder_case(impl, 8, 2, 32, "relu", False, (2, 5, 8), 7, 0)
+
+
+@DECODER.visible
+def test_decoder_is_causal(impl):
+    "changing the tokens after position t leaves the outputs at positions 0..t unchanged"
+    state = block_state(8, 32, 5, "self_attn", cross=True)
+    x, memory = _randn((2, 6, 8), 505), _randn((2, 4, 8), 506)
+    for t in (0, 3):
+        changed = x.clone()
+        changed[:, t + 1:] = _randn((2, 5 - t, 8), 507 + t, 5.0)
+        earlier = torch.zeros(2, 6, dtype=torch.bool)
+        earlier[:, :t + 1] = True
+        delta = _padding_invariance(impl, "DecoderBlock", [8, 2, 32], {}, state, [x, memory], {}, [changed, memory],
+                                    earlier, "DecoderBlock(8, 2, 32)(x, memory)")
+        expect.that(delta <= SAME["atol"], f"changing the tokens after position {t} changed the outputs at positions "
+                    f"0..{t} by up to {delta:.3g}: the self-attention has no causal mask (or a wrong one); a token "
+                    "may attend to itself and the tokens before it only")
+
+
+@DECODER.hidden
+def test_decoder_options_and_padding(impl):
+    "norm_first=True, activation='gelu', target and memory padding, other widths and lengths"
+    _decoder_case(impl, 8, 2, 32, "relu", True, (2, 5, 8), 7, 10)
+    _decoder_case(impl, 12, 3, 20, "gelu", False, (3, 6, 12), 4, 20, tgt_lengths=[6, 4, 2], memory_lengths=[4, 1, 3])
+    _decoder_case(impl, 16, 4, 40, "gelu", True, (2, 4, 16), 9, 30, tgt_lengths=[2, 4], memory_lengths=[9, 5])
+
+
+@DECODER.hidden
+def test_decoder_memory_padding_is_invisible(impl):
+    "changing the padded memory tokens leaves every output unchanged"
+    state = block_state(8, 32, 15, "self_attn", cross=True)
+    x, memory = _randn((2, 5, 8), 515), _randn((2, 6, 8), 516)
+    memory_padding = _padding(2, 6, [6, 2])
+    changed = torch.where(memory_padding[..., None], memory, _randn((2, 6, 8), 517, 5.0))
+    for norm_first in (False, True):
+        delta = _padding_invariance(impl, "DecoderBlock", [8, 2, 32], {"norm_first": norm_first}, state, [x, memory],
+                                    {"memory_padding": memory_padding}, [x, changed], torch.ones(2, 5, dtype=torch.bool),
+                                    "DecoderBlock(8, 2, 32)(x, memory, memory_padding=...)")
+        expect.that(delta <= SAME["atol"], f"with norm_first={norm_first}, changing the padded memory tokens changed "
+                    f"the outputs by up to {delta:.3g}: the cross-attention must hide padded memory keys, "
+                    "mask = memory_padding[:, None, None, :]")
+
+
+@DECODER.hidden
+def test_decoder_gradients(impl):
+    "parameter gradients equal autograd's through nn.TransformerDecoderLayer, pre- and post-norm"
+    for norm_first in (False, True):
+        _decoder_case(impl, 8, 2, 24, "gelu", norm_first, (2, 5, 8), 6, 40 + norm_first, tgt_lengths=[5, 3],
+                      memory_lengths=[6, 4], grads=True)
