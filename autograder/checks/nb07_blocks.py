@@ -205,6 +205,12 @@ def composed(parts, x, steps, mask=None, memory=None, memory_mask=None):
     return x
 
 
+def _check_gradients(got, what, expected_grads):
+    grads = expect.gradients(got, what)
+    for name, value in expected_grads.items():
+        expect.close(grads.get(name), value, f"the gradient of {name}", **GRAD)
+
+
 # --- Exercise 1 --------------------------------------------------------------------------
 
 RESIDUAL_NAMES = "store the sublayer as self.sublayer (an nn.Module attribute, so its parameters are registered)"
@@ -350,9 +356,7 @@ def _block_case(impl, class_name, d, heads, d_ff, activation, shape, seed, mask,
     expect.close(got["output"], expected, what, **TOL, alternatives=mistakes,
                  hint=f"The oracle is nn.TransformerEncoderLayer(norm_first={pre}) with your weights copied in.")
     if grads:
-        g = expect.gradients(got, what)
-        for name, value in expected_grads.items():
-            expect.close(g.get(name), value, f"the gradient of {name}", **GRAD)
+        _check_gradients(got, what, expected_grads)
 
 
 def _block_checks(exercise, class_name):
@@ -448,9 +452,7 @@ def _encoder_case(impl, d, heads, d_ff, activation, norm_first, shape, seed, rea
                  hint=f"The oracle is nn.TransformerEncoderLayer(norm_first={norm_first}) with your weights copied in "
                       "and src_key_padding_mask = ~padding_mask.")
     if grads:
-        g = expect.gradients(got, what)
-        for name, value in expected_grads.items():
-            expect.close(g.get(name), value, f"the gradient of {name}", **GRAD)
+        _check_gradients(got, what, expected_grads)
 
 
 def _padding_invariance(impl, class_name, args, kwargs, state, inputs, call_kwargs, changed, real, what):
@@ -567,9 +569,7 @@ def _decoder_case(impl, d, heads, d_ff, activation, norm_first, shape, memory_le
                  hint=f"The oracle is nn.TransformerDecoderLayer(norm_first={norm_first}) with your weights copied "
                       "in, a causal tgt_mask and the key padding masks ~tgt_padding and ~memory_padding.")
     if grads:
-        g = expect.gradients(got, what)
-        for name, value in expected_grads.items():
-            expect.close(g.get(name), value, f"the gradient of {name}", **GRAD)
+        _check_gradients(got, what, expected_grads)
 
 
 @DECODER.visible
