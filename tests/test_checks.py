@@ -1,9 +1,10 @@
 """Every check passes on the solutions and fails on the untouched stubs.
 
 The checks run here exactly as in a notebook (``LocalImpl``); the sandboxed path that
-grading uses is exercised on whole notebooks through the command line. One test class
-per notebook (``TestChecksNN``), so pytest-xdist (``--dist loadscope``) spreads the
-notebooks over its workers.
+grading uses is exercised on whole notebooks: the stubs here through the command line,
+the solutions by every notebook's ``full`` student in ``test_nbgrader_e2e.py`` (and the
+command line's report format in ``test_sandbox.py``). One test class per notebook
+(``TestChecksNN``), so pytest-xdist (``--dist loadscope``) spreads the notebooks over its workers.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import subprocess
 import sys
 
-from notebooks import NOTEBOOKS, release_path, solution_path
+from notebooks import NOTEBOOKS, release_path
 
 from autograder.exercises import NOT_IMPLEMENTED, checks_for, run_check
 from autograder.impl import LocalImpl
@@ -47,17 +48,6 @@ class _NotebookChecks:
         result = run_check(check, self._impl(stub_namespaces))
         assert not result.passed
         assert result.message.startswith(NOT_IMPLEMENTED), result.message
-
-    def test_cli_gives_solutions_full_marks(self):
-        status, report = _cli(solution_path(self.notebook))
-        exercises = checks_for(self.notebook).exercises
-        assert status == 0, report
-        assert report["notebook"] == self.notebook
-        assert report["score"] == report["max_score"] == sum(e.points for e in exercises)
-        assert [e["id"] for e in report["exercises"]] == [e.id for e in exercises]
-        for entry in report["exercises"]:
-            assert set(entry) == {"id", "passed", "points", "max_points", "message"}
-            assert entry["passed"] and entry["points"] == entry["max_points"]
 
     def test_cli_gives_stubs_zero_and_says_why(self):
         status, report = _cli(release_path(self.notebook))

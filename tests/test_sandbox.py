@@ -21,6 +21,7 @@ import pytest
 from attacks import ATTACKS
 from notebooks import ROOT, answer_source, read, require_sandbox, solution_path, with_answer
 
+from autograder.exercises import checks_for
 from autograder.grading import is_test_cell
 
 NOTEBOOK = "01_tokens_embeddings"
@@ -132,13 +133,23 @@ def test_attack_costs_only_its_exercise_and_does_no_harm(attack, tmp_path):
 
 
 def test_renamed_copies_grade_like_the_original(tmp_path):
-    """JupyterLab's Duplicate (NAME-Copy1.ipynb) or any name: the content says which notebook it is."""
-    solution = read(solution_path("02_normalization"))
-    for name in ("02_normalization-Copy1", "my_attempt"):
+    """JupyterLab's Duplicate (NAME-Copy1.ipynb) or any name: the content says which notebook it is.
+
+    Also the command line's report of a solution: full marks, every exercise in order.
+    """
+    notebook = "04_attention"
+    exercises = checks_for(notebook).exercises
+    for name in (f"{notebook}-Copy1", "my_attempt"):
         path = tmp_path / f"{name}.ipynb"
-        nbformat.write(solution, path)
+        nbformat.write(read(solution_path(notebook)), path)
         status, report, _ = _cli(path)
-        assert status == 0 and report["notebook"] == "02_normalization", report
+        assert status == 0, report
+        assert report["notebook"] == notebook
+        assert report["score"] == report["max_score"] == sum(e.points for e in exercises)
+        assert [e["id"] for e in report["exercises"]] == [e.id for e in exercises]
+        for entry in report["exercises"]:
+            assert set(entry) == {"id", "passed", "points", "max_points", "message"}
+            assert entry["passed"] and entry["points"] == entry["max_points"]
 
 
 def test_a_notebook_of_no_exercise_gets_one_line_and_exit_2(tmp_path):
