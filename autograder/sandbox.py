@@ -187,6 +187,8 @@ class Sandbox:
             for folder, _, files in os.walk(self.scratch):
                 for name in [folder, *(os.path.join(folder, f) for f in files)]:
                     os.lchown(name, self.uid, self.uid)
+            # bubblewrap, still root but without CAP_DAC_OVERRIDE, must enter it (--chdir) before the switch.
+            os.chmod(self.scratch, 0o711)
 
     def _shown(self) -> set[Path]:
         """What student code must see (read-only) even inside an emptied folder."""
@@ -227,8 +229,8 @@ class Sandbox:
                    "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
         if self.uid is None:
             command.append("--unshare-user")
-        else:  # root: the worker needs these two to switch to self.uid, then loses every capability
-            command += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:  # root: bubblewrap would keep every capability; the worker needs two, to switch to self.uid
+            command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         if info_fd is not None:
             command += ["--info-fd", str(info_fd)]
         command += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
