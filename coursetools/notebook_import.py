@@ -1,7 +1,8 @@
 """Use what you built in an earlier notebook: load its definitions by name.
 
 Notebook 05 puts notebook 03's RoPE inside attention. Rather than a second copy of RoPE,
-it runs the setup cell and the answer cells of ``../03_rope/03_rope.ipynb`` (your own
+it runs the setup cell (and the cell with id ``earlier``, which loads that notebook's own
+earlier parts) and the answer cells of ``../03_rope/03_rope.ipynb`` (your own
 work, next to the current notebook) and takes the names it needs.
 
 ``use_earlier(notebook, name, fallback)`` is the forgiving form that later notebooks use
@@ -68,6 +69,10 @@ def use_earlier(notebook: str, name: str, fallback, *, folder: Path | None = Non
     return fallback
 
 
+# Cells run before the answer cells: the imports, and the earlier notebooks' parts the answers build on.
+PREAMBLE_CELLS = ("setup", "earlier")
+
+
 def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
     """The objects called ``names`` defined by the answer cells of a sibling course notebook."""
     path = (folder or Path.cwd().parent) / notebook / f"{notebook}.ipynb"
@@ -76,7 +81,8 @@ def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
     namespace: dict = {"__name__": f"notebook_{notebook}"}
     cells = [
         cell for cell in nbformat.read(path, as_version=4).cells
-        if cell.cell_type == "code" and (cell.get("id") == "setup" or cell.metadata.get("nbgrader", {}).get("solution"))
+        if cell.cell_type == "code"
+        and (cell.get("id") in PREAMBLE_CELLS or cell.metadata.get("nbgrader", {}).get("solution"))
     ]
     # Quietly, and without touching this notebook's random numbers (a setup cell seeds torch).
     with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):

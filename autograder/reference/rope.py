@@ -22,7 +22,14 @@ def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0, *, the
 
 
 class RoPE(nn.Module):
-    """``rope`` as a module with the course's interface: ``forward(x, token_positions)``."""
+    """``rope`` as a module with the course's interface: ``RoPE(d_k, max_seq_len, base)``, ``forward(x, token_positions)``.
+
+    ``d_k`` and ``max_seq_len`` are accepted for the interface; the angles are computed for any position.
+    """
+
+    def __init__(self, d_k: int | None = None, max_seq_len: int | None = None, base: float = 10000.0):
+        super().__init__()
+        self.base = base
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
-        return rope(x, token_positions).to(x.dtype)
+        return rope(x, token_positions, self.base).to(x.dtype)

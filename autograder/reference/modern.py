@@ -1,0 +1,71 @@
+"""The parts of a Llama-style decoder block with the course's interface.
+
+``RotaryGroupedQueryAttention(d_model, num_heads, num_kv_heads, rope)``: ``q_proj`` [d_model ->
+d_model], ``k_proj`` and ``v_proj`` [d_model -> num_kv_heads * head_dim], ``out_proj``, all without
+bias; queries and keys rotated by ``rope(x, token_positions)`` (interleaved pairs), query head ``i``
+reading key/value head ``i // (num_heads // num_kv_heads)``. ``forward(x, mask=None,
+token_positions=None)``, mask boolean, True = may attend, ``token_positions`` [seq] or [batch, seq].
+
+``ModernBlock(config, rope)``: pre-norm, ``norm1``, ``attn``, ``norm2``, ``ffn`` (RMSNorm, the
+attention above, SwiGLU), ``forward(x, mask=None, token_positions=None)``. ``config`` needs
+``d_model``, ``n_heads``, ``n_kv_heads``, ``d_ff`` and ``norm_eps``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder.reference.feed_forward import SwiGLU
+
+
+class RotaryGroupedQueryAttention(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, rope: nn.Module):
+        super().__init__()
+        if d_model % num_heads or num_heads % num_kv_heads:
+            raise ValueError(f"need num_kv_heads | num_heads | d_model, got {num_kv_heads}, {num_heads}, {d_model}")
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, d_model // num_heads
+        self.rope = rope
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                token_positions: torch.Tensor | None = None) -> torch.Tensor:
+        batch, length, _ = x.shape
+        if token_positions is None:
+            token_positions = torch.arange(length, device=x.device)
+        if token_positions.dim() == 2:  # one row of positions per sequence: broadcast over heads
+            token_positions = token_positions[:, None, :]
+
+        def heads(t, n):
+            return t.view(batch, length, n, self.head_dim).transpose(1, 2)
+
+        q = self.rope(heads(self.q_proj(x), self.num_heads), token_positions)
+        k = self.rope(heads(self.k_proj(x), self.num_kv_heads), token_positions)
+        v = heads(self.v_proj(x), self.num_kv_heads)
+        empty = None
+        if mask is not None:  # a query with no key to attend to: zero weights, not NaN
+            empty = ~mask.any(-1, keepdim=True)
+            mask = mask | empty
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        if empty is not None:
+            out = out.masked_fill(empty, 0.0)
+        return self.out_proj(out.transpose(1, 2).flatten(2))
+
+
+class ModernBlock(nn.Module):
+    def __init__(self, config, rope: nn.Module, *, attention=RotaryGroupedQueryAttention, feed_forward=SwiGLU,
+                 norm=nn.RMSNorm):
+        super().__init__()
+        self.norm1 = norm(config.d_model, eps=config.norm_eps)
+        self.attn = attention(config.d_model, config.n_heads, config.n_kv_heads or config.n_heads, rope)
+        self.norm2 = norm(config.d_model, eps=config.norm_eps)
+        self.ffn = feed_forward(config.d_model, config.d_ff)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                token_positions: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), mask, token_positions)
+        return x + self.ffn(self.norm2(x))
