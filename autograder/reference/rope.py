@@ -33,3 +33,8 @@ class RoPE(nn.Module):
 
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
         return rope(x, token_positions, self.base).to(x.dtype)
+
+
+def halves_permutation(d_k: int) -> torch.Tensor:
+    """The indices that take interleaved pairs (2i, 2i+1) to split halves (i, i + d_k/2): ``x[..., p]``."""
+    return torch.arange(d_k).view(-1, 2).t().flatten()

@@ -1,0 +1,132 @@
+"""Adapters for notebook 08: GPT-2 and a Llama-style decoder.
+
+Configurations are built with the student's own ``GPT2Config`` / ``DecoderConfig`` (given in the
+notebook) from plain fields. Every model is built with the course's reference components
+(``autograder.reference``: ``PreNormBlock``, ``RoPE``, ``RotaryGroupedQueryAttention``, ``SwiGLU``,
+``ModernBlock``) and PyTorch's ``nn.LayerNorm`` / ``nn.RMSNorm`` injected through the constructor
+arguments, so grading never depends on the student's notebooks 02-07 or on other exercises here.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import nn
+
+from autograder.adapters import load, need, summary
+from autograder.reference.blocks import PreNormBlock
+from autograder.reference.feed_forward import SwiGLU
+from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
+from autograder.reference.rope import RoPE
+
+
+def _number(value):
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
+def _model_summary(model) -> dict:
+    result = summary(model)
+    if "parameters" in result:
+        result["state_keys"] = list(model.state_dict().keys())
+        head, embedding = getattr(model, "lm_head", None), getattr(model, "wte", getattr(model, "tok_emb", None))
+        result["tied"] = bool(isinstance(head, nn.Module) and isinstance(embedding, nn.Module)
+                              and getattr(head, "weight", None) is getattr(embedding, "weight", 0))
+    return result
+
+
+@torch.no_grad()
+def _logits(model, tokens, padding_mask):
+    model.eval()
+    return model(tokens) if padding_mask is None else model(tokens, padding_mask)
+
+
+# --- Exercise 1 ------------------------------------------------------------------------
+
+def num_parameters(ns, fields: dict):
+    return _number(need(ns, "gpt2_num_parameters")(need(ns, "GPT2Config")(**fields)))
+
+
+# --- Exercise 2 ------------------------------------------------------------------------
+
+def _gpt2(ns, fields: dict):
+    return need(ns, "GPT2")(need(ns, "GPT2Config")(**fields), block=PreNormBlock, norm=nn.LayerNorm)
+
+
+def gpt2_summary(ns, fields: dict):
+    return _model_summary(_gpt2(ns, fields))
+
+
+def gpt2_logits(ns, fields: dict, state: dict, tokens, padding_mask=None):
+    return _logits(load(_gpt2(ns, fields), state), tokens, padding_mask)
+
+
+# --- Exercise 3 ------------------------------------------------------------------------
+
+def causal_lm_loss(ns, logits, labels, ignore_index=None):
+    loss = need(ns, "causal_lm_loss")
+    return loss(logits, labels) if ignore_index is None else loss(logits, labels, ignore_index=ignore_index)
+
+
+# --- Exercises 4 and 8 -----------------------------------------------------------------
+
+def convert(ns, function: str, config_class: str, fields: dict, hf_state: dict):
+    """The student's converted state dict (plain tensors), for the check to load into a reference model."""
+    result = need(ns, function)(hf_state, need(ns, config_class)(**fields))
+    if isinstance(result, dict):
+        return {str(k): v for k, v in result.items()}
+    return result
+
+
+# --- Exercise 5 ------------------------------------------------------------------------
+
+def _rotary_gqa(ns, d_model, num_heads, num_kv_heads, max_seq_len):
+    rope = RoPE(d_model // num_heads, max_seq_len)
+    return need(ns, "RotaryGQA")(d_model, num_heads, num_kv_heads, rope)
+
+
+def rotary_gqa_summary(ns, d_model: int, num_heads: int, num_kv_heads: int):
+    return summary(_rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64))
+
+
+@torch.no_grad()
+def rotary_gqa_forward(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None,
+                       token_positions=None):
+    module = load(_rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64), state).eval()
+    kwargs = {} if token_positions is None else {"token_positions": token_positions}
+    return module(x, mask, **kwargs)
+
+
+# --- Exercise 6 ------------------------------------------------------------------------
+
+def _modern_block(ns, fields: dict):
+    config = need(ns, "DecoderConfig")(**fields)
+    rope = RoPE(config.d_model // config.n_heads, config.max_seq_len, config.rope_base)
+    return need(ns, "ModernBlock")(config, rope, attention=RotaryGroupedQueryAttention, feed_forward=SwiGLU,
+                                   norm=nn.RMSNorm)
+
+
+def modern_block_summary(ns, fields: dict):
+    return summary(_modern_block(ns, fields))
+
+
+@torch.no_grad()
+def modern_block_forward(ns, fields: dict, state: dict, x, mask=None, token_positions=None):
+    module = load(_modern_block(ns, fields), state).eval()
+    kwargs = {} if token_positions is None else {"token_positions": token_positions}
+    return module(x, mask, **kwargs)
+
+
+# --- Exercise 7 ------------------------------------------------------------------------
+
+def _decoder(ns, fields: dict):
+    return need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=ModernBlock, norm=nn.RMSNorm,
+                                     rope=RoPE)
+
+
+def decoder_summary(ns, fields: dict):
+    return _model_summary(_decoder(ns, fields))
+
+
+def decoder_logits(ns, fields: dict, state: dict, tokens, padding_mask=None):
+    return _logits(load(_decoder(ns, fields), state), tokens, padding_mask)

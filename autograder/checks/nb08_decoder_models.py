@@ -1,0 +1,939 @@
+"""Checks for notebook 08: GPT-2 and a Llama-style decoder, equal to Hugging Face's models.
+
+Oracles (Hugging Face ``transformers``, imported lazily here, never beside student code):
+
+- ``GPT2LMHeadModel`` with a tiny random configuration (``gelu_new``, dropout 0, eval mode) for the
+  parameter count (``num_parameters()``), the model's logits (exercise 2, with ``attention_mask`` and
+  explicit ``position_ids`` under padding), the loss (``labels=``, exercise 3) and the checkpoint
+  layout (exercise 4). Its weights are redrawn here (``_randomize``: linear weights of standard
+  deviation ``fan_in ** -0.5``, norms ``1 + 0.3 N(0, 1)``) so that attention is far from uniform and
+  every mistake shows; they are copied into the course's names by this module's own mapping
+  (``Conv1D`` stores ``[in, out]``; ``c_attn`` is ``q | k | v``).
+- ``LlamaAttention`` (exercise 5), ``LlamaDecoderLayer`` (exercise 6) and ``LlamaForCausalLM``
+  (exercises 7 and 8), ``eager`` attention, with ``LlamaRotaryEmbedding``'s cos/sin for the given
+  positions and the boolean masks turned into HF's additive masks. HF rotates split halves, the course
+  interleaved pairs: q and k rows are permuted per head here, ``course = hf.view(heads, head_dim,
+  d)[:, argsort(p)]`` with ``p = [0, 2, 4, .., 1, 3, 5, ..]``; head_dim is 8 or more (for 4 the
+  permutation is its own inverse). GQA ratios 1, 2 and 4.
+- Closed forms: the GPT-2 parameter count of the 124M configuration, 124,439,808;
+  ``F.cross_entropy`` on a shift done here.
+
+The student's models are built with the course's reference components injected (reference
+``PreNormBlock``, ``RoPE``, ``RotaryGroupedQueryAttention``, ``SwiGLU``, ``ModernBlock`` and
+``nn.LayerNorm``/``nn.RMSNorm``); converted checkpoints (exercises 4 and 8) are loaded by name into
+the reference decoders of ``autograder.reference.decoders`` and judged by their logits against HF's,
+after per-key checks that name the known mistakes. Only real (not padded) positions are compared.
+
+Tolerances (float32 on CPU): logits and attention/block outputs atol 1e-4 + rtol 1e-4, losses atol
+1e-5 + rtol 1e-5, converted tensors exact up to 1e-6. Measured for the solution over 40 seeds of the
+configurations used here (GPT-2 of width 16-24 with 2-3 layers, Llama-style of width 32-48 with GQA
+ratios 1-4, lengths 5-9, unpadded, left- and right-padded): logits differ from HF's by at most
+MEASURED_LOGITS, attention and block outputs by at most MEASURED_LAYERS, losses by MEASURED_LOSS. The
+closest known mistake (keys and values repeated 0 1 0 1 instead of 0 0 1 1; an eps left out of the
+norms under norm_eps = 0.1) differed by at least MEASURED_MISTAKE.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder import expect
+from autograder.exercises import Exercise
+from autograder.reference import decoders
+from autograder.reference.feed_forward import SwiGLU
+from autograder.reference.modern import RotaryGroupedQueryAttention
+from autograder.reference.rope import RoPE, halves_permutation, rope
+
+COUNT = Exercise("gpt2_num_parameters", "Exercise 1: GPT-2's parameter count", points=2)
+GPT2 = Exercise("gpt2_model", "Exercise 2: the GPT-2 model", points=4)
+LOSS = Exercise("causal_lm_loss", "Exercise 3: the causal language-modelling loss", points=2)
+GPT2_CONVERT = Exercise("gpt2_state_from_hf", "Exercise 4: loading a GPT-2 checkpoint", points=3)
+ROTARY = Exercise("rotary_gqa", "Exercise 5: rotary grouped-query attention", points=3)
+MODERN_BLOCK = Exercise("modern_block", "Exercise 6: the modern (Llama-style) block", points=3)
+DECODER = Exercise("modern_decoder", "Exercise 7: the modern decoder", points=4)
+LLAMA_CONVERT = Exercise("llama_state_from_hf", "Exercise 8: loading a Llama checkpoint", points=3)
+EXERCISES = [COUNT, GPT2, LOSS, GPT2_CONVERT, ROTARY, MODERN_BLOCK, DECODER, LLAMA_CONVERT]
+
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+LOSS_TOL = {"atol": 1e-5, "rtol": 1e-5}
+EXACT = {"atol": 1e-6, "rtol": 0.0}
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(8000 + seed)
+
+
+def _randn(shape, seed, scale=1.0):
+    return torch.randn(*shape, generator=_gen(seed)) * scale
+
+
+def _tokens(batch, length, vocab, seed):
+    return torch.randint(0, vocab, (batch, length), generator=_gen(seed))
+
+
+def _padding(lengths, length, side):
+    """True at real tokens: right padding keeps the first ``n``, left padding the last ``n``."""
+    index = torch.arange(length)[None, :]
+    n = torch.tensor(lengths)[:, None]
+    return index < n if side == "right" else index >= length - n
+
+
+def _positions(padding):
+    return (padding.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+@torch.no_grad()
+def _randomize(model, seed):
+    """Redraw every parameter: attention far from uniform, norms far from 1, biases far from 0."""
+    g = _gen(seed)
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g) if name.endswith("weight") and (
+                "ln" in name or "norm" in name) else 0.2 * torch.randn(p.shape, generator=g))
+        elif any(e in name for e in ("wte", "wpe", "embed_tokens")):
+            p.copy_(0.7 * torch.randn(p.shape, generator=g))
+        else:
+            conv1d = any(c in name for c in ("c_attn", "c_proj", "c_fc"))
+            fan_in = p.shape[0] if conv1d else p.shape[1]
+            sharp = 1.6 if any(c in name for c in ("c_attn", "q_proj", "k_proj")) else 1.0
+            p.copy_(sharp * fan_in ** -0.5 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def _config(fields):
+    defaults = {"n_kv_heads": None, "rope_base": 10000.0, "norm_eps": 1e-5}
+    return SimpleNamespace(**(defaults | fields)) if "max_seq_len" in fields else SimpleNamespace(**fields)
+
+
+# --- GPT-2: the oracle and the checker's own mapping --------------------------------------
+
+def hf_gpt2(fields, seed):
+    T = _transformers()
+    config = T.GPT2Config(vocab_size=fields["vocab_size"], n_positions=fields["n_positions"], n_embd=fields["d_model"],
+                          n_layer=fields["n_layers"], n_head=fields["n_heads"], n_inner=fields["d_ff"],
+                          layer_norm_epsilon=fields.get("norm_eps", 1e-5), activation_function="gelu_new",
+                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return _randomize(T.GPT2LMHeadModel(config).eval(), seed)
+
+
+def gpt2_course_state(hf_state, n_layers, d):
+    """HF GPT-2 tensors (either layout) under the course's names: this module's own mapping."""
+    src = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in hf_state.items()}
+    state = {"wte.weight": src["wte.weight"], "wpe.weight": src["wpe.weight"], "ln_f.weight": src["ln_f.weight"],
+             "ln_f.bias": src["ln_f.bias"]}
+    for i in range(n_layers):
+        h, b = f"h.{i}", f"blocks.{i}"
+        for ours, theirs in (("norm1", "ln_1"), ("norm2", "ln_2")):
+            state |= {f"{b}.{ours}.{p}": src[f"{h}.{theirs}.{p}"] for p in ("weight", "bias")}
+        w, bias = src[f"{h}.attn.c_attn.weight"], src[f"{h}.attn.c_attn.bias"]
+        for j, proj in enumerate(("q_proj", "k_proj", "v_proj")):
+            state[f"{b}.attn.{proj}.weight"] = w[:, j * d:(j + 1) * d].T.contiguous()
+            state[f"{b}.attn.{proj}.bias"] = bias[j * d:(j + 1) * d].clone()
+        for ours, theirs in (("attn.out_proj", "attn.c_proj"), ("ffn.fc1", "mlp.c_fc"), ("ffn.fc2", "mlp.c_proj")):
+            state[f"{b}.{ours}.weight"] = src[f"{h}.{theirs}.weight"].T.contiguous()
+            state[f"{b}.{ours}.bias"] = src[f"{h}.{theirs}.bias"].clone()
+    state["lm_head.weight"] = src["wte.weight"]
+    return state
+
+
+@torch.no_grad()
+def hf_gpt2_logits(model, tokens, padding):
+    if padding is None:
+        return model(tokens).logits
+    return model(tokens, attention_mask=padding.long(), position_ids=_positions(padding)).logits
+
+
+def _gpt2_fields(seed, d=16, heads=4, layers=2, eps=1e-5):
+    return {"vocab_size": 53 + seed % 7, "n_positions": 20, "d_model": d, "n_layers": layers, "n_heads": heads,
+            "d_ff": 3 * d + 4, "norm_eps": eps}
+
+
+def _reference(model_class, fields, state, **kwargs):
+    model = model_class(_config(fields), **kwargs).eval()
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+@torch.no_grad()
+def _gpt2_mistakes(fields, state, tokens, padding):
+    ref = _reference(decoders.GPT2, fields, state)
+    positions, mask = decoders.positions_and_mask(tokens, padding)
+    length = tokens.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    mistakes = [
+        (ref.run(tokens, positions, None if padding is None else padding[:, None, None, :]),
+         "there is no causal mask: position t may attend to positions 0..t only (mask = causal & padding)"),
+        (_reference(decoders.GPT2, fields, state, activation="gelu")(tokens, padding),
+         'the feed-forward network uses the exact GELU; GPT-2 uses the tanh approximation: pass "gelu_tanh" '
+         "to every block"),
+    ]
+    if padding is not None:
+        mistakes += [
+            (ref.run(tokens, torch.arange(length), mask), "the positions of a padded batch are off by the padding: "
+             "under left padding the first real token has position 0, positions = (padding_mask.cumsum(-1) - 1)"
+             ".clamp(min=0)"),
+            (ref.run(tokens, positions, causal), "padding_mask does not reach the attention: the mask is "
+             "causal & padding_mask[:, None, None, :] (padded keys hidden)"),
+        ]
+    ref.ln_f = nn.Identity()
+    mistakes.append((ref(tokens, padding), "the final LayerNorm is missing: logits = lm_head(ln_f(x)) after the "
+                     "last block"))
+    if fields.get("norm_eps", 1e-5) != 1e-5:
+        plain = _reference(decoders.GPT2, fields, state)
+        for block in plain.blocks:
+            block.norm1.eps = block.norm2.eps = 1e-5
+        mistakes.append((plain(tokens, padding),
+                         "config.norm_eps does not reach the LayerNorms: give every norm eps=config.norm_eps (in the "
+                         "blocks too, e.g. with functools.partial(norm, eps=config.norm_eps))"))
+    return mistakes
+
+
+def _real(value, padding, what, shape):
+    value = expect.tensor(value, what, shape=shape)
+    return value if padding is None else value[padding]
+
+
+# --- Exercise 1 --------------------------------------------------------------------------
+
+GPT2_124M = 124_439_808
+
+
+def _count_case(impl, fields):
+    got = impl.num_parameters(fields)
+    what = f"gpt2_num_parameters(GPT2Config({', '.join(f'{k}={v}' for k, v in fields.items())}))"
+    expect.that(isinstance(got, int), f"{what} returned {got!r}, expected an int")
+    T = _transformers()
+    model = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=fields["vocab_size"], n_positions=fields["n_positions"],
+                                           n_embd=fields["d_model"], n_layer=fields["n_layers"],
+                                           n_head=fields["n_heads"], n_inner=fields["d_ff"]))
+    expected = model.num_parameters()
+    if got == expected:
+        return
+    d, v, p, n_layers, f = (fields[k] for k in ("d_model", "vocab_size", "n_positions", "n_layers", "d_ff"))
+    biases = n_layers * (4 * d + f + d)
+    mistakes = {
+        expected + v * d: "the output head is counted separately: GPT-2 ties lm_head.weight to wte.weight, so it "
+                          "counts once",
+        expected - biases: "the biases of the attention projections and the MLP are missing (GPT-2's linear layers "
+                           "have biases)",
+        expected - 2 * d: "the final LayerNorm ln_f (weight and bias, 2 * d_model) is missing",
+        expected - p * d: "the position table wpe (n_positions x d_model) is missing",
+        expected - n_layers * 4 * d: "the blocks' two LayerNorms (2 x (weight + bias) per block) are missing",
+        expected - n_layers * 2 * d: "each LayerNorm has a weight AND a bias",
+    }
+    expect.fail(f"{what} is {got:,}, expected {expected:,} (Hugging Face's GPT2LMHeadModel.num_parameters()): "
+                + mistakes.get(got, "count the embeddings (wte, wpe), per block two LayerNorms, the attention "
+                                    "(q, k, v, out: weight and bias), the MLP (two linear layers with bias), "
+                                    "then ln_f; the head is tied"))
+
+
+@COUNT.visible
+def test_gpt2_124m(impl):
+    "GPT2Config() (GPT-2 small) has 124,439,808 parameters"
+    got = impl.num_parameters({})
+    expect.that(isinstance(got, int), f"gpt2_num_parameters(GPT2Config()) returned {got!r}, expected an int")
+    if got != GPT2_124M:
+        _count_case(impl, {"vocab_size": 50257, "n_positions": 1024, "d_model": 768, "n_layers": 12, "n_heads": 12,
+                           "d_ff": 3072})
+
+
+@COUNT.hidden
+def test_tiny_configs(impl):
+    "tiny configurations: the count equals Hugging Face's GPT2LMHeadModel(...).num_parameters()"
+    for fields in (_gpt2_fields(0), _gpt2_fields(1, d=24, heads=3, layers=3),
+                   {"vocab_size": 101, "n_positions": 7, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 20}):
+        _count_case(impl, {k: v for k, v in fields.items() if k != "norm_eps"})
+
+
+# --- Exercise 2 --------------------------------------------------------------------------
+
+GPT2_NAMES = ("self.wte, self.wpe = nn.Embedding(...), self.blocks = nn.ModuleList([block(d_model, n_heads, d_ff, "
+              "'gelu_tanh', norm=...) ...]), self.ln_f = norm(d_model, eps=config.norm_eps), self.lm_head = "
+              "nn.Linear(d_model, vocab_size, bias=False) with self.lm_head.weight = self.wte.weight")
+
+
+@GPT2.visible
+def test_gpt2_parameters(impl):
+    "wte, wpe, blocks, ln_f and a head tied to wte: names and shapes, and HF's parameter count"
+    fields = _gpt2_fields(0)
+    got = impl.gpt2_summary(fields)
+    expect.that("parameters" in got, "GPT2(config) is not an nn.Module")
+    ref = decoders.GPT2(_config(fields))
+    expected = {name: list(p.shape) for name, p in ref.named_parameters()}
+    params = got["parameters"]
+    if "lm_head.weight" in params and not got["tied"]:
+        expect.fail("GPT2's head is not tied: lm_head.weight is a parameter of its own. GPT-2 reuses the token "
+                    "embedding as the output layer: self.lm_head.weight = self.wte.weight")
+    if params != expected:
+        missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
+        expect.fail(f"GPT2(config) has parameters that differ from the expected names and shapes (missing: "
+                    f"{missing[:6]}, unexpected: {extra[:6]}). {GPT2_NAMES}")
+    expect.that("lm_head.weight" in got["state_keys"], f"GPT2's state dict has no lm_head.weight. {GPT2_NAMES}")
+    count = sum(torch.Size(s).numel() for s in params.values())
+    expect.that(count == hf_gpt2(fields, 0).num_parameters(), f"GPT2 has {count} parameters, HF's GPT-2 of the "
+                "same configuration has a different number")
+
+
+def _gpt2_case(impl, fields, seed, batch, length, lengths=None, side="left"):
+    hf = hf_gpt2(fields, seed)
+    state = gpt2_course_state(hf.state_dict(), fields["n_layers"], fields["d_model"])
+    tokens = _tokens(batch, length, fields["vocab_size"], seed + 1)
+    padding = None if lengths is None else _padding(lengths, length, side)
+    got = impl.gpt2_logits(fields, state, tokens, padding)
+    what = (f"GPT2's logits for tokens of shape {[batch, length]}"
+            + ("" if padding is None else f" with {side} padding (real lengths {lengths})"))
+    shape = [batch, length, fields["vocab_size"]]
+    expected = hf_gpt2_logits(hf, tokens, padding)
+    real = (lambda t: t) if padding is None else (lambda t: t[padding])
+    expect.close(_real(got, padding, what, shape), real(expected), what, **TOL,
+                 alternatives=[(real(w), m) for w, m in _gpt2_mistakes(fields, state, tokens, padding)],
+                 hint="The oracle is Hugging Face's GPT2LMHeadModel with the same weights.")
+
+
+@GPT2.visible
+def test_gpt2_logits(impl):
+    "GPT2's logits equal Hugging Face's GPT2LMHeadModel with the same weights (no padding)"
+    _gpt2_case(impl, _gpt2_fields(0), 0, 2, 7)
+
+
+@GPT2.hidden
+def test_gpt2_padding(impl):
+    "left- and right-padded batches: the real positions' logits equal HF's (attention_mask, position_ids)"
+    _gpt2_case(impl, _gpt2_fields(1), 10, 3, 8, lengths=[8, 5, 2], side="left")
+    _gpt2_case(impl, _gpt2_fields(2), 20, 2, 6, lengths=[3, 6], side="right")
+
+
+@GPT2.hidden
+def test_gpt2_other_configs(impl):
+    "other widths, depths and lengths, and norm_eps=0.1 reaching every LayerNorm"
+    _gpt2_case(impl, _gpt2_fields(3, d=24, heads=3, layers=3), 30, 1, 9)
+    _gpt2_case(impl, _gpt2_fields(4, eps=0.1), 40, 2, 5, lengths=[4, 5], side="left")
+
+
+# --- Exercise 3 --------------------------------------------------------------------------
+
+def _loss_case(impl, seed, ignore_index=None, ignored=()):
+    fields = _gpt2_fields(seed)
+    hf = hf_gpt2(fields, seed)
+    tokens = _tokens(2, 7, fields["vocab_size"], seed + 1)
+    labels = tokens.clone()
+    for b, t in ignored:
+        labels[b, t] = -100 if ignore_index is None else ignore_index
+    with torch.no_grad():
+        out = hf(tokens, labels=labels) if ignore_index is None else hf(tokens)
+    logits = out.logits
+    index = -100 if ignore_index is None else ignore_index
+    shifted_logits, shifted = logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
+    expected = F.cross_entropy(shifted_logits, shifted, ignore_index=index)
+    if ignore_index is None:
+        expect.close(expected, out.loss, "this check's own oracle", **LOSS_TOL)
+    got = impl.causal_lm_loss(logits, labels, ignore_index)
+    call = "causal_lm_loss(logits, labels" + ("" if ignore_index is None else f", ignore_index={ignore_index}") + ")"
+    what = f"{call} for logits [2, 7, {fields['vocab_size']}]" + (f" with {len(ignored)} ignored labels" * bool(ignored))
+    expect.tensor(got, what, shape=[])
+    per_token = F.cross_entropy(shifted_logits, shifted.clamp(min=0), reduction="none")
+    kept = shifted != index
+    mistakes = [
+        (F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=index),
+         "the label shift is missing: the logits at position t predict token t+1, so compare logits[:, :-1] with "
+         "labels[:, 1:]"),
+        (F.cross_entropy(logits[:, 1:].reshape(-1, logits.shape[-1]), labels[:, :-1].reshape(-1), ignore_index=index),
+         "the shift goes the wrong way: the logits at position t predict token t+1, logits[:, :-1] against "
+         "labels[:, 1:]"),
+    ]
+    if bool((~kept).any()):
+        mistakes.append(((per_token * kept).sum() / kept.numel(), "the mean runs over the ignored positions too: "
+                         "average over the targets that are not ignore_index only"))
+    if ignore_index is not None:
+        mistakes.append((F.cross_entropy(shifted_logits, shifted.masked_fill(~kept, -100)), "ignore_index is not "
+                         "used: labels equal to ignore_index must not count"))
+    expect.close(got, expected, what, **LOSS_TOL, alternatives=mistakes,
+                 hint="The oracle is GPT2LMHeadModel(tokens, labels=labels).loss, i.e. F.cross_entropy of "
+                      "logits[:, :-1] against labels[:, 1:], ignoring ignore_index.")
+
+
+@LOSS.visible
+def test_loss_equals_hf(impl):
+    "causal_lm_loss(logits, labels) equals GPT2LMHeadModel(tokens, labels=labels).loss"
+    _loss_case(impl, 0)
+
+
+@LOSS.hidden
+def test_loss_ignores_padding(impl):
+    "labels -100 (padding) are left out of the mean, as HF's loss does"
+    _loss_case(impl, 5, ignored=[(0, 0), (0, 1), (1, 5), (1, 6), (1, 3)])
+
+
+@LOSS.hidden
+def test_loss_other_ignore_index(impl):
+    "ignore_index=0 is honoured (F.cross_entropy on a shift done here)"
+    _loss_case(impl, 7, ignore_index=0, ignored=[(0, 2), (1, 6), (1, 4)])
+
+
+# --- Exercise 4 --------------------------------------------------------------------------
+
+def _check_keys(got, expected, what, hub=False):
+    expect.that(isinstance(got, dict), f"{what} returned a {type(got).__name__}, expected a dict")
+    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
+    if not missing and not extra:
+        return
+    if missing == ["lm_head.weight"]:
+        expect.fail(f"{what} has no lm_head.weight: the model's head is tied to wte, and its state dict (loaded "
+                    "with strict=True) holds both; the hub's file has no lm_head.weight, so use wte.weight")
+    if any(k.endswith(("attn.bias", "attn.masked_bias")) for k in extra):
+        expect.fail(f"{what} passes on {[k for k in extra if 'bias' in k][:2]}: attn.bias and attn.masked_bias "
+                    "in a GPT-2 checkpoint are buffers (the causal mask), not parameters; skip them")
+    if hub and len(missing) > len(expected) // 2:
+        expect.fail(f"{what} fails on the hub's layout (keys without the 'transformer.' prefix, such as 'h.0.ln_1"
+                    ".weight', and no lm_head.weight): accept both, e.g. key.removeprefix('transformer.')")
+    expect.fail(f"{what} has the wrong keys (missing: {missing[:5]}, unexpected: {extra[:5]}); the keys are the "
+                "course model's state-dict names")
+
+
+def _check_values(got, expected, what, diagnose):
+    for key, value in expected.items():
+        mine = got[key]
+        expect.that(isinstance(mine, torch.Tensor), f"{what}[{key!r}] is a {type(mine).__name__}, expected a tensor")
+        if mine.shape == value.shape and torch.allclose(mine.double(), value.double(), **EXACT):
+            continue
+        expect.fail(f"{what}[{key!r}] is wrong: " + diagnose(key, mine, value))
+
+
+def _gpt2_diagnose(key, mine, value, course):
+    if value.dim() == 2 and mine.shape == value.T.shape and torch.equal(mine, value.T):
+        return ("it is transposed: Conv1D stores its weight [in, out], nn.Linear [out, in]; use .t() on every "
+                "Conv1D weight (c_attn, c_proj, c_fc)")
+    for other in ("q_proj", "k_proj", "v_proj"):
+        if ".attn." in key and other not in key and key.split(".")[-2] in ("q_proj", "k_proj", "v_proj"):
+            swapped = key.replace(key.split(".")[-2], other)
+            if mine.shape == course[swapped].shape and torch.equal(mine, course[swapped]):
+                return (f"it holds {other}'s values: c_attn's output is q | k | v, in that order, each d_model wide "
+                        "(weight[:, :d] is q, weight[:, d:2d] k, weight[:, 2d:] v)")
+    if mine.shape != value.shape:
+        return f"shape {list(mine.shape)}, expected {list(value.shape)}"
+    return "the values differ from the checkpoint's tensor that belongs there"
+
+
+def _gpt2_convert_case(impl, fields, seed, hub):
+    hf = hf_gpt2(fields, seed)
+    hf_state = hf.state_dict()
+    course = gpt2_course_state(hf_state, fields["n_layers"], fields["d_model"])
+    if hub:  # the hub's model.safetensors: no prefix, no lm_head.weight (tied), the attention buffers kept
+        n = fields["n_positions"]
+        hf_state = {k.removeprefix("transformer."): v for k, v in hf_state.items() if k != "lm_head.weight"}
+        for i in range(fields["n_layers"]):
+            hf_state[f"h.{i}.attn.bias"] = torch.ones(n, n).tril().view(1, 1, n, n)
+            hf_state[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    what = "gpt2_state_from_hf(" + ("the hub's model.safetensors" if hub else "GPT2LMHeadModel.state_dict()") + ", config)"
+    got = impl.convert("gpt2_state_from_hf", "GPT2Config", fields, hf_state)
+    _check_keys(got, course, what, hub)
+    _check_values(got, course, what, functools.partial(_gpt2_diagnose, course=course))
+    model = _reference(decoders.GPT2, fields, got)
+    tokens = _tokens(2, 6, fields["vocab_size"], seed + 3)
+    with torch.no_grad():
+        expect.close(model(tokens), hf_gpt2_logits(hf, tokens, None), f"the logits of the state {what} gives", **TOL)
+
+
+@GPT2_CONVERT.visible
+def test_gpt2_convert_model_layout(impl):
+    "GPT2LMHeadModel.state_dict() converted: right keys and tensors; loaded, the logits equal HF's"
+    _gpt2_convert_case(impl, _gpt2_fields(0), 100, hub=False)
+
+
+@GPT2_CONVERT.hidden
+def test_gpt2_convert_hub_layout(impl):
+    "the hub's layout (no 'transformer.' prefix, no lm_head.weight, attention buffers present)"
+    _gpt2_convert_case(impl, _gpt2_fields(1, d=24, heads=3, layers=3), 110, hub=True)
+
+
+@GPT2_CONVERT.hidden
+def test_gpt2_convert_square_mlp(impl):
+    "another configuration, d_ff = d_model (every Conv1D weight square: a missing transpose only shows in values)"
+    fields = dict(_gpt2_fields(2, d=12, heads=2), d_ff=12)
+    _gpt2_convert_case(impl, fields, 120, hub=False)
+
+
+# --- Llama: the oracles and the checker's own mapping ------------------------------------
+
+def _llama_fields(seed, d=32, heads=4, kv=2, layers=2, eps=1e-5, base=10000.0):
+    return {"vocab_size": 47 + seed % 5, "d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": 40 + 8 * (seed % 3),
+            "max_seq_len": 24, "n_kv_heads": kv, "rope_base": base, "norm_eps": eps}
+
+
+def _hf_llama_config(fields):
+    T = _transformers()
+    config = T.LlamaConfig(vocab_size=fields["vocab_size"], hidden_size=fields["d_model"],
+                           intermediate_size=fields["d_ff"], num_hidden_layers=fields["n_layers"],
+                           num_attention_heads=fields["n_heads"],
+                           num_key_value_heads=fields.get("n_kv_heads") or fields["n_heads"],
+                           max_position_embeddings=fields["max_seq_len"], rms_norm_eps=fields.get("norm_eps", 1e-5),
+                           rope_parameters={"rope_type": "default", "rope_theta": fields.get("rope_base", 10000.0)},
+                           tie_word_embeddings=False, attention_bias=False, mlp_bias=False, bos_token_id=0,
+                           eos_token_id=0)
+    config._attn_implementation = "eager"
+    return config
+
+
+def _interleaved(weight, heads):
+    """HF's q/k rows (split halves per head) in the course's order (interleaved pairs)."""
+    head_dim = weight.shape[0] // heads
+    order = torch.argsort(halves_permutation(head_dim))
+    return weight.view(heads, head_dim, -1)[:, order].reshape(weight.shape).contiguous()
+
+
+def llama_attention_state(hf_state, prefix, heads, kv):
+    return {"q_proj.weight": _interleaved(hf_state[f"{prefix}q_proj.weight"], heads),
+            "k_proj.weight": _interleaved(hf_state[f"{prefix}k_proj.weight"], kv),
+            "v_proj.weight": hf_state[f"{prefix}v_proj.weight"].clone(),
+            "out_proj.weight": hf_state[f"{prefix}o_proj.weight"].clone()}
+
+
+def llama_block_state(hf_state, prefix, heads, kv):
+    state = {f"attn.{k}": v for k, v in llama_attention_state(hf_state, f"{prefix}self_attn.", heads, kv).items()}
+    for ours, theirs in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):
+        state[f"ffn.{ours}.weight"] = hf_state[f"{prefix}mlp.{theirs}.weight"].clone()
+    state["norm1.weight"] = hf_state[f"{prefix}input_layernorm.weight"].clone()
+    state["norm2.weight"] = hf_state[f"{prefix}post_attention_layernorm.weight"].clone()
+    return state
+
+
+def llama_course_state(hf_state, fields):
+    heads, kv = fields["n_heads"], fields.get("n_kv_heads") or fields["n_heads"]
+    state = {"tok_emb.weight": hf_state["model.embed_tokens.weight"], "norm.weight": hf_state["model.norm.weight"],
+             "lm_head.weight": hf_state["lm_head.weight"]}
+    for i in range(fields["n_layers"]):
+        state |= {f"blocks.{i}.{k}": v for k, v in llama_block_state(hf_state, f"model.layers.{i}.", heads, kv).items()}
+    return state
+
+
+def _additive(mask, batch, length):
+    full = torch.ones(batch, 1, length, length, dtype=torch.bool) if mask is None else mask.expand(
+        batch, 1, length, length)
+    return torch.zeros(full.shape).masked_fill(~full, torch.finfo(torch.float32).min)
+
+
+def _position_ids(positions, batch, length):
+    if positions is None:
+        positions = torch.arange(length)
+    return positions.expand(batch, length) if positions.dim() == 1 else positions
+
+
+@torch.no_grad()
+def hf_layer(kind, fields, seed, x, mask, positions):
+    """HF's LlamaAttention or LlamaDecoderLayer with random weights: (course-named state, output)."""
+    T = _transformers()
+    from transformers.models.llama import modeling_llama as llama
+
+    config = _hf_llama_config(fields)
+    layer = (llama.LlamaAttention if kind == "attention" else llama.LlamaDecoderLayer)(config, layer_idx=0).eval()
+    _randomize(layer, seed)
+    batch, length, _ = x.shape
+    cos_sin = llama.LlamaRotaryEmbedding(config)(x, _position_ids(positions, batch, length))
+    out = layer(x, position_embeddings=cos_sin, attention_mask=_additive(mask, batch, length))
+    out = out[0] if isinstance(out, tuple) else out
+    heads, kv = fields["n_heads"], fields.get("n_kv_heads") or fields["n_heads"]
+    hf_state = layer.state_dict()
+    state = llama_attention_state(hf_state, "", heads, kv) if kind == "attention" else llama_block_state(
+        hf_state, "", heads, kv)
+    del T
+    return state, out
+
+
+def _query_rows(mask, batch, length):
+    """Queries that may attend to at least one key (HF gives fully masked rows uniform weights)."""
+    if mask is None:
+        return torch.ones(batch, length, dtype=torch.bool)
+    return mask.expand(batch, 1, length, length).any(-1)[:, 0]
+
+
+# --- Exercise 5 --------------------------------------------------------------------------
+
+@torch.no_grad()
+def gqa_math(state, x, heads, kv, mask, positions, *, rotate_v=False, tile=False, rope_full=False,
+             ignore_positions=False):
+    """Rotary GQA written out with einsum and the reference rope, with switches for known mistakes."""
+    batch, length, d = x.shape
+    hd = d // heads
+    if positions is None or ignore_positions:
+        positions = torch.arange(length)
+    pos = positions[:, None, :] if positions.dim() == 2 else positions
+    q, k, v = (x @ state[f"{n}_proj.weight"].T for n in "qkv")
+    if rope_full:
+        q, k = (rope(t, positions).float() for t in (q, k))
+    q = q.view(batch, length, heads, hd).transpose(1, 2)
+    k = k.view(batch, length, kv, hd).transpose(1, 2)
+    v = v.view(batch, length, kv, hd).transpose(1, 2)
+    if not rope_full:
+        q, k = rope(q, pos).float(), rope(k, pos).float()
+    if rotate_v:
+        v = rope(v, pos).float()
+    group = heads // kv
+    k, v = (t.repeat(1, group, 1, 1) if tile else t.repeat_interleave(group, dim=1) for t in (k, v))
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / hd ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    out = torch.einsum("bhqk,bhkd->bhqd", weights, v).transpose(1, 2).reshape(batch, length, d)
+    return out @ state["out_proj.weight"].T
+
+
+ROTARY_NAMES = ("q_proj = nn.Linear(d_model, d_model, bias=False), k_proj and v_proj = nn.Linear(d_model, "
+                "num_kv_heads * head_dim, bias=False), out_proj = nn.Linear(d_model, d_model, bias=False)")
+
+
+@ROTARY.visible
+def test_rotary_gqa_parameters(impl):
+    "q_proj, k_proj, v_proj (num_kv_heads * head_dim wide), out_proj, no biases"
+    got = impl.rotary_gqa_summary(32, 4, 2)
+    expect.that("parameters" in got, "RotaryGQA(...) is not an nn.Module")
+    expected = {"q_proj.weight": [32, 32], "k_proj.weight": [16, 32], "v_proj.weight": [16, 32],
+                "out_proj.weight": [32, 32]}
+    if got["parameters"] != expected:
+        biases = [n for n in got["parameters"] if n.endswith("bias")]
+        expect.fail(f"RotaryGQA(32, 4, 2, rope) has parameters {got['parameters']}" + (
+            ": Llama's projections have no bias (bias=False)" if biases else "") + f"; expected {ROTARY_NAMES}")
+
+
+def _rotary_case(impl, d, heads, kv, shape, seed, mask_kind="causal", positions=None, lengths=None):
+    fields = _llama_fields(seed, d=d, heads=heads, kv=kv)
+    batch, length = shape
+    x = _randn((batch, length, d), seed + 500)
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    padding = None if lengths is None else _padding(lengths, length, "left")
+    if padding is not None:
+        positions = _positions(padding)
+    mask = {"causal": causal, "none": None}[mask_kind]
+    if padding is not None:
+        mask = causal & padding[:, None, None, :]
+    state, expected = hf_layer("attention", fields, seed, x, mask, positions)
+    got = impl.rotary_gqa_forward(d, heads, kv, state, x, mask, positions)
+    rows = _query_rows(mask, batch, length)
+    if padding is not None:
+        rows = rows & padding
+    what = (f"RotaryGQA({d}, {heads}, {kv}, rope)(x, mask={'None' if mask is None else 'causal'}"
+            + ("" if positions is None else f", token_positions of shape {list(positions.shape)}") + ")")
+    mistakes = [
+        (gqa_math(state, x, heads, kv, mask, positions, rotate_v=True), "the values are rotated too: RoPE turns "
+         "queries and keys only (their dot product then depends on the distance); v stays as it is"),
+        (gqa_math(state, x, heads, kv, mask, positions, rope_full=True), "RoPE is applied across the whole "
+         "d_model; it works per head: split into heads first, then rotate each head's head_dim coordinates"),
+        (gqa_math(state, x, heads, kv, mask, positions, rotate_v=True, rope_full=True), "RoPE is applied to "
+         "the whole d_model and to the values; rotate q and k only, per head"),
+        (gqa_math(state, x, heads, kv, mask, None, rotate_v=False), "token_positions is ignored: rotate by "
+         "the positions given (default 0..seq-1 only when token_positions is None)"),
+    ]
+    if heads != kv:
+        mistakes.append((gqa_math(state, x, heads, kv, mask, positions, tile=True), "the key/value heads are "
+                         "repeated in the wrong order (0 1 0 1 ...): query head i reads kv head i // group, "
+                         "so use repeat_interleave(group, dim=1) (0 0 1 1 ...), not repeat"))
+    if mask is not None:
+        mistakes.append((gqa_math(state, x, heads, kv, None, positions), "the mask does not reach the attention"))
+    expect.close(_real(got, rows, what, [batch, length, d]), expected[rows], what, **TOL,
+                 alternatives=[(w[rows], m) for w, m in mistakes],
+                 hint="The oracle is Hugging Face's LlamaAttention with the same weights (its q/k rows permuted "
+                      "to the interleaved layout) and the same positions.")
+
+
+@ROTARY.visible
+def test_rotary_gqa_forward(impl):
+    "RotaryGQA(32, 4, 2) with a causal mask equals HF's LlamaAttention (2 query heads per kv head)"
+    _rotary_case(impl, 32, 4, 2, (2, 6), 0)
+
+
+@ROTARY.hidden
+def test_rotary_gqa_ratios_and_positions(impl):
+    "GQA ratios 1 and 4, token_positions given (not starting at 0), no mask"
+    _rotary_case(impl, 32, 4, 4, (2, 5), 10, positions=torch.arange(3, 8))
+    _rotary_case(impl, 48, 4, 1, (1, 7), 20, mask_kind="none", positions=torch.tensor([5, 1, 0, 9, 2, 2, 7]))
+
+
+@ROTARY.hidden
+def test_rotary_gqa_batched_positions(impl):
+    "token_positions [batch, seq] (a left-padded batch), with causal & padding mask"
+    _rotary_case(impl, 32, 4, 2, (3, 6), 30, lengths=[6, 3, 4])
+
+
+# --- Exercise 6 --------------------------------------------------------------------------
+
+MODERN_NAMES = ("norm1 = norm(d_model, eps=config.norm_eps), attn = attention(d_model, n_heads, n_kv_heads or "
+                "n_heads, rope), norm2 = norm(d_model, eps=config.norm_eps), ffn = feed_forward(d_model, d_ff)")
+
+
+def _block_parameters(d, heads, kv, d_ff):
+    hd = d // heads
+    return {"norm1.weight": [d], "attn.q_proj.weight": [d, d], "attn.k_proj.weight": [kv * hd, d],
+            "attn.v_proj.weight": [kv * hd, d], "attn.out_proj.weight": [d, d], "norm2.weight": [d],
+            "ffn.w1.weight": [d_ff, d], "ffn.w3.weight": [d_ff, d], "ffn.w2.weight": [d, d_ff]}
+
+
+@MODERN_BLOCK.visible
+def test_modern_block_parameters(impl):
+    "norm1, attn, norm2, ffn built from the components it is given (names and shapes)"
+    fields = _llama_fields(0)
+    got = impl.modern_block_summary(fields)
+    expect.that("parameters" in got, "ModernBlock(config, rope) is not an nn.Module")
+    expected = _block_parameters(32, 4, 2, fields["d_ff"])
+    params = got["parameters"]
+    if params == expected:
+        return
+    if "norm2.weight" not in params and set(expected) - set(params) == {"norm2.weight"}:
+        expect.fail("ModernBlock has no norm2: one norm is shared by both sublayers (or not created); each "
+                    "sublayer needs its own, norm1 and norm2")
+    missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
+    expect.fail(f"ModernBlock(config, rope) has parameters that differ from the expected names and shapes (missing: "
+                f"{missing[:6]}, unexpected: {extra[:6]}). {MODERN_NAMES}")
+
+
+@torch.no_grad()
+def _composed_block(state, fields, x, mask, positions, order):
+    cfg = _config(fields)
+    heads, kv = cfg.n_heads, cfg.n_kv_heads or cfg.n_heads
+
+    def sub(prefix):
+        return {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+
+    attn = RotaryGroupedQueryAttention(cfg.d_model, heads, kv, RoPE(cfg.d_model // heads, cfg.max_seq_len,
+                                                                       cfg.rope_base))
+    attn.load_state_dict(sub("attn"))
+    ffn = SwiGLU(cfg.d_model, cfg.d_ff)
+    ffn.load_state_dict(sub("ffn"))
+    norms = {}
+    for n in ("norm1", "norm2"):
+        norms[n] = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        norms[n].load_state_dict(sub(n))
+    plain = nn.RMSNorm(cfg.d_model)
+    plain.load_state_dict(sub("norm1"))
+    plain2 = nn.RMSNorm(cfg.d_model)
+    plain2.load_state_dict(sub("norm2"))
+    a = lambda h, m=mask: attn(h, m, positions)  # noqa: E731
+    n1, n2 = norms["norm1"], norms["norm2"]
+    if order == "post":
+        x = n1(x + a(x))
+        return n2(x + ffn(x))
+    if order == "shared":
+        x = x + a(n1(x))
+        return x + ffn(n1(x))
+    if order == "no-attn-residual":
+        x = a(n1(x))
+        return x + ffn(n2(x))
+    if order == "no-ffn-residual":
+        x = x + a(n1(x))
+        return ffn(n2(x))
+    if order == "no-mask":
+        x = x + a(n1(x), None)
+        return x + ffn(n2(x))
+    if order == "no-positions":
+        x = x + attn(n1(x), mask)
+        return x + ffn(n2(x))
+    if order == "no-eps":
+        x = x + a(plain(x))
+        return x + ffn(plain2(x))
+    raise ValueError(order)
+
+
+def _modern_block_case(impl, fields, shape, seed, lengths=None):
+    batch, length = shape
+    d = fields["d_model"]
+    x = _randn((batch, length, d), seed + 500, 2.0)
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    padding = None if lengths is None else _padding(lengths, length, "left")
+    positions = None if padding is None else _positions(padding)
+    mask = causal if padding is None else causal & padding[:, None, None, :]
+    state, expected = hf_layer("block", fields, seed, x, mask, positions)
+    got = impl.modern_block_forward(fields, state, x, mask, positions)
+    rows = _query_rows(mask, batch, length) & (True if padding is None else padding)
+    what = (f"ModernBlock(DecoderConfig(d_model={d}, n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}"
+            f", norm_eps={fields['norm_eps']}, ...), rope)(x, mask" + (", token_positions)" if positions is not None
+                                                                        else ")"))
+    messages = {
+        "post": "this is the post-norm order; the modern block is pre-norm: x = x + attn(norm1(x), ...), then "
+                "x = x + ffn(norm2(x))",
+        "shared": "norm1 is used before both sublayers; the feed-forward network's norm is norm2",
+        "no-attn-residual": "the residual connection around the attention is missing",
+        "no-ffn-residual": "the residual connection around the feed-forward network is missing",
+        "no-mask": "the mask does not reach the attention: self.attn(h, mask, token_positions)",
+        "no-positions": "token_positions does not reach the attention: self.attn(h, mask, token_positions)",
+        "no-eps": "config.norm_eps does not reach the norms: norm(d_model, eps=config.norm_eps)",
+    }
+    mistakes = [(_composed_block(state, fields, x, mask, positions, o)[rows], m) for o, m in messages.items()
+                if (o != "no-positions" or positions is not None) and (o != "no-eps" or fields["norm_eps"] != 1e-5)]
+    expect.close(_real(got, rows, what, [batch, length, d]), expected[rows], what, **TOL, alternatives=mistakes,
+                 hint="The oracle is Hugging Face's LlamaDecoderLayer with the same weights.")
+
+
+@MODERN_BLOCK.visible
+def test_modern_block_forward(impl):
+    "ModernBlock with a causal mask equals HF's LlamaDecoderLayer (RMSNorm, rotary GQA, SwiGLU, pre-norm)"
+    _modern_block_case(impl, _llama_fields(0), (2, 6), 0)
+
+
+@MODERN_BLOCK.hidden
+def test_modern_block_padding_and_eps(impl):
+    "left padding with batched positions, no grouping (n_kv_heads=None), norm_eps=0.1"
+    _modern_block_case(impl, _llama_fields(1, kv=None, eps=0.1), (3, 7), 10, lengths=[7, 4, 2])
+    _modern_block_case(impl, _llama_fields(2, d=48, heads=6, kv=3), (2, 5), 20, lengths=[5, 3])
+
+
+# --- Exercises 7 and 8: the whole decoder ---------------------------------------------
+
+def hf_llama(fields, seed):
+    T = _transformers()
+    return _randomize(T.LlamaForCausalLM(_hf_llama_config(fields)).eval(), seed)
+
+
+@torch.no_grad()
+def hf_llama_logits(model, tokens, padding):
+    if padding is None:
+        return model(tokens).logits
+    return model(tokens, attention_mask=padding.long(), position_ids=_positions(padding)).logits
+
+
+DECODER_NAMES = ("self.tok_emb = nn.Embedding(vocab_size, d_model), self.blocks = nn.ModuleList([block(config, "
+                 "rope) ...]) with one rope = rope(head_dim, max_seq_len, rope_base) shared by all, self.norm = "
+                 "norm(d_model, eps=config.norm_eps), self.lm_head = nn.Linear(d_model, vocab_size, bias=False)")
+
+
+@DECODER.visible
+def test_decoder_parameters(impl):
+    "tok_emb, blocks, norm and an untied lm_head: names and shapes"
+    fields = _llama_fields(0)
+    got = impl.decoder_summary(fields)
+    expect.that("parameters" in got, "ModernDecoder(config) is not an nn.Module")
+    expected = {n: list(p.shape) for n, p in decoders.LlamaDecoder(_config(fields)).named_parameters()}
+    params = got["parameters"]
+    if got["tied"] or ("lm_head.weight" not in params and "lm_head.weight" in got["state_keys"]):
+        expect.fail("ModernDecoder's head is tied to the embedding; in this model (as in Llama 2 and 3 8B) lm_head "
+                    "is a separate nn.Linear(d_model, vocab_size, bias=False): do not share its weight")
+    if params != expected:
+        missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
+        expect.fail(f"ModernDecoder(config) has parameters that differ from the expected names and shapes (missing: "
+                    f"{missing[:6]}, unexpected: {extra[:6]}). {DECODER_NAMES}")
+
+
+@torch.no_grad()
+def _decoder_mistakes(fields, state, tokens, padding):
+    ref = _reference(decoders.LlamaDecoder, fields, state)
+    positions, mask = decoders.positions_and_mask(tokens, padding)
+    length = tokens.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    mistakes = [(ref.run(tokens, positions, None if padding is None else padding[:, None, None, :]),
+                 "there is no causal mask: position t may attend to positions 0..t only (mask = causal & padding)")]
+    if padding is not None:
+        mistakes += [
+            (ref.run(tokens, torch.arange(length), mask), "the positions of a padded batch are off by the padding: "
+             "under left padding the first real token has position 0, positions = (padding_mask.cumsum(-1) - 1)"
+             ".clamp(min=0), passed to every block"),
+            (ref.run(tokens, positions, causal), "padding_mask does not reach the attention: the mask is "
+             "causal & padding_mask[:, None, None, :]"),
+        ]
+    if fields["rope_base"] != 10000.0:
+        mistakes.append((_reference(decoders.LlamaDecoder, dict(fields, rope_base=10000.0), state)(tokens, padding),
+                         "config.rope_base does not reach RoPE: rope(head_dim, max_seq_len, config.rope_base)"))
+    ref.norm = nn.Identity()
+    mistakes.append((ref(tokens, padding), "the final norm is missing: logits = lm_head(norm(x)) after the last "
+                     "block"))
+    return mistakes
+
+
+def _decoder_case(impl, fields, seed, batch, length, lengths=None, side="left"):
+    hf = hf_llama(fields, seed)
+    state = llama_course_state(hf.state_dict(), fields)
+    tokens = _tokens(batch, length, fields["vocab_size"], seed + 1)
+    padding = None if lengths is None else _padding(lengths, length, side)
+    got = impl.decoder_logits(fields, state, tokens, padding)
+    what = (f"ModernDecoder's logits (n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}) for tokens of "
+            f"shape {[batch, length]}" + ("" if padding is None else f" with {side} padding (real lengths {lengths})"))
+    real = (lambda t: t) if padding is None else (lambda t: t[padding])
+    expect.close(_real(got, padding, what, [batch, length, fields["vocab_size"]]),
+                 real(hf_llama_logits(hf, tokens, padding)), what, **TOL,
+                 alternatives=[(real(w), m) for w, m in _decoder_mistakes(fields, state, tokens, padding)],
+                 hint="The oracle is Hugging Face's LlamaForCausalLM with the same weights.")
+
+
+@DECODER.visible
+def test_decoder_logits(impl):
+    "ModernDecoder's logits equal HF's LlamaForCausalLM with the same weights (no padding)"
+    _decoder_case(impl, _llama_fields(0), 200, 2, 7)
+
+
+@DECODER.hidden
+def test_decoder_padding(impl):
+    "left- and right-padded batches: the real positions' logits equal HF's"
+    _decoder_case(impl, _llama_fields(1, kv=1), 210, 3, 8, lengths=[8, 5, 2], side="left")
+    _decoder_case(impl, _llama_fields(2, kv=None), 220, 2, 6, lengths=[3, 6], side="right")
+
+
+@DECODER.hidden
+def test_decoder_other_configs(impl):
+    "more heads (ratio 4), another rope_base, three layers"
+    _decoder_case(impl, _llama_fields(3, d=32, heads=4, kv=1, layers=3, base=500.0), 230, 2, 9, lengths=[9, 6])
+
+
+def _llama_diagnose(key, mine, value, hf_state, fields):
+    heads, kv = fields["n_heads"], fields.get("n_kv_heads") or fields["n_heads"]
+    d = fields["d_model"]
+    hd = d // heads
+    name = key.split(".")[-2]
+    i = key.split(".")[1] if key.startswith("blocks.") else None
+    if name in ("q_proj", "k_proj", "v_proj") and i is not None:
+        raw = hf_state[f"model.layers.{i}.self_attn.{name}.weight"]
+        n = heads if name == "q_proj" else kv
+        p = halves_permutation(hd)
+        if mine.shape == raw.shape:
+            if name == "v_proj" and torch.equal(mine, _interleaved(raw, n)):
+                return ("v_proj is permuted too: only queries and keys are rotated, so only their rows change "
+                        "order; copy v_proj as it is")
+            if torch.equal(mine, raw):
+                return (f"the rows of {name} are not permuted: HF rotates split halves (i, i + head_dim/2), the "
+                        "course's RoPE interleaved pairs (2i, 2i+1); reorder each head's rows by the inverse of "
+                        "halves_permutation(head_dim)")
+            if torch.equal(mine, raw.view(n, hd, d)[:, p].reshape(raw.shape)):
+                return ("the rows are permuted by halves_permutation itself; you need its inverse, "
+                        "torch.argsort(halves_permutation(head_dim)) (it takes split halves back to interleaved "
+                        "pairs)")
+            whole = torch.argsort(halves_permutation(raw.shape[0]))
+            if torch.equal(mine, raw[whole]):
+                return ("the rows are permuted across the whole projection; the permutation works per head: "
+                        "weight.view(n_heads, head_dim, d_model)[:, order]")
+    if mine.shape != value.shape:
+        return f"shape {list(mine.shape)}, expected {list(value.shape)}"
+    return "the values differ from the checkpoint's tensor that belongs there (check the name mapping)"
+
+
+def _llama_convert_case(impl, fields, seed):
+    hf = hf_llama(fields, seed)
+    hf_state = hf.state_dict()
+    course = llama_course_state(hf_state, fields)
+    what = "llama_state_from_hf(LlamaForCausalLM.state_dict(), config)"
+    got = impl.convert("llama_state_from_hf", "DecoderConfig", fields, hf_state)
+    _check_keys(got, course, what)
+    _check_values(got, course, what, functools.partial(_llama_diagnose, hf_state=hf_state, fields=fields))
+    model = _reference(decoders.LlamaDecoder, fields, got)
+    tokens = _tokens(2, 6, fields["vocab_size"], seed + 3)
+    with torch.no_grad():
+        expect.close(model(tokens), hf_llama_logits(hf, tokens, None), f"the logits of the state {what} gives", **TOL)
+
+
+@LLAMA_CONVERT.visible
+def test_llama_convert(impl):
+    "LlamaForCausalLM.state_dict() converted: names, q/k rows permuted per head; loaded, the logits equal HF's"
+    _llama_convert_case(impl, _llama_fields(0), 300)
+
+
+@LLAMA_CONVERT.hidden
+def test_llama_convert_other_configs(impl):
+    "no grouping (n_kv_heads=None), head_dim 16, three layers"
+    _llama_convert_case(impl, _llama_fields(1, kv=None), 310)
+    _llama_convert_case(impl, _llama_fields(2, d=48, heads=3, kv=1, layers=3), 320)
