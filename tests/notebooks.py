@@ -82,7 +82,9 @@ def run_here(nb, cwd: Path) -> dict:
     with working_directory(cwd):
         for index, source in student_cells(nb):
             try:
-                exec(compile(source, f"<cell {index}>", "exec"), namespace)
+                # dont_inherit: run cells as Jupyter does, without this file's `from __future__ import
+                # annotations` (under it a @dataclass cell fails, its module "__notebook__" being unknown)
+                exec(compile(source, f"<cell {index}>", "exec", dont_inherit=True), namespace)
             except Exception:  # noqa: BLE001 - a stub's demo cells fail; the checks say why
                 pass
     plt.close("all")

@@ -357,8 +357,8 @@ def _loss_case(impl, seed, ignore_index=None, ignored=()):
         mistakes.append(((per_token * kept).sum() / kept.numel(), "the mean runs over the ignored positions too: "
                          "average over the targets that are not ignore_index only"))
     if ignore_index is not None:
-        mistakes.append((F.cross_entropy(shifted_logits, shifted.masked_fill(~kept, -100)), "ignore_index is not "
-                         "used: labels equal to ignore_index must not count"))
+        mistakes.append((F.cross_entropy(shifted_logits, shifted), "ignore_index is not used: labels equal to "
+                         "ignore_index must not count (pass it on to F.cross_entropy)"))
     expect.close(got, expected, what, **LOSS_TOL, alternatives=mistakes,
                  hint="The oracle is GPT2LMHeadModel(tokens, labels=labels).loss, i.e. F.cross_entropy of "
                       "logits[:, :-1] against labels[:, 1:], ignoring ignore_index.")
@@ -743,13 +743,14 @@ def _composed_block(state, fields, x, mask, positions, order):
     raise ValueError(order)
 
 
-def _modern_block_case(impl, fields, shape, seed, lengths=None):
+def _modern_block_case(impl, fields, shape, seed, lengths=None, positions=None):
     batch, length = shape
     d = fields["d_model"]
     x = _randn((batch, length, d), seed + 500, 2.0)
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     padding = None if lengths is None else _padding(lengths, length, "left")
-    positions = None if padding is None else _positions(padding)
+    if padding is not None:
+        positions = _positions(padding)
     mask = causal if padding is None else causal & padding[:, None, None, :]
     state, expected = hf_layer("block", fields, seed, x, mask, positions)
     got = impl.modern_block_forward(fields, state, x, mask, positions)
@@ -784,6 +785,12 @@ def test_modern_block_padding_and_eps(impl):
     "left padding with batched positions, no grouping (n_kv_heads=None), norm_eps=0.1"
     _modern_block_case(impl, _llama_fields(1, kv=None, eps=0.1), (3, 7), 10, lengths=[7, 4, 2])
     _modern_block_case(impl, _llama_fields(2, d=48, heads=6, kv=3), (2, 5), 20, lengths=[5, 3])
+
+
+@MODERN_BLOCK.hidden
+def test_modern_block_positions(impl):
+    "token_positions with gaps (0, 1, 2, 5, 6, 9) reach the attention"
+    _modern_block_case(impl, _llama_fields(3, kv=1), (2, 6), 30, positions=torch.tensor([0, 1, 2, 5, 6, 9]))
 
 
 # --- Exercises 7 and 8: the whole decoder ---------------------------------------------
@@ -832,9 +839,7 @@ def _decoder_mistakes(fields, state, tokens, padding):
                  "there is no causal mask: position t may attend to positions 0..t only (mask = causal & padding)")]
     if padding is not None:
         mistakes += [
-            (ref.run(tokens, torch.arange(length), mask), "the positions of a padded batch are off by the padding: "
-             "under left padding the first real token has position 0, positions = (padding_mask.cumsum(-1) - 1)"
-             ".clamp(min=0), passed to every block"),
+            # positions 0..seq-1 under left padding are no mistake here: RoPE sees only differences of positions
             (ref.run(tokens, positions, causal), "padding_mask does not reach the attention: the mask is "
              "causal & padding_mask[:, None, None, :]"),
         ]

@@ -1,0 +1,344 @@
+"""Mistakes students make in notebook 08."""
+
+from wrong import Wrong
+
+
+def _fill(template: str, **parts) -> str:
+    for key, value in parts.items():
+        template = template.replace(f"@{key.upper()}@", value)
+    return template
+
+
+# --- Exercise 1 ----------------------------------------------------------------------------
+
+_COUNT = '''
+def gpt2_num_parameters(config):
+    d, f = config.d_model, config.d_ff
+    embeddings = @EMBEDDINGS@
+    block = @BLOCK@
+    return embeddings + config.n_layers * block + @FINAL@
+'''
+COUNT_PARTS = {"embeddings": "config.vocab_size * d + config.n_positions * d",
+               "block": "2 * 2 * d + 4 * (d * d + d) + (d * f + f) + (f * d + d)", "final": "2 * d"}
+
+
+def count(**changes):
+    return _fill(_COUNT, **(COUNT_PARTS | changes))
+
+
+# --- Exercise 2 ----------------------------------------------------------------------------
+
+_GPT2 = '''
+class GPT2(nn.Module):
+    def __init__(self, config, *, block=PreNormBlock, norm=LayerNorm):
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.wte = nn.Embedding(config.vocab_size, d)
+        self.wpe = nn.Embedding(config.n_positions, d)
+        block_norm = @BLOCK_NORM@
+        self.blocks = nn.ModuleList([block(d, config.n_heads, config.d_ff, @ACTIVATION@, norm=block_norm)
+                                     for _ in range(config.n_layers)])
+        self.ln_f = norm(d, eps=config.norm_eps)
+        self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
+        @TIE@
+
+    def forward(self, tokens, padding_mask=None):
+        length = tokens.shape[1]
+        causal = @CAUSAL@
+        if padding_mask is None:
+            positions, mask = torch.arange(length), causal
+        else:
+            positions = @POSITIONS@
+            mask = @MASK@
+        x = self.wte(tokens) + self.wpe(positions)
+        for block in self.blocks:
+            x = block(x, mask)
+        return @OUT@
+'''
+GPT2_PARTS = {"block_norm": "functools.partial(norm, eps=config.norm_eps)", "activation": '"gelu_tanh"',
+              "tie": "self.lm_head.weight = self.wte.weight",
+              "causal": "torch.ones(length, length, dtype=torch.bool).tril()",
+              "positions": "(padding_mask.long().cumsum(-1) - 1).clamp(min=0)",
+              "mask": "causal & padding_mask[:, None, None, :]", "out": "self.lm_head(self.ln_f(x))"}
+
+
+def gpt2(**changes):
+    return _fill(_GPT2, **(GPT2_PARTS | changes))
+
+
+# --- Exercise 3 ----------------------------------------------------------------------------
+
+_LOSS = '''
+def causal_lm_loss(logits, labels, ignore_index=-100):
+    vocab = logits.shape[-1]
+    @BODY@
+'''
+LOSS_RIGHT = ("return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1), "
+              "ignore_index=ignore_index)")
+
+
+def loss(body=LOSS_RIGHT):
+    return _fill(_LOSS, body=body)
+
+
+# --- Exercise 4 ----------------------------------------------------------------------------
+
+_GPT2_CONVERT = '''
+def gpt2_state_from_hf(hf_state, config):
+    d = config.d_model
+    src = @SRC@
+    state = {"wte.weight": src["wte.weight"], "wpe.weight": src["wpe.weight"],
+             "ln_f.weight": src["ln_f.weight"], "ln_f.bias": src["ln_f.bias"]}
+    for i in range(config.n_layers):
+        h, b = f"h.{i}.", f"blocks.{i}."
+        for theirs, ours in (("ln_1", "norm1"), ("ln_2", "norm2")):
+            state[f"{b}{ours}.weight"] = src[f"{h}{theirs}.weight"]
+            state[f"{b}{ours}.bias"] = src[f"{h}{theirs}.bias"]
+        qkv_weight, qkv_bias = src[f"{h}attn.c_attn.weight"], src[f"{h}attn.c_attn.bias"]
+        for j, name in enumerate(@ORDER@):
+            state[f"{b}attn.{name}.weight"] = qkv_weight[:, j * d:(j + 1) * d]@T@
+            state[f"{b}attn.{name}.bias"] = qkv_bias[j * d:(j + 1) * d]
+        for theirs, ours in (("attn.c_proj", "attn.out_proj"), ("mlp.c_fc", "ffn.fc1"), ("mlp.c_proj", "ffn.fc2")):
+            state[f"{b}{ours}.weight"] = src[f"{h}{theirs}.weight"]@T@
+            state[f"{b}{ours}.bias"] = src[f"{h}{theirs}.bias"]
+    @HEAD@
+    return state
+'''
+GPT2_CONVERT_PARTS = {"src": '{k.removeprefix("transformer."): v for k, v in hf_state.items()}',
+                      "order": '("q_proj", "k_proj", "v_proj")', "t": ".t()",
+                      "head": 'state["lm_head.weight"] = state["wte.weight"]'}
+
+
+def gpt2_convert(**changes):
+    return _fill(_GPT2_CONVERT, **(GPT2_CONVERT_PARTS | changes))
+
+
+# --- Exercise 5 ----------------------------------------------------------------------------
+
+_ROTARY = '''
+class RotaryGQA(nn.Module):
+    def __init__(self, d_model, num_heads, num_kv_heads, rope):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = d_model // num_heads
+        self.rope = rope
+        self.q_proj = nn.Linear(d_model, d_model, bias=@BIAS@)
+        self.k_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=@BIAS@)
+        self.v_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=@BIAS@)
+        self.out_proj = nn.Linear(d_model, d_model, bias=@BIAS@)
+
+    def forward(self, x, mask=None, token_positions=None):
+        batch, length, _ = x.shape
+        if @IGNORE@token_positions is None:
+            token_positions = torch.arange(length)
+        positions = token_positions[:, None, :] if token_positions.dim() == 2 else token_positions
+
+        def heads(t, n):
+            return t.view(batch, length, n, self.head_dim).transpose(1, 2)
+
+        @QK@
+        v = @V@
+        group = self.num_heads // self.num_kv_heads
+        k, v = @REPEAT@
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
+'''
+ROTARY_PARTS = {
+    "bias": "False", "ignore": "",
+    "qk": ("q = self.rope(heads(self.q_proj(x), self.num_heads), positions)\n"
+           "        k = self.rope(heads(self.k_proj(x), self.num_kv_heads), positions)"),
+    "v": "heads(self.v_proj(x), self.num_kv_heads)",
+    "repeat": "k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)",
+}
+
+
+def rotary(**changes):
+    return _fill(_ROTARY, **(ROTARY_PARTS | changes))
+
+
+# --- Exercise 6 ----------------------------------------------------------------------------
+
+_MODERN_BLOCK = '''
+class ModernBlock(nn.Module):
+    def __init__(self, config, rope, *, attention=RotaryGQA, feed_forward=SwiGLU, norm=RMSNorm):
+        super().__init__()
+        self.norm1 = norm(config.d_model@EPS@)
+        self.attn = attention(config.d_model, config.n_heads, config.n_kv_heads or config.n_heads, rope)
+        self.norm2 = @NORM2@
+        self.ffn = feed_forward(config.d_model, config.d_ff)
+
+    def forward(self, x, mask=None, token_positions=None):
+        @BODY@
+'''
+MODERN_BLOCK_PARTS = {"eps": ", eps=config.norm_eps", "norm2": "norm(config.d_model@EPS@)",
+                      "body": ("x = x + self.attn(self.norm1(x), mask, token_positions)\n"
+                               "        return x + self.ffn(self.norm2(x))")}
+
+
+def modern_block(**changes):
+    parts = MODERN_BLOCK_PARTS | changes
+    return _fill(_fill(_MODERN_BLOCK, norm2=parts["norm2"]), **{k: v for k, v in parts.items() if k != "norm2"})
+
+
+# --- Exercise 7 ----------------------------------------------------------------------------
+
+_DECODER = '''
+class ModernDecoder(nn.Module):
+    def __init__(self, config, *, block=ModernBlock, norm=RMSNorm, rope=RoPE):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        shared = rope(config.d_model // config.n_heads, config.max_seq_len@BASE@)
+        self.blocks = nn.ModuleList([block(config, shared) for _ in range(config.n_layers)])
+        self.norm = norm(config.d_model, eps=config.norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        @TIE@
+
+    def forward(self, tokens, padding_mask=None):
+        length = tokens.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        if padding_mask is None:
+            positions, mask = torch.arange(length), causal
+        else:
+            positions = @POSITIONS@
+            mask = @MASK@
+        x = self.tok_emb(tokens)
+        for block in self.blocks:
+            x = block(x, mask, positions)
+        return @OUT@
+'''
+DECODER_PARTS = {"base": ", config.rope_base", "tie": "pass", "mask": "causal & padding_mask[:, None, None, :]",
+                 "positions": "(padding_mask.long().cumsum(-1) - 1).clamp(min=0)", "out": "self.lm_head(self.norm(x))"}
+
+
+def decoder(**changes):
+    return _fill(_DECODER, **(DECODER_PARTS | changes))
+
+
+# --- Exercise 8 ----------------------------------------------------------------------------
+
+_LLAMA_CONVERT = '''
+def llama_state_from_hf(hf_state, config):
+    head_dim = config.d_model // config.n_heads
+    order = @ORDER@
+
+    def interleaved(weight, n_heads):
+        @PERMUTE@
+
+    state = {"tok_emb.weight": hf_state["model.embed_tokens.weight"], "norm.weight": hf_state["model.norm.weight"],
+             "lm_head.weight": hf_state["lm_head.weight"]}
+    for i in range(config.n_layers):
+        h, b = f"model.layers.{i}.", f"blocks.{i}."
+        state[f"{b}attn.q_proj.weight"] = interleaved(hf_state[f"{h}self_attn.q_proj.weight"], config.n_heads)
+        state[f"{b}attn.k_proj.weight"] = interleaved(hf_state[f"{h}self_attn.k_proj.weight"],
+                                                      config.n_kv_heads or config.n_heads)
+        state[f"{b}attn.v_proj.weight"] = @V@
+        state[f"{b}attn.out_proj.weight"] = hf_state[f"{h}self_attn.o_proj.weight"]
+        for theirs, ours in (("gate_proj", "w1"), ("up_proj", "w3"), ("down_proj", "w2")):
+            state[f"{b}ffn.{ours}.weight"] = hf_state[f"{h}mlp.{theirs}.weight"]
+        state[f"{b}norm1.weight"] = hf_state[f"{h}input_layernorm.weight"]
+        state[f"{b}norm2.weight"] = hf_state[f"{h}post_attention_layernorm.weight"]
+    return state
+'''
+LLAMA_PARTS = {"order": "torch.argsort(halves_permutation(head_dim))",
+               "permute": "return weight.view(n_heads, head_dim, -1)[:, order].reshape(weight.shape)",
+               "v": 'hf_state[f"{h}self_attn.v_proj.weight"]'}
+
+
+def llama_convert(**changes):
+    return _fill(_LLAMA_CONVERT, **(LLAMA_PARTS | changes))
+
+
+RIGHT = {"gpt2_num_parameters": count(), "gpt2_model": gpt2(), "causal_lm_loss": loss(),
+         "gpt2_state_from_hf": gpt2_convert(), "rotary_gqa": rotary(), "modern_block": modern_block(),
+         "modern_decoder": decoder(), "llama_state_from_hf": llama_convert()}
+
+WRONG = [
+    # Exercise 1
+    Wrong("gpt2_num_parameters", "head counted separately (untied)", count(final="2 * d + config.vocab_size * d"),
+          "the output head is counted separately"),
+    Wrong("gpt2_num_parameters", "biases forgotten", count(block="2 * 2 * d + 4 * d * d + 2 * d * f"),
+          "the biases of the attention projections and the MLP are missing"),
+    Wrong("gpt2_num_parameters", "final LayerNorm forgotten", count(final="0"), "the final LayerNorm ln_f"),
+    Wrong("gpt2_num_parameters", "position table forgotten", count(embeddings="config.vocab_size * d"),
+          "the position table wpe"),
+    # Exercise 2
+    Wrong("gpt2_model", "head not tied", gpt2(tie="pass"), "head is not tied"),
+    Wrong("gpt2_model", "positions 0..seq-1 under left padding", gpt2(positions="torch.arange(length)"),
+          "the positions of a padded batch are off by the padding"),
+    Wrong("gpt2_model", "no final LayerNorm", gpt2(out="self.lm_head(x)"), "the final LayerNorm is missing"),
+    Wrong("gpt2_model", "no causal mask", gpt2(causal="None", mask="padding_mask[:, None, None, :]"),
+          "there is no causal mask"),
+    Wrong("gpt2_model", "exact GELU instead of the tanh approximation", gpt2(activation='"gelu"'),
+          "uses the exact GELU"),
+    Wrong("gpt2_model", "norm_eps not passed to the blocks' LayerNorms", gpt2(block_norm="norm"),
+          "config.norm_eps does not reach the LayerNorms"),
+    Wrong("gpt2_model", "padding mask ignored", gpt2(mask="causal"), "padding_mask does not reach the attention"),
+    # Exercise 3
+    Wrong("causal_lm_loss", "no shift",
+          loss("return F.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1), ignore_index=ignore_index)"),
+          "the label shift is missing"),
+    Wrong("causal_lm_loss", "shifted the wrong way",
+          loss("return F.cross_entropy(logits[:, 1:].reshape(-1, vocab), labels[:, :-1].reshape(-1), "
+               "ignore_index=ignore_index)"), "the shift goes the wrong way"),
+    Wrong("causal_lm_loss", "mean over the ignored positions too",
+          loss("return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1), "
+               "ignore_index=ignore_index, reduction='none').mean()"), "the mean runs over the ignored positions"),
+    Wrong("causal_lm_loss", "ignore_index not passed on",
+          loss("return F.cross_entropy(logits[:, :-1].reshape(-1, vocab), labels[:, 1:].reshape(-1))"),
+          "ignore_index is not used"),
+    # Exercise 4
+    Wrong("gpt2_state_from_hf", "Conv1D weights not transposed", gpt2_convert(t=""), "Conv1D stores its weight"),
+    Wrong("gpt2_state_from_hf", "q, k, v split in the wrong order", gpt2_convert(order='("k_proj", "q_proj", "v_proj")'),
+          "c_attn's output is q | k | v"),
+    Wrong("gpt2_state_from_hf", "prefix expected (fails on the hub layout)",
+          gpt2_convert(src='{k[len("transformer."):]: v for k, v in hf_state.items() if k.startswith("transformer.")}'),
+          "KeyError"),
+    Wrong("gpt2_state_from_hf", "lm_head.weight missing", gpt2_convert(head="pass"), "has no lm_head.weight"),
+    Wrong("gpt2_state_from_hf", "every key copied, buffers included",
+          gpt2_convert(head='state["lm_head.weight"] = state["wte.weight"]\n'
+                            '    state.update({k: v for k, v in src.items() if k.endswith("attn.bias")})'),
+          "are buffers"),
+    # Exercise 5
+    Wrong("rotary_gqa", "values rotated too", rotary(v="self.rope(heads(self.v_proj(x), self.num_kv_heads), positions)"),
+          "the values are rotated too"),
+    Wrong("rotary_gqa", "kv heads repeated 0 1 0 1", rotary(repeat="k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)"),
+          "repeated in the wrong order"),
+    Wrong("rotary_gqa", "token_positions ignored", rotary(ignore="True or "), "token_positions is ignored"),
+    Wrong("rotary_gqa", "RoPE over the whole d_model",
+          rotary(qk="q = heads(self.rope(self.q_proj(x), token_positions), self.num_heads)\n"
+                    "        k = heads(self.rope(self.k_proj(x), token_positions), self.num_kv_heads)"),
+          "RoPE is applied across the whole d_model"),
+    Wrong("rotary_gqa", "projections with biases", rotary(bias="True"), "have no bias"),
+    # Exercise 6
+    Wrong("modern_block", "post-norm where pre-norm is required",
+          modern_block(body="x = self.norm1(x + self.attn(x, mask, token_positions))\n"
+                            "        return self.norm2(x + self.ffn(x))"), "this is the post-norm order"),
+    Wrong("modern_block", "one norm shared by both sublayers", modern_block(norm2="self.norm1"), "one norm is shared"),
+    Wrong("modern_block", "residual missing around the attention",
+          modern_block(body="x = self.attn(self.norm1(x), mask, token_positions)\n"
+                            "        return x + self.ffn(self.norm2(x))"),
+          "the residual connection around the attention is missing"),
+    Wrong("modern_block", "token_positions not passed on",
+          modern_block(body="x = x + self.attn(self.norm1(x), mask)\n        return x + self.ffn(self.norm2(x))"),
+          "token_positions does not reach the attention"),
+    Wrong("modern_block", "norm_eps not passed", modern_block(eps=""), "config.norm_eps does not reach the norms"),
+    # Exercise 7
+    Wrong("modern_decoder", "head tied to the embedding", decoder(tie="self.lm_head.weight = self.tok_emb.weight"),
+          "head is tied"),
+    Wrong("modern_decoder", "padding mask ignored", decoder(mask="causal"), "padding_mask does not reach the attention"),
+    Wrong("modern_decoder", "no final norm", decoder(out="self.lm_head(x)"), "the final norm is missing"),
+    Wrong("modern_decoder", "rope_base not passed to RoPE", decoder(base=""), "config.rope_base does not reach RoPE"),
+    # Exercise 8
+    Wrong("llama_state_from_hf", "q/k rows not permuted", llama_convert(permute="return weight"),
+          "are not permuted"),
+    Wrong("llama_state_from_hf", "the permutation instead of its inverse",
+          llama_convert(order="halves_permutation(head_dim)"), "permuted by halves_permutation itself"),
+    Wrong("llama_state_from_hf", "v rows permuted too",
+          llama_convert(v='interleaved(hf_state[f"{h}self_attn.v_proj.weight"], config.n_kv_heads or config.n_heads)'),
+          "v_proj is permuted too"),
+    Wrong("llama_state_from_hf", "rows permuted across the whole projection",
+          llama_convert(permute="return weight[torch.argsort(halves_permutation(weight.shape[0]))]"),
+          "permuted across the whole projection"),
+]
