@@ -25,12 +25,17 @@ the reference decoders of ``autograder.reference.decoders`` and judged by their 
 after per-key checks that name the known mistakes. Only real (not padded) positions are compared.
 
 Tolerances (float32 on CPU): logits and attention/block outputs atol 1e-4 + rtol 1e-4, losses atol
-1e-5 + rtol 1e-5, converted tensors exact up to 1e-6. Measured for the solution over 40 seeds of the
-configurations used here (GPT-2 of width 16-24 with 2-3 layers, Llama-style of width 32-48 with GQA
-ratios 1-4, lengths 5-9, unpadded, left- and right-padded): logits differ from HF's by at most
-MEASURED_LOGITS, attention and block outputs by at most MEASURED_LAYERS, losses by MEASURED_LOSS. The
-closest known mistake (keys and values repeated 0 1 0 1 instead of 0 0 1 1; an eps left out of the
-norms under norm_eps = 0.1) differed by at least MEASURED_MISTAKE.
+1e-5 + rtol 1e-5, converted tensors exact up to 1e-6. Measured for the solution (with the reference
+components) over 40 seeds of the configurations used here (GPT-2 of width 16 and 24 with 2-3 layers and
+norm_eps 1e-5 or 0.1; Llama-style of width 32-48, GQA ratios 1, 2, 4, rope_base 10000 or 500; length 7,
+unpadded, left- and right-padded; attention and blocks with random positions): logits differ from HF's
+by at most 5.7e-6, attention and block outputs by at most 1.5e-6, losses by 0 (HF's loss is the same
+``F.cross_entropy``); the worst error is 0.047 of the bound. The closest known mistake, the exact GELU
+instead of GPT-2's tanh approximation, changed the logits by at least 5.4e-4, 3.5 times the bound; every
+other diagnosed mistake by more. Mistakes that give the same numbers are not diagnosed where they cannot
+differ: positions 0..seq-1 under right padding, or under any padding with RoPE (its scores see only
+differences of positions), a missing padding mask under right padding (the causal mask hides the pads),
+``repeat`` for ``repeat_interleave`` with one kv head.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
+from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.reference import decoders
 from autograder.reference.feed_forward import SwiGLU
@@ -179,14 +185,15 @@ def _gpt2_mistakes(fields, state, tokens, padding):
          'the feed-forward network uses the exact GELU; GPT-2 uses the tanh approximation: pass "gelu_tanh" '
          "to every block"),
     ]
-    if padding is not None:
-        mistakes += [
+    if padding is not None and bool((positions != torch.arange(length))[padding].any()):  # not so if right-padded
+        mistakes.append(
             (ref.run(tokens, torch.arange(length), mask), "the positions of a padded batch are off by the padding: "
              "under left padding the first real token has position 0, positions = (padding_mask.cumsum(-1) - 1)"
-             ".clamp(min=0)"),
+             ".clamp(min=0)"))
+    if _sees_padding(padding, causal):
+        mistakes.append(
             (ref.run(tokens, positions, causal), "padding_mask does not reach the attention: the mask is "
-             "causal & padding_mask[:, None, None, :] (padded keys hidden)"),
-        ]
+             "causal & padding_mask[:, None, None, :] (padded keys hidden)"))
     ref.ln_f = nn.Identity()
     mistakes.append((ref(tokens, padding), "the final LayerNorm is missing: logits = lm_head(ln_f(x)) after the "
                      "last block"))
@@ -198,6 +205,11 @@ def _gpt2_mistakes(fields, state, tokens, padding):
                          "config.norm_eps does not reach the LayerNorms: give every norm eps=config.norm_eps (in the "
                          "blocks too, e.g. with functools.partial(norm, eps=config.norm_eps))"))
     return mistakes
+
+
+def _sees_padding(padding, causal):
+    """Whether a causal mask alone would let a real token see a padded one (left padding; right padding never)."""
+    return padding is not None and bool((causal[None] & padding[:, :, None] & ~padding[:, None, :]).any())
 
 
 def _real(value, padding, what, shape):
@@ -437,7 +449,14 @@ def _gpt2_convert_case(impl, fields, seed, hub):
             hf_state[f"h.{i}.attn.bias"] = torch.ones(n, n).tril().view(1, 1, n, n)
             hf_state[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
     what = "gpt2_state_from_hf(" + ("the hub's model.safetensors" if hub else "GPT2LMHeadModel.state_dict()") + ", config)"
-    got = impl.convert("gpt2_state_from_hf", "GPT2Config", fields, hf_state)
+    try:
+        got = impl.convert("gpt2_state_from_hf", "GPT2Config", fields, hf_state)
+    except StudentCodeError as error:
+        if hub and str(error).startswith("KeyError"):
+            expect.fail(f"{what} raised {error}: on the hub's layout the keys have no 'transformer.' prefix (such as "
+                        "'h.0.ln_1.weight') and there is no lm_head.weight; accept both layouts, e.g. with "
+                        "key.removeprefix('transformer.')")
+        raise
     _check_keys(got, course, what, hub)
     _check_values(got, course, what, functools.partial(_gpt2_diagnose, course=course))
     model = _reference(decoders.GPT2, fields, got)
@@ -634,7 +653,7 @@ def _rotary_case(impl, d, heads, kv, shape, seed, mask_kind="causal", positions=
         (gqa_math(state, x, heads, kv, mask, None, rotate_v=False), "token_positions is ignored: rotate by "
          "the positions given (default 0..seq-1 only when token_positions is None)"),
     ]
-    if heads != kv:
+    if 1 < kv < heads:  # with one kv head, repeat and repeat_interleave agree
         mistakes.append((gqa_math(state, x, heads, kv, mask, positions, tile=True), "the key/value heads are "
                          "repeated in the wrong order (0 1 0 1 ...): query head i reads kv head i // group, "
                          "so use repeat_interleave(group, dim=1) (0 0 1 1 ...), not repeat"))
@@ -837,12 +856,10 @@ def _decoder_mistakes(fields, state, tokens, padding):
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     mistakes = [(ref.run(tokens, positions, None if padding is None else padding[:, None, None, :]),
                  "there is no causal mask: position t may attend to positions 0..t only (mask = causal & padding)")]
-    if padding is not None:
-        mistakes += [
-            # positions 0..seq-1 under left padding are no mistake here: RoPE sees only differences of positions
-            (ref.run(tokens, positions, causal), "padding_mask does not reach the attention: the mask is "
-             "causal & padding_mask[:, None, None, :]"),
-        ]
+    # positions 0..seq-1 under left padding are no mistake here: RoPE sees only differences of positions
+    if _sees_padding(padding, causal):
+        mistakes.append((ref.run(tokens, positions, causal), "padding_mask does not reach the attention: the mask is "
+                         "causal & padding_mask[:, None, None, :]"))
     if fields["rope_base"] != 10000.0:
         mistakes.append((_reference(decoders.LlamaDecoder, dict(fields, rope_base=10000.0), state)(tokens, padding),
                          "config.rope_base does not reach RoPE: rope(head_dim, max_seq_len, config.rope_base)"))
