@@ -87,7 +87,8 @@ def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
     # Quietly, and without touching this notebook's random numbers (a setup cell seeds torch).
     with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):
         for cell in cells:
-            exec(compile(cell.source, f"<{notebook}: cell {cell.get('id')}>", "exec"), namespace)
+            # dont_inherit: compile as a kernel does, without this module's `from __future__ import annotations`
+            exec(compile(cell.source, f"<{notebook}: cell {cell.get('id')}>", "exec", dont_inherit=True), namespace)
     missing = [name for name in names if name not in namespace]
     if missing:
         raise NameError(f"{path.name} defines no {', '.join(missing)}")

@@ -15,6 +15,14 @@ from hub_server import serving
 from coursetools.pretrained import CheckpointUnavailable, load_checkpoint
 
 
+@pytest.fixture(autouse=True)
+def online(monkeypatch):
+    """As on a machine with internet: the suite itself runs with HF_HUB_OFFLINE=1 (conftest.py)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
 @pytest.fixture(scope="module")
 def saved_gpt2(tmp_path_factory):
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -83,3 +91,23 @@ def test_a_folder_without_the_weights_says_which_file(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(CheckpointUnavailable, match="model.safetensors"):
         load_checkpoint(str(tmp_path))
+
+
+
+@pytest.mark.parametrize("served", [False, True], ids=["folder", "local hub"])
+def test_notebook_08_loads_a_saved_gpt2_into_its_own_model(saved_gpt2, tmp_path, served, solution_namespaces):
+    """Notebook 08's path for the real GPT-2 (fetch, config, convert, load, generate), on a tiny saved one."""
+    ns = solution_namespaces["08_decoder_models"]
+    hf, folder = saved_gpt2
+    with serving({"someone/tiny-gpt2": folder}) as (endpoint, _):
+        checkpoint = load_checkpoint("someone/tiny-gpt2" if served else str(folder), endpoint=endpoint,
+                                     cache_dir=tmp_path)
+    config = ns["gpt2_config_from_hf"](checkpoint.config)
+    model = ns["GPT2"](config).eval()
+    model.load_state_dict(ns["gpt2_state_from_hf"](checkpoint.state, config), strict=True)
+    prompt = torch.tensor([[5, 17, 3, 42]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(prompt), hf(prompt).logits, atol=1e-5, rtol=1e-4)
+        theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
+                             pad_token_id=0)
+    assert ns["greedy"](model, prompt, steps=12) == theirs[0, prompt.shape[1]:].tolist()
