@@ -82,7 +82,8 @@ def run_here(nb, cwd: Path) -> dict:
     with working_directory(cwd):
         for index, source in student_cells(nb):
             try:
-                exec(compile(source, f"<cell {index}>", "exec"), namespace)
+                # dont_inherit: compile as a kernel does, without this module's `from __future__ import annotations`
+                exec(compile(source, f"<cell {index}>", "exec", dont_inherit=True), namespace)
             except Exception:  # noqa: BLE001 - a stub's demo cells fail; the checks say why
                 pass
     plt.close("all")
