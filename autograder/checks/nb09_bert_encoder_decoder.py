@@ -506,6 +506,8 @@ def _masking_draws(impl, tokens, options, seed, draws=1, global_seed=0):
 def _check_consistency(tokens, inputs, labels, special):
     is_special = torch.isin(tokens, torch.as_tensor(special))
     picked = labels != -100
+    expect.that(bool((~picked).any()), "labels has no -100 at all: labels must hold the original token at the picked "
+                "positions and -100 everywhere else")
     expect.that(not bool((picked & is_special).any()), "a special token was picked (its label is not -100): tokens "
                 "whose id is in special_ids ([CLS], [SEP], [PAD], [MASK], ...) are never picked")
     expect.that(bool(((labels == tokens) | ~picked).all()), "labels must hold the original token at the picked "
@@ -845,7 +847,8 @@ def test_encdec_is_causal(impl):
         moved = expect.tensor(impl.encdec_forward(f, state, src, changed).get("output"), "EncoderDecoder(...)(src, tgt)")
         delta = float((moved - base)[:, : t + 1].abs().max())
         expect.that(delta <= SAME, f"changing the target tokens after position {t} changed the logits at positions "
-                    f"0..{t} by up to {delta:.3g}: the decoder's self-attention must be causal")
+                    f"0..{t} by up to {delta:.3g}: a target logit may depend only on the target tokens up to its position "
+                    "(the decoder's self-attention is causal, and the memory must come from the source alone)")
 
 
 @ENCDEC.hidden
