@@ -63,9 +63,10 @@ def main() -> None:
                 with recorder.capturing():
                     body, last = outputs.split_last_expression(shell.transform_cell(request["source"]))
                     name = f"<cell {request['index']}>"
-                    exec(compile(body, name, "exec"), namespace)
+                    # dont_inherit: compile as a kernel does, without this module's `from __future__ import annotations`
+                    exec(compile(body, name, "exec", dont_inherit=True), namespace)
                     if last is not None:
-                        recorder.result(eval(compile(last, name, "eval"), namespace), request["index"])
+                        recorder.result(eval(compile(last, name, "eval", dont_inherit=True), namespace), request["index"])
             else:
                 function = getattr(adapters, request["name"])
                 reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
