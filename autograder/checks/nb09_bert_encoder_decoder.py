@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from functools import partial
 from types import SimpleNamespace
 
@@ -715,8 +716,10 @@ def sinusoid_table(length, d):
 def torch_transformer(f, state):
     """nn.Transformer with the course-named ``state`` copied in (train mode, dropout 0)."""
     d = f["d_model"]
-    model = nn.Transformer(d, f["n_heads"], f["n_encoder_layers"], f["n_decoder_layers"], f["d_ff"], dropout=0.0,
-                           activation=f["activation"], batch_first=True, norm_first=f["norm_first"])
+    with warnings.catch_warnings():  # the nested-tensor fast path is off for norm_first or odd head counts; we say
+        warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # nothing of it to the student
+        model = nn.Transformer(d, f["n_heads"], f["n_encoder_layers"], f["n_decoder_layers"], f["d_ff"], dropout=0.0,
+                               activation=f["activation"], batch_first=True, norm_first=f["norm_first"])
     copied = {}
     for stack, count in (("encoder", f["n_encoder_layers"]), ("decoder", f["n_decoder_layers"])):
         for i in range(count):
