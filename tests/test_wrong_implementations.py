@@ -22,11 +22,17 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("wrong", wrongs, ids=[f"{w.exercise}: {w.mistake}" for w in wrongs])
 
 
+_GRADED: dict = {}  # (notebook, exercise, code) -> result: two tests read each wrong version's grade
+
+
 def _grade(namespaces, notebook, exercise_id, code):
-    namespace = dict(namespaces[notebook])
-    exec(compile(PRELUDE + code, "<answer>", "exec"), namespace)
-    exercise, adapters = find_exercise(exercise_id)
-    return run_exercise(exercise, LocalImpl(namespace, adapters))
+    key = (notebook, exercise_id, code)
+    if key not in _GRADED:
+        namespace = dict(namespaces[notebook])
+        exec(compile(PRELUDE + code, "<answer>", "exec"), namespace)
+        exercise, adapters = find_exercise(exercise_id)
+        _GRADED[key] = run_exercise(exercise, LocalImpl(namespace, adapters))
+    return _GRADED[key]
 
 
 class _WrongImplementations:
