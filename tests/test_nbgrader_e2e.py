@@ -1,11 +1,12 @@
 """A whole class through real nbgrader, for every notebook: release, submissions, autograde, feedback, export.
 
-Every notebook's class has a full, a stub, a wrong and a cheating student. Notebook 01's
-class adds the ways of breaking the worker; notebook 04's adds every attack on the grader
-(``attacks.py``) and three that only make sense inside nbgrader: copying the instructor's
-solution, copying a classmate's submission, editing the gradebook. Cheaters and attackers
-each hold a wrong (or failing) answer to ONE exercise: the trick must not earn it, and
-their right answers must still earn theirs.
+Every notebook's class has a full, a stub and a wrong student; the wrong student's last answer
+also cheats (patches torch's comparisons, fakes ``autograder.check``), and must still earn
+nothing. Notebook 01's class adds the ways of breaking the worker; notebook 04's adds every
+attack on the grader (``attacks.py``) and three that only make sense inside nbgrader: copying
+the instructor's solution, copying a classmate's submission, editing the gradebook. Attackers
+each hold a wrong (or failing) answer to ONE exercise: the trick must not earn it, and their
+right answers must still earn theirs.
 
 Each notebook's class is its own course folder and nbgrader run, and its tests are one
 test class (``TestClassNN``), so pytest-xdist (``--dist loadscope``) grades the classes in
@@ -142,8 +143,8 @@ def class_of(notebook: str, harm: attacks.Harm) -> dict[str, Student]:
     students = {
         "full": Student({}, set()),
         "stub": Student(None, every),
-        "wrong": Student({e: wrong(notebook, e) for e in every}, every),
-        "cheater": Student({last: wrong(notebook, last) + PATCH_TORCH + FAKE_AUTOGRADER}, {last}),
+        # Every answer a plausible mistake, and the last one also cheats: the trick must not earn it.
+        "wrong": Student({e: wrong(notebook, e) + (PATCH_TORCH + FAKE_AUTOGRADER) * (e == last) for e in every}, every),
     }
     if notebook == "01_tokens_embeddings":
         students |= worker_breakers(notebook)
@@ -272,8 +273,10 @@ class _GradedClassTests:
                         for name, s in course.students.items()}
 
     def test_feedback_shows_no_solution_to_the_stub(self, course):
-        """The untouched release gets feedback without a line of the solutions (the messages included)."""
-        assert not leaked(secret_lines(read(solution_path(self.notebook)), "solution"), _feedback(course, "stub"))
+        """The untouched release gets feedback that says, per exercise, what to do, without a line of the solutions."""
+        text = _feedback(course, "stub")
+        assert text.count("not implemented yet") >= len(points(self.notebook)), text[-2000:]
+        assert not leaked(secret_lines(read(solution_path(self.notebook)), "solution"), text)
 
 
 class TestClass01(_GradedClassTests):
