@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
+from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.reference import rope as reference_rope
 
@@ -31,12 +32,7 @@ EXERCISES = [MHA, FUSED, GQA, KV, CROSS, ROTARY]
 TOL = {"atol": 1e-5, "rtol": 1e-4}
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(5000 + seed)
-
-
-def _randn(shape, seed, scale=1.0):
-    return torch.randn(*shape, generator=_gen(seed)) * scale
+_gen, _randn = seeded(5000)
 
 
 def _projections(d_model, seed, names=("q_proj", "k_proj", "v_proj", "out_proj"), out_dims=None, bias=True):

@@ -35,6 +35,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from autograder import expect
+from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 
 ACTIVATIONS = Exercise("ffn_activations", "Exercise 1: ReLU, GELU (exact and tanh) and SiLU", points=2)
@@ -50,12 +51,7 @@ TOL = {"atol": 1e-5, "rtol": 1e-4}
 GRAD = {"atol": 1e-4, "rtol": 1e-4}
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(6000 + seed)
-
-
-def _randn(shape, seed, scale=1.0):
-    return torch.randn(*shape, generator=_gen(seed)) * scale
+_gen, _randn = seeded(6000)
 
 
 # --- Exercise 1 --------------------------------------------------------------------------

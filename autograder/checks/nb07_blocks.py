@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from autograder import expect
+from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.reference.attention import CrossAttention, MultiHeadAttention
 from autograder.reference.feed_forward import FeedForward
@@ -48,12 +49,7 @@ GRAD = {"atol": 1e-4, "rtol": 1e-4}
 SAME = {"atol": 1e-5, "rtol": 0.0}
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(7000 + seed)
-
-
-def _randn(shape, seed, scale=1.0):
-    return torch.randn(*shape, generator=_gen(seed)) * scale
+_gen, _randn = seeded(7000)
 
 
 # --- states and the PyTorch oracles ------------------------------------------------------

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
+from autograder.checks._seeds import seeded
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.reference import decoders
@@ -70,12 +71,7 @@ LOSS_TOL = {"atol": 1e-5, "rtol": 1e-5}
 EXACT = {"atol": 1e-6, "rtol": 0.0}
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(8000 + seed)
-
-
-def _randn(shape, seed, scale=1.0):
-    return torch.randn(*shape, generator=_gen(seed)) * scale
+_gen, _randn = seeded(8000)
 
 
 def _tokens(batch, length, vocab, seed):

@@ -57,6 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
+from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.reference.bert import BertEmbeddings as ReferenceEmbeddings
 from autograder.reference.bert import MLMHead as ReferenceHead
@@ -77,12 +78,7 @@ SAME = 1e-5
 SIGMAS = 5.0
 
 
-def _gen(seed):
-    return torch.Generator().manual_seed(9000 + seed)
-
-
-def _randn(shape, seed, scale=1.0):
-    return torch.randn(*shape, generator=_gen(seed)) * scale
+_gen, _randn = seeded(9000)
 
 
 def _randint(high, shape, seed, low=0):
