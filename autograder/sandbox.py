@@ -39,6 +39,7 @@ from pathlib import Path
 
 import autograder
 import coursetools
+from coursetools.budget import GRADING_ENV
 
 BWRAP_ENV = "AUTOGRADER_BWRAP"  # the bwrap executable; tests point it elsewhere to simulate its absence
 INSTALL_HINT = (
@@ -212,6 +213,7 @@ class Sandbox:
             "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
             "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
             "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per arena otherwise
+            GRADING_ENV: "1",  # notebooks cut their long demonstrations short (coursetools.budget)
         }
 
     def wrap(self, argv: list[str], info_fd: int | None = None) -> list[str]:

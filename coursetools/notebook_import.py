@@ -69,8 +69,13 @@ def use_earlier(notebook: str, name: str, fallback, *, folder: Path | None = Non
     return fallback
 
 
-# Cells run before the answer cells: the imports, and the earlier notebooks' parts the answers build on.
+# Cells run before the answer cells: the imports, the earlier notebooks' parts the answers build on, and
+# the given configuration classes (cells with ids ``configs`` or ``config-<name>``).
 PREAMBLE_CELLS = ("setup", "earlier")
+
+
+def _is_preamble(cell_id: str | None) -> bool:
+    return cell_id in PREAMBLE_CELLS or (cell_id or "").startswith(("configs", "config-"))
 
 
 def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
@@ -82,7 +87,7 @@ def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
     cells = [
         cell for cell in nbformat.read(path, as_version=4).cells
         if cell.cell_type == "code"
-        and (cell.get("id") in PREAMBLE_CELLS or cell.metadata.get("nbgrader", {}).get("solution"))
+        and (_is_preamble(cell.get("id")) or cell.metadata.get("nbgrader", {}).get("solution"))
     ]
     # Quietly, and without touching this notebook's random numbers (a setup cell seeds torch).
     with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):

@@ -84,3 +84,19 @@ def test_the_reference_cannot_stand_in_for_an_exercise():
     assert not result.passed
     assert "`MultiHeadAttention` is the course's reference implementation; the exercise asks for your own" \
         in result.message, result.message
+
+
+# The given configuration classes load with the answers, and the course's fallbacks match them.
+@pytest.mark.parametrize(("notebook", "name"), [("08_decoder_models", "GPT2Config"),
+                                                 ("08_decoder_models", "DecoderConfig"),
+                                                 ("09_bert_encoder_decoder", "BertConfig"),
+                                                 ("09_bert_encoder_decoder", "TransformerConfig")])
+def test_the_reference_configs_match_the_notebooks(notebook, name):
+    import dataclasses
+
+    from autograder.reference import configs
+
+    def described(cls):
+        return [(f.name, str(f.type), f.default) for f in dataclasses.fields(cls)]
+
+    assert described(load_from_notebook(notebook, name, folder=ROOT / "course")) == described(getattr(configs, name))

@@ -168,3 +168,16 @@ def test_without_a_sandbox_self_check_still_works_and_says_so(tmp_path):
     assert report["score"] == report["max_score"]
     assert stderr.count("checking without a sandbox") == 1 and "not installed" in stderr, stderr
     assert "memory and file-size limits still apply" in stderr
+
+
+def test_grading_runs_say_so_to_the_notebook(tmp_path, monkeypatch):
+    """Notebooks cut long demonstrations short when graded (coursetools.budget)."""
+    from autograder.sandbox import Limits, Sandbox
+    from coursetools.budget import being_graded
+
+    for name in ("COURSE_GRADING", "NBGRADER_EXECUTION"):
+        monkeypatch.delenv(name, raising=False)
+    assert not being_graded()
+    for name, value in Sandbox(tmp_path, None, [], Limits(), enabled=False).environment().items():
+        monkeypatch.setenv(name, value)
+    assert being_graded()
