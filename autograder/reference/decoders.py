@@ -10,6 +10,12 @@ padding on the key axis.
 
 The checks load a state dict into these models by name (a student's converted checkpoint), so a
 converted state is judged by the logits it gives, not by how the conversion was written.
+``LlamaDecoder.forward(tokens, padding_mask=None, cache=None)``: given a cache (``autograder.reference.
+kv_cache``: ``KVCache`` for one growing batch, ``SlotCache`` for continuous batching), the cache says the
+positions of the new tokens and the mask over all the keys (``cache.positions_and_mask(tokens,
+padding_mask)``), every attention appends its keys and values to it, and ``cache.advance(length)`` runs
+after the last block. Without a cache nothing changes.
+
 ``run(tokens, positions, mask)`` is the body of ``forward`` with the positions and the mask given,
 so a check can also compute what a known mistake (positions 0..seq-1 under padding, no causal mask)
 gives.
@@ -69,11 +75,15 @@ class LlamaDecoder(nn.Module):
         self.norm = nn.RMSNorm(d, eps=config.norm_eps)
         self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
 
-    def run(self, tokens, positions, mask):
+    def run(self, tokens, positions, mask, cache=None):
         x = self.tok_emb(tokens)
-        for block in self.blocks:
-            x = block(x, mask, positions)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, positions) if cache is None else block(x, mask, positions, cache=cache, layer=i)
         return self.lm_head(self.norm(x))
 
-    def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.run(tokens, *positions_and_mask(tokens, padding_mask))
+    def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        if cache is None:
+            return self.run(tokens, *positions_and_mask(tokens, padding_mask))
+        logits = self.run(tokens, *cache.positions_and_mask(tokens, padding_mask), cache=cache)
+        cache.advance(tokens.shape[1])
+        return logits

@@ -4,10 +4,14 @@
 d_model], ``k_proj`` and ``v_proj`` [d_model -> num_kv_heads * head_dim], ``out_proj``, all without
 bias; queries and keys rotated by ``rope(x, token_positions)`` (interleaved pairs), query head ``i``
 reading key/value head ``i // (num_heads // num_kv_heads)``. ``forward(x, mask=None,
-token_positions=None)``, mask boolean, True = may attend, ``token_positions`` [seq] or [batch, seq].
+token_positions=None, cache=None, layer=0)``, mask boolean, True = may attend, ``token_positions`` [seq] or
+[batch, seq]. Given a ``cache`` (``autograder.reference.kv_cache``), the rotated keys and the values of ``x``
+are handed to ``cache.update(layer, k, v)``, which returns all the keys and values to attend to (the cached
+ones first); the caller gives the positions of the new tokens and a mask over all the keys.
 
 ``ModernBlock(config, rope)``: pre-norm, ``norm1``, ``attn``, ``norm2``, ``ffn`` (RMSNorm, the
-attention above, SwiGLU), ``forward(x, mask=None, token_positions=None)``. ``config`` needs
+attention above, SwiGLU), ``forward(x, mask=None, token_positions=None, cache=None, layer=0)`` (the cache and the layer index go to the
+attention only when a cache is given). ``config`` needs
 ``d_model``, ``n_heads``, ``n_kv_heads``, ``d_ff`` and ``norm_eps``.
 """
 
@@ -33,7 +37,7 @@ class RotaryGroupedQueryAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None) -> torch.Tensor:
+                token_positions: torch.Tensor | None = None, cache=None, layer: int = 0) -> torch.Tensor:
         batch, length, _ = x.shape
         if token_positions is None:
             token_positions = torch.arange(length, device=x.device)
@@ -46,6 +50,8 @@ class RotaryGroupedQueryAttention(nn.Module):
         q = self.rope(heads(self.q_proj(x), self.num_heads), token_positions)
         k = self.rope(heads(self.k_proj(x), self.num_kv_heads), token_positions)
         v = heads(self.v_proj(x), self.num_kv_heads)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
         empty = None
         if mask is not None:  # a query with no key to attend to: zero weights, not NaN
             empty = ~mask.any(-1, keepdim=True)
@@ -66,6 +72,9 @@ class ModernBlock(nn.Module):
         self.ffn = feed_forward(config.d_model, config.d_ff)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), mask, token_positions)
+                token_positions: torch.Tensor | None = None, cache=None, layer: int = 0) -> torch.Tensor:
+        if cache is None:
+            x = x + self.attn(self.norm1(x), mask, token_positions)
+        else:
+            x = x + self.attn(self.norm1(x), mask, token_positions, cache=cache, layer=layer)
         return x + self.ffn(self.norm2(x))

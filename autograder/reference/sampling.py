@@ -1,0 +1,55 @@
+"""Next-token choice with the course's conventions, for grading an exercise without the ones before it.
+
+Logits ``[..., vocab]``. ``greedy``: argmax, ties to the lower token id. ``apply_temperature``: logits / T;
+T = 0 keeps only the greedy token (the others -inf). ``top_k_filter``: keeps exactly k tokens, the k first
+of a stable descending sort (ties at the boundary go to the lower id). ``top_p_filter``: keeps the smallest
+prefix of that order whose probability reaches p (the token that crosses p included, at least one token).
+Filtered logits are -inf. ``sample_next`` applies temperature, then top-k, then top-p, and draws.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(dim=-1)
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    if temperature < 0:
+        raise ValueError("temperature must be >= 0")
+    if temperature == 0:
+        best = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, logits.argmax(-1, keepdim=True), True)
+        return logits.masked_fill(~best, float("-inf"))
+    return logits / temperature
+
+
+def _keep(logits, keep_sorted, order):
+    keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    order = torch.sort(logits, dim=-1, descending=True, stable=True).indices
+    keep_sorted = torch.arange(logits.shape[-1]) < k
+    return _keep(logits, keep_sorted.expand(logits.shape).clone(), order)
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    probs, order = torch.sort(torch.softmax(logits, dim=-1), dim=-1, descending=True, stable=True)
+    before = torch.cumsum(probs, dim=-1) - probs
+    keep_sorted = before < p
+    keep_sorted[..., 0] = True
+    return _keep(logits, keep_sorted, order)
+
+
+def sample_next(logits, *, temperature=1.0, top_k=None, top_p=None, generator=None) -> torch.Tensor:
+    logits = apply_temperature(logits, temperature)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    probs = torch.softmax(logits, dim=-1)
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
