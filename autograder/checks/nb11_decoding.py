@@ -1,0 +1,922 @@
+"""Checks for notebook 11: samplers, generation loops, beam search, the KV cache, continuous batching.
+
+Oracles, written here and independent of the notebook's solutions:
+
+- Filters and greedy (exercises 1-3): the kept sets computed in Python from the stated conventions
+  (a stable descending order: ties to the lower token id; top-k keeps exactly k; top-p keeps the smallest
+  prefix whose probability, computed in float64, reaches p), on constructed logits with ties at the
+  boundaries; Hugging Face's ``TopKLogitsWarper`` / ``TopPLogitsWarper`` (imported lazily) on tie-free
+  logits, with p halfway inside a token's mass so that no rounding decides. Exact comparison of the kept
+  sets; kept logits within 1e-6 of the input (temperature: of ``logits / T``, atol 1e-6 + rtol 1e-6).
+- Sampling (exercise 4): 20,000 draws per case from one call, compared with the exact probabilities of
+  the filtered distribution (float64): a token of probability 0 must never be drawn, every other
+  token's frequency must lie within ``5 sqrt(p (1 - p) / n) + 1e-9`` of ``p``. For a right sampler the
+  chance that one of the ~10 tokens of a case leaves its band is about 6e-6 per case; the generator is
+  seeded, so the draws are the same at every run anyway (the solution's worst deviation over the cases
+  here is 2.2 sigma). The closest known mistake, top-p applied before top-k, moves a kept token's
+  probability by 0.05 or more (over 10 sigma). Two calls with generators seeded alike must draw the same.
+- Greedy generation and batched generation (exercises 5, 6): the argmax of the lookup-table model's
+  rows (``autograder.reference.toy.PrefixTableModel``), whose logits after a prefix are known exactly;
+  the batched outputs must equal the oracle's unbatched ones token for token. Hidden: the course's
+  ``LlamaDecoder`` (tiny, random) with greedy tokens from full recomputation here; its margins between
+  the best and second-best logit at every step are above 1e-2 for the seeds used, far above the 1e-6
+  that padding changes in the logits.
+- Beam search (exercise 7): brute-force enumeration of every continuation (vocabulary 4, up to 4 new
+  tokens, EOS ends a branch) with log-probabilities in float64: with a beam wide enough never to drop a
+  candidate, beam search is exhaustive search and must return the enumeration's best hypothesis; with one
+  beam, the greedy sequence; with two beams, on a model chosen so that greedy is not optimal, the
+  enumeration's best. Scores within 1e-4 (the solution's error, float32 log-softmax: below 1e-6).
+  The cases' best and second-best scores differ by more than 1e-2.
+- The KV cache (exercises 8-10): ``torch.cat`` on the stated axis (exact); the course's
+  ``RotaryGroupedQueryAttention`` and ``LlamaDecoder`` recomputing the whole sequence without a cache,
+  compared with every call's output with the cache (a prompt in one or two chunks, then single tokens):
+  atol 1e-4 + rtol 1e-4. Measured for the solution over 40 seeds of the configurations here (width
+  32-48, GQA ratios 1, 2, 4, weights of standard deviation 0.3): at most 2.4e-6 (attention) and 9.5e-6
+  (logits). The closest known mistake, positions restarting at 0 at each call, differs by more than 0.1.
+  Generated tokens with the cache must equal full recomputation's greedy tokens (exactly).
+- Continuous batching (exercise 11): the engines' logs (``autograder.reference.batching``) and greedy
+  outputs computed here one request at a time: equal outputs, no step while a slot is free and a request
+  waits, no slot stepped after its request is done.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from autograder import expect
+from autograder.checks._seeds import seeded
+from autograder.exercises import Exercise
+from autograder.reference.configs import DecoderConfig
+from autograder.reference.decoders import LlamaDecoder
+from autograder.reference.kv_cache import KVCache
+from autograder.reference.modern import RotaryGroupedQueryAttention
+from autograder.reference.rope import RoPE
+from autograder.reference.toy import PrefixTableModel
+
+GREEDY = Exercise("greedy_temperature", "Exercise 1: greedy and temperature", points=2)
+TOP_K = Exercise("top_k_filter", "Exercise 2: top-k", points=2)
+TOP_P = Exercise("top_p_filter", "Exercise 3: top-p", points=3)
+SAMPLE = Exercise("sample_next", "Exercise 4: sampling with the filters", points=3)
+GENERATE = Exercise("generate", "Exercise 5: the generation loop", points=3)
+BATCH = Exercise("generate_batch", "Exercise 6: batched generation with left padding", points=3)
+BEAM = Exercise("beam_search", "Exercise 7: beam search", points=5)
+CACHE = Exercise("kv_cache", "Exercise 8: the KV cache", points=2)
+ATTENTION = Exercise("cached_attention", "Exercise 9: attention with a cache", points=3)
+DECODER = Exercise("cached_decoder", "Exercise 10: the decoder with a cache", points=3)
+BATCHING = Exercise("continuous_batching", "Exercise 11: continuous batching", points=4)
+EXERCISES = [GREEDY, TOP_K, TOP_P, SAMPLE, GENERATE, BATCH, BEAM, CACHE, ATTENTION, DECODER, BATCHING]
+
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+DRAWS = 20_000
+SIGMAS = 5.0
+
+_gen, _randn = seeded(11000)
+
+
+# --- the conventions, computed here ------------------------------------------------------
+
+def _order(row):
+    """Token ids by decreasing value, ties to the lower id."""
+    values = row.tolist()
+    return sorted(range(len(values)), key=lambda i: (-values[i], i))
+
+
+def kept_top_k(logits, k):
+    keep = torch.zeros(logits.shape, dtype=torch.bool)
+    for index in itertools.product(*map(range, logits.shape[:-1])):
+        keep[index][_order(logits[index])[:k]] = True
+    return keep
+
+
+def kept_top_p(logits, p):
+    keep = torch.zeros(logits.shape, dtype=torch.bool)
+    for index in itertools.product(*map(range, logits.shape[:-1])):
+        probs = torch.softmax(logits[index].double(), -1).tolist()
+        before = 0.0
+        for i in _order(logits[index]):
+            if before >= p:
+                break
+            keep[index][i] = True
+            before += probs[i]
+    return keep
+
+
+def exact_probabilities(logits, temperature=1.0, top_k=None, top_p=None):
+    """The distribution sample_next draws from, in float64, one row per row of ``logits``."""
+    z = logits.double()
+    if temperature == 0:
+        best = torch.tensor([_order(row)[0] for row in z])
+        return torch.nn.functional.one_hot(best, z.shape[-1]).double()
+    z = z / temperature
+    if top_k is not None:
+        z = z.masked_fill(~kept_top_k(z, top_k), -math.inf)
+    if top_p is not None:
+        z = z.masked_fill(~kept_top_p(z, top_p), -math.inf)
+    return torch.softmax(z, -1)
+
+
+def _describe_set(keep):
+    return [sorted(torch.nonzero(row).flatten().tolist()) for row in keep.reshape(-1, keep.shape[-1])]
+
+
+def _kept(got, what, logits):
+    out = expect.tensor(got["output"], what, shape=logits.shape)
+    expect.that(not got["input_changed"], f"{what} changed the logits it was given (in place): return a new tensor, "
+                "e.g. with masked_fill (not masked_fill_)")
+    expect.that(not torch.isnan(out).any(), f"{what} contains NaN: set the removed logits to -inf")
+    removed = ~torch.isfinite(out)
+    expect.that(bool((out[removed] < 0).all()), f"{what} has +inf entries: removed logits must be -inf")
+    return out, ~removed
+
+
+def _check_filter(got, what, logits, expected_keep, mistakes=()):
+    out, keep = _kept(got, what, logits)
+    if not torch.equal(keep, expected_keep):
+        for wrong_keep, diagnosis in mistakes:
+            if torch.equal(keep, wrong_keep):
+                expect.fail(f"{what} is wrong: {diagnosis}")
+        expect.fail(f"{what} keeps the tokens {_describe_set(keep)}, expected {_describe_set(expected_keep)} (per row)")
+    expect.close(out[keep], logits[keep], f"the kept logits of {what}", atol=1e-6,
+                 hint="Kept logits are returned unchanged; only the removed ones become -inf.")
+
+
+# --- Exercise 1 --------------------------------------------------------------------------
+
+def _with_ties():
+    logits = _randn((4, 9), 1)
+    logits[1, [2, 6]] = logits[1].max() + 1.0  # a tie for the maximum: the lower id wins
+    logits[3] = 0.5  # all equal
+    return logits
+
+
+@GREEDY.visible
+def test_greedy_picks_the_argmax(impl):
+    "greedy(logits) is the argmax over the last axis, ties to the lower token id, for [4, 9] and [2, 3, 9]"
+    for logits in (_with_ties(), _randn((2, 3, 9), 2)):
+        got = expect.tensor(impl.greedy_of(logits), f"greedy(logits of shape {list(logits.shape)})",
+                            shape=logits.shape[:-1])
+        expected = torch.tensor([_order(row)[0] for row in logits.reshape(-1, 9)]).reshape(logits.shape[:-1])
+        expect.that(not got.dtype.is_floating_point, f"greedy returned {got.dtype}: return token ids (argmax)")
+        if not torch.equal(got.long(), expected):
+            if torch.equal(got.long(), logits.argmin(-1)):
+                expect.fail("greedy returns the argmin: the greedy token has the largest logit")
+            ties = torch.tensor([max(i for i in range(9) if row[i] == row.max()) for row in logits.reshape(-1, 9)])
+            if torch.equal(got.long().flatten(), ties):
+                expect.fail("greedy breaks ties towards the higher token id: the lower id wins (torch.argmax does that)")
+            expect.fail(f"greedy(logits) returned {got.tolist()}, expected {expected.tolist()}: the argmax over the "
+                        "last axis (the vocabulary)")
+
+
+@GREEDY.visible
+def test_temperature_divides(impl):
+    "apply_temperature(logits, T) is logits / T for T = 0.5, 1, 2; the input is not changed"
+    logits = _randn((3, 8), 3, 2.0)
+    for t in (0.5, 1.0, 2.0):
+        what = f"apply_temperature(logits, {t})"
+        got = impl.temperature_of(logits, t)
+        expect.that(not got["input_changed"], f"{what} changed the logits in place: return logits / temperature "
+                    "as a new tensor")
+        expect.close(got["output"], logits / t, what, atol=1e-6, rtol=1e-6,
+                     alternatives=[(logits * t, "the logits are multiplied by the temperature: divide them, "
+                                    "logits / temperature (T < 1 must sharpen the distribution)"),
+                                   (logits - math.log(t), "divide the logits by the temperature")])
+
+
+@GREEDY.hidden
+def test_temperature_zero_is_greedy(impl):
+    "apply_temperature(logits, 0) keeps the greedy token's logit (ties: the lower id) and sets the others to -inf"
+    logits = _with_ties()
+    got = impl.temperature_of(logits, 0.0)
+    expected = kept_top_k(logits, 1)
+    out = expect.tensor(got["output"], "apply_temperature(logits, 0)", shape=logits.shape)
+    expect.that(not torch.isnan(out).any(), "apply_temperature(logits, 0) contains NaN: temperature 0 must mean "
+                "greedy; keep the greedy token's logit and set every other logit to -inf (no division by 0)")
+    _check_filter(got, "apply_temperature(logits, 0)", logits, expected,
+                  mistakes=[(logits == logits.max(-1, keepdim=True).values, "on a tie for the maximum keep only the "
+                             "lower token id (the greedy token), so that sampling at T = 0 is greedy")])
+
+
+@GREEDY.hidden
+def test_negative_temperature_raises(impl):
+    "apply_temperature(logits, -1.0) raises ValueError"
+    got = impl.temperature_refuses(_randn((2, 5), 4), -1.0)
+    expect.that(got["raised"] == "ValueError", f"apply_temperature(logits, -1.0) "
+                f"{'raised ' + got['raised'] if got['raised'] else 'returned'}: raise ValueError for a negative "
+                "temperature")
+
+
+# --- Exercise 2 --------------------------------------------------------------------------
+
+def _tie_logits():
+    """Rows with ties at the top-k boundary: [3, 1, 2, 2, 0, 2] keeps {0, 2, 3} for k = 3."""
+    return torch.tensor([[3.0, 1.0, 2.0, 2.0, 0.0, 2.0],
+                         [1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+                         [0.0, 2.0, -1.0, 2.0, 5.0, 2.0]])
+
+
+def _top_k_mistakes(logits, k):
+    kth = torch.sort(logits, dim=-1, descending=True).values[..., k - 1:k]
+    plus_ties = logits >= kth
+    return [(kept_top_k(logits, k + 1), f"it keeps k + 1 = {k + 1} tokens: keep exactly k"),
+            (plus_ties, "it keeps every token tied with the k-th: keep exactly k tokens; on a tie at the boundary the "
+             "lower token id stays (a stable descending sort)"),
+            (kept_top_k(-logits, k), "it keeps the k lowest logits: keep the k highest"),
+            (kept_top_k(logits.flip(-1), k).flip(-1), "on a tie at the boundary it keeps the higher token id: the "
+             "lower id stays (torch.sort(..., descending=True, stable=True))")]
+
+
+@TOP_K.visible
+def test_top_k_keeps_exactly_k(impl):
+    "top_k_filter keeps exactly k tokens (ties at the boundary: the lower id), the others -inf"
+    for logits, k in ((_randn((2, 10), 10), 3), (_tie_logits(), 3), (_tie_logits(), 2)):
+        got = impl.filter_of("top_k_filter", logits, k)
+        rows = f" for the rows {logits.tolist()}" if logits.shape[-1] == 6 else ""
+        _check_filter(got, f"top_k_filter(logits, {k}){rows}", logits, kept_top_k(logits, k), _top_k_mistakes(logits, k))
+
+
+@TOP_K.hidden
+def test_top_k_edge_cases_and_hugging_face(impl):
+    "k = 1 is greedy, k >= vocab keeps everything, 3-D logits; equal to HF's TopKLogitsWarper without ties"
+    from transformers.generation.logits_process import TopKLogitsWarper
+
+    for logits, k in ((_randn((3, 7), 11), 1), (_randn((2, 7), 12), 7), (_randn((2, 7), 13), 20),
+                      (_randn((2, 3, 11), 14), 4)):
+        got = impl.filter_of("top_k_filter", logits, k)
+        _check_filter(got, f"top_k_filter(logits of shape {list(logits.shape)}, {k})", logits, kept_top_k(logits, k),
+                      _top_k_mistakes(logits, min(k, logits.shape[-1] - 1)) if k < logits.shape[-1] else ())
+    logits = _randn((4, 50), 15)
+    theirs = torch.isfinite(TopKLogitsWarper(top_k=10)(None, logits.clone()))
+    _check_filter(impl.filter_of("top_k_filter", logits, 10), "top_k_filter(logits [4, 50], 10)", logits, theirs)
+
+
+# --- Exercise 3 --------------------------------------------------------------------------
+
+def _p_inside(logits_row, m):
+    """A p halfway inside the mass of the m-th token of the order (1-based): the nucleus has m tokens."""
+    probs = torch.softmax(logits_row.double(), -1)
+    order = _order(logits_row)
+    before = float(probs[order[:m - 1]].sum())
+    return before + 0.5 * float(probs[order[m - 1]])
+
+
+def _top_p_mistakes(logits, p):
+    drop = kept_top_p(logits, p) & ~_crossing(logits, p)
+    return [(drop, "it drops the token that crosses p: keep the smallest set whose probability REACHES p, the "
+             "crossing token included (a token stays while the mass before it is below p)"),
+            (kept_top_p(logits.flip(-1), p).flip(-1), "on a tie it keeps the higher token id first: ties go to the "
+             "lower id (torch.sort(..., descending=True, stable=True))")]
+
+
+def _crossing(logits, p):
+    cross = torch.zeros(logits.shape, dtype=torch.bool)
+    keep = kept_top_p(logits, p)
+    for r in range(logits.shape[0]):
+        order = _order(logits[r])
+        last = max(i for i, t in enumerate(order) if keep[r, t])
+        cross[r, order[last]] = True
+    return cross
+
+
+@TOP_P.visible
+def test_top_p_keeps_the_crossing_token(impl):
+    "top_p_filter keeps the smallest prefix whose mass reaches p, the crossing token included"
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.5, 0.3]])
+    logits = probs.log()
+    for p in (0.7, 0.6, 0.95, 0.3):
+        got = impl.filter_of("top_p_filter", logits, p)
+        _check_filter(got, f"top_p_filter(log([0.5, 0.3, 0.15, 0.05]), {p})", logits, kept_top_p(logits, p),
+                      _top_p_mistakes(logits, p))
+    logits = _randn((1, 12), 20, 1.5)
+    for m in (1, 3, 6):
+        p = _p_inside(logits[0], m)
+        _check_filter(impl.filter_of("top_p_filter", logits, p), f"top_p_filter(random logits, {p:.4f})", logits,
+                      kept_top_p(logits, p), _top_p_mistakes(logits, p))
+
+
+@TOP_P.hidden
+def test_top_p_ties_and_shapes(impl):
+    "ties at the crossing go to the lower id; p = 1 keeps all; 3-D logits; a peaked row keeps one token"
+    logits = torch.tensor([[2.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]])
+    for p in (_p_inside(logits[0], 3), 0.5):
+        _check_filter(impl.filter_of("top_p_filter", logits, p), f"top_p_filter(logits with ties, {p:.4f})", logits,
+                      kept_top_p(logits, p), _top_p_mistakes(logits, p))
+    peaked = torch.tensor([[10.0, 0.0, 0.0, 0.0]])
+    _check_filter(impl.filter_of("top_p_filter", peaked, 0.5), "top_p_filter([10, 0, 0, 0], 0.5)", peaked,
+                  kept_top_p(peaked, 0.5))
+    cube = _randn((2, 3, 8), 21)
+    _check_filter(impl.filter_of("top_p_filter", cube, 0.8), "top_p_filter(logits of shape [2, 3, 8], 0.8)", cube,
+                  kept_top_p(cube, 0.8))
+    _check_filter(impl.filter_of("top_p_filter", cube, 1.0), "top_p_filter(logits, 1.0)", cube,
+                  torch.ones(cube.shape, dtype=torch.bool))
+
+
+@TOP_P.hidden
+def test_top_p_equals_hugging_face(impl):
+    "equal to HF's TopPLogitsWarper on tie-free logits, p halfway inside a token's mass"
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    logits = _randn((1, 40), 22, 2.0)
+    for m in (2, 5, 13):
+        p = _p_inside(logits[0], m)
+        theirs = torch.isfinite(TopPLogitsWarper(top_p=p)(None, logits.clone()))
+        expect.that(int(theirs.sum()) == m, "internal: HF's nucleus differs from the construction")
+        _check_filter(impl.filter_of("top_p_filter", logits, p), f"top_p_filter(logits [1, 40], {p:.4f})", logits,
+                      theirs, _top_p_mistakes(logits, p))
+
+
+# --- Exercise 4 --------------------------------------------------------------------------
+
+def _describe_kwargs(kwargs):
+    return ", ".join(f"{k}={v}" for k, v in kwargs.items())
+
+
+def _sample_case(impl, logits, kwargs, seed, mistakes=()):
+    what = f"sample_next(logits, {_describe_kwargs(kwargs)})"
+    got = impl.sample_counts(logits, DRAWS, kwargs, seed)
+    if got.get("counts") is None:
+        if got.get("out_of_range"):
+            expect.fail(f"{what} returned token ids outside 0..{logits.shape[-1] - 1}")
+        draws = got.get("draws")
+        shape = list(draws.shape) if isinstance(draws, torch.Tensor) else type(draws).__name__
+        expect.fail(f"{what} for logits of shape [{logits.shape[0] * DRAWS}, {logits.shape[-1]}] returned {shape} "
+                    f"{getattr(draws, 'dtype', '')}, expected token ids of shape [{logits.shape[0] * DRAWS}] "
+                    "(one per row: squeeze the sample axis)")
+    frequencies = got["counts"].double() / DRAWS
+    expected = exact_probabilities(logits, **kwargs)
+
+    def fits(probs):
+        band = SIGMAS * (probs * (1 - probs) / DRAWS).sqrt() + 1e-9
+        return bool(((frequencies - probs).abs() <= band).all()) and bool((frequencies[probs == 0] == 0).all())
+
+    if not fits(expected):
+        for probs, diagnosis in mistakes:
+            if fits(probs):
+                expect.fail(f"{what} is wrong: {diagnosis}")
+        never = (expected == 0) & (frequencies > 0)
+        if never.any():
+            row, token = (int(i) for i in torch.nonzero(never)[0])
+            expect.fail(f"{what} drew token {token} (row {row}) {int(got['counts'][row, token])} times in {DRAWS:,} "
+                        "draws, but that token is removed by the filters: its probability is exactly 0. Apply "
+                        "temperature, then top-k, then top-p, and sample from the softmax of what is left")
+        sigma = (expected * (1 - expected) / DRAWS).sqrt().clamp(min=1e-12)
+        worst = ((frequencies - expected).abs() / sigma).argmax()
+        row, token = divmod(int(worst), expected.shape[-1])
+        expect.fail(f"{what}: token {token} (row {row}) was drawn with frequency {float(frequencies[row, token]):.4f} "
+                    f"in {DRAWS:,} draws, but its probability is {float(expected[row, token]):.4f} (allowed: "
+                    f"{SIGMAS:g} standard deviations, {float(SIGMAS * sigma[row, token]):.4f})")
+    expect.that(got["repeatable"], f"{what} drew other tokens with a generator seeded the same way: pass "
+                "generator=generator to torch.multinomial (or whatever draws), so that a seed fixes the draws")
+
+
+@SAMPLE.visible
+def test_sample_plain_and_top_k(impl):
+    "the frequencies of 20,000 draws match softmax(logits / T) (T = 1, 0.7 with top_k = 3) within 5 sigma"
+    logits = _randn((1, 8), 30, 1.5)
+    _sample_case(impl, logits, {"temperature": 1.0}, 0,
+                 [(exact_probabilities(logits, 1.0, top_k=1), "it returns the argmax: draw from the distribution "
+                   "(torch.multinomial(probs, 1, generator=generator))")])
+    _sample_case(impl, logits, {"temperature": 0.7, "top_k": 3}, 1,
+                 [(exact_probabilities(logits * 0.7, 1.0, top_k=3), "the logits are multiplied by the temperature: "
+                   "divide them"),
+                  (exact_probabilities(logits, 1.0, top_k=3), "the temperature is not applied"),
+                  (exact_probabilities(logits, 0.7), "top_k is not applied")])
+
+
+@SAMPLE.visible
+def test_sample_temperature_zero_is_greedy(impl):
+    "temperature=0 draws the greedy token every time (ties: the lower id), with or without filters"
+    logits = _with_ties()
+    _sample_case(impl, logits, {"temperature": 0.0}, 2)
+    _sample_case(impl, logits[:2], {"temperature": 0.0, "top_k": 3, "top_p": 0.5}, 3)
+
+
+def _order_mistakes(logits, t, k, p):
+    return [(_p_then_k(logits, t, k, p),
+             "top-p is applied before top-k: the order is temperature, then top-k, then top-p (top-p measures the "
+             "mass of what top-k left)"),
+            (_filters_then_t(logits, t, k, p), "the temperature is applied after the filters: it comes first (top-p "
+             "measures the mass of the tempered distribution)"),
+            (exact_probabilities(logits, t, top_k=k), "top_p is not applied"),
+            (exact_probabilities(logits, t, top_p=p), "top_k is not applied")]
+
+
+def _p_then_k(logits, t, k, p):
+    z = logits.double() / t
+    z = z.masked_fill(~kept_top_p(z, p), -math.inf)
+    z = z.masked_fill(~kept_top_k(z, k), -math.inf)
+    return torch.softmax(z, -1)
+
+
+def _filters_then_t(logits, t, k, p):
+    z = logits.double()
+    z = z.masked_fill(~kept_top_k(z, k), -math.inf)
+    z = z.masked_fill(~kept_top_p(z, p), -math.inf)
+    return torch.softmax(z / t, -1)
+
+
+@SAMPLE.hidden
+def test_sample_with_all_filters_in_order(impl):
+    "temperature, then top-k, then top-p (cases where the order changes the distribution), several rows"
+    logits = torch.tensor([[2.0, 1.6, 1.4, 1.0, 0.8, 0.2, -0.5, -1.0]])
+    t, k, p = 0.8, 4, 0.6
+    expect.that(not torch.allclose(exact_probabilities(logits, t, k, p), _p_then_k(logits, t, k, p)), "internal")
+    _sample_case(impl, logits, {"temperature": t, "top_k": k, "top_p": p}, 4, _order_mistakes(logits, t, k, p))
+    logits = torch.tensor([[1.0, 0.9, 0.8, 0.2, 0.1, 0.0, -0.2, -0.3]])
+    t, k, p = 2.5, 5, 0.5
+    _sample_case(impl, logits, {"temperature": t, "top_k": k, "top_p": p}, 5, _order_mistakes(logits, t, k, p))
+    rows = _randn((3, 8), 31, 1.5)
+    _sample_case(impl, rows, {"temperature": 1.3, "top_p": 0.8}, 6)
+
+
+# --- Exercises 5 and 6 -------------------------------------------------------------------
+
+def _table(seed, vocab=10, scale=2.0, rows=997):
+    return _randn((rows, vocab), seed, scale)
+
+
+def greedy_oracle(table, prompt, max_new_tokens, eos_id):
+    model = PrefixTableModel(table)
+    tokens = list(prompt.tolist())
+    for _ in range(max_new_tokens):
+        tokens.append(int(model.next_logits(tokens).argmax()))
+        if eos_id is not None and tokens[-1] == eos_id:
+            break
+    return tokens
+
+
+def _llama_spec(seed):
+    """The course's decoder (vocabulary 50), random weights of standard deviation 0.3, as a spec for adapters."""
+    model, fields, state = _decoder_spec(seed)
+    return model, {"fields": fields, "state": state}
+
+
+@torch.no_grad()
+def llama_greedy(model, prompt, max_new_tokens, eos_id):
+    tokens = prompt.clone()
+    for _ in range(max_new_tokens):
+        token = model(tokens[None])[0, -1].argmax()
+        tokens = torch.cat([tokens, token.view(1)])
+        if eos_id is not None and int(token) == eos_id:
+            break
+    return tokens.tolist()
+
+
+def _sequence(value, what):
+    got = expect.tensor(value, what)
+    expect.that(got.dim() == 1, f"{what} has shape {list(got.shape)}: return one 1-D tensor, the prompt followed by "
+                "the new tokens")
+    return got.tolist()
+
+
+def _generate_case(impl, table_seed, prompt, max_new_tokens, eos_id):
+    table = _table(table_seed)
+    expected = greedy_oracle(table, prompt, max_new_tokens, eos_id)
+    what = f"generate(model, {prompt.tolist()}, max_new_tokens={max_new_tokens}, eos_id={eos_id})"
+    got = impl.generate_with({"table": table}, prompt, max_new_tokens, eos_id)
+    tokens = _sequence(got["output"], what)
+    if tokens == expected:
+        return
+    n = len(prompt)
+    if tokens == expected[n:]:
+        expect.fail(f"{what} returned only the new tokens: return the prompt followed by them")
+    if expected[-1] == eos_id and tokens == expected[:-1]:
+        expect.fail(f"{what} leaves out the EOS token: append it, then stop")
+    if expected[-1] == eos_id and tokens[:len(expected)] == expected and len(tokens) > len(expected):
+        expect.fail(f"{what} goes on after the EOS token: stop as soon as the new token equals eos_id")
+    if tokens[:n] == expected[:n] and len(tokens) - n in (max_new_tokens - 1, max_new_tokens + 1) and \
+            tokens[:min(len(tokens), len(expected))] == expected[:min(len(tokens), len(expected))]:
+        expect.fail(f"{what} returned {len(tokens) - n} new tokens: exactly max_new_tokens = {max_new_tokens} when "
+                    "no EOS comes")
+    if any(shape[0] != 1 for shape in got["calls"]) or not got["calls"]:
+        expect.fail(f"{what} called the model with shapes {got['calls'][:3]}: call model(tokens[None]), a batch of one")
+    expect.fail(f"{what} returned {tokens}, expected {expected}: pick the next token from the LAST position's "
+                "logits, model(tokens[None])[:, -1]")
+
+
+@GENERATE.visible
+def test_generate_stops_at_eos_and_at_the_limit(impl):
+    "greedy generate on the lookup-table model: stops after EOS (kept) and after max_new_tokens"
+    _generate_case(impl, 40, torch.tensor([3, 1, 4]), 12, 0)
+    _generate_case(impl, 41, torch.tensor([2]), 5, None)
+
+
+@GENERATE.hidden
+def test_generate_edge_cases(impl):
+    "more prompts and seeds; max_new_tokens = 0 and 1; an EOS that never comes"
+    _generate_case(impl, 42, torch.tensor([1, 5, 9, 2, 6]), 9, 3)
+    _generate_case(impl, 43, torch.tensor([7, 7]), 0, 0)
+    _generate_case(impl, 44, torch.tensor([4]), 1, 0)
+    _generate_case(impl, 45, torch.tensor([8, 1]), 6, 99)
+
+
+def _check_batch(impl, spec, prompts, max_new_tokens, pad_id, eos_id, expected):
+    what = (f"generate_batch(model, prompts of lengths {[len(p) for p in prompts]}, max_new_tokens={max_new_tokens}, "
+            f"pad_id={pad_id}, eos_id={eos_id})")
+    got = impl.generate_batch_with(spec, prompts, max_new_tokens, pad_id, eos_id)
+    out = got["output"]
+    expect.that(isinstance(out, list) and len(out) == len(prompts), f"{what} returned "
+                f"{type(out).__name__ if not isinstance(out, list) else f'{len(out)} items'}: return a list with one "
+                "1-D tensor per prompt")
+    tokens = [_sequence(o, f"{what}[{i}]") for i, o in enumerate(out)]
+    if tokens == expected:
+        return
+    mask = got["first_mask"]
+    if not got["masks_given"]:
+        expect.fail(f"{what} differs from one prompt at a time: the model was called without padding_mask. Left "
+                    "padding needs the attention mask, model(tokens, padding_mask), or the pad tokens are read as text")
+    if mask is not None and not bool(mask[:, -1].all()):
+        expect.fail(f"{what}: the prompts are padded on the right (the last column holds padding): pad on the left, so "
+                    "that every prompt ends in the last column")
+    for i, (t, e) in enumerate(zip(tokens, expected, strict=True)):
+        if t != e:
+            if eos_id is not None and eos_id in e[len(prompts[i]):] and t[:len(e)] == e:
+                expect.fail(f"{what}: prompt {i} goes on after its EOS token: a finished sequence gets pad_id with "
+                            "mask False, and its output ends at its EOS")
+            if t == e[:len(t)] and len(t) < len(e):
+                expect.fail(f"{what}: prompt {i} stopped early, after {len(t) - len(prompts[i])} new tokens: the loop "
+                            "runs until EVERY sequence is finished or max_new_tokens steps")
+            expect.fail(f"{what}: prompt {i} gave {t}, expected {e} (what generate gives for it alone)")
+
+
+@BATCH.visible
+def test_batch_equals_one_at_a_time(impl):
+    "left-padded batches give exactly the greedy outputs of each prompt alone (lookup-table model)"
+    table = _table(50)
+    prompts = [torch.tensor([5, 3]), torch.tensor([9, 4, 5, 3, 1]), torch.tensor([2])]
+    expected = [greedy_oracle(table, p, 8, 0) for p in prompts]
+    _check_batch(impl, {"table": table}, prompts, 8, 9, 0, expected)
+
+
+@BATCH.hidden
+def test_batch_other_cases(impl):
+    "more prompts and seeds, no EOS, and the course's LlamaDecoder (positions and mask from padding_mask)"
+    table = _table(51)
+    prompts = [torch.tensor([1, 2, 3, 4]), torch.tensor([6]), torch.tensor([7, 8]), torch.tensor([3, 3, 3, 3, 3, 3])]
+    _check_batch(impl, {"table": table}, prompts, 7, 0, 5, [greedy_oracle(table, p, 7, 5) for p in prompts])
+    _check_batch(impl, {"table": table}, prompts[:2], 4, 0, None, [greedy_oracle(table, p, 4, None) for p in prompts[:2]])
+    model, spec = _llama_spec(52)
+    prompts = [torch.tensor([5, 17, 3]), torch.tensor([8, 1, 30, 22, 9, 14]), torch.tensor([2, 2])]
+    _check_batch(impl, spec, prompts, 6, 0, 11, [llama_greedy(model, p, 6, 11) for p in prompts])
+
+
+# --- Exercise 7 --------------------------------------------------------------------------
+
+def enumerate_hypotheses(table, prompt, max_new_tokens, eos_id):
+    """Every continuation (EOS ends one) with its summed log-probability in float64."""
+    model = PrefixTableModel(table.double())
+    found, frontier = [], [([], 0.0)]
+    for step in range(max_new_tokens):
+        next_frontier = []
+        for tokens, total in frontier:
+            log_probs = torch.log_softmax(model.next_logits(prompt.tolist() + tokens), -1).tolist()
+            for v, lp in enumerate(log_probs):
+                child = (tokens + [v], total + lp)
+                (found if v == eos_id or step == max_new_tokens - 1 else next_frontier).append(child)
+        frontier = next_frontier
+    return found
+
+
+def best_hypothesis(table, prompt, max_new_tokens, eos_id, alpha):
+    scored = sorted(((total / len(t) ** alpha, t) for t, total in enumerate_hypotheses(table, prompt, max_new_tokens,
+                                                                                       eos_id)), reverse=True)
+    return scored[0][1], scored[0][0], scored[0][0] - scored[1][0]
+
+
+def _beam_case(impl, table, prompt, beam_size, max_new_tokens, eos_id, alpha, expected=None, expected_score=None):
+    what = (f"beam_search(model, {prompt.tolist()}, beam_size={beam_size}, max_new_tokens={max_new_tokens}, "
+            f"eos_id={eos_id}, length_penalty={alpha})")
+    got = impl.beam_search_with(table, prompt, beam_size, max_new_tokens, eos_id, alpha)
+    tokens = _sequence(got["tokens"], f"the tokens of {what}")
+    expect.that(isinstance(got["score"], float), f"the score of {what} is a {type(got['score']).__name__}: return "
+                "(tokens, score) with the score as a float")
+    n = len(prompt)
+    if tokens[:n] != prompt.tolist():
+        expect.fail(f"{what} returned {tokens}: return the prompt followed by the best hypothesis")
+    new = tokens[n:]
+    if eos_id in new[:-1]:
+        expect.fail(f"{what} returned {new} after the prompt, with tokens after an EOS: a hypothesis that ends "
+                    "with EOS is finished; set it aside and never extend it")
+    if expected is None:
+        return new, got["score"]
+    if new != expected:
+        hypotheses = dict((tuple(t), total) for t, total in enumerate_hypotheses(table, prompt, max_new_tokens, eos_id))
+        raw = max(hypotheses, key=lambda t: hypotheses[t])
+        by_total_length = max(hypotheses, key=lambda t: hypotheses[t] / (len(t) + n) ** alpha)
+        if alpha != 0 and new == list(raw):
+            expect.fail(f"{what} returned {new}, the best by summed log-probability; the score is normalised by the "
+                        f"length: sum of log-probs / n^{alpha}, n the number of new tokens (EOS included)")
+        if new == list(by_total_length) and list(by_total_length) != expected:
+            expect.fail(f"{what} returned {new}: the length in the score counts the NEW tokens only, not the prompt")
+        expect.fail(f"{what} returned {new} after the prompt, expected {expected} (score {expected_score:.4f})")
+    expect.that(abs(got["score"] - expected_score) <= 1e-4, f"{what} found {new} but gave it the score "
+                f"{got['score']:.6f}, expected {expected_score:.6f}: score = (sum of the log-probabilities of the new "
+                f"tokens) / n^length_penalty with n the number of new tokens, EOS included")
+    return new, got["score"]
+
+
+BEAM_SEEDS = {"exhaustive": (60, 61), "two_beams": 36}
+
+
+def _exhaustive(impl, seed, alphas, max_new_tokens=4):
+    table = _table(seed, vocab=4, scale=1.5)
+    prompt = torch.tensor([1, 2])
+    for alpha in alphas:
+        best, score, _ = best_hypothesis(table, prompt, max_new_tokens, 0, alpha)
+        _beam_case(impl, table, prompt, 500, max_new_tokens, 0, alpha, best, score)
+
+
+@BEAM.visible
+def test_beam_wide_is_exhaustive(impl):
+    "with a beam that drops nothing, the best of all continuations (brute force), length_penalty 1 and 0"
+    _exhaustive(impl, BEAM_SEEDS["exhaustive"][0], (1.0, 0.0))
+
+
+@BEAM.visible
+def test_beam_of_one_is_greedy(impl):
+    "beam_size=1 returns the greedy sequence"
+    table = _table(62, vocab=5, scale=1.5)
+    prompt = torch.tensor([3])
+    expected = greedy_oracle(table, prompt, 5, 0)[1:]
+    model = PrefixTableModel(table.double())
+    total = sum(float(torch.log_softmax(model.next_logits([3] + expected[:i]), -1)[t]) for i, t in enumerate(expected))
+    _beam_case(impl, table, prompt, 1, 5, 0, 1.0, expected, total / len(expected))
+
+
+@BEAM.hidden
+def test_beam_length_penalty_changes_the_winner(impl):
+    "length_penalty 0, 0.5, 1, 2 on a model where they give different winners, against brute force"
+    _exhaustive(impl, BEAM_SEEDS["exhaustive"][1], (0.0, 0.5, 1.0, 2.0))
+
+
+@BEAM.hidden
+def test_two_beams_beat_greedy(impl):
+    "two beams find the best sequence where greedy does not (vocabulary 3, 3 steps)"
+    torch.manual_seed(BEAM_SEEDS["two_beams"])
+    table = torch.randn(997, 3) * 1.5
+    prompt = torch.tensor([1])
+    best, score, _ = best_hypothesis(table, prompt, 3, 0, 1.0)
+    expect.that(greedy_oracle(table, prompt, 3, 0)[1:] != best, "internal: greedy is optimal here")
+    _beam_case(impl, table, prompt, 2, 3, 0, 1.0, best, score)
+
+
+# --- Exercise 8 --------------------------------------------------------------------------
+
+def _cache_updates(seed, shapes):
+    return [(layer, _randn((2, 3, n, 4), seed + i), _randn((2, 3, n, 4), seed + 50 + i))
+            for i, (layer, n) in enumerate(shapes)]
+
+
+def _check_cache(impl, n_layers, shapes, seed):
+    updates = _cache_updates(seed, shapes)
+    got = impl.kv_cache_updates(n_layers, updates)
+    expect.that(got["length_empty"] == 0, f"KVCache({n_layers}).length is {got['length_empty']} before any update, "
+                "expected 0")
+    stored = {}
+    for i, ((layer, k, v), step) in enumerate(zip(updates, got["steps"], strict=True)):
+        what = f"update number {i + 1} (layer {layer}, {k.shape[2]} new positions)"
+        before = stored.get(layer)
+        k_all = k if before is None else torch.cat([before[0], k], 2)
+        v_all = v if before is None else torch.cat([before[1], v], 2)
+        stored[layer] = (k_all, v_all)
+        mistakes = []
+        if before is not None:
+            mistakes.append((k, "it returns only the new keys: return everything stored for this layer, the cached "
+                             "keys first"))
+        if step["k"] is not None and isinstance(step["k"], torch.Tensor) and step["k"].shape != k_all.shape:
+            every = torch.cat([u[1] for u in updates[:i + 1]], 2)
+            if step["k"].shape == every.shape and torch.equal(step["k"], every):
+                expect.fail(f"{what}: the layers share one store: keep one list of keys and values per layer")
+            expect.fail(f"{what} returned keys of shape {list(step['k'].shape)}, expected {list(k_all.shape)}: append "
+                        "along the sequence axis, torch.cat([cached, k], dim=2)")
+        expect.close(step["k"], k_all, f"the keys returned by {what}", atol=0, alternatives=mistakes)
+        expect.close(step["v"], v_all, f"the values returned by {what}", atol=0)
+        length = stored[0][0].shape[2] if 0 in stored else 0
+        expect.that(step["length"] == length, f"after {what}, length is {step['length']}, expected {length}: the "
+                    "number of positions stored in layer 0 (not the number of updates)")
+
+
+@CACHE.visible
+def test_cache_appends_per_layer(impl):
+    "update appends along dim 2 and returns everything stored; length follows layer 0"
+    _check_cache(impl, 2, [(0, 5), (1, 5), (0, 1), (1, 1), (0, 1), (1, 1)], 70)
+
+
+@CACHE.hidden
+def test_cache_other_patterns(impl):
+    "three layers, chunks of several positions, a layer updated before layer 0"
+    _check_cache(impl, 3, [(2, 2), (0, 3), (1, 3), (2, 3), (0, 2), (0, 1)], 80)
+
+
+# --- Exercise 9 --------------------------------------------------------------------------
+
+def _attention_state(d, heads, kv_heads, seed):
+    head_dim = d // heads
+    return {"q_proj.weight": _randn((d, d), seed, 0.3), "k_proj.weight": _randn((kv_heads * head_dim, d), seed + 1, 0.3),
+            "v_proj.weight": _randn((kv_heads * head_dim, d), seed + 2, 0.3),
+            "out_proj.weight": _randn((d, d), seed + 3, 0.3)}
+
+
+def _attention_case(impl, d, heads, kv_heads, seed, length, chunks, layer=0, batch=2):
+    state = _attention_state(d, heads, kv_heads, seed)
+    x = _randn((batch, length, d), seed + 10)
+    reference = RotaryGroupedQueryAttention(d, heads, kv_heads, RoPE())
+    reference.load_state_dict(state)
+    with torch.no_grad():
+        full = reference(x, torch.ones(length, length, dtype=torch.bool).tril())
+    got = impl.cached_attention_steps(d, heads, kv_heads, state, x, chunks, layer)
+    outputs = got["outputs"]
+    expect.that(isinstance(outputs, list) and len(outputs) == len(chunks), "the attention did not run")
+    for (start, end), out, length_after in zip(chunks, outputs, got["lengths"], strict=True):
+        what = (f"CachedRotaryGQA({d}, {heads}, {kv_heads}) on the tokens {start}..{end - 1} after {start} cached "
+                f"(cache=cache, layer={layer})")
+        if start > 0 and length_after == 0:
+            expect.fail(f"{what}: the cache is still empty: call k, v = cache.update(layer, k, v) before attention")
+        if length_after != end:
+            expect.fail(f"{what}: layer {layer} of the cache holds {length_after} positions, expected {end}: "
+                        f"update the cache of layer `layer` (={layer}) once per call")
+        hint = ("" if start == 0 else "The first call (empty cache) is right: store the keys AFTER RoPE (each at its "
+                "own position), and attend over the keys and values cache.update returns.")
+        expect.close(out, full[:, start:end], what, **TOL, hint=hint)
+
+
+@ATTENTION.visible
+def test_attention_prompt_then_single_tokens(impl):
+    "a 5-token prompt then 3 single tokens with the cache equal full causal attention (course's reference)"
+    summary = impl.cached_attention_summary(32, 4, 2)
+    expected = {"q_proj.weight": [32, 32], "k_proj.weight": [16, 32], "v_proj.weight": [16, 32],
+                "out_proj.weight": [32, 32]}
+    expect.that(summary.get("parameters") == expected, f"CachedRotaryGQA(32, 4, 2, rope) has parameters "
+                f"{summary.get('parameters')}, expected {expected} (no biases)")
+    _attention_case(impl, 32, 4, 2, 90, 8, [(0, 5), (5, 6), (6, 7), (7, 8)])
+
+
+@ATTENTION.hidden
+def test_attention_chunks_and_groups(impl):
+    "prompts in two chunks, GQA ratios 1 and 4, another layer index"
+    _attention_case(impl, 32, 4, 4, 91, 9, [(0, 3), (3, 7), (7, 8), (8, 9)])
+    _attention_case(impl, 48, 4, 1, 92, 7, [(0, 4), (4, 5), (5, 7)], layer=2, batch=1)
+
+
+# --- Exercise 10 -------------------------------------------------------------------------
+
+def _decoder_spec(seed, n_kv_heads=2, d=32, heads=4):
+    fields = {"vocab_size": 50, "d_model": d, "n_layers": 2, "n_heads": heads, "d_ff": 48, "max_seq_len": 64,
+              "n_kv_heads": n_kv_heads}
+    model = LlamaDecoder(DecoderConfig(**fields))
+    state = {}
+    for i, (name, p) in enumerate(model.state_dict().items()):
+        state[name] = _randn(tuple(p.shape), seed + i, 0.3) if p.dim() > 1 else 1 + _randn(tuple(p.shape), seed + i, 0.1)
+    model.load_state_dict(state)
+    return model.eval(), fields, state
+
+
+@torch.no_grad()
+def _restarted_positions(model, tokens, chunks):
+    """What a model whose positions restart at 0 at every call gives (the course's decoder, with that mistake)."""
+    cache, outputs = KVCache(len(model.blocks)), []
+    for start, end in chunks:
+        new = end - start
+        mask = torch.ones(new, start + new, dtype=torch.bool).tril(diagonal=start)
+        outputs.append(model.run(tokens[:, start:end], torch.arange(new), mask, cache=cache))
+    return outputs
+
+
+def _decoder_case(impl, seed, chunks, length, n_kv_heads=2, batch=2):
+    model, fields, state = _decoder_spec(seed, n_kv_heads)
+    tokens = torch.randint(0, 50, (batch, length), generator=_gen(seed + 500))
+    with torch.no_grad():
+        full = model(tokens)
+    got = impl.cached_decoder_steps(fields, state, tokens, chunks)
+    expect.close(got["full"], full, "CachedDecoder(config)(tokens) without a cache", **TOL,
+                 hint="Without a cache: positions 0..seq-1 and the causal mask, as ModernDecoder.")
+    restarted = _restarted_positions(model, tokens, chunks)
+    for i, (start, end) in enumerate(chunks):
+        what = f"the logits of the call on the tokens {start}..{end - 1} after {start} cached"
+        if got["error"] is not None and got["error"]["chunk"] == [start, end]:
+            expect.fail(f"{what} raised {got['error']['message']}. With a cache the mask covers every key, "
+                        "torch.ones(new, offset + new).tril(diagonal=offset), offset = cache.length")
+        lengths = got["lengths"][i]
+        if lengths[0] == 0:
+            expect.fail(f"{what}: the cache is still empty: pass cache=cache (and layer=i) to every block")
+        if lengths != [end] * fields["n_layers"]:
+            expect.fail(f"after {what.split('of ', 1)[1]}, the cache's layers hold {lengths} positions, expected "
+                        f"{[end] * fields['n_layers']}: block i must get layer=i")
+        expect.close(got["outputs"][i], full[:, start:end], what, **TOL,
+                     alternatives=[(restarted[i], "the positions restart at 0 at every call: the new tokens are at "
+                                    "positions cache.length, cache.length + 1, ... (read offset = cache.length before "
+                                    "the blocks run)")])
+
+
+@DECODER.visible
+def test_decoder_with_cache_equals_recomputation(impl):
+    "a 5-token prompt then single tokens: each call's logits equal the course's decoder on the whole sequence"
+    _decoder_case(impl, 100, [(0, 5), (5, 6), (6, 7), (7, 8)], 8)
+
+
+@DECODER.visible
+def test_decoder_generates_the_same_tokens(impl):
+    "greedy generation with the cache gives the tokens of full recomputation"
+    model, fields, state = _decoder_spec(110)
+    prompt = torch.tensor([4, 8, 15, 16, 23, 42])
+    expected = llama_greedy(model, prompt, 10, None)
+    got = _sequence(impl.cached_decoder_generate(fields, state, prompt, 10), "greedy generation with your cache")
+    expect.that(got == expected, f"greedy generation with the cache gave {got[6:]}, without it {expected[6:]}")
+
+
+@DECODER.hidden
+def test_decoder_prompt_in_chunks(impl):
+    "a prompt in two chunks (4 then 3 tokens) then single tokens; one kv head; batch 1"
+    _decoder_case(impl, 120, [(0, 4), (4, 7), (7, 8), (8, 9)], 9)
+    _decoder_case(impl, 130, [(0, 2), (2, 5), (5, 6)], 6, n_kv_heads=1, batch=1)
+
+
+# --- Exercise 11 -------------------------------------------------------------------------
+
+def _check_schedule(events, n_slots, n_requests, outputs, what):
+    started, holding, steps_held = 0, {}, {}
+    for kind, arg in events:
+        if kind == "start":
+            holding[arg] = started
+            steps_held[started] = 0
+            started += 1
+        elif kind == "finish":
+            request = holding.pop(arg)
+            need = len(outputs[request]) - 1
+            if steps_held[request] > need:
+                expect.fail(f"{what}: the slot of request {request} was stepped {steps_held[request] - need} more "
+                            "time(s) after the request was done: finish(slot) it at once and refill the slot (this "
+                            "is static batching's waste)")
+        else:
+            for slot in arg:
+                steps_held[holding[slot]] += 1
+            if started < n_requests and len(arg) < n_slots:
+                expect.fail(f"{what}: a step ran {len(arg)} of {n_slots} slots while requests were waiting: refill a "
+                            "slot as soon as its request finishes, before the next step")
+            if sorted(arg) != sorted(holding):
+                expect.fail(f"{what}: a step ran the slots {sorted(arg)} while {sorted(holding)} were busy: each step "
+                            "runs every busy slot")
+
+
+def _batching_case(impl, spec, prompts, n_slots, max_new_tokens, eos_id, expected):
+    what = (f"continuous_batching(engine with {n_slots} slots, {len(prompts)} prompts, max_new_tokens="
+            f"{max_new_tokens}, eos_id={eos_id})")
+    got = impl.serve(spec, prompts, n_slots, max_new_tokens, eos_id)
+    out = got["output"]
+    expect.that(isinstance(out, list) and len(out) == len(prompts), f"{what} returned "
+                f"{type(out).__name__ if not isinstance(out, list) else f'{len(out)} items'}: one list of new tokens "
+                "per prompt, in the order of the prompts")
+    out = [o.tolist() if isinstance(o, torch.Tensor) else o for o in out]
+    if out != expected:
+        if sorted(map(str, out)) == sorted(map(str, expected)):
+            expect.fail(f"{what}: the outputs are in another order: return them in the order of the prompts")
+        for i, (o, e) in enumerate(zip(out, expected, strict=True)):
+            if o != e:
+                if isinstance(o, list) and o[:len(e)] == e and len(o) > len(e):
+                    expect.fail(f"{what}: request {i} goes on after it is done ({e}): it ends at eos_id (kept) or after "
+                                "max_new_tokens new tokens")
+                if isinstance(o, list) and e[:len(o)] == o:
+                    expect.fail(f"{what}: request {i} stopped after {len(o)} tokens, expected {e}: count the first "
+                                "token (from start) too, and stop at EOS or max_new_tokens")
+                expect.fail(f"{what}: request {i} gave {o}, expected {e} (greedy generation alone)")
+    _check_schedule(got["events"], n_slots, len(prompts), expected, what)
+
+
+def _requests(seed, n, vocab=10):
+    lengths = torch.randint(1, 6, (n,), generator=_gen(seed))
+    return [torch.randint(1, vocab, (int(m),), generator=_gen(seed + 1 + i)) for i, m in enumerate(lengths)]
+
+
+def _table_outputs(table, prompts, max_new_tokens, eos_id):
+    return [greedy_oracle(table, p, max_new_tokens, eos_id)[len(p):] for p in prompts]
+
+
+@BATCHING.visible
+def test_batching_equals_one_at_a_time(impl):
+    "8 requests of mixed lengths on 3 slots: the outputs of greedy generation alone, slots refilled at once"
+    table = _table(140, scale=1.0)
+    prompts = _requests(141, 8)
+    expected = _table_outputs(table, prompts, 9, 0)
+    expect.that(len({len(e) for e in expected}) > 2, "internal: lengths not mixed")
+    _batching_case(impl, {"table": table}, prompts, 3, 9, 0, expected)
+
+
+@BATCHING.hidden
+def test_batching_edge_cases(impl):
+    "one slot; more slots than requests; requests done at their first token; no EOS"
+    table = _table(150, scale=1.0)
+    prompts = _requests(151, 6)
+    for n_slots, max_new, eos in ((1, 5, 0), (8, 6, 0), (2, 1, 0), (3, 4, None)):
+        _batching_case(impl, {"table": table}, prompts, n_slots, max_new, eos,
+                       _table_outputs(table, prompts, max_new, eos))
+
+
+@BATCHING.hidden
+def test_batching_with_the_slot_engine(impl):
+    "the course's SlotEngine (per-slot KV caches and positions) with its reference decoder"
+    model, spec = _llama_spec(160)
+    prompts = _requests(161, 7, vocab=50)
+    expected = [llama_greedy(model, p, 8, 11)[len(p):] for p in prompts]
+    _batching_case(impl, dict(spec, max_len=32), prompts, 3, 8, 11, expected)
