@@ -165,13 +165,20 @@ def cached_attention_steps(ns, d_model: int, heads: int, kv_heads: int, state: d
     attention = need(ns, "CachedRotaryGQA")(d_model, heads, kv_heads, RoPE())
     attention.load_state_dict(state)
     cache = KVCache(layer + 1)
-    outputs, lengths = [], []
+    result = {"outputs": [], "lengths": [], "error": None}
     for start, end in chunks:
         mask = torch.ones(end - start, end, dtype=torch.bool).tril(diagonal=start)
-        out = attention(x[:, start:end], mask, torch.arange(start, end), cache=cache, layer=layer)
-        outputs.append(out)
-        lengths.append(0 if cache.keys[layer] is None else cache.keys[layer].shape[2])
-    return {"outputs": outputs, "lengths": lengths}
+        try:
+            result["outputs"].append(attention(x[:, start:end], mask, torch.arange(start, end), cache=cache,
+                                               layer=layer))
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - reported with the chunk it happened in
+            result["error"] = {"chunk": [start, end], "message": f"{type(error).__name__}: {error}"}
+        result["lengths"].append([0 if k is None else k.shape[2] for k in cache.keys])
+        if result["error"]:
+            break
+    return result
 
 
 # --- Exercise 10 -------------------------------------------------------------------------
@@ -195,12 +202,13 @@ def cached_decoder_steps(ns, fields: dict, state: dict, tokens, chunks: list):
     for start, end in chunks:
         try:
             result["outputs"].append(model(tokens[:, start:end], cache=cache))
+        except NotImplementedError:
+            raise
         except Exception as error:  # noqa: BLE001 - reported with the chunk it happened in
-            if isinstance(error, NotImplementedError):
-                raise
             result["error"] = {"chunk": [start, end], "message": f"{type(error).__name__}: {error}"}
-            break
         result["lengths"].append([0 if k is None else k.shape[2] for k in cache.keys])
+        if result["error"]:
+            break
     return result
 
 
