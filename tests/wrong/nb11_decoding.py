@@ -122,15 +122,15 @@ WRONG = [
     Wrong("sample_next", "keeps the sample axis", sample(ORDER).replace(".squeeze(-1)", ""), "squeeze the sample axis"),
     # Exercise 5
     Wrong("generate", "EOS left out of the output", variant("generate", (
-        "        tokens = torch.cat([tokens, token.view(1).to(tokens.dtype)])\n        if eos_id is not None and "
+        "        sequence = torch.cat([sequence, token.view(1).to(sequence.dtype)])\n        if eos_id is not None and "
         "int(token) == eos_id:\n            break\n",
         "        if eos_id is not None and int(token) == eos_id:\n            break\n"
-        "        tokens = torch.cat([tokens, token.view(1).to(tokens.dtype)])\n")), "leaves out the EOS token"),
-    Wrong("generate", "returns only the new tokens", variant("generate", ("    return tokens\n",
-                                                                          "    return tokens[len(prompt):]\n")),
+        "        sequence = torch.cat([sequence, token.view(1).to(sequence.dtype)])\n")), "leaves out the EOS token"),
+    Wrong("generate", "returns only the new tokens", variant("generate", ("    return sequence\n",
+                                                                          "    return sequence[len(prompt):]\n")),
           "returned only the new tokens"),
-    Wrong("generate", "first position's logits", variant("generate", ("model(tokens[None])[:, -1]",
-                                                                      "model(tokens[None])[:, 0]")),
+    Wrong("generate", "first position's logits", variant("generate", ("model(sequence[None])[:, -1]",
+                                                                      "model(sequence[None])[:, 0]")),
           "LAST position's logits"),
     Wrong("generate", "one token too many at the limit", variant("generate", ("range(max_new_tokens)",
                                                                               "range(max_new_tokens + 1)")),
