@@ -90,7 +90,8 @@ def test_the_reference_cannot_stand_in_for_an_exercise():
 @pytest.mark.parametrize(("notebook", "name"), [("08_decoder_models", "GPT2Config"),
                                                  ("08_decoder_models", "DecoderConfig"),
                                                  ("09_bert_encoder_decoder", "BertConfig"),
-                                                 ("09_bert_encoder_decoder", "TransformerConfig")])
+                                                 ("09_bert_encoder_decoder", "TransformerConfig"),
+                                                 ("10_training", "TrainConfig")])
 def test_the_reference_configs_match_the_notebooks(notebook, name):
     import dataclasses
 

@@ -8,11 +8,16 @@ sum of the three lookups (token types default to 0), without dropout.
 GELU, ``norm``, then ``decoder``, a linear map to the vocabulary whose weight is the word embedding
 table itself and whose bias is its own.
 
+``BertForMaskedLM(config)`` stacks them around post-norm ``EncoderBlock``s; ``mask_tokens`` and
+``mlm_loss`` are BERT's masking and loss (notebook 09's interfaces), for notebook 10's demo.
+
 ``config`` is any object with the fields of the notebook's ``BertConfig`` (``vocab_size``,
 ``d_model``, ``max_positions``, ``type_vocab_size``, ``norm_eps``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -46,3 +51,48 @@ class MLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(F.gelu(self.dense(hidden))))
+
+
+class BertForMaskedLM(nn.Module):
+    """``embeddings``, ``blocks`` (post-norm encoder blocks, exact GELU, LayerNorms of ``norm_eps``), ``head``."""
+
+    def __init__(self, config, *, norm=nn.LayerNorm):
+        super().__init__()
+        from autograder.reference.blocks import EncoderBlock
+
+        self.config = config
+        self.embeddings = BertEmbeddings(config, norm=norm)
+        block_norm = functools.partial(norm, eps=config.norm_eps)
+        self.blocks = nn.ModuleList(EncoderBlock(config.d_model, config.n_heads, config.d_ff, "gelu", False,
+                                                 norm=block_norm) for _ in range(config.n_layers))
+        self.head = MLMHead(config, self.embeddings.word, norm=norm)
+
+    def forward(self, tokens: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.embeddings(tokens, token_type_ids)
+        for block in self.blocks:
+            x = block(x, padding_mask)
+        return self.head(x)
+
+
+def mask_tokens(tokens: torch.Tensor, *, mask_token_id: int, vocab_size: int, special_ids, generator: torch.Generator,
+                probability: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking: of the non-special tokens pick ``probability``; of those 80% [MASK], 10% random, 10% kept."""
+    eligible = ~torch.isin(tokens, torch.as_tensor(list(special_ids) if not torch.is_tensor(special_ids)
+                                                   else special_ids, dtype=tokens.dtype))
+    draw = torch.rand(tokens.shape, generator=generator)
+    chosen = eligible & (draw < probability)
+    kind = torch.rand(tokens.shape, generator=generator)
+    replacement = torch.randint(0, vocab_size, tokens.shape, generator=generator, dtype=tokens.dtype)
+    inputs = tokens.clone()
+    inputs[chosen & (kind < 0.8)] = mask_token_id
+    randomized = chosen & (kind >= 0.8) & (kind < 0.9)
+    inputs[randomized] = replacement[randomized]
+    labels = torch.full_like(tokens, -100, dtype=torch.long)
+    labels[chosen] = tokens[chosen].long()
+    return inputs, labels
+
+
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the positions whose label is not -100."""
+    return F.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=-100)

@@ -1,6 +1,6 @@
 """The configuration classes the notebooks give their students, for when a notebook is not there.
 
-Notebooks 08 and 09 show these dataclasses in cells with ids ``configs`` / ``config-<name>``;
+Notebooks 08, 09 and 10 show these dataclasses in cells with ids ``configs`` / ``config-<name>``;
 later notebooks load the student's own copies with ``use_earlier`` and fall back on these.
 ``tests/test_notebook_import.py`` checks that they match the notebooks' field for field.
 """
@@ -59,3 +59,14 @@ class TransformerConfig:
     activation: str = "relu"
     norm_first: bool = False
     share_embeddings: bool = False
+
+
+@dataclass
+class TrainConfig:
+    batch_size: int = 16
+    context_length: int = 64
+    max_steps: int = 200
+    max_grad_norm: float = 1.0
+    eval_interval: int = 50
+    eval_batches: int = 4
+    eval_seed: int = 1234

@@ -1,0 +1,807 @@
+"""Checks for notebook 10: batches, cross-entropy, AdamW, schedules, clipping, checkpoints, the loop.
+
+Oracles: exact properties of the batches (the token stream is a permutation, so every window shows
+its start; counts of 4,000 starts against the uniform count); ``F.cross_entropy`` (values and
+gradients by autograd, with ``ignore_index`` and ``label_smoothing``, logits up to 1000);
+``torch.optim.AdamW(foreach=False)`` over 30 steps of fixed gradients, two parameter groups with
+different hyperparameters, a parameter without a gradient every third step, a ``state_dict()`` round
+trip through ``torch.save``/``torch.load(weights_only=True)`` mid-run; the schedules' closed forms
+and ``torch.optim.lr_scheduler.LinearLR`` then ``CosineAnnealingLR`` stepped through;
+``torch.nn.utils.clip_grad_norm_``; for checkpoints, evaluation, the loop and overfitting, the
+neutral loop of ``autograder.reference.training`` (``torch.optim.AdamW``, ``F.cross_entropy``,
+``clip_grad_norm_``) run here on a small model with dropout, the student's function being given
+PyTorch's parts (so these exercises never rest on the student's other answers).
+
+Tolerances (float32 on CPU), measured for the solution over 20 seeds of each case
+(the solution's functions against the oracles here):
+cross-entropy values atol 1e-5 + rtol 1e-5 (measured: at most 1.2e-4 absolute on losses of several
+thousand, i.e. below 1e-7 relative; below 1e-6 for logits of size 1), gradients atol 1e-6 + rtol 1e-4
+(measured 8.2e-8). AdamW parameters atol 1e-6 + rtol 1e-5 over 30 steps (measured 2.4e-7; rounding
+does not grow); the closest known mistake after 30 steps (decay after the update, in the group with
+lr 0.1 and weight decay 0.5) is 2.1e-3 away. Clipping atol 1e-6 + rtol 1e-5 (measured 0: the same
+operations). Schedules rtol 1e-9 against the float64 closed form, 1e-6 against
+``torch.optim.lr_scheduler``'s recursive updates (measured 1.9e-14 relative over 3,000 steps); an
+off-by-one warm-up is 1/warmup_steps (relative) away. Resuming from a checkpoint: bitwise equality with
+the uninterrupted run made beside it in the same process, and atol 1e-5 against the run made here
+(measured 0). The loop's history and overfitting: losses atol 1e-5 (measured 0: the same operations
+in the same order), learning rates rtol 1e-9; every known mistake of the loop (``tests/wrong``) moves
+a loss by at least 5.6e-3 on the checks' cases. Batch statistics: each start's count over 4,000 windows within 6 binomial
+standard deviations of the uniform count (a right answer fails with probability below 1e-8 per
+start, and the generator is seeded, so the outcome is fixed anyway).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from autograder import expect
+from autograder.checks._seeds import seeded
+from autograder.exercises import Exercise
+from autograder.reference import training as ref
+
+GET_BATCH = Exercise("get_batch", "Exercise 1: get_batch", points=3)
+CROSS_ENTROPY = Exercise("cross_entropy", "Exercise 2: cross_entropy", points=4)
+ADAMW = Exercise("adamw", "Exercise 3: AdamW", points=5)
+INVERSE_SQRT = Exercise("inverse_sqrt_lr", "Exercise 4: inverse_sqrt_lr", points=2)
+COSINE = Exercise("cosine_lr", "Exercise 5: cosine_lr", points=3)
+CLIP = Exercise("clip_grad_norm", "Exercise 6: clip_grad_norm", points=3)
+CHECKPOINT = Exercise("checkpoint", "Exercise 7: save_checkpoint and load_checkpoint", points=4)
+EVALUATE = Exercise("evaluate", "Exercise 8: evaluate", points=2)
+TRAIN = Exercise("train", "Exercise 9: train", points=5)
+OVERFIT = Exercise("overfit_one_batch", "Exercise 10: overfit_one_batch", points=2)
+EXERCISES = [GET_BATCH, CROSS_ENTROPY, ADAMW, INVERSE_SQRT, COSINE, CLIP, CHECKPOINT, EVALUATE, TRAIN, OVERFIT]
+
+LOSS = {"atol": 1e-5, "rtol": 1e-5}
+LOSS_GRAD = {"atol": 1e-6, "rtol": 1e-4}
+ADAM = {"atol": 1e-6, "rtol": 1e-5}
+CLIPPED = {"atol": 1e-6, "rtol": 1e-5}
+HISTORY = {"atol": 1e-5, "rtol": 0.0}
+
+_gen, _randn = seeded(10000)
+
+
+# --- Exercise 1 --------------------------------------------------------------------------
+
+def _stream(length: int, seed: int, offset: int = 40000) -> torch.Tensor:
+    """Distinct token ids (a shuffled range, above int16's maximum), so that a window shows where it starts."""
+    return torch.randperm(length, generator=_gen(seed)) + offset
+
+
+def _got_batch(impl, tokens, batch_size, context, **kwargs):
+    got = impl.batch(tokens, batch_size, context, **kwargs)
+    call = f"get_batch(tokens, {batch_size}, {context}, {kwargs.get('device', 'cpu')!r}, generator=...)"
+    expect.that(got.get("returned") == "pair", f"{call} returned a {got.get('returned')}, expected a pair "
+                "(inputs, targets)")
+    expect.that(got["types"] == ["Tensor", "Tensor"], f"{call} returned ({', '.join(got['types'])}), expected "
+                "two torch tensors")
+    for name, dtype, shape in zip(("inputs", "targets"), got["dtypes"], got["shapes"], strict=True):
+        expect.that(dtype == "torch.int64", f"{call}: {name} has dtype {dtype}, expected torch.int64 (embedding "
+                    "tables and the loss want int64: convert with .long() or .astype(np.int64))")
+        expect.that(shape == [batch_size, context], f"{call}: {name} has shape {shape}, expected "
+                    f"{[batch_size, context]}")
+    return got, call
+
+
+def _windows(got, call, tokens, context) -> torch.Tensor:
+    """The start of each window, after checking that inputs and targets are the stream's windows."""
+    position = torch.full((int(tokens.max()) + 1,), -1, dtype=torch.long)
+    position[tokens] = torch.arange(len(tokens))
+    inputs, targets = got["inputs"], got["targets"]
+    expect.that(bool((inputs >= 0).all()) and bool((inputs < len(position)).all()) and bool((targets >= 0).all())
+                and bool((targets < len(position)).all()),
+                f"{call} returned ids that are not in tokens (were they cast to a smaller integer type?)")
+    starts = position[inputs[:, 0]]
+    expect.that(bool((starts >= 0).all()), f"{call} returned ids that are not in tokens")
+    expected_inputs = tokens[starts[:, None] + torch.arange(context)]
+    expect.that(torch.equal(inputs, expected_inputs), f"{call}: the rows of inputs are not windows of consecutive "
+                "tokens: inputs[b] must be tokens[s : s + context_length] for a start s")
+    if torch.equal(targets, inputs):
+        expect.fail(f"{call}: targets equal inputs: the targets are the inputs shifted by one token, "
+                    "tokens[s + 1 : s + context_length + 1]")
+    expect.that(torch.equal(targets, tokens[starts[:, None] + 1 + torch.arange(context)]),
+                f"{call}: targets are not the inputs shifted by one: targets[b] must be tokens[s + 1 : s + "
+                "context_length + 1] for the same start s as inputs[b]")
+    expect.that(int(starts.max()) <= len(tokens) - context - 1, f"{call} used a start past the last valid one, "
+                f"len(tokens) - context_length - 1 = {len(tokens) - context - 1}")
+    return starts
+
+
+@GET_BATCH.visible
+def test_batch_windows(impl):
+    "inputs and targets: int64 [batch, context]; windows of the stream; targets shifted by one; within bounds"
+    tokens = _stream(50, 0)
+    got, call = _got_batch(impl, tokens, 64, 8, seed=1)
+    _windows(got, call, tokens, 8)
+
+
+@GET_BATCH.visible
+def test_batch_every_start(impl):
+    "over 4,000 windows from a fixed generator every valid start occurs, about equally often (4 sd)"
+    tokens, context, draws = _stream(20, 2), 4, 4000
+    got, call = _got_batch(impl, tokens, draws, context, seed=3)
+    starts = _windows(got, call, tokens, context)
+    counts = torch.bincount(starts, minlength=len(tokens) - context)
+    valid = len(tokens) - context
+    missing = [s for s in range(valid) if counts[s] == 0]
+    if missing == [valid - 1]:
+        expect.fail(f"{call}: the last valid start, len(tokens) - context_length - 1 = {valid - 1}, never occurred "
+                    f"in {draws} windows: draw with torch.randint(0, len(tokens) - context_length, ...) (the upper "
+                    "bound is excluded)")
+    expect.that(not missing, f"{call}: the starts {missing} never occurred in {draws} windows; every start from 0 "
+                f"to len(tokens) - context_length - 1 = {valid - 1} must be possible")
+    mean, sd = draws / valid, math.sqrt(draws / valid * (1 - 1 / valid))
+    worst = int((counts.float() - mean).abs().argmax())
+    expect.that(abs(float(counts[worst]) - mean) <= 6 * sd, f"{call}: start {worst} occurred {int(counts[worst])} "
+                f"times in {draws} windows, expected about {mean:.0f} (± {6 * sd:.0f}): the starts must be uniform")
+
+
+@GET_BATCH.hidden
+def test_batch_inputs_and_device(impl):
+    "np.memmap, tensor and int32 inputs; the batch is on the device asked for (meta)"
+    for kind, dtype, length, context in (("memmap", "uint16", 300, 16), ("tensor", "int64", 40, 5),
+                                         ("numpy", "int32", 100, 1)):
+        tokens = _stream(length, 10 + length, offset=40000 if dtype == "uint16" else 70000)
+        got, call = _got_batch(impl, tokens, 8, context, kind=kind, dtype=dtype, seed=4)
+        _windows(got, call + f" on a {kind} of {dtype}", tokens, context)
+    got, call = _got_batch(impl, _stream(30, 5), 4, 6, device="meta", seed=5)
+    expect.that(got["devices"] == ["meta", "meta"], f"{call}: the batch is on {got['devices'][0]}, expected the "
+                "device given (here 'meta'): move it with .to(device)")
+
+
+@GET_BATCH.hidden
+def test_batch_generator(impl):
+    "the same generator seed gives the same batch whatever the global generator; another seed, another batch"
+    tokens = _stream(200, 6)
+    first, _ = _got_batch(impl, tokens, 16, 8, seed=7, global_seed=1)
+    again, call = _got_batch(impl, tokens, 16, 8, seed=7, global_seed=2)
+    expect.that(torch.equal(first["inputs"], again["inputs"]), f"{call}: with the same generator seed but another "
+                "global seed (torch.manual_seed) the batch changed: draw the starts from the generator, "
+                "torch.randint(..., generator=generator)")
+    other, _ = _got_batch(impl, tokens, 16, 8, seed=8, global_seed=1)
+    expect.that(not torch.equal(first["inputs"], other["inputs"]), f"{call}: another generator seed gave the same "
+                "batch: draw the starts from the generator you are given")
+
+
+# --- Exercise 2 --------------------------------------------------------------------------
+
+def _loss_oracle(logits, targets, ignore_index=-100, label_smoothing=0.0):
+    x = logits.clone().requires_grad_()
+    value = F.cross_entropy(x.reshape(-1, x.shape[-1]), targets.reshape(-1), ignore_index=ignore_index,
+                            label_smoothing=label_smoothing)
+    value.backward()
+    return value.detach(), x.grad
+
+
+def _loss_mistakes(logits, targets, ignore_index, eps):
+    z, y = logits.reshape(-1, logits.shape[-1]).double(), targets.reshape(-1)
+    keep = y != ignore_index
+    log_p = z.log_softmax(-1)
+    nll = -log_p.gather(-1, torch.where(keep, y, 0)[:, None])[:, 0]
+    v = z.shape[-1]
+    smooth = -log_p.mean(-1)
+    others = (-log_p.sum(-1) - nll) / (v - 1)
+    mistakes = [
+        ((((1 - eps) * nll + eps * smooth) * keep).sum() / len(y),
+         "the mean is over every position: divide by the number of positions whose target is not ignore_index"),
+        (((1 - eps) * nll + eps * others)[keep].mean(), "the smoothing mass is spread over the V - 1 other classes; "
+         "PyTorch spreads ε over all V classes, the target included: ε · mean over all classes of -log p"),
+        (F.cross_entropy(z.softmax(-1), torch.where(keep, y, -100), label_smoothing=eps),
+         "softmax is applied to the logits before a loss that applies it again: the loss takes the raw logits"),
+    ]
+    if eps:
+        mistakes.append((nll[keep].mean(), "label_smoothing is ignored: (1 - ε)·(-log p_target) + ε·mean_c(-log p_c)"))
+        mistakes.append((((1 - eps) * nll + eps * (-log_p.sum(-1)))[keep].mean(),
+                         "the smoothing term is the sum of -log p over the classes; PyTorch uses the mean (ε/V each)"))
+    return mistakes
+
+
+def _loss_case(impl, shape, seed, scale=1.0, ignored=0.0, **kwargs):
+    logits = _randn(shape, seed, scale)
+    v = shape[-1]
+    targets = torch.randint(0, v, shape[:-1], generator=_gen(seed + 1))
+    ignore_index = kwargs.get("ignore_index", -100)
+    if ignored:
+        drop = torch.rand(shape[:-1], generator=_gen(seed + 2)) < ignored
+        drop.view(-1)[0] = False
+        targets = torch.where(drop, ignore_index, targets)
+    got = impl.loss(logits, targets, kwargs)
+    what = (f"cross_entropy(logits of shape {list(shape)}, scale {scale:g}, "
+            f"{'some targets ignored, ' if ignored else ''}{', '.join(f'{k}={v}' for k, v in kwargs.items())})")
+    value, grad = _loss_oracle(logits, targets, ignore_index, kwargs.get("label_smoothing", 0.0))
+    expect.tensor(got["value"], what)
+    expect.that(got["value"].numel() == 1, f"{what} has shape {list(got['value'].shape)}, expected a scalar (the mean)")
+    expect.close(got["value"].reshape(()), value, what, **LOSS,
+                 alternatives=[(m.float().reshape(()), d) for m, d in
+                               _loss_mistakes(logits, targets, ignore_index, kwargs.get("label_smoothing", 0.0))],
+                 hint="Compute log p = z - m - log(sum(exp(z - m))) with m the largest logit (log-sum-exp); "
+                      "never log(softmax(z)), whose exponentials overflow.")
+    expect.that(not isinstance(got["grad"], str), f"{what}: {got['grad']}")
+    expect.close(got["grad"], grad, f"the gradient of {what} with respect to the logits", **LOSS_GRAD)
+
+
+@CROSS_ENTROPY.visible
+def test_loss_plain(impl):
+    "equals F.cross_entropy on [N, V] and [batch, seq, V] logits, value and gradient"
+    _loss_case(impl, (6, 5), 0)
+    _loss_case(impl, (2, 3, 7), 10)
+
+
+@CROSS_ENTROPY.visible
+def test_loss_stable(impl):
+    "stays finite and equals F.cross_entropy for logits of size 1000"
+    _loss_case(impl, (4, 6), 20, scale=1000.0)
+    _loss_case(impl, (2, 5, 9), 25, scale=300.0, label_smoothing=0.1)
+
+
+@CROSS_ENTROPY.visible
+def test_loss_ignore_and_smoothing(impl):
+    "ignore_index positions are left out of the mean; label_smoothing as PyTorch defines it"
+    _loss_case(impl, (3, 8, 11), 30, ignored=0.4)
+    _loss_case(impl, (5, 13), 40, label_smoothing=0.1)
+
+
+@CROSS_ENTROPY.hidden
+def test_loss_options_together(impl):
+    "smoothing with ignored positions, another ignore_index, large logits, several shapes"
+    _loss_case(impl, (4, 6, 17), 50, ignored=0.3, label_smoothing=0.2)
+    _loss_case(impl, (2, 2, 3, 5), 60, scale=1000.0, ignored=0.5, ignore_index=0, label_smoothing=0.1)
+    _loss_case(impl, (40, 3), 70, scale=4.0, ignored=0.2, label_smoothing=0.05)
+
+
+# --- Exercise 3 --------------------------------------------------------------------------
+
+GROUPS = [{"params": [0, 1], "lr": 1e-2, "weight_decay": 0.1},
+          {"params": [2], "lr": 0.1, "weight_decay": 0.5, "betas": (0.8, 0.9), "eps": 1e-6}]
+DEFAULTS = {"betas": (0.9, 0.999), "eps": 1e-8}
+
+
+def _adam_problem(seed, steps=30):
+    initial = [_randn((3, 4), seed), _randn((4,), seed + 1), _randn((2, 3), seed + 2)]
+    grads = []
+    for k in range(steps):
+        step = [_randn(tuple(t.shape), seed + 10 + 3 * k + i, 0.5 + i) for i, t in enumerate(initial)]
+        if k % 3 == 1:
+            step[1] = None  # parameter 1 takes no part in this loss
+        grads.append(step)
+    return initial, grads
+
+
+def adam_oracle(initial, groups, defaults, grads, mistake=None):
+    """``torch.optim.AdamW`` (mistake None) or AdamW written here with one known mistake."""
+    params = [torch.nn.Parameter(t.clone()) for t in initial]
+    built = [dict(g, params=[params[i] for i in g["params"]]) for g in groups]
+    if mistake is None:
+        optimizer = torch.optim.AdamW(built, **defaults, foreach=False)
+    trajectory, state, group_steps = [], {}, [0] * len(groups)
+    for step_grads in grads:
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = None if g is None else g.clone()
+        if mistake is None:
+            optimizer.step()
+        else:
+            with torch.no_grad():
+                for gi, group in enumerate(groups):
+                    options = {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01} | defaults | group
+                    lr, (b1, b2), eps, wd = options["lr"], options["betas"], options["eps"], options["weight_decay"]
+                    group_steps[gi] += 1
+                    for i in group["params"]:
+                        p = params[i]
+                        if p.grad is None:
+                            continue
+                        s = state.setdefault(i, {"step": 0, "m": torch.zeros_like(p), "v": torch.zeros_like(p)})
+                        s["step"] += 1
+                        t = group_steps[gi] if mistake == "group step" else s["step"]
+                        g = p.grad + wd * p if mistake == "l2" else p.grad
+                        if mistake not in ("l2", "decay after"):
+                            p.mul_(1 - lr * wd)
+                        s["m"].mul_(b1).add_(g, alpha=1 - b1)
+                        s["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
+                        if mistake == "no bias correction":
+                            m_hat, v_hat = s["m"], s["v"]
+                        else:
+                            m_hat, v_hat = s["m"] / (1 - b1 ** t), s["v"] / (1 - b2 ** t)
+                        p.addcdiv_(m_hat, v_hat.sqrt() + eps, value=-lr)
+                        if mistake == "decay after":
+                            p.mul_(1 - lr * wd)
+        trajectory.append([p.detach().clone() for p in params])
+    return trajectory
+
+
+ADAM_MISTAKES = {
+    "l2": "the weight decay is added to the gradient (L2, as in Adam); AdamW decays the parameter itself, "
+          "p *= 1 - lr * weight_decay, apart from the gradient",
+    "no bias correction": "the bias correction is missing: divide m by 1 - beta1**t and v by 1 - beta2**t",
+    "decay after": "the weight decay is applied after the Adam step; AdamW shrinks the parameter first, then steps",
+    "group step": "the step count t is counted per group (or per step() call); it must be per parameter, in "
+                  "self.state[p]['step'], and a parameter without a gradient is not counted",
+}
+
+
+def _adam_case(impl, seed, *, resume_at=None, closure_at=None, groups=GROUPS, defaults=DEFAULTS, steps=30):
+    initial, grads = _adam_problem(seed, steps)
+    got = impl.adamw(initial, groups, defaults, grads, resume_at=resume_at, closure_at=closure_at)
+    expect.that(got["is_optimizer"], "AdamW(...) is not a torch.optim.Optimizer: subclass it and call "
+                "super().__init__(params, defaults)")
+    expected = adam_oracle(initial, groups, defaults, grads)
+    what = "AdamW with two parameter groups" + (f", its state_dict() reloaded before step {resume_at + 1}"
+                                                  if resume_at is not None else "")
+    expect.that(len(got["trajectory"]) == len(expected), f"{what} did not run {len(expected)} steps")
+    variants = {name: adam_oracle(initial, groups, defaults, grads, name) for name in ADAM_MISTAKES}
+    for k, (mine, theirs) in enumerate(zip(got["trajectory"], expected, strict=True)):
+        for i in range(len(theirs)):
+            expect.close(mine[i], theirs[i], f"{what}: parameter {i} after step {k + 1}", **ADAM,
+                         alternatives=[(variants[name][k][i], ADAM_MISTAKES[name]) for name in ADAM_MISTAKES],
+                         hint="The oracle is torch.optim.AdamW(foreach=False). "
+                              + ("Parameter 1 has no gradient on steps 2, 5, 8, ...: skip it entirely then "
+                                 "(no decay, no step, its step count unchanged). " if i == 1 else "")
+                              + ("Was the state kept somewhere other than self.state (which state_dict() saves)?"
+                                 if resume_at is not None and k >= resume_at else ""))
+    return got
+
+
+@ADAMW.visible
+def test_adamw_steps(impl):
+    "30 steps with two parameter groups equal torch.optim.AdamW's; self.state[p] has step, exp_avg, exp_avg_sq"
+    got = _adam_case(impl, 0)
+    keys = got["state_keys"].get("0")
+    expect.that(bool(keys) and {"step", "exp_avg", "exp_avg_sq"} <= set(keys),
+                f"self.state[p] has the keys {keys}, expected 'step', 'exp_avg' and 'exp_avg_sq'")
+    steps = [got["steps"].get(str(i)) for i in range(3)]
+    expect.that(steps == [30.0, 20.0, 30.0], f"self.state[p]['step'] of the three parameters is {steps}, "
+                "expected 30, 20 (the second had no gradient on 10 of the 30 steps) and 30")
+
+
+@ADAMW.hidden
+def test_adamw_state_dict_round_trip(impl):
+    "a state_dict() saved after 12 steps and loaded into a fresh AdamW goes on exactly as before"
+    _adam_case(impl, 100, resume_at=12)
+
+
+@ADAMW.hidden
+def test_adamw_defaults_and_closure(impl):
+    "the defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01); step(closure) returns its loss"
+    groups = [{"params": [0, 1, 2]}]
+    got = _adam_case(impl, 200, groups=groups, defaults={}, closure_at=3, steps=8)
+    closure = got["closure"]
+    expect.that(isinstance(closure, torch.Tensor) and float(closure) == 42.0,
+                f"step(closure) returned {closure!r}, expected the closure's loss (tensor(42.))")
+
+
+# --- Exercises 4 and 5 -------------------------------------------------------------------
+
+def _floats(values, what):
+    for v in values:
+        expect.that(isinstance(v, int | float) and not isinstance(v, bool),
+                    f"{what} returned a {type(v).__name__}, expected a Python float")
+    return [float(v) for v in values]
+
+
+def _compare(got, expected, steps, what, rtol, mistakes=()):
+    for step, mine, theirs in zip(steps, got, expected, strict=True):
+        if abs(mine - theirs) <= rtol * abs(theirs) + 1e-15:
+            continue
+        for wrong, diagnosis in mistakes:
+            values = [wrong(s) for s in steps]
+            if all(abs(a - b) <= rtol * abs(b) + 1e-15 for a, b in zip(got, values, strict=True)):
+                expect.fail(f"{what} is wrong: {diagnosis}")
+        expect.fail(f"{what} at step {step} is {mine:.6g}, expected {theirs:.6g}")
+
+
+def _inverse_sqrt_mistakes(d, w):
+    return [
+        (lambda s: 0.0 if s == 0 else d ** -0.5 * min((s + 1) ** -0.5, (s + 1) * w ** -1.5),
+         "the warm-up is off by one: use the step as given (step 0 gives 0)"),
+        (lambda s: d ** -0.5 * min(s ** -1.5 if s else 0.0, s * w ** -0.5),
+         "the exponents are swapped: d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)"),
+        (lambda s: 0.0 if s == 0 else d ** -0.5 * max(s ** -0.5, s * w ** -1.5),
+         "max instead of min: the rate rises linearly, peaks at warmup_steps, then falls as 1/sqrt(step)"),
+    ]
+
+
+def _inverse_sqrt_case(impl, d, w, steps):
+    what = f"inverse_sqrt_lr(step, d_model={d}, warmup_steps={w})"
+    got = _floats(impl.schedule("inverse_sqrt_lr", steps, {"d_model": d, "warmup_steps": w}), what)
+    _compare(got, [ref.inverse_sqrt_lr(s, d_model=d, warmup_steps=w) for s in steps], steps, what, 1e-9,
+             _inverse_sqrt_mistakes(d, w))
+
+
+@INVERSE_SQRT.visible
+def test_inverse_sqrt_boundaries(impl):
+    "0 at step 0; the peak d^-0.5 · warmup^-0.5 at warmup_steps; linear before, 1/sqrt(step) after"
+    d, w = 512, 4000
+    what = f"inverse_sqrt_lr(step, d_model={d}, warmup_steps={w})"
+    got = _floats(impl.schedule("inverse_sqrt_lr", [0, 2000, 4000, 16000], {"d_model": d, "warmup_steps": w}), what)
+    peak = d ** -0.5 * w ** -0.5
+    expect.that(got[0] == 0.0, f"{what} at step 0 is {got[0]:.6g}, expected 0 (no update has been made yet)")
+    _compare(got, [0.0, peak / 2, peak, peak / 2], [0, 2000, 4000, 16000], what, 1e-9, _inverse_sqrt_mistakes(d, w))
+
+
+@INVERSE_SQRT.hidden
+def test_inverse_sqrt_closed_form(impl):
+    "every step up to 3 × warmup equals the closed form, for two widths and warm-ups"
+    _inverse_sqrt_case(impl, 64, 10, list(range(0, 31)))
+    _inverse_sqrt_case(impl, 256, 7, list(range(0, 40, 3)))
+
+
+def _cosine_mistakes(max_lr, min_lr, w, d):
+    def cosine(progress):
+        return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+    return [
+        (lambda s: max_lr * (s + 1) / w if s < w else ref.cosine_lr(s, max_lr=max_lr, min_lr=min_lr, warmup_steps=w,
+                                                                     decay_steps=d),
+         "the warm-up is off by one: max_lr · step / warmup_steps, 0 at step 0 and max_lr at warmup_steps"),
+        (lambda s: max_lr * s / w if s < w else (cosine(s / d) if s <= d else min_lr),
+         "the cosine runs over the wrong span: progress = (step - warmup_steps) / (decay_steps - warmup_steps)"),
+        (lambda s: max_lr * s / w if s < w else cosine((s - w) / (d - w)),
+         "there is no floor after decay_steps: the cosine comes back up; return min_lr for step > decay_steps"),
+        (lambda s: max_lr * s / w if s < w else max_lr * 0.5 * (1 + math.cos(math.pi * min(s - w, d - w) / (d - w))),
+         "the decay ends at 0 instead of min_lr: min_lr + (max_lr - min_lr) · (1 + cos(π · progress)) / 2"),
+    ]
+
+
+def _cosine_case(impl, max_lr, min_lr, w, d, steps, rtol=1e-9):
+    kwargs = {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w, "decay_steps": d}
+    what = f"cosine_lr(step, max_lr={max_lr:g}, min_lr={min_lr:g}, warmup_steps={w}, decay_steps={d})"
+    got = _floats(impl.schedule("cosine_lr", steps, kwargs), what)
+    _compare(got, [ref.cosine_lr(s, **kwargs) for s in steps], steps, what, rtol, _cosine_mistakes(max_lr, min_lr, w, d))
+    return got
+
+
+@COSINE.visible
+def test_cosine_boundaries(impl):
+    "0 at step 0, max_lr at warmup_steps, halfway between at the middle of the decay, min_lr at and after decay_steps"
+    max_lr, min_lr, w, d = 1e-3, 1e-4, 100, 1100
+    steps = [0, 50, 100, 600, 1100, 1101, 5000]
+    got = _cosine_case(impl, max_lr, min_lr, w, d, steps)
+    expect.that(got[0] == 0.0 and got[2] == max_lr, "cosine_lr gives 0 at step 0 and max_lr at warmup_steps")
+
+
+@COSINE.hidden
+def test_cosine_against_torch(impl):
+    "equals LinearLR (warm-up) then CosineAnnealingLR (decay) stepped through, and the closed form everywhere"
+    max_lr, min_lr, w, d = 6e-4, 6e-5, 20, 300
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=max_lr)
+    warm = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1 / w, total_iters=w - 1)
+    decay = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=d - w, eta_min=min_lr)
+    theirs = [0.0]
+    for step in range(1, d + 1):
+        theirs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        (warm if step < w else decay).step()
+    steps = list(range(0, d + 1))
+    what = f"cosine_lr(step, max_lr={max_lr:g}, min_lr={min_lr:g}, warmup_steps={w}, decay_steps={d})"
+    got = _floats(impl.schedule("cosine_lr", steps, {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w,
+                                                     "decay_steps": d}), what)
+    _compare(got, theirs, steps, what + " (against torch.optim.lr_scheduler)", 1e-6,
+             _cosine_mistakes(max_lr, min_lr, w, d))
+    _cosine_case(impl, 1.0, 0.0, 1, 7, list(range(0, 12)))
+    _cosine_case(impl, 3e-3, 3e-4, 5, 40, list(range(0, 60, 2)))
+
+
+# --- Exercise 6 --------------------------------------------------------------------------
+
+def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False):
+    grads = [None if s is None else _randn(s, seed + i, scale) for i, s in enumerate(shapes)]
+    got = impl.clip(grads, max_norm, as_generator=as_generator)
+    params = []
+    for g in grads:
+        p = torch.nn.Parameter(torch.zeros(3) if g is None else torch.zeros_like(g))
+        p.grad = None if g is None else g.clone()
+        params.append(p)
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    what = (f"clip_grad_norm({'(p for p in params)' if as_generator else 'params'}, {max_norm}) with gradient norm "
+            f"{float(total):.3g}{' and some parameters without gradients' if None in grads else ''}")
+    expect.tensor(got["total"], f"the norm returned by {what}")
+    expect.close(got["total"].reshape(()), total, f"the norm returned by {what}", **CLIPPED,
+                 hint="Return the global norm before clipping: sqrt of the sum of every gradient's squared entries.")
+    for i, (mine, p) in enumerate(zip(got["grads"], params, strict=True)):
+        if p.grad is None:
+            expect.that(mine is None, f"{what}: a parameter without a gradient got one")
+            continue
+        per_param = grads[i] * min(1.0, max_norm / (float(grads[i].norm()) + 1e-6))
+        mistakes = [(grads[i] * max_norm / (float(total) + 1e-6),
+                     "small gradients are scaled up: the factor max_norm / (norm + 1e-6) is clamped at 1"),
+                    (per_param, "each parameter is clipped by its own norm; all gradients are scaled by one factor "
+                                "computed from the global norm")]
+        if as_generator:
+            mistakes.append((grads[i], "the gradients were not changed: a generator (model.parameters()) can be "
+                             "iterated only once; make a list of the gradients first"))
+        expect.close(mine, p.grad, f"{what}: the gradient of parameter {i}", **CLIPPED, alternatives=mistakes)
+
+
+@CLIP.visible
+def test_clip_large_and_small(impl):
+    "large gradients are scaled to the norm max_norm, small ones left alone; the norm before clipping is returned"
+    _clip_case(impl, [(3, 4), (5,), (2, 2)], 2.0, 1.0, 0)
+    _clip_case(impl, [(3, 4), (5,)], 0.05, 1.0, 10)
+
+
+@CLIP.hidden
+def test_clip_none_and_generator(impl):
+    "parameters without gradients are skipped; a generator of parameters works"
+    _clip_case(impl, [(4,), None, (2, 3), None], 3.0, 0.5, 20)
+    _clip_case(impl, [(6, 2), (3,), (1,)], 1.5, 2.0, 30, as_generator=True)
+    _clip_case(impl, [(3,), None], 0.1, 5.0, 40, as_generator=True)
+
+
+# --- Exercise 7 --------------------------------------------------------------------------
+
+TINY = {"batch_size": 4, "context_length": 8, "max_grad_norm": 0.5}
+SCHEDULE = {"max_lr": 3e-2, "min_lr": 3e-3, "warmup_steps": 3, "decay_steps": 12}
+
+
+def _tiny_state(seed):
+    torch.manual_seed(10000 + seed)
+    return ref.TinyLM().state_dict()
+
+
+def resumed_oracle(state, tokens, total, stop, seeds, keep=("model", "optimizer", "generator", "rng")):
+    """The losses after resuming at ``stop`` when the checkpoint restored only ``keep``."""
+    config = ref.TrainConfig(**TINY)
+
+    def schedule(step):
+        return ref.cosine_lr(step, **SCHEDULE)
+
+    model, optimizer = ref.tiny_setup(seeds["init"])
+    model.load_state_dict(state)
+    torch.manual_seed(seeds["dropout"])
+    generator = torch.Generator().manual_seed(seeds["batches"])
+    ref.run_steps(model, optimizer, tokens, stop, first_step=1, generator=generator, config=config, schedule=schedule)
+    saved = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
+             "rng": torch.get_rng_state()}
+    fresh_model, fresh_optimizer = ref.tiny_setup(seeds["init"] + 1)
+    fresh_generator = torch.Generator().manual_seed(seeds["batches"] + 1)
+    torch.manual_seed(seeds["dropout"] + 1)
+    if "model" in keep:
+        fresh_model.load_state_dict(saved["model"])
+    if "optimizer" in keep:
+        fresh_optimizer.load_state_dict(saved["optimizer"])
+    if "generator" in keep:
+        fresh_generator.set_state(saved["generator"])
+    if "rng" in keep:
+        torch.set_rng_state(saved["rng"])
+    return ref.run_steps(fresh_model, fresh_optimizer, tokens, total - stop, first_step=stop + 1,
+                         generator=fresh_generator, config=config, schedule=schedule)
+
+
+CHECKPOINT_MISTAKES = {
+    "optimizer": "the optimizer's state is not restored (save optimizer.state_dict() and load it with "
+                 "optimizer.load_state_dict): AdamW's m, v and step counts start again from zero",
+    "generator": "the batch generator's state is not restored (generator.get_state() / generator.set_state()): "
+                 "the resumed run sees other batches",
+    "rng": "torch's global random state is not restored (torch.get_rng_state() / torch.set_rng_state()): "
+           "dropout draws other masks after resuming",
+    "model": "the model's parameters are not restored (model.state_dict() / model.load_state_dict())",
+}
+
+
+def _checkpoint_case(impl, seed, total, stop):
+    state, tokens = _tiny_state(seed), ref.tokens_for(seed)
+    seeds = {"init": seed, "dropout": seed + 100, "batches": seed + 200}
+    got = impl.checkpoint(state, tokens, TINY, SCHEDULE, total=total, stop=stop, seeds=seeds)
+    what = f"saving after {stop} of {total} steps and loading into fresh objects"
+    expect.that(got["step"] == stop and not isinstance(got["step"], bool),
+                f"{what}: load_checkpoint returned {got['step']!r}, expected the saved step, {stop}")
+    expected = resumed_oracle(state, tokens, total, stop, seeds)
+    expect.close(torch.tensor(got["uninterrupted"]), torch.tensor(resumed_oracle(state, tokens, total, 0, seeds)),
+                 "the uninterrupted run's losses (computed beside your code)", **HISTORY)
+    mine = torch.tensor(got["resumed"], dtype=torch.float64)
+    if torch.equal(mine, torch.tensor(got["uninterrupted"][stop:], dtype=torch.float64)):
+        return
+    for part, diagnosis in CHECKPOINT_MISTAKES.items():
+        keep = [k for k in ("model", "optimizer", "generator", "rng") if k != part]
+        if torch.allclose(mine, torch.tensor(resumed_oracle(state, tokens, total, stop, seeds, keep), dtype=torch.float64),
+                          atol=HISTORY["atol"], rtol=0):
+            expect.fail(f"{what}: {diagnosis}")
+    expect.close(mine, torch.tensor(expected), f"{what}: the losses after resuming", atol=0.0,
+                 hint="Resuming must reproduce the uninterrupted run exactly: restore the model, the optimizer, the "
+                      "generator and torch's global random state, and return the step.")
+
+
+@CHECKPOINT.visible
+def test_checkpoint_resumes_exactly(impl):
+    "a run saved after 4 of 10 steps and loaded into fresh objects gives the uninterrupted run's losses, bit for bit"
+    _checkpoint_case(impl, 0, 10, 4)
+
+
+@CHECKPOINT.hidden
+def test_checkpoint_other_points(impl):
+    "saved after 1 step, and after 9 of 12 steps (into the cosine decay)"
+    _checkpoint_case(impl, 1, 5, 1)
+    _checkpoint_case(impl, 2, 12, 9)
+
+
+# --- Exercise 8 --------------------------------------------------------------------------
+
+def evaluate_oracle(state, tokens, batches, batch_size, context, seed):
+    model = ref.TinyLM()
+    model.load_state_dict(state)
+    return ref.evaluate(model, tokens, batches=batches, batch_size=batch_size, context_length=context,
+                        generator=torch.Generator().manual_seed(seed))
+
+
+def _evaluate_case(impl, seed, training, batches=3, batch_size=4, context=8):
+    state, tokens = _tiny_state(seed), ref.tokens_for(seed + 50)
+    got = impl.evaluate(state, tokens, batches=batches, batch_size=batch_size, context_length=context, seed=seed,
+                        training=training)
+    what = f"evaluate(model in {'train' if training else 'eval'} mode, tokens, batches={batches}, ...)"
+    expect.that(len(got["calls"]) == batches, f"{what} called loss_fn {len(got['calls'])} times, expected once per "
+                f"batch ({batches}): use the loss_fn and get_batch you are given")
+    expect.that(not any(c["training"] for c in got["calls"]), f"{what}: the model was in train mode during the "
+                "evaluation (dropout on): call model.eval() first")
+    expect.that(not any(c["grad_enabled"] for c in got["calls"]), f"{what}: gradients were recorded: evaluate "
+                "under torch.no_grad()")
+    expect.that(got["training_after"] == training, f"{what} left the model in "
+                f"{'train' if got['training_after'] else 'eval'} mode: restore the mode it was in (model.train(was_training))")
+    value = got["value"]
+    expect.that(isinstance(value, float), f"{what} returned a {type(value).__name__}, expected a Python float")
+    expected = evaluate_oracle(state, tokens, batches, batch_size, context, seed)
+    expect.close(torch.tensor(value), torch.tensor(expected), what, **HISTORY,
+                 alternatives=[(torch.tensor(expected * batches), "the losses are summed: return their mean")])
+
+
+@EVALUATE.visible
+def test_evaluate_mean_loss(impl):
+    "the mean loss over the batches, in eval mode under no_grad; the model back in train mode after"
+    _evaluate_case(impl, 0, True)
+
+
+@EVALUATE.hidden
+def test_evaluate_restores_eval_mode(impl):
+    "a model handed over in eval mode stays in eval mode; other sizes"
+    _evaluate_case(impl, 1, False, batches=5, batch_size=2, context=5)
+
+
+# --- Exercise 9 --------------------------------------------------------------------------
+
+def train_oracle(state, train_tokens, val_tokens, config, schedule_kwargs, seed, global_seed, mistake=None):
+    """The reference loop (mistake None), or the same loop written here with one known mistake."""
+    config = ref.TrainConfig(**config)
+    model, optimizer = ref.tiny_setup(0)
+    model.load_state_dict(state)
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+
+    def schedule(step):
+        return ref.cosine_lr(step, **schedule_kwargs)
+
+    torch.manual_seed(global_seed)
+    if mistake is None:
+        return ref.train(model, optimizer, train_tokens, val_tokens, config, schedule=schedule, generator=generator)
+    history = {"train_loss": [], "lr": [], "val_loss": []}
+    if mistake != "no train mode":
+        model.train()
+    for step in range(1, config.max_steps + 1):
+        lr = schedule(step - 1 if mistake == "lr t-1" else step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = ref.get_batch(train_tokens, config.batch_size, config.context_length, generator=generator)
+        loss = ref.loss_fn(model(inputs), targets)
+        if mistake != "no zero_grad":
+            optimizer.zero_grad()
+        loss.backward()
+        if mistake == "clip after step":
+            optimizer.step()
+            ref.clip(model.parameters(), config.max_grad_norm)
+        else:
+            ref.clip(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+        history["train_loss"].append(loss.item())
+        history["lr"].append(lr)
+        if step % config.eval_interval == 0 or step == config.max_steps:
+            val_generator = generator if mistake == "val generator" else torch.Generator().manual_seed(config.eval_seed)
+            history["val_loss"].append(ref.evaluate(model, val_tokens, batches=config.eval_batches,
+                                                    batch_size=config.batch_size, context_length=config.context_length,
+                                                    generator=val_generator))
+    return history
+
+
+TRAIN_MISTAKES = {
+    "no zero_grad": "the gradients are never zeroed: call optimizer.zero_grad() before loss.backward() at every step",
+    "clip after step": "the gradients are clipped after optimizer.step(): clip first, then step",
+    "lr t-1": "update t uses schedule(t - 1): the step numbers are 1..max_steps and update t uses schedule(t)",
+    "val generator": "the validation batches come from the training generator: use a fresh "
+                     "torch.Generator().manual_seed(config.eval_seed) at each evaluation",
+    "no train mode": "the model was never put in train mode (model.train()), so it trained without dropout",
+}
+
+
+def _train_case(impl, seed, config, schedule_kwargs):
+    state = _tiny_state(seed)
+    train_tokens, val_tokens = ref.tokens_for(seed + 300), ref.tokens_for(seed + 400, length=120)
+    got = impl.train(state, train_tokens, val_tokens, config, schedule_kwargs, seed=seed + 500, global_seed=seed + 600)
+    history = got["history"]
+    what = f"train(..., TrainConfig({', '.join(f'{k}={v}' for k, v in config.items())}))"
+    expect.that("__unsupported__" not in history, f"{what} returned a {history.get('__unsupported__')}, expected the "
+                "history dict")
+    keys = ("step", "train_loss", "lr", "tokens_per_s", "val_step", "val_loss")
+    missing = [k for k in keys if k not in history]
+    expect.that(not missing, f"the history of {what} has no key(s) {missing}; expected {list(keys)}")
+    expected = train_oracle(state, train_tokens, val_tokens, config, schedule_kwargs, seed + 500, seed + 600)
+    for key in keys:
+        expect.that(isinstance(history[key], list), f"history[{key!r}] is a {type(history[key]).__name__}, expected "
+                    "a list")
+        expect.that(len(history[key]) == len(expected[key]), f"history[{key!r}] of {what} has {len(history[key])} "
+                    f"entries, expected {len(expected[key])}" + (
+                        " (one per validation: every eval_interval updates and after the last one)"
+                        if key.startswith("val") else " (one per update)"))
+    expect.that(list(history["step"]) == expected["step"] and list(history["val_step"]) == expected["val_step"],
+                f"the steps of {what} are {history['step']} and val_step {history['val_step']}, expected "
+                f"{expected['step']} and {expected['val_step']}")
+    expect.that(all(isinstance(v, float) and v > 0 for v in history["tokens_per_s"]),
+                "history['tokens_per_s'] must hold positive floats (the batch's tokens / the update's seconds)")
+    variants = {m: train_oracle(state, train_tokens, val_tokens, config, schedule_kwargs, seed + 500, seed + 600, m)
+                for m in TRAIN_MISTAKES}
+    for key, tol in (("lr", {"atol": 1e-12, "rtol": 1e-9}), ("train_loss", HISTORY), ("val_loss", HISTORY)):
+        expect.close(torch.tensor(history[key], dtype=torch.float64), torch.tensor(expected[key], dtype=torch.float64),
+                     f"history[{key!r}] of {what}", **tol,
+                     alternatives=[(torch.tensor(v[key], dtype=torch.float64), TRAIN_MISTAKES[m])
+                                   for m, v in variants.items()],
+                     hint="The oracle is the same loop with torch.optim.AdamW, F.cross_entropy and clip_grad_norm_: "
+                          "per update, lr into every group, batch, forward, loss, zero_grad, backward, clip, step.")
+    expect.that(got["training_after"], f"after {what} the model is in eval mode: it should be in train mode")
+
+
+@TRAIN.visible
+def test_train_history(impl):
+    "the history (losses, lr, validation) equals the reference loop's on a small model with dropout"
+    _train_case(impl, 0, {"batch_size": 4, "context_length": 8, "max_steps": 9, "eval_interval": 4,
+                          "eval_batches": 2, "max_grad_norm": 0.5}, SCHEDULE)
+
+
+@TRAIN.hidden
+def test_train_other_settings(impl):
+    "another schedule, batch size, clipping threshold and evaluation interval"
+    _train_case(impl, 1, {"batch_size": 3, "context_length": 6, "max_steps": 7, "eval_interval": 3,
+                          "eval_batches": 1, "max_grad_norm": 0.1, "eval_seed": 7},
+                {"max_lr": 5e-2, "min_lr": 0.0, "warmup_steps": 2, "decay_steps": 6})
+
+
+# --- Exercise 10 -------------------------------------------------------------------------
+
+def overfit_oracle(state, inputs, targets, steps, lr):
+    model = ref.TinyLM(dropout=0.0)
+    model.load_state_dict(state)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, foreach=False)
+    config = ref.TrainConfig(batch_size=inputs.shape[0], context_length=inputs.shape[1], max_steps=steps,
+                             eval_interval=steps, eval_batches=1)
+    return ref.train(model, optimizer, None, None, config, schedule=lambda step: lr, generator=None,
+                     get_batch=lambda *args, **kwargs: (inputs, targets))["train_loss"]
+
+
+def _overfit_case(impl, seed, steps, lr, shape=(4, 8), final=None):
+    state = _tiny_state(seed)
+    inputs = torch.randint(0, 16, shape, generator=_gen(seed + 700))
+    targets = torch.randint(0, 16, shape, generator=_gen(seed + 701))
+    got = impl.overfit(state, inputs, targets, steps=steps, lr=lr)["losses"]
+    what = f"overfit_one_batch(model, AdamW(lr={lr:g}), a batch of shape {list(shape)}, steps={steps})"
+    expect.that(isinstance(got, list), f"{what} returned a {type(got).__name__}, expected the list of training losses")
+    expect.that(len(got) == steps, f"{what} returned {len(got)} losses, expected {steps}, one per step "
+                "(history['train_loss'])")
+    expect.that(all(isinstance(v, float) for v in got), f"{what} returned a list holding other things than floats")
+    if final is not None:
+        expect.that(got[-1] < final, f"{what}: the last loss is {got[-1]:.4f}, expected below {final}")
+    expected = overfit_oracle(state, inputs, targets, steps, lr)
+    mistakes = [(torch.tensor(overfit_oracle(state, inputs, targets, steps, 1e-3)),
+                 "the learning rate is not the optimizer's: the schedule must return "
+                 "optimizer.param_groups[0]['lr'] at every step")]
+    expect.close(torch.tensor(got), torch.tensor(expected), what, **HISTORY, alternatives=mistakes,
+                 hint="The oracle calls the loop with a get_batch that always returns (inputs, targets) and a constant "
+                      "schedule.")
+
+
+@OVERFIT.visible
+def test_overfit_reaches_zero(impl):
+    "100 steps on one batch bring a tiny model's loss below 0.05, equal to the reference loop's losses"
+    _overfit_case(impl, 0, 100, 3e-2, final=0.05)
+
+
+@OVERFIT.hidden
+def test_overfit_other_batch(impl):
+    "another batch shape, learning rate and number of steps"
+    _overfit_case(impl, 1, 30, 1e-2, shape=(2, 5))
