@@ -6,12 +6,14 @@ import contextlib
 import copy
 import os
 from pathlib import Path
+from unittest import mock
 
 import matplotlib
 import nbformat
 
 from autograder.checks import NOTEBOOKS
 from autograder.grading import student_cells
+from coursetools.budget import GRADING_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,12 +76,13 @@ def require_sandbox() -> None:
 
 
 def run_here(nb, cwd: Path) -> dict:
-    """Execute a notebook's student cells in this process (no test cells); skip cells that fail."""
+    """Execute a notebook's student cells in this process (no test cells), as graded; skip cells that fail."""
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     namespace: dict = {"__name__": "__notebook__"}
-    with working_directory(cwd):
+    # As the grader runs them: the namespace is for checks, so long demonstrations are cut short.
+    with working_directory(cwd), mock.patch.dict(os.environ, {GRADING_ENV: "1"}):
         for index, source in student_cells(nb):
             try:
                 # dont_inherit: run cells as Jupyter does, without this file's `from __future__ import
