@@ -206,7 +206,9 @@ class Sandbox:
     def environment(self) -> dict[str, str]:
         """All the environment student code gets: nothing of the grader's."""
         home = str(self.submission if self.enabled else self.scratch)
-        threads = str(min(os.cpu_count() or 1, 8))
+        # One thread per core unless the grader's own OMP_NUM_THREADS says otherwise (a grader running
+        # several submissions at once gives each one thread).
+        threads = os.environ.get("OMP_NUM_THREADS") or str(min(os.cpu_count() or 1, 8))
         return {
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",

@@ -1,11 +1,17 @@
 import os
 
 import pytest
+import torch
 from notebooks import read, release_path, run_here, solution_path
 
 # The suite never downloads: notebook 08's real-GPT-2 cell skips in one line, in nbval's kernels too
 # (tests/test_pretrained.py checks the download code against a local stand-in for the hub).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# pytest-xdist runs one worker per core: a second torch thread in a worker, its notebook kernels or its
+# grading workers only fights the other worker for the cores (notebook 10's training cells ran 5-10x slower).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 class _Executed(dict):
