@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -37,3 +38,14 @@ def model(d_model: int, n_layers: int, n_heads: int, n_kv_heads: int, vocab: int
     config = DecoderConfig(vocab_size=vocab, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
                            d_ff=4 * d_model, max_seq_len=max_len, n_kv_heads=n_kv_heads)
     return LlamaDecoder(config).eval(), config
+
+
+def model_arguments(parser: argparse.ArgumentParser, out: str) -> None:
+    """The options both decoding benchmarks share: the reference model's size, repeats, threads, output."""
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    parser.add_argument("--out", default=out)

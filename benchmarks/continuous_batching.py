@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import command, load_average, machine, model, now
+from _common import command, load_average, machine, model, model_arguments, now
 
 from autograder.reference.batching import SlotEngine, continuous, static
 
@@ -63,13 +63,7 @@ def main():
     parser.add_argument("--slots", type=int, nargs="+", default=[2, 4, 8, 16])
     parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--max-new", type=int, default=96)
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--kv-heads", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
-    parser.add_argument("--out", default="benchmarks/continuous_batching")
+    model_arguments(parser, out="benchmarks/continuous_batching")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import command, load_average, machine, model, now
+from _common import command, load_average, machine, model, model_arguments, now
 
 from autograder.reference.kv_cache import KVCache
 
@@ -53,13 +53,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512])
     parser.add_argument("--prompt", type=int, default=16)
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--kv-heads", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
-    parser.add_argument("--out", default="benchmarks/kv_cache")
+    model_arguments(parser, out="benchmarks/kv_cache")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     decoder, config = model(args.d_model, args.layers, args.heads, args.kv_heads, 1000, args.prompt + max(args.lengths))
