@@ -165,12 +165,21 @@ def cached_attention_steps(ns, d_model: int, heads: int, kv_heads: int, state: d
     attention = need(ns, "CachedRotaryGQA")(d_model, heads, kv_heads, RoPE())
     attention.load_state_dict(state)
     cache = KVCache(layer + 1)
+
+    def chunk(start, end):
+        mask = torch.ones(end - start, end, dtype=torch.bool).tril(diagonal=start)
+        return attention(x[:, start:end], mask, torch.arange(start, end), cache=cache, layer=layer)
+
+    return _by_chunks(chunk, chunks, cache)
+
+
+def _by_chunks(call, chunks: list, cache: KVCache) -> dict:
+    """``call(start, end)`` for each chunk in turn: its outputs, or what it raised (and where), and the
+    cache's per-layer lengths after each call."""
     result = {"outputs": [], "lengths": [], "error": None}
     for start, end in chunks:
-        mask = torch.ones(end - start, end, dtype=torch.bool).tril(diagonal=start)
         try:
-            result["outputs"].append(attention(x[:, start:end], mask, torch.arange(start, end), cache=cache,
-                                               layer=layer))
+            result["outputs"].append(call(start, end))
         except NotImplementedError:
             raise
         except Exception as error:  # noqa: BLE001 - reported with the chunk it happened in
@@ -198,18 +207,8 @@ def cached_decoder_steps(ns, fields: dict, state: dict, tokens, chunks: list):
     model = _decoder(ns, fields).eval()
     model.load_state_dict(state)
     cache = KVCache(fields["n_layers"])
-    result = {"full": model(tokens), "outputs": [], "lengths": [], "error": None}
-    for start, end in chunks:
-        try:
-            result["outputs"].append(model(tokens[:, start:end], cache=cache))
-        except NotImplementedError:
-            raise
-        except Exception as error:  # noqa: BLE001 - reported with the chunk it happened in
-            result["error"] = {"chunk": [start, end], "message": f"{type(error).__name__}: {error}"}
-        result["lengths"].append([0 if k is None else k.shape[2] for k in cache.keys])
-        if result["error"]:
-            break
-    return result
+    full = model(tokens)
+    return {"full": full, **_by_chunks(lambda start, end: model(tokens[:, start:end], cache=cache), chunks, cache)}
 
 
 @torch.no_grad()
