@@ -1,7 +1,10 @@
-"""A local stand-in for the Hugging Face hub: serves a folder's files at ``/<repo>/resolve/<revision>/<name>``.
+"""A local stand-in for the Hugging Face hub: serves folders' files at ``/<repo>/resolve/<revision>/<name>``.
 
 It answers ``HEAD`` and ``GET`` with the headers ``huggingface_hub`` reads (commit, ETag, size), so the
-download code of ``coursetools.pretrained`` runs unchanged, without internet.
+download code of ``coursetools.pretrained`` and ``tinystories.download`` runs unchanged, without internet.
+Data set repos live at ``/datasets/<repo>/resolve/...``, as ``hf_hub_url(..., repo_type="dataset")`` builds.
+A GET with ``Range: bytes=N-`` gets ``206 Partial Content`` (how a download resumes). Options imitate
+a network that fails: a first GET cut off after some bytes, GETs refused for a while, a corrupted copy.
 """
 
 from __future__ import annotations
@@ -9,14 +12,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.server
+import re
 import threading
 from pathlib import Path
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def _handler(repos: dict[str, Path], requests: list[str]):
+def _handler(repos: dict[str, Path], requests: list[str], *, etags: dict[str, str], cut_after: int | None,
+             fail_gets: int, ranges: bool):
+    state = {"cut": cut_after is None, "fail_gets": fail_gets}
+    lock = threading.Lock()
+
     class Hub(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the hub: a cut connection is then visible to the client
+
         def _file(self) -> Path | None:
             repo, sep, rest = self.path.lstrip("/").partition("/resolve/")
             if not sep or repo not in repos:
@@ -26,21 +36,46 @@ def _handler(repos: dict[str, Path], requests: list[str]):
             return path if path.is_file() else None
 
         def _answer(self, body: bool):
-            requests.append(f"{self.command} {self.path}")
+            wanted = self.headers.get("Range")
+            requests.append(f"{self.command} {self.path}" + (f" [{wanted}]" if wanted else ""))
             path = self._file()
             if path is None:
                 self.send_response(404)
                 self.send_header("X-Error-Code", "EntryNotFound")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            with lock:
+                cut, refuse = False, False
+                if body and not state["cut"]:
+                    state["cut"] = cut = True
+                elif body and state["fail_gets"] > 0:
+                    state["fail_gets"] -= 1
+                    refuse = True
+            if refuse:
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             data = path.read_bytes()
-            self.send_response(200)
+            start = 0
+            match = re.fullmatch(r"bytes=(\d+)-", wanted or "")
+            if ranges and match and int(match[1]) < len(data):
+                start = int(match[1])
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            else:
+                self.send_response(200)
             self.send_header("X-Repo-Commit", COMMIT)
-            self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
-            self.send_header("Content-Length", str(len(data)))
+            self.send_header("ETag", f'"{etags.get(path.name) or hashlib.sha256(data).hexdigest()}"')
+            self.send_header("Accept-Ranges", "bytes" if ranges else "none")
+            self.send_header("Content-Length", str(len(data) - start))
             self.end_headers()
             if body:
-                self.wfile.write(data)
+                self.wfile.write(data[start:start + cut_after] if cut else data[start:])
+                if cut:  # the connection drops mid-file
+                    self.wfile.flush()
+                    self.close_connection = True
 
         def do_HEAD(self):  # noqa: N802 - http.server's naming
             self._answer(body=False)
@@ -55,10 +90,20 @@ def _handler(repos: dict[str, Path], requests: list[str]):
 
 
 @contextlib.contextmanager
-def serving(repos: dict[str, Path]):
-    """Yield (endpoint URL, list of requests seen) while serving ``repos`` ({repo id: folder})."""
+def serving(repos: dict[str, Path], *, datasets: dict[str, Path] | None = None, etags: dict[str, str] | None = None,
+            cut_after: int | None = None, fail_gets: int = 0, ranges: bool = True):
+    """Yield (endpoint URL, list of requests seen) while serving model ``repos`` and ``datasets`` ({repo id: folder}).
+
+    Requests are recorded as ``"GET /path"``, with ``" [bytes=N-]"`` appended when a Range was asked.
+    ``etags``: file name -> the ETag (sha256) to announce instead of the file's own (a corrupted copy).
+    ``cut_after``: the first GET sends only this many bytes of the file, then closes the connection.
+    ``fail_gets``: after that, this many GETs answer 503 (an outage longer than the client's retries).
+    ``ranges=False``: Range headers are ignored (200 with the whole file), as some proxies do.
+    """
     requests: list[str] = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(repos, requests))
+    served = dict(repos) | {f"datasets/{repo}": folder for repo, folder in (datasets or {}).items()}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(
+        served, requests, etags=etags or {}, cut_after=cut_after, fail_gets=fail_gets, ranges=ranges))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

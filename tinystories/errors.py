@@ -1,0 +1,2 @@
+class RunError(Exception):
+    """A user error, reported in one line."""
