@@ -20,7 +20,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def _handler(repos: dict[str, Path], requests: list[str], *, etags: dict[str, str], cut_after: int | None,
-             fail_gets: int, ranges: bool):
+             fail_gets: int, ranges: bool, cdn: dict[str, str]):
     state = {"cut": cut_after is None, "fail_gets": fail_gets}
     lock = threading.Lock()
 
@@ -28,7 +28,7 @@ def _handler(repos: dict[str, Path], requests: list[str], *, etags: dict[str, st
         protocol_version = "HTTP/1.1"  # keep-alive, as the hub: a cut connection is then visible to the client
 
         def _file(self) -> Path | None:
-            repo, sep, rest = self.path.lstrip("/").partition("/resolve/")
+            repo, sep, rest = self.path.lstrip("/").removeprefix("cdn/").partition("/resolve/")
             if not sep or repo not in repos:
                 return None
             _revision, _, name = rest.partition("/")
@@ -42,6 +42,16 @@ def _handler(repos: dict[str, Path], requests: list[str], *, etags: dict[str, st
             if path is None:
                 self.send_response(404)
                 self.send_header("X-Error-Code", "EntryNotFound")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            if cdn and not self.path.startswith("/cdn/"):  # an LFS file: metadata here, bytes on the CDN
+                data = path.read_bytes()
+                self.send_response(302)
+                self.send_header("Location", f"{cdn['url']}/cdn{self.path}")
+                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("X-Linked-Etag", f'"{etags.get(path.name) or hashlib.sha256(data).hexdigest()}"')
+                self.send_header("X-Linked-Size", str(len(data)))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -91,7 +101,7 @@ def _handler(repos: dict[str, Path], requests: list[str], *, etags: dict[str, st
 
 @contextlib.contextmanager
 def serving(repos: dict[str, Path], *, datasets: dict[str, Path] | None = None, etags: dict[str, str] | None = None,
-            cut_after: int | None = None, fail_gets: int = 0, ranges: bool = True):
+            cut_after: int | None = None, fail_gets: int = 0, ranges: bool = True, lfs: bool = False):
     """Yield (endpoint URL, list of requests seen) while serving model ``repos`` and ``datasets`` ({repo id: folder}).
 
     Requests are recorded as ``"GET /path"``, with ``" [bytes=N-]"`` appended when a Range was asked.
@@ -99,15 +109,23 @@ def serving(repos: dict[str, Path], *, datasets: dict[str, Path] | None = None, 
     ``cut_after``: the first GET sends only this many bytes of the file, then closes the connection.
     ``fail_gets``: after that, this many GETs answer 503 (an outage longer than the client's retries).
     ``ranges=False``: Range headers are ignored (200 with the whole file), as some proxies do.
+    ``lfs=True``: as the hub serves LFS files, ``/resolve/`` answers 302 with X-Linked-Etag and X-Linked-Size
+    and the bytes come from another origin (a second server, standing in for the CDN) at ``/cdn/<path>``.
     """
     requests: list[str] = []
     served = dict(repos) | {f"datasets/{repo}": folder for repo, folder in (datasets or {}).items()}
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(
-        served, requests, etags=etags or {}, cut_after=cut_after, fail_gets=fail_gets, ranges=ranges))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    cdn: dict[str, str] = {}
+    handler = _handler(served, requests, etags=etags or {}, cut_after=cut_after, fail_gets=fail_gets,
+                       ranges=ranges, cdn=cdn)
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) for _ in range(2 if lfs else 1)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    urls = [f"http://127.0.0.1:{server.server_address[1]}" for server in servers]
+    if lfs:
+        cdn["url"] = urls[1]
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", requests
+        yield urls[0], requests
     finally:
-        server.shutdown()
-        server.server_close()
+        for server in servers:
+            server.shutdown()
+            server.server_close()

@@ -104,6 +104,19 @@ def test_an_interrupted_download_is_resumed_by_the_next_call(repo, tmp_path, mon
     assert _leftovers(tmp_path) == []
 
 
+def test_lfs_files_come_from_the_cdn_the_hub_redirects_to(repo, tmp_path, monkeypatch):
+    """As on huggingface.co: HEAD /resolve/ answers 302 with X-Linked-Etag/Size, the bytes come from elsewhere."""
+    original = (repo / FILES["train"]).read_bytes()
+    with _hub(monkeypatch, repo, lfs=True, cut_after=CUT, fail_gets=1) as requests:
+        with pytest.raises(DownloadUnavailable, match=f"stopped at {CUT:,} of {len(original):,}"):
+            fetch("train", cache_dir=tmp_path)
+        first = len(requests)
+        path = fetch("train", cache_dir=tmp_path)
+    assert path.read_bytes() == original
+    assert _gets(requests[first:]) == [f"GET /cdn/datasets/{REPO_ID}/resolve/main/{FILES['train']} [bytes={CUT}-]"]
+    assert not [r for r in _gets(requests) if not r.startswith("GET /cdn/")], "no bytes from the hub itself"
+
+
 def test_a_corrupted_copy_is_rejected_and_deleted(repo, tmp_path, monkeypatch):
     original = (repo / FILES["valid"]).read_bytes()
     corrupted = tmp_path / "corrupted"
