@@ -86,7 +86,6 @@ def fetch(split: str, *, cache_dir: str | Path | None = None) -> Path:
 
 def _link(filename: str, cache: Path, *, local_only: bool) -> Path:
     """hf_hub_download: the cached file, linking a blob that is already there into the snapshot folder."""
-
     return Path(hf_hub_download(REPO_ID, filename, repo_type=REPO_TYPE, revision=REVISION, cache_dir=cache,
                                 endpoint=_endpoint(), etag_timeout=constants.HF_HUB_ETAG_TIMEOUT,
                                 local_files_only=local_only))
