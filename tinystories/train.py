@@ -231,7 +231,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
         raise RunError(f"the data has fewer tokens than model.context_length ({m.context_length})")
 
     torch.manual_seed(t.seed)
-    raw_model = build_model(m, data.vocab_size, implementation=implementation, course_dir=course_dir).to(device)
+    raw_model = build_model(m, config.data.vocab_size, implementation=implementation, course_dir=course_dir).to(device)
     decay = [p for p in raw_model.parameters() if p.dim() >= 2]
     no_decay = [p for p in raw_model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -271,7 +271,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
         from torch.nn.attention import SDPBackend, sdpa_kernel
         kernel = functools.partial(sdpa_kernel, SDPBackend.MATH)
 
-    per_token = flops_per_token(decoder_config(m, data.vocab_size, DecoderConfig), m.context_length)
+    per_token = flops_per_token(decoder_config(m, config.data.vocab_size, DecoderConfig), m.context_length)
     peak = peak_flops(device) if precision in ("bf16", "fp16") else None
     tokens_per_step = t.batch_size * m.context_length
     val_stats = data.stats["val"]
@@ -292,7 +292,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
         _save(checkpoint_path, {
             "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
             "step": step, "config": as_dict(config), "implementation": implementation,
-            "vocab_size": data.vocab_size, "eot_id": data.eot_id,
+            "vocab_size": config.data.vocab_size, "eot_id": data.eot_id,
             "rng": {"torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state() if device.type == "cuda" else None}})
 
