@@ -109,3 +109,30 @@ def test_attention_maps_reproduce_the_attention_output(n_kv_heads):
         v = v.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)
         mixed = (maps[layer] @ v).transpose(1, 2).reshape(2, 10, -1)
         torch.testing.assert_close(attn.out_proj(mixed), out, atol=1e-5, rtol=1e-5)
+
+
+def test_out_of_memory_is_one_line(data_dir, tmp_path, monkeypatch):
+    """A GPU running out of memory (simulated: a model whose forward raises it) says what to lower."""
+    import tinystories.train as train_module
+
+    class Exhausting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(2, 2))
+
+        def forward(self, tokens):
+            raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(train_module, "build_model", lambda *a, **k: Exhausting())
+    with pytest.raises(RunError, match="lower it .*train.micro_batch_size=2"):
+        run(tiny_config(data_dir, tmp_path), progress=False)
+    assert not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_run_trains_the_notebook_code(data_dir, tmp_path):
+    from tinystories_helpers import ROOT
+
+    result = run(tiny_config(data_dir, tmp_path, "train.max_steps=3", "train.eval_interval=3"),
+                 implementation="course", course_dir=ROOT / "solutions", progress=False)
+    assert len(result.metrics) == 3 and math.isfinite(result.final_val_loss)
+    assert torch.load(result.checkpoint, weights_only=False)["implementation"] == "course"
