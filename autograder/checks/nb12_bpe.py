@@ -92,6 +92,9 @@ def _check_pretokens(impl, text, specials):
                     "character must land in exactly one pre-token")
     for special in specials:
         if special in text and special not in pieces:
+            if any(other != special and other in special and other in pieces for other in specials):
+                expect.fail(f"{what} cut the special token {special!r} into shorter special tokens ({_show(pieces)}): "
+                            "put the longest special token first in the alternatives")
             expect.fail(f"{what} cut the special token {special!r} into pieces ({_show(pieces)}): split the special "
                         "tokens out first (re.split on their re.escape'd alternatives), then apply the regex to the "
                         "pieces between them")
@@ -233,13 +236,19 @@ def _trained(impl, text, vocab_size, specials):
 def _diagnose_merge(text, specials, expected_merges, k, theirs):
     """Why the k-th merge differs: the counts at that step, recomputed naively."""
     counts = bpe.word_counts(text, specials)
+    seen = set(bpe.count_pairs(counts))
     for pair in expected_merges[:k]:
         counts = {bpe.merge_word(w, pair): n for w, n in counts.items()}
+        seen |= set(bpe.count_pairs(counts))
     pairs = bpe.count_pairs(counts)
     top = max(pairs.values())
     theirs_count = pairs.get(theirs, 0)
     ours = expected_merges[k]
     head = f"merge {k} is {theirs} but should be {ours} ({top} occurrences at that point)"
+    if theirs_count == 0 and theirs in seen:
+        return (f"{head}; the pair {theirs} occurred before an earlier merge but no longer does, so it is not the most "
+                "frequent: are the pair counts updated after every merge (subtract the old word's pairs, add the new "
+                "word's)?")
     if theirs_count == 0:
         return (f"{head}; the pair {theirs} never occurs inside a pre-token at that point: pairs never cross "
                 "pre-token boundaries, and special tokens are left out of the words entirely")
