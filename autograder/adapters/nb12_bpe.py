@@ -1,0 +1,103 @@
+"""Adapters for notebook 12: pre-tokenization, pair counts, merges, BPE training, encoding and decoding.
+
+Replies must be plain data, so every ``bytes`` a student's function returns travels as its hex string (and
+anything that is not ``bytes`` as ``"<not bytes: TYPE>"``, so that a check can say what came back). Each
+exercise is graded on its own: while ``train_bpe`` runs, the notebook's ``pretokenize``, ``count_pairs`` and
+``merge_word`` are the course's (``autograder.reference.bpe``); while the ``Tokenizer`` runs, its
+``pretokenize`` and ``apply_merges`` are; the notebook's own are restored afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from autograder.adapters import need
+from autograder.reference import bpe
+
+
+def _hex(token) -> str:
+    if isinstance(token, bytes | bytearray):
+        return bytes(token).hex()
+    return f"<not bytes: {type(token).__name__}>"
+
+
+def _sequence(value, item) -> dict:
+    """A list or tuple as ``{"items": [...]}``, anything else as ``{"type": name}``."""
+    if isinstance(value, list | tuple):
+        return {"items": [item(v) for v in value], "type": type(value).__name__}
+    return {"items": None, "type": type(value).__name__}
+
+
+@contextlib.contextmanager
+def _given(ns, **functions):
+    """The course's versions of earlier exercises' functions, under the notebook's names, for one call."""
+    saved = {name: ns[name] for name in functions if name in ns}
+    ns.update(functions)
+    try:
+        yield
+    finally:
+        for name in functions:
+            if name in saved:
+                ns[name] = saved[name]
+            else:
+                ns.pop(name, None)
+
+
+def pretokenize_of(ns, text: str, special_tokens: list):
+    out = need(ns, "pretokenize")(text, special_tokens)
+    return _sequence(out, lambda s: s if isinstance(s, str) else f"<not str: {type(s).__name__}>")
+
+
+def count_pairs_of(ns, word_counts: dict):
+    out = need(ns, "count_pairs")(dict(word_counts))
+    if not isinstance(out, dict):
+        return {"pairs": None, "type": type(out).__name__}
+    pairs = []
+    for pair, n in out.items():
+        ok = isinstance(pair, tuple) and len(pair) == 2
+        pairs.append([_hex(pair[0]) if ok else repr(pair)[:80], _hex(pair[1]) if ok else "", n if isinstance(n, int) else
+                      f"<not int: {type(n).__name__}>"])
+    return {"pairs": pairs, "type": "dict"}
+
+
+def merge_word_of(ns, word: tuple, pair: tuple):
+    return _sequence(need(ns, "merge_word")(tuple(word), tuple(pair)), _hex)
+
+
+def train_bpe_of(ns, text: str, vocab_size: int, special_tokens: list):
+    with _given(ns, pretokenize=bpe.pretokenize, count_pairs=bpe.count_pairs, merge_word=bpe.merge_word):
+        result = need(ns, "train_bpe")(text, vocab_size, list(special_tokens))
+    if not (isinstance(result, tuple | list) and len(result) == 2):
+        return {"error": f"train_bpe returned a {type(result).__name__}, expected a tuple (vocab, merges)"}
+    vocab, merges = result
+    if not isinstance(vocab, dict):
+        return {"error": f"vocab is a {type(vocab).__name__}, expected a dict[int, bytes]"}
+    if not isinstance(merges, list | tuple):
+        return {"error": f"merges is a {type(merges).__name__}, expected a list of (bytes, bytes) pairs"}
+    return {
+        "vocab": [[k if isinstance(k, int) else repr(k)[:40], _hex(v)] for k, v in vocab.items()],
+        "merges": [[_hex(m[0]), _hex(m[1])] if isinstance(m, tuple | list) and len(m) == 2 else [repr(m)[:80], ""]
+                   for m in merges],
+    }
+
+
+def apply_merges_of(ns, pieces: list, merges: list):
+    ranks = {tuple(pair): rank for rank, pair in enumerate(merges)}
+    return [_sequence(need(ns, "apply_merges")(bytes(piece), dict(ranks)), _hex) for piece in pieces]
+
+
+def tokenizer_of(ns, vocab: dict, merges: list, special_tokens: list, texts: list, id_lists: list):
+    """Encodings of ``texts``, decodings of those encodings and of ``id_lists``, and a second encode (cache)."""
+    with _given(ns, pretokenize=bpe.pretokenize, apply_merges=bpe.apply_merges):
+        tokenizer = need(ns, "Tokenizer")(dict(vocab), [tuple(m) for m in merges], list(special_tokens))
+        encoded = [tokenizer.encode(text) for text in texts]
+        again = [tokenizer.encode(text) for text in texts]
+        plain_ids = [list(ids) if isinstance(ids, list | tuple) else None for ids in encoded]
+        decoded = [tokenizer.decode(ids) if ids is not None else None for ids in plain_ids]
+        decoded_given = [tokenizer.decode(list(ids)) for ids in id_lists]
+    return {
+        "encoded": [_sequence(ids, lambda i: i if isinstance(i, int) else -1) for ids in encoded],
+        "again": [list(ids) if isinstance(ids, list | tuple) else None for ids in again],
+        "decoded": [d if isinstance(d, str) or d is None else f"<not str: {type(d).__name__}>" for d in decoded],
+        "decoded_given": [d if isinstance(d, str) else f"<not str: {type(d).__name__}>" for d in decoded_given],
+    }

@@ -1,0 +1,443 @@
+"""Checks for notebook 12: a byte-level BPE tokenizer.
+
+Oracles, written here or in ``autograder.reference.bpe`` and independent of the notebook's solutions:
+
+- Pre-tokenization (exercise 1): the special tokens found by a left-to-right scan (longest first), then
+  ``regex.findall`` with GPT-2's pattern on the pieces between; and ``"".join(result) == text``.
+- Pair counts (exercise 2): ``collections.Counter`` over ``zip(word, word[1:])``, weighted by frequency.
+- Merging (exercise 3) and encoding (exercise 5): ``reference.bpe.merge_word`` (a plain loop), and the merges
+  replayed one after another in the order learned (not by rank, as the notebook does).
+- Training (exercise 4): ``reference.bpe.train``, which recounts every pair from scratch after every merge,
+  on crafted corpora (ties at the first merges, ``"aaaa"`` runs, accents and emoji, ``<|endoftext|>`` between
+  pieces, two special tokens) and on 12,000 characters of ``data/tinystories/tinystories_tiny.txt``: merges
+  and vocabulary must be EQUAL. Hidden: Hugging Face ``tokenizers`` (ByteLevel(add_prefix_space=False,
+  use_regex=True), BpeTrainer with initial_alphabet=ByteLevel.alphabet()) on the same text, compared on the
+  merges before the first step where the counts tie, after mapping its printable byte characters back to bytes.
+  Differences found (see the notebook's Section 6), the reasons this comparison stops where it does:
+  (1) ties: HF takes the pair with the smallest ids in its own vocabulary (specials, the 256 byte characters
+  sorted as Unicode, then merges), we take the greatest pair of bytes; the reference trainer with HF's rule
+  reproduces HF's merges exactly (tests/test_reference_bpe.py); (2) special tokens: HF's trainer does not cut
+  them out of the training text, so it is fed the documents between them.
+- Tokenizer (exercise 6): round trip on fixed strings (emoji, accents, CJK without spaces, "", whitespace
+  runs, ``<|endoftext|>``) and on random Unicode strings from several seeds; ids equal to the reference
+  encoder's; decoding of id lists that split characters, equal to ``bytes.decode(errors="replace")`` of all
+  the bytes. Hidden: ids equal to a Hugging Face ``tokenizers`` BPE built from the same vocab and merges.
+
+Everything here is exact (integers and strings): no tolerances.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+from autograder import expect
+from autograder.exercises import Exercise
+from autograder.reference import bpe
+
+PRETOKENIZE = Exercise("pretokenize", "Exercise 1: pre-tokenization", points=3)
+COUNT_PAIRS = Exercise("count_pairs", "Exercise 2: pair counts", points=2)
+MERGE_WORD = Exercise("merge_word", "Exercise 3: merging a pair in a word", points=2)
+TRAIN = Exercise("train_bpe", "Exercise 4: training BPE", points=7)
+APPLY = Exercise("apply_merges", "Exercise 5: applying merges by rank", points=4)
+TOKENIZER = Exercise("bpe_tokenizer", "Exercise 6: the tokenizer", points=5)
+EXERCISES = [PRETOKENIZE, COUNT_PAIRS, MERGE_WORD, TRAIN, APPLY, TOKENIZER]
+
+EOT = "<|endoftext|>"
+TINY = Path(__file__).resolve().parents[2] / "data" / "tinystories" / "tinystories_tiny.txt"
+
+
+def _b(hexes):
+    return [bytes.fromhex(h) if not h.startswith("<") else h for h in hexes]
+
+
+def _show(tokens, limit=12):
+    shown = [t if isinstance(t, str) else t.decode("utf-8", errors="backslashreplace") for t in tokens[:limit]]
+    return repr(shown)[:-1] + (", ...]" if len(tokens) > limit else "]")
+
+
+def _random_text(seed: int, length: int = 40) -> str:
+    """Random Unicode: ASCII, accents, CJK, emoji, spaces, newlines, digits, apostrophes, the special token."""
+    rng = random.Random(12000 + seed)
+    pools = ["abcdefghij", "ABC", "0123456789", "  \n\t", "'.,!?-", "éüñçå", "日本語中文字", "😀🎉👍🏽",
+             "ДЖЩ", "αβγ"]
+    out = []
+    for _ in range(length):
+        if rng.random() < 0.03:
+            out.append(EOT)
+        else:
+            out.append(rng.choice(rng.choice(pools)))
+    return "".join(out)
+
+
+# --- Exercise 1 --------------------------------------------------------------------------
+
+def _check_pretokens(impl, text, specials):
+    got = impl.pretokenize_of(text, list(specials))
+    what = f"pretokenize({text[:60]!r}{'...' if len(text) > 60 else ''}, {list(specials)})"
+    expect.that(got["items"] is not None, f"{what} returned a {got['type']}, expected a list of strings")
+    pieces = got["items"]
+    bad = [p for p in pieces if p.startswith("<not str")]
+    expect.that(not bad, f"{what} returned items that are not strings ({bad[0] if bad else ''})")
+    expected = bpe.pretokenize(text, specials)
+    if pieces == expected:
+        return
+    if "".join(pieces) != text:
+        missing = [s for s in specials if s in text and s not in pieces]
+        if missing:
+            expect.fail(f"{what} loses text: the special token {missing[0]!r} is not in the result. Keep each special "
+                        "token as an item of its own (a capturing group in re.split)")
+        expect.fail(f"{what}: joined together, the pre-tokens are not the text ({''.join(pieces)[:80]!r}); every "
+                    "character must land in exactly one pre-token")
+    for special in specials:
+        if special in text and special not in pieces:
+            if any(other != special and other in special and other in pieces for other in specials):
+                expect.fail(f"{what} cut the special token {special!r} into shorter special tokens ({_show(pieces)}): "
+                            "put the longest special token first in the alternatives")
+            expect.fail(f"{what} cut the special token {special!r} into pieces ({_show(pieces)}): split the special "
+                        "tokens out first (re.split on their re.escape'd alternatives), then apply the regex to the "
+                        "pieces between them")
+    expect.fail(f"{what} gave {_show(pieces, 20)}, expected {_show(expected, 20)} (GPT-2's pattern with "
+                "PRETOKEN.findall on each piece between special tokens; longest special token first)")
+
+
+@PRETOKENIZE.visible
+def test_pretokenize_examples(impl):
+    "GPT-2's regex on words, numbers, contractions and whitespace runs; <|endoftext|> kept whole"
+    for text in ("Hello, world! It's 42 degrees...   ok", "a<|endoftext|>b", " The cat<|endoftext|> The dog.\n\n",
+                 "  leading and trailing spaces  ", "", "<|endoftext|><|endoftext|>"):
+        _check_pretokens(impl, text, [EOT])
+    _check_pretokens(impl, "no special tokens<|endoftext|>here", [])
+
+
+@PRETOKENIZE.hidden
+def test_pretokenize_unicode_and_other_specials(impl):
+    "accents, CJK, emoji, random strings of 5 seeds; specials with regex characters; a special inside another"
+    for text in ("naïve café 😀 日本語のテキスト", "I'll say they've 12,345 things\t\t\n x"):
+        _check_pretokens(impl, text, [EOT])
+    for seed in range(5):
+        _check_pretokens(impl, _random_text(seed, 80), [EOT])
+    _check_pretokens(impl, "x [SEP] y (*) z [SEP](*)", ["[SEP]", "(*)"])
+    _check_pretokens(impl, "a<|endoftext|><|endoftext|>b<|endoftext|>c", [EOT, EOT + EOT])
+
+
+# --- Exercise 2 --------------------------------------------------------------------------
+
+def _word(text: str) -> tuple:
+    return tuple(bytes([b]) for b in text.encode("utf-8"))
+
+
+def _check_counts(impl, word_counts: dict, what: str):
+    got = impl.count_pairs_of(word_counts)
+    expect.that(got["pairs"] is not None, f"count_pairs returned a {got['type']}, expected a dict")
+    counted = {}
+    for a, b, n in got["pairs"]:
+        expect.that(not a.startswith("<") and not b.startswith("<") and b != "",
+                    f"count_pairs({what}) has a key that is not a pair of bytes: {a}")
+        expect.that(isinstance(n, int), f"count_pairs({what}) has a count that is not an int: {n}")
+        counted[(bytes.fromhex(a), bytes.fromhex(b))] = n
+    expected = Counter()
+    for word, n in word_counts.items():
+        for pair in zip(word, word[1:], strict=False):
+            expected[pair] += n
+    if counted == dict(expected):
+        return
+    once = Counter(p for w in word_counts for p in zip(w, w[1:], strict=False))
+    distinct = Counter()
+    for word, n in word_counts.items():
+        for pair in set(zip(word, word[1:], strict=False)):
+            distinct[pair] += n
+    if counted == dict(once):
+        expect.fail(f"count_pairs({what}) ignores the words' frequencies: each occurrence counts n times for a word "
+                    "of frequency n")
+    if counted == dict(distinct) and distinct != expected:
+        expect.fail(f"count_pairs({what}) counts a pair once per word: a word that holds it twice (b'aaa' holds "
+                    "(a, a) twice) counts it twice")
+    wrong = sorted(set(counted) ^ set(expected) | {p for p in expected if counted.get(p) != expected[p]})
+    p = wrong[0]
+    expect.fail(f"count_pairs({what}): the pair {p} has count {counted.get(p, 'missing')}, expected "
+                f"{expected.get(p, 'missing (it never occurs)')}")
+
+
+@COUNT_PAIRS.visible
+def test_count_pairs_small(impl):
+    "counts weighted by frequency; repeated pairs in one word; one-byte words have no pairs"
+    words = {_word("low"): 5, _word(" lower"): 2, _word("aaaa"): 3, _word("a"): 7, _word("ab"): 1}
+    _check_counts(impl, words, "{'low': 5, ' lower': 2, 'aaaa': 3, 'a': 7, 'ab': 1}")
+
+
+@COUNT_PAIRS.hidden
+def test_count_pairs_random(impl):
+    "random words of a small alphabet with merged tokens, 4 seeds; an empty dict"
+    _check_counts(impl, {}, "{}")
+    for seed in range(4):
+        rng = random.Random(12100 + seed)
+        tokens = [b"a", b"b", b"ab", b"\xc3", b"\xa9", b" t"]
+        words = {tuple(rng.choice(tokens) for _ in range(rng.randint(1, 7))): rng.randint(1, 9) for _ in range(30)}
+        _check_counts(impl, words, f"30 random words (seed {seed})")
+
+
+# --- Exercise 3 --------------------------------------------------------------------------
+
+def _check_merge(impl, word: tuple, pair: tuple):
+    got = impl.merge_word_of(word, pair)
+    what = f"merge_word({_show(list(word))}, {pair})"
+    expect.that(got["items"] is not None, f"{what} returned a {got['type']}, expected a tuple of bytes")
+    tokens = _b(got["items"])
+    expect.that(all(isinstance(t, bytes) for t in tokens), f"{what} returned items that are not bytes: {tokens}")
+    expected = list(bpe.merge_word(word, pair))
+    if tokens != expected:
+        joined = b"".join(word)
+        if b"".join(tokens) != joined:
+            expect.fail(f"{what} gave {_show(tokens)}: the tokens no longer spell the word's bytes")
+        expect.fail(f"{what} gave {_show(tokens)}, expected {_show(expected)}: replace every occurrence of the pair, "
+                    "scanning left to right, occurrences not overlapping (after a merge, continue after the pair)")
+    expect.that(got["type"] == "tuple", f"{what} returned a {got['type']}, expected a tuple (words are dict keys)")
+
+
+@MERGE_WORD.visible
+def test_merge_word_examples(impl):
+    "(a, a, a) -> (aa, a); (a, a, a, a) -> (aa, aa); every occurrence; a word without the pair is unchanged"
+    for text, pair in (("aaa", (b"a", b"a")), ("aaaa", (b"a", b"a")), (" the then", (b"t", b"h")),
+                       ("low", (b"x", b"y")), ("ab", (b"a", b"b")), ("a", (b"a", b"a"))):
+        _check_merge(impl, _word(text), pair)
+
+
+@MERGE_WORD.hidden
+def test_merge_word_random(impl):
+    "random words over {a, b, ab} and 3 pairs each, 5 seeds; multi-byte tokens"
+    for seed in range(5):
+        rng = random.Random(12200 + seed)
+        word = tuple(rng.choice([b"a", b"b", b"ab"]) for _ in range(rng.randint(2, 12)))
+        for pair in ((b"a", b"b"), (b"ab", b"a"), (b"b", b"b")):
+            _check_merge(impl, word, pair)
+    _check_merge(impl, _word("é😀é"), (b"\xc3", b"\xa9"))
+
+
+# --- Exercise 4 --------------------------------------------------------------------------
+
+def _trained(impl, text, vocab_size, specials):
+    got = impl.train_bpe_of(text, vocab_size, list(specials))
+    what = f"train_bpe(text of {len(text)} characters, {vocab_size}, {list(specials)})"
+    if "error" in got:
+        expect.fail(f"{what}: {got['error']}")
+    merges = [tuple(_b(m)) for m in got["merges"]]
+    expect.that(all(len(m) == 2 and all(isinstance(t, bytes) for t in m) for m in merges),
+                f"{what}: merges must be (bytes, bytes) pairs, got {merges[:3]}")
+    vocab = {}
+    for k, v in got["vocab"]:
+        expect.that(isinstance(k, int), f"{what}: vocab keys must be ints, got {k}")
+        expect.that(not v.startswith("<"), f"{what}: vocab values must be bytes, got {v}")
+        vocab[k] = bytes.fromhex(v)
+    return what, vocab, merges
+
+
+def _diagnose_merge(text, specials, expected_merges, k, theirs):
+    """Why the k-th merge differs: the counts at that step, recomputed naively."""
+    counts = bpe.word_counts(text, specials)
+    seen = set(bpe.count_pairs(counts))
+    for pair in expected_merges[:k]:
+        counts = {bpe.merge_word(w, pair): n for w, n in counts.items()}
+        seen |= set(bpe.count_pairs(counts))
+    pairs = bpe.count_pairs(counts)
+    top = max(pairs.values())
+    theirs_count = pairs.get(theirs, 0)
+    ours = expected_merges[k]
+    head = f"merge {k} is {theirs} but should be {ours} ({top} occurrences at that point)"
+    if theirs_count == 0 and theirs in seen:
+        return (f"{head}; the pair {theirs} occurred before an earlier merge but no longer does, so it is not the most "
+                "frequent: are the pair counts updated after every merge (subtract the old word's pairs, add the new "
+                "word's)?")
+    if theirs_count == 0:
+        return (f"{head}; the pair {theirs} never occurs inside a pre-token at that point: pairs never cross "
+                "pre-token boundaries, and special tokens are left out of the words entirely")
+    if theirs_count == top:
+        return (f"{head}; both pairs occur {top} times, a tie: among pairs with equal count take the "
+                "lexicographically greatest pair of bytes, max(tied pairs) as Python compares (bytes, bytes) tuples")
+    return (f"{head}; your pair occurs only {theirs_count} times then, so it is not the most frequent: are the pair "
+            "counts updated after every merge (subtract the old word's pairs, add the new word's)?")
+
+
+def _check_training(impl, text, vocab_size, specials=(EOT,)):
+    what, vocab, merges = _trained(impl, text, vocab_size, specials)
+    expected_vocab, expected_merges = bpe.train(text, vocab_size, specials)
+    for i in range(256):
+        if vocab.get(i) != bytes([i]):
+            expect.fail(f"{what}: vocab[{i}] is {vocab.get(i, 'missing')}, expected {bytes([i])}: ids 0..255 are the "
+                        "single bytes, id = byte value")
+    for j, special in enumerate(specials):
+        if vocab.get(256 + j) != special.encode("utf-8"):
+            expect.fail(f"{what}: vocab[{256 + j}] is {vocab.get(256 + j, 'missing')}, expected the special token "
+                        f"{special.encode()}: the special tokens come right after the 256 bytes, in the order given")
+    for k, (theirs, ours) in enumerate(zip(merges, expected_merges, strict=False)):
+        if theirs != ours:
+            expect.fail(f"{what}: {_diagnose_merge(text, specials, expected_merges, k, theirs)}")
+    if len(merges) != len(expected_merges):
+        expect.fail(f"{what} learned {len(merges)} merges, expected {len(expected_merges)}: stop when the vocabulary "
+                    "(256 bytes + special tokens + merges) has vocab_size tokens, or when no pair occurs any more")
+    if vocab != expected_vocab:
+        wrong = sorted(k for k in set(vocab) | set(expected_vocab) if vocab.get(k) != expected_vocab.get(k))
+        expect.fail(f"{what}: vocab[{wrong[0]}] is {vocab.get(wrong[0], 'missing')}, expected "
+                    f"{expected_vocab.get(wrong[0], 'no such id')}: after the specials, one token per merge, "
+                    "the two bytes strings concatenated, in the order learned")
+
+
+TIES = "ab ab cd cd ef ef xy xy"  # four pairs tie at the first merge: (x, y) is the greatest
+
+
+@TRAIN.visible
+def test_train_bpe_small_corpora(impl):
+    "crafted ties, 'aaaa' runs and <|endoftext|> between pieces: merges and vocab equal to the reference"
+    _check_training(impl, TIES, 263)
+    _check_training(impl, "aaaa aaa aa a aaaa<|endoftext|>aaaaaa", 266)
+    _check_training(impl, "the cat<|endoftext|>the cat sat<|endoftext|> on the mat.", 280)
+
+
+@TRAIN.hidden
+def test_train_bpe_more_corpora(impl):
+    "accents and emoji, two special tokens, vocab_size beyond what the text allows, and 12,000 characters of TinyStories"
+    _check_training(impl, "café naïve 😀😀 😀 日本語 日本 über über", 300)
+    _check_training(impl, "ab[SEP]ba[SEP]ab<|endoftext|>ba ab", 270, (EOT, "[SEP]"))
+    _check_training(impl, "xyz xyz", 10_000)  # stops when no pair is left
+    _check_training(impl, "xyz xyz", 257)  # no room for a merge
+    _check_training(impl, TINY.read_text(encoding="utf-8")[:12_000], 420)
+
+
+@TRAIN.hidden
+def test_train_bpe_agrees_with_hugging_face(impl):
+    "the merges before the first tie equal Hugging Face tokenizers' (fed the documents between the special tokens)"
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    text = TINY.read_text(encoding="utf-8")[:12_000]
+    steps = []
+    bpe.train(text, 420, (EOT,), steps=steps)
+    before_tie = next(k for k, (_, _, tied) in enumerate(steps) if tied > 1)
+    expect.that(before_tie >= 5, "internal: the corpus ties too early for a comparison")
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.train_from_iterator(text.split(EOT), trainers.BpeTrainer(
+        vocab_size=420, special_tokens=[EOT], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    import json
+
+    to_byte = {c: b for b, c in bpe.bytes_to_unicode().items()}
+    hf_merges = [tuple(bytes(to_byte[c] for c in part) for part in m)
+                 for m in json.loads(hf.to_str())["model"]["merges"]][:before_tie]
+    what, _, merges = _trained(impl, text, 420, [EOT])
+    if merges[:before_tie] != hf_merges:
+        k = next(k for k, (a, b) in enumerate(zip(merges, hf_merges, strict=False)) if a != b)
+        expect.fail(f"{what}: merge {k} is {merges[k]}, Hugging Face's is {hf_merges[k]} (no tie before merge "
+                    f"{before_tie}, so the two must agree there)")
+
+
+# --- Exercise 5 --------------------------------------------------------------------------
+
+def _check_apply(impl, pieces, merges, label):
+    got = impl.apply_merges_of(pieces, merges)
+    ranks = {pair: r for r, pair in enumerate(merges)}
+    for piece, result in zip(pieces, got, strict=True):
+        what = f"apply_merges({piece!r}, {label})"
+        expect.that(result["items"] is not None, f"{what} returned a {result['type']}, expected a list of bytes")
+        tokens = _b(result["items"])
+        expect.that(all(isinstance(t, bytes) for t in tokens), f"{what} returned items that are not bytes: {tokens}")
+        expected = bpe.apply_merges(piece, ranks)
+        if tokens != expected:
+            expect.fail(f"{what} gave {_show(tokens)}, expected {_show(expected)}: while some adjacent pair has a "
+                        "rank, merge every occurrence of the pair of LOWEST rank (the earliest merge), left to right")
+
+
+@APPLY.visible
+def test_apply_merges_by_rank(impl):
+    "the lowest-rank pair first, every occurrence; the order of the merges matters; b'' gives []"
+    merges = [(b"b", b"c"), (b"a", b"b"), (b"a", b"bc"), (b"a", b"a"), (b"aa", b"aa")]
+    _check_apply(impl, [b"abc", b"abab", b"aaaaa", b"aaaaaaaa", b"", b"x", b"cab"], merges,
+                 "ranks of [(b, c), (a, b), (a, bc), (a, a), (aa, aa)]")
+
+
+@APPLY.hidden
+def test_apply_merges_learned(impl):
+    "merges learned by the reference trainer on TinyStories, applied to 60 pre-tokens and to unseen words"
+    text = TINY.read_text(encoding="utf-8")[:12_000]
+    _, merges = bpe.train(text, 420, (EOT,))
+    pieces = sorted({p.encode() for p in bpe.pretokenize(text) if p != EOT})[:60]
+    pieces += [b" unbelievably", b" Lily's", "日本".encode(), " 😀".encode()]
+    _check_apply(impl, pieces, merges, "163 learned merges")
+
+
+# --- Exercise 6 --------------------------------------------------------------------------
+
+STRINGS = ["Once upon a time, there was a little cat.", "", "   ", "\n\n\t  x  \n", "naïve café über", "😀🎉👍🏽",
+           "日本語のテキスト中文没有空格", f"The end.{EOT}Once upon a time{EOT}", f"{EOT}{EOT}", "It's 2024, isn't it?"]
+
+
+def _small_tokenizer():
+    text = TINY.read_text(encoding="utf-8")[:12_000] + " naïve café 😀😀 日本語 日本"
+    return bpe.train(text, 420, (EOT,))
+
+
+def _check_tokenizer(impl, vocab, merges, texts, id_lists, label):
+    got = impl.tokenizer_of(vocab, merges, [EOT], texts, id_lists)
+    for text, enc, again, dec in zip(texts, got["encoded"], got["again"], got["decoded"], strict=True):
+        what = f"encode({text[:50]!r})"
+        expect.that(enc["items"] is not None, f"{what} returned a {enc['type']}, expected a list of ints")
+        ids = enc["items"]
+        expect.that(all(isinstance(i, int) and i in vocab for i in ids), f"{what} returned {ids[:12]}: ids of the "
+                    "vocabulary expected")
+        expected = bpe.encode(text, vocab, merges, (EOT,))
+        if ids != expected:
+            eot = 256
+            if EOT in text and eot not in ids:
+                expect.fail(f"{what} gave {ids[:20]}: {EOT} must become its own id ({eot}), not the ids of its bytes; "
+                            "pass the special tokens to pretokenize and look them up in the vocabulary")
+            expect.fail(f"{what} gave {ids[:20]}, expected {expected[:20]} ({label})")
+        expect.that(again == ids, f"{what} gave a different result the second time ({again[:12]}): a cache must "
+                    "return what was computed the first time")
+        if dec != text:
+            expect.fail(f"decode(encode({text[:50]!r})) is {dec!r}: decode must give the text back. Join the bytes "
+                        "of ALL the ids and decode once with errors='replace' (a character's bytes may sit in "
+                        "different tokens)")
+    for ids, dec in zip(id_lists, got["decoded_given"], strict=True):
+        expected = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+        if dec != expected:
+            expect.fail(f"decode({ids}) is {dec!r}, expected {expected!r}: concatenate the bytes of all the ids, "
+                        "then decode once with errors='replace' (invalid UTF-8 becomes '\\ufffd', nothing is lost "
+                        "or raised)")
+
+
+@TOKENIZER.visible
+def test_tokenizer_round_trip(impl):
+    "encode equals the reference encoder, decode(encode(s)) == s on emoji, accents, CJK, '', whitespace, <|endoftext|>"
+    vocab, merges = _small_tokenizer()
+    emoji = list("😀".encode())  # four one-byte tokens: one character
+    _check_tokenizer(impl, vocab, merges, STRINGS, [emoji, [0xC3], [0xC3, 0xA9, 0xC3], []],
+                     "the reference encoder")
+
+
+@TOKENIZER.hidden
+def test_tokenizer_random_unicode(impl):
+    "random Unicode strings from 6 seeds, through a vocabulary learned on TinyStories"
+    vocab, merges = _small_tokenizer()
+    texts = [_random_text(seed, 60) for seed in range(6)]
+    _check_tokenizer(impl, vocab, merges, texts, [list(" 日".encode())], "the reference encoder")
+
+
+@TOKENIZER.hidden
+def test_tokenizer_equals_hugging_face(impl):
+    "the same ids as a Hugging Face tokenizers BPE built from the same vocab and merges"
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab, merges = _small_tokenizer()
+    char = bpe.bytes_to_unicode()
+    printable = {i: "".join(char[b] for b in token) for i, token in vocab.items() if i != 256}
+    hf = Tokenizer(models.BPE(vocab={s: i for i, s in printable.items()},
+                              merges=[("".join(char[b] for b in a), "".join(char[b] for b in b_)) for a, b_ in merges]))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    texts = [t for t in STRINGS if EOT not in t] + [_random_text(seed, 60).replace(EOT, "") for seed in range(3)]
+    expected = [hf.encode(t).ids for t in texts]
+    expect.that(expected == [bpe.encode(t, vocab, merges) for t in texts], "internal: HF and the reference disagree")
+    got = impl.tokenizer_of(vocab, merges, [EOT], texts, [])
+    for text, enc, ids in zip(texts, got["encoded"], expected, strict=True):
+        expect.that(enc["items"] == ids, f"encode({text[:50]!r}) gave {(enc['items'] or [])[:20]}, Hugging Face's "
+                    f"BPE with the same merges gives {ids[:20]}")
+
+

@@ -1,0 +1,145 @@
+"""Mistakes students make in notebook 12.
+
+Each wrong version is the solution's answer cell with one mistake written in (``variant`` checks that the
+replaced text is there), so the wrong versions differ from a right one only by the mistake. The code runs in
+the solution notebook's namespace, so ``PRETOKEN``, ``re``, ``Counter`` and ``defaultdict`` are there.
+"""
+
+from pathlib import Path
+
+import nbformat
+
+from wrong import Wrong
+
+_NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "12_bpe" / "12_bpe.ipynb"
+
+
+def _answers() -> dict:
+    answers = {}
+    for cell in nbformat.read(_NOTEBOOK, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            lines = [line for line in cell.source.splitlines() if "### BEGIN SOLUTION" not in line
+                     and "### END SOLUTION" not in line]
+            answers[meta["grade_id"]] = "\n".join(lines) + "\n"
+    return answers
+
+
+RIGHT = _answers()
+
+
+def variant(exercise: str, *replacements: tuple[str, str]) -> str:
+    code = RIGHT[exercise]
+    for old, new in replacements:
+        assert old in code, f"{exercise}: {old!r} is not in the answer"
+        code = code.replace(old, new, 1)
+    return code
+
+
+BEST = "best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))  # ties: the greatest pair"
+
+WRONG = [
+    # Exercise 1
+    Wrong("pretokenize", "special tokens dropped (no capturing group)",
+          variant("pretokenize", ('parts = re.split("(" + "|".join(map(re.escape, specials)) + ")", text)',
+                                  'parts = re.split("|".join(map(re.escape, specials)), text)'),
+                  ("if i % 2:", "if False:")),
+          "is not in the result"),
+    Wrong("pretokenize", "no special-token split: the regex cuts <|endoftext|>",
+          variant("pretokenize", ("    if not special_tokens:\n", "    if True:\n")), "cut the special token"),
+    Wrong("pretokenize", "special tokens not escaped",
+          variant("pretokenize", ("map(re.escape, specials)", "specials")), "pretokenize("),
+    Wrong("pretokenize", "specials not sorted longest first",
+          variant("pretokenize", ("sorted(special_tokens, key=len, reverse=True)", "list(special_tokens)")),
+          "the longest special token first"),
+    Wrong("pretokenize", "whitespace split instead of GPT-2's regex",
+          variant("pretokenize", ("pieces.extend(PRETOKEN.findall(part))",
+                                  "pieces.extend(re.findall(r'\\S+|\\s+', part))")), "GPT-2's pattern"),
+    # Exercise 2
+    Wrong("count_pairs", "frequencies ignored", variant("count_pairs", ("counts[pair] += n", "counts[pair] += 1")),
+          "ignores the words' frequencies"),
+    Wrong("count_pairs", "a pair counted once per word",
+          variant("count_pairs", ("for pair in zip(word, word[1:], strict=False):",
+                                  "for pair in set(zip(word, word[1:], strict=False)):")), "once per word"),
+    Wrong("count_pairs", "the last pair of each word missed",
+          variant("count_pairs", ("zip(word, word[1:], strict=False)", "zip(word[:-1], word[1:-1], strict=False)")),
+          "has count"),
+    # Exercise 3
+    Wrong("merge_word", "overlapping occurrences merged (no skip after a merge)",
+          variant("merge_word", ("            i += 2\n", "            i += 1\n")), "no longer spell"),
+    Wrong("merge_word", "only the first occurrence merged",
+          "def merge_word(word, pair):\n    for i in range(len(word) - 1):\n"
+          "        if word[i] == pair[0] and word[i + 1] == pair[1]:\n"
+          "            return word[:i] + (word[i] + word[i + 1],) + word[i + 2:]\n    return tuple(word)\n",
+          "every occurrence"),
+    Wrong("merge_word", "scans right to left",
+          "def merge_word(word, pair):\n    merged, i = [], len(word) - 1\n    while i >= 0:\n"
+          "        if i > 0 and word[i - 1] == pair[0] and word[i] == pair[1]:\n"
+          "            merged.insert(0, word[i - 1] + word[i])\n            i -= 2\n        else:\n"
+          "            merged.insert(0, word[i])\n            i -= 1\n    return tuple(merged)\n",
+          "left to right"),
+    Wrong("merge_word", "returns a list", variant("merge_word", ("return tuple(merged)", "return merged")),
+          "expected a tuple"),
+    # Exercise 4
+    Wrong("train_bpe", "ties to the least pair",
+          variant("train_bpe", (BEST, "best = min(pair_counts, key=lambda pair: (-pair_counts[pair], pair))")),
+          "a tie"),
+    Wrong("train_bpe", "ties to the first pair seen",
+          variant("train_bpe", (BEST, "best = max(pair_counts, key=lambda pair: pair_counts[pair])")), "a tie"),
+    Wrong("train_bpe", "stale counts: never updated after a merge",
+          variant("train_bpe", ("                pair_counts[pair] -= count\n", ""),
+                  ("                if pair_counts[pair] == 0:\n                    del pair_counts[pair]\n", ""),
+                  ("                pair_counts[pair] = pair_counts.get(pair, 0) + count\n",
+                   "                pair_counts.setdefault(pair, 0)\n"),
+                  ("        for word in words_with.pop(best):", "        del pair_counts[best]\n"
+                   "        for word in words_with.pop(best):")),
+          "not the most frequent"),
+    Wrong("train_bpe", "merges across the special token (specials not split out)",
+          variant("train_bpe", ("for piece in pretokenize(text, special_tokens) if piece not in specials)",
+                                "for piece in pretokenize(text, ()) if piece not in specials)")),
+          "never occurs inside a pre-token"),
+    Wrong("train_bpe", "merges across pre-token boundaries (the whole text is one word)",
+          variant("train_bpe", ("for piece in pretokenize(text, special_tokens) if piece not in specials)",
+                                "for piece in text.split('<|endoftext|>') if piece)")),
+          "never occurs inside a pre-token"),
+    Wrong("train_bpe", "specials after the merges",
+          variant("train_bpe", ("    for token in special_tokens:\n        vocab[len(vocab)] = token.encode(\"utf-8\")\n",
+                                ""),
+                  ("    return vocab, merges", "    for token in special_tokens:\n"
+                   "        vocab[len(vocab)] = token.encode(\"utf-8\")\n    return vocab, merges")),
+          "right after the 256 bytes"),
+    Wrong("train_bpe", "vocab_size counts only the merges",
+          variant("train_bpe", ("while len(vocab) < vocab_size and pair_counts:",
+                                "while len(merges) < vocab_size - 256 and pair_counts:")), "merges, expected"),
+    # Exercise 5
+    Wrong("apply_merges", "the highest rank first",
+          variant("apply_merges", ("key=lambda pair: ranks.get(pair, float(\"inf\")))",
+                                   "key=lambda pair: -ranks.get(pair, -1))"),
+                  ("        if best not in ranks:\n", "        if best not in ranks or ranks[best] < 0:\n")),
+          "LOWEST rank"),
+    Wrong("apply_merges", "the leftmost pair that has a rank, whatever its rank",
+          variant("apply_merges", ("best = min(zip(tokens, tokens[1:], strict=False), key=lambda pair: "
+                                   "ranks.get(pair, float(\"inf\")))",
+                                   "best = next((p for p in zip(tokens, tokens[1:], strict=False) if p in ranks), "
+                                   "(None, None))")), "LOWEST rank"),
+    Wrong("apply_merges", "one pass over the merges, first occurrence only",
+          "def apply_merges(piece, ranks):\n    tokens = [bytes([b]) for b in piece]\n"
+          "    for pair in sorted(ranks, key=ranks.get):\n        for i in range(len(tokens) - 1):\n"
+          "            if (tokens[i], tokens[i + 1]) == pair:\n"
+          "                tokens[i:i + 2] = [pair[0] + pair[1]]\n                break\n    return tokens\n",
+          "expected"),
+    # Exercise 6
+    Wrong("bpe_tokenizer", "bytes decoded per token",
+          variant("bpe_tokenizer", ('return b"".join(self.vocab[i] for i in ids).decode("utf-8", errors="replace")',
+                                    'return "".join(self.vocab[i].decode("utf-8", errors="replace") for i in ids)')),
+          "decode once"),
+    Wrong("bpe_tokenizer", "special tokens forgotten in encode",
+          variant("bpe_tokenizer", ("for piece in pretokenize(text, self.special_tokens):",
+                                    "for piece in pretokenize(text, ()):")), "must become its own id"),
+    Wrong("bpe_tokenizer", "decode with errors='ignore'",
+          variant("bpe_tokenizer", ('decode("utf-8", errors="replace")', 'decode("utf-8", errors="ignore")')),
+          "errors='replace'"),
+    Wrong("bpe_tokenizer", "merges applied in reverse order",
+          variant("bpe_tokenizer", ("self.ranks = {pair: rank for rank, pair in enumerate(merges)}",
+                                    "self.ranks = {pair: -rank for rank, pair in enumerate(merges)}")), "gave"),
+]
