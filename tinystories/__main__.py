@@ -1,0 +1,113 @@
+"""Command line: `python -m tinystories {train,prepare,sample}` (see `--help`).
+
+A user error (bad config, missing data, a checkpoint in the way, out of GPU memory) prints one line
+``error: ...`` and exits with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tinystories.errors import RunError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tinystories", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub, *, config_default):
+        sub.add_argument("--config", default=config_default,
+                         help="a name in tinystories/configs/ (cpu_demo, gpu_h100, gpu_t4) or a .toml path")
+        sub.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                         help="override one config value, e.g. --set train.max_steps=200 (repeatable)")
+        sub.add_argument("--out", help="the run's folder (config out_dir)")
+        sub.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    train = commands.add_parser("train", help="train (or, with --resume, continue) a run")
+    common(train, config_default=None)
+    train.add_argument("--model", choices=("reference", "course"), default="reference",
+                       help="reference: the course's solution code; course: YOUR ModernDecoder from course/08")
+    train.add_argument("--course-dir", default=None, help="the folder holding your notebooks (default course/)")
+    train.add_argument("--resume", action="store_true", help="continue from out_dir/checkpoint.pt")
+    train.add_argument("--stop-after", type=int, default=None, metavar="STEP",
+                       help="stop with a checkpoint after STEP (to fit a time limit); --resume continues it")
+
+    prepare = commands.add_parser("prepare", help="download (if needed) the data and build tokenizer and tokens")
+    common(prepare, config_default="cpu_demo")
+
+    sample = commands.add_parser("sample", help="generate stories from a trained run")
+    sample.add_argument("--out", required=True, help="the run's folder")
+    sample.add_argument("--prompt", default=None)
+    sample.add_argument("--n", type=int, default=None)
+    sample.add_argument("--max-new-tokens", type=int, default=None)
+    sample.add_argument("--temperature", type=float, default=None)
+    sample.add_argument("--top-k", type=int, default=None)
+    return parser
+
+
+def _config(args, *, resume: bool = False):
+    from tinystories.config import load_config
+
+    overrides = list(args.set)
+    if args.out:
+        overrides.append(f"out_dir={args.out}")
+    name = args.config
+    if name is None:
+        saved = Path(args.out or "runs/tinystories") / "config.toml"
+        name = str(saved) if resume and saved.is_file() else "cpu_demo"
+    return load_config(name, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            from tinystories.train import run
+
+            config = _config(args, resume=args.resume)
+            run(config, implementation=args.model, resume=args.resume, progress=not args.quiet,
+                stop_after=args.stop_after, course_dir=args.course_dir)
+        elif args.command == "prepare":
+            from tinystories.prepare import prepare
+
+            data = prepare(_config(args).data, progress=not args.quiet)
+            print(f"tokenizer {data.tokenizer}; tokens {data.train}, {data.val}")
+            for split in ("train", "val"):
+                s = data.stats[split]
+                print(f"{split}: {s['stories']:,} stories, {s['tokens']:,} tokens, "
+                      f"{s['bytes_per_token']:.2f} bytes per token")
+        elif args.command == "sample":
+            _sample(args)
+    except RunError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted (the last checkpoint is intact; --resume continues from it)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _sample(args) -> None:
+    import dataclasses
+
+    import torch
+
+    from tinystories.model import load_trained
+    from tinystories.train import _samples
+
+    model, _, config = load_trained(args.out)
+    changes = {"prompt": args.prompt, "n": args.n, "max_new_tokens": args.max_new_tokens,
+               "temperature": args.temperature, "top_k": args.top_k}
+    config.sample = dataclasses.replace(config.sample, **{k: v for k, v in changes.items() if v is not None})
+    checkpoint = torch.load(Path(args.out) / "checkpoint.pt", map_location="cpu", weights_only=False)
+    texts, settings = _samples(model, Path(args.out) / "tokenizer.json", config, checkpoint["eot_id"],
+                               torch.device("cpu"))
+    print(f"# {settings}")
+    for i, text in enumerate(texts):
+        print(f"--- {i + 1} ---\n{text}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,389 @@
+"""The training loop: one process, or one per GPU under torchrun (DDP).
+
+Determinism: the global batch of optimizer step t is drawn from a generator seeded by (seed, t); each
+rank takes its contiguous rows of it and splits them into micro-batches (``rank_micro_batches``). So a
+resumed run sees the same batches as an uninterrupted one, and N ranks see the rows one process would.
+
+Speed on a GPU: bf16 autocast (fp16 with a GradScaler where bf16 is missing), ``torch.compile``, fused
+AdamW, and PyTorch's fused ``scaled_dot_product_attention``. The course's RotaryGQA passes a boolean
+causal mask, and the flash kernel takes no explicit mask, so with train.attention = "fused" SDPA runs
+its memory-efficient kernel; "math" forces the unfused formula of notebook 04 (for comparison).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from tinystories._pending import bits_per_byte, flops_per_token, mfu, rank_micro_batches
+from tinystories.config import as_dict, to_toml
+from tinystories.course import DecoderConfig, cosine_lr, generate, get_batch, sample_next
+from tinystories.errors import RunError
+from tinystories.model import build_model, count_parameters, decoder_config
+from tinystories.prepare import load_tokens, prepare
+
+# Peak dense tensor FLOP/s per GPU at 16-bit precision (vendor data sheets); MFU is omitted elsewhere.
+PEAK_FLOPS = {"H100": 989e12, "A100": 312e12, "L4": 121e12, "T4": 65e12}
+# The training arithmetic: a checkpoint resumes only with these unchanged.
+RESUME_KEYS = {"data": ("source", "vocab_size"), "model": None,
+               "train": ("batch_size", "max_steps", "max_lr", "min_lr", "warmup_steps", "weight_decay",
+                         "beta1", "beta2", "grad_clip", "seed")}
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    metrics: list[dict]
+    final_val_loss: float
+    val_bpb: float
+    samples: list[str]
+    checkpoint: Path
+
+
+@dataclass
+class _Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def _init_distributed(device_kind: str) -> _Dist:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return _Dist()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+    return _Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def _device(train_config) -> str:
+    if train_config.device == "cuda" and not torch.cuda.is_available():
+        raise RunError("train.device is cuda but PyTorch sees no GPU: use --set train.device=cpu")
+    if train_config.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return train_config.device
+
+
+def _precision(precision: str, device: torch.device) -> str:
+    if device.type == "cpu":
+        if precision == "fp16":
+            raise RunError("train.precision fp16 needs a GPU: use fp32 or bf16 on the CPU")
+        return "fp32" if precision == "auto" else precision
+    if precision == "auto":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return precision
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The GPU's 16-bit peak from PEAK_FLOPS, or None (CPU, unknown GPU)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_FLOPS.items() if key in name), None)
+
+
+def _check_resumable(saved: dict, config) -> None:
+    now = as_dict(config)
+    for section, keys in RESUME_KEYS.items():
+        for key in keys or now[section]:
+            if saved[section][key] != now[section][key]:
+                raise RunError(f"the checkpoint was trained with {section}.{key} = {saved[section][key]!r}, this "
+                               f"config has {now[section][key]!r}: resume with the run's own config "
+                               f"(omit --config), or choose a new --out")
+
+
+def _save(path: Path, state: dict) -> None:
+    """Write to a temporary file, then rename: a crash mid-write never destroys the last good checkpoint."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _plot(metrics: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    train = [(m["step"], m["train_loss"]) for m in metrics if "train_loss" in m]
+    val = [(m["step"], m["val_loss"]) for m in metrics if "val_loss" in m]
+    if train:
+        ax.plot(*zip(*train, strict=True), label="train", alpha=0.7)
+    if val:
+        ax.plot(*zip(*val, strict=True), "o-", label="validation")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy (nats per token)")
+    ax.set_title("TinyStories training")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+class _Cropped(torch.nn.Module):
+    """The model on the last context_length tokens: generation past the trained context slides a window."""
+
+    def __init__(self, model, context_length: int):
+        super().__init__()
+        self.model, self.context_length = model, context_length
+
+    def forward(self, tokens):
+        return self.model(tokens[:, -self.context_length:])
+
+
+def _samples(model, tokenizer_path: Path, config, eot_id: int, device) -> tuple[list[str], str]:
+    from tokenizers import Tokenizer
+
+    s = config.sample
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    generator = torch.Generator(device=device).manual_seed(config.train.seed)
+    pick = functools.partial(sample_next, temperature=s.temperature, top_k=s.top_k or None, generator=generator)
+    prompt = torch.tensor(tokenizer.encode(s.prompt).ids, dtype=torch.long, device=device)
+    cropped = _Cropped(model, config.model.context_length).eval()
+    texts = []
+    for _ in range(s.n):
+        ids = generate(cropped, prompt, max_new_tokens=s.max_new_tokens, eos_id=eot_id, pick=pick)
+        texts.append(tokenizer.decode([i for i in ids.tolist() if i != eot_id]))
+    settings = (f"prompt {s.prompt!r}, temperature {s.temperature}, top_k {s.top_k or 'off'}, "
+                f"max_new_tokens {s.max_new_tokens}, seed {config.train.seed}")
+    return texts, settings
+
+
+def _evaluate(model, tokens, config, d: _Dist, device, autocast) -> float:
+    """Mean validation loss over eval_batches fixed batches (the same windows at every evaluation)."""
+    t = config.train
+    generator = torch.Generator().manual_seed(t.seed + 1_000_003)
+    total = torch.zeros((), device=device, dtype=torch.float64)
+    model.eval()
+    with torch.no_grad():
+        for _ in range(t.eval_batches):
+            x, y = get_batch(tokens, t.micro_batch_size * d.world, config.model.context_length, generator=generator)
+            x, y = (rank_micro_batches(z, d.rank, d.world, 1)[0].to(device) for z in (x, y))
+            with autocast():
+                logits = model(x)
+            total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    model.train()
+    if d.world > 1:
+        dist.all_reduce(total)
+        total /= d.world
+    return float(total) / t.eval_batches
+
+
+def run(config, *, implementation: str = "reference", resume: bool = False, progress: bool = True,
+        stop_after: int | None = None, course_dir: str | Path | None = None) -> RunResult:
+    """Train as ``config`` says and write out_dir/{config.toml, metrics.jsonl, checkpoint.pt,
+    loss_curve.png, samples.txt, tokenizer.json}.
+
+    ``stop_after``: stop (with a checkpoint) after that step, as a job with a time limit would; resume
+    later with ``resume=True``. ``course_dir``: the folder holding your notebooks for "course".
+    """
+    t, m = config.train, config.model
+    device_kind = _device(t)
+    d = _init_distributed(device_kind)
+    device = torch.device(f"cuda:{d.local_rank}" if device_kind == "cuda" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    precision = _precision(t.precision, device)
+    say = print if d.main else (lambda *a, **k: None)
+
+    out = Path(config.out_dir)
+    checkpoint_path = out / "checkpoint.pt"
+    if checkpoint_path.exists() and not resume:
+        raise RunError(f"{checkpoint_path} already exists: add --resume to continue that run, or choose "
+                       f"another --out")
+    if resume and not checkpoint_path.is_file():
+        raise RunError(f"--resume: there is no checkpoint {checkpoint_path} to continue")
+    accumulation, remainder = divmod(t.batch_size, d.world * t.micro_batch_size)
+    if remainder or accumulation == 0:
+        raise RunError(f"train.batch_size ({t.batch_size}) must be a multiple of {d.world} processes x "
+                       f"train.micro_batch_size ({t.micro_batch_size})")
+
+    # Data: rank 0 builds it, the others then find it in the cache.
+    if d.main:
+        data = prepare(config.data, progress=progress)
+    if d.world > 1:
+        dist.barrier()
+    if not d.main:
+        data = prepare(config.data, progress=False)
+    for path in (data.train, data.val):
+        if not path.is_file():
+            raise RunError(f"the token file {path} is missing: delete {path.parent} so it is rebuilt")
+    train_tokens, val_tokens = load_tokens(data.train), load_tokens(data.val)
+    if min(len(train_tokens), len(val_tokens)) <= m.context_length:
+        raise RunError(f"the data has fewer tokens than model.context_length ({m.context_length})")
+
+    torch.manual_seed(t.seed)
+    raw_model = build_model(m, config.data.vocab_size, implementation=implementation, course_dir=course_dir).to(device)
+    decay = [p for p in raw_model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in raw_model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=t.max_lr, betas=(t.beta1, t.beta2),
+                                  **({"fused": True} if device.type == "cuda" else {}))
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+    start, metrics = 0, []
+    if resume:
+        try:
+            state = torch.load(checkpoint_path, map_location=device, weights_only=False)
+        except Exception as error:  # noqa: BLE001 - a truncated or foreign file
+            raise RunError(f"cannot read the checkpoint {checkpoint_path}: {type(error).__name__}") from None
+        _check_resumable(state["config"], config)
+        raw_model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if device.type == "cuda" and state["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(state["rng"]["cuda"])
+        start = state["step"]
+        if (out / "metrics.jsonl").is_file():
+            lines = (out / "metrics.jsonl").read_text().splitlines()
+            metrics = [json.loads(line) for line in lines if line.strip()]
+            metrics = [row for row in metrics if row["step"] <= start]
+
+    model = raw_model
+    if t.compile:
+        model = torch.compile(model)
+    if d.world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[d.local_rank] if device.type == "cuda" else None)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = functools.partial(torch.autocast, device_type=device.type, dtype=dtype, enabled=dtype is not None)
+    kernel = contextlib.nullcontext
+    if t.attention == "math":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        kernel = functools.partial(sdpa_kernel, SDPBackend.MATH)
+
+    per_token = flops_per_token(decoder_config(m, config.data.vocab_size, DecoderConfig), m.context_length)
+    peak = peak_flops(device) if precision in ("bf16", "fp16") else None
+    tokens_per_step = t.batch_size * m.context_length
+    val_stats = data.stats["val"]
+    if d.main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.toml").write_text(to_toml(config))
+        shutil.copyfile(data.tokenizer, out / "tokenizer.json")
+        with open(out / "metrics.jsonl", "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in metrics)
+    say(f"model: {implementation} ModernDecoder, {count_parameters(raw_model):,} parameters; device {device}"
+        f"{f' x {d.world}' if d.world > 1 else ''}, {precision}, attention {t.attention}, compile {t.compile}; "
+        f"{t.batch_size} x {m.context_length} tokens per step ({accumulation} micro-batch"
+        f"{'es' if accumulation > 1 else ''} of {t.micro_batch_size} per process)")
+
+    def checkpoint(step: int) -> None:
+        if not d.main:
+            return
+        _save(checkpoint_path, {
+            "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+            "step": step, "config": as_dict(config), "implementation": implementation,
+            "vocab_size": config.data.vocab_size, "eot_id": data.eot_id,
+            "rng": {"torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state() if device.type == "cuda" else None}})
+
+    last = min(t.max_steps, stop_after) if stop_after else t.max_steps
+    bar = tqdm(total=t.max_steps, initial=start, disable=not (progress and d.main), unit="step",
+               desc="training", dynamic_ncols=True)
+    metrics_file = open(out / "metrics.jsonl", "a") if d.main else None  # noqa: SIM115
+    tokens_seen = start * tokens_per_step
+    val_loss = val_bpb = math.nan
+    try:
+        for step in range(start + 1, last + 1):
+            began = time.perf_counter()
+            lr = cosine_lr(step, max_lr=t.max_lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps,
+                           decay_steps=t.max_steps)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            generator = torch.Generator().manual_seed((t.seed << 32) + step)
+            x, y = get_batch(train_tokens, t.batch_size, m.context_length, generator=generator)
+            xs = rank_micro_batches(x, d.rank, d.world, accumulation)
+            ys = rank_micro_batches(y, d.rank, d.world, accumulation)
+            loss_sum = torch.zeros((), device=device)
+            for i, (xb, yb) in enumerate(zip(xs, ys, strict=True)):
+                sync = d.world == 1 or i == accumulation - 1
+                with (contextlib.nullcontext() if sync else model.no_sync()), autocast(), kernel():
+                    logits = model(xb.to(device, non_blocking=True))
+                    loss = F.cross_entropy(logits.float().flatten(0, 1), yb.to(device).flatten()) / accumulation
+                scaler.scale(loss).backward()
+                loss_sum += loss.detach()
+            scaler.unscale_(optimizer)
+            grad_norm = (torch.nn.utils.clip_grad_norm_(raw_model.parameters(), t.grad_clip)
+                         if t.grad_clip > 0 else None)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            if d.world > 1:
+                dist.all_reduce(loss_sum)
+                loss_sum /= d.world
+            train_loss = float(loss_sum)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - began
+            tokens_seen += tokens_per_step
+            row = {"step": step, "train_loss": train_loss, "lr": lr, "tokens": tokens_seen,
+                   "tokens_per_s": tokens_per_step / seconds, "ms_per_step": 1000 * seconds}
+            if grad_norm is not None:
+                row["grad_norm"] = float(grad_norm)
+            if peak:
+                row["mfu"] = mfu(row["tokens_per_s"] / d.world, per_token, peak)
+            if not math.isfinite(train_loss):
+                raise RunError(f"the training loss became {train_loss} at step {step}: lower train.max_lr")
+            if step % t.eval_interval == 0 or step == t.max_steps:
+                with kernel():
+                    val_loss = _evaluate(model, val_tokens, config, d, device, autocast)
+                val_bpb = bits_per_byte(val_loss, val_stats["tokens"], val_stats["bytes"])
+                row.update(val_loss=val_loss, val_bpb=val_bpb)
+                say(f"step {step}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, "
+                    f"{val_bpb:.3f} bits per byte")
+            metrics.append(row)
+            if metrics_file:
+                metrics_file.write(json.dumps(row) + "\n")
+                metrics_file.flush()
+            bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:,.0f}",
+                            refresh=False)
+            bar.update(1)
+            if step % t.checkpoint_interval == 0 or step == last:
+                checkpoint(step)
+    except torch.OutOfMemoryError:
+        raise RunError(f"out of GPU memory with train.micro_batch_size={t.micro_batch_size}: lower it "
+                       f"(e.g. --set train.micro_batch_size={max(1, t.micro_batch_size // 2)}); "
+                       f"train.batch_size stays, gradient accumulation makes up the rest") from None
+    finally:
+        bar.close()
+        if metrics_file:
+            metrics_file.close()
+
+    samples, settings = [], ""
+    if d.main:
+        _plot(metrics, out / "loss_curve.png")
+        if math.isnan(val_loss):
+            val_rows = [row for row in metrics if "val_loss" in row]
+            if val_rows:
+                val_loss, val_bpb = val_rows[-1]["val_loss"], val_rows[-1]["val_bpb"]
+        with kernel():
+            samples, settings = _samples(raw_model, data.tokenizer, config, data.eot_id, device)
+        text = f"# {settings}\n" + "".join(f"\n--- sample {i + 1} ---\n{s}\n" for i, s in enumerate(samples))
+        (out / "samples.txt").write_text(text)
+        say(f"\nSamples ({settings}):")
+        for i, s in enumerate(samples):
+            say(f"--- {i + 1} ---\n{s}")
+        say(f"\nwrote {out}/: checkpoint.pt, metrics.jsonl, loss_curve.png, samples.txt")
+    if d.world > 1:
+        dist.barrier()
+    return RunResult(out, metrics, val_loss, val_bpb, samples, checkpoint_path)
+
