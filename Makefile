@@ -16,7 +16,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # Browser libraries for the attention views, and the browser-test driver (package-lock.json pins them).
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: lab test release envfiles lock outputs lint clean
+.PHONY: lab test release export envfiles lock outputs lint clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,9 +36,13 @@ test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n auto --dist loadscope --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg tests solutions
 
-# course/ is generated from solutions/ by nbgrader; commit the result.
-release: $(STAMP)
+# course/ is generated from solutions/ by nbgrader, tinystories/course.py by tools/export_course.py; commit both.
+release: $(STAMP) export
 	@for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; done
+
+# The TinyStories program's copy of the course's model code, exported from the solution notebooks.
+export: $(STAMP)
+	$(BIN)/python tools/export_course.py
 
 # Re-execute the solution notebooks in place (their outputs are committed and checked by nbval).
 outputs: $(STAMP) $(NODE_STAMP)

@@ -64,9 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "train":
+            from tinystories.config import check_out_dir
+
+            config = _config(args, resume=args.resume)  # before importing torch: a typo fails fast
+            check_out_dir(config, args.resume)
             from tinystories.train import run
 
-            config = _config(args, resume=args.resume)
             run(config, implementation=args.model, resume=args.resume, progress=not args.quiet,
                 stop_after=args.stop_after, course_dir=args.course_dir)
         elif args.command == "prepare":

@@ -50,7 +50,7 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float = 1.0          # 0: no clipping
     eval_interval: int = 100
-    eval_batches: int = 10
+    eval_batches: int = 10          # global batches of batch_size sequences, the same ones at every evaluation
     checkpoint_interval: int = 500
     seed: int = 0
     compile: bool = False
@@ -206,6 +206,15 @@ def load_config(name_or_path: str = "cpu_demo", overrides: Sequence[str] = ()) -
         _set(config, key.strip(), value.strip(), source="--set")
     _validate(config)
     return config
+
+
+def check_out_dir(config: RunConfig, resume: bool) -> None:
+    """Refuse to start over a run's checkpoint without --resume, or to resume nothing (no torch needed)."""
+    checkpoint = Path(config.out_dir) / "checkpoint.pt"
+    if checkpoint.exists() and not resume:
+        raise RunError(f"{checkpoint} already exists: add --resume to continue that run, or choose another --out")
+    if resume and not checkpoint.is_file():
+        raise RunError(f"--resume: there is no checkpoint {checkpoint} to continue")
 
 
 def to_toml(config: RunConfig) -> str:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from tinystories._pending import bits_per_byte, flops_per_token, mfu, rank_micro_batches
-from tinystories.config import as_dict, to_toml
+from tinystories.config import as_dict, check_out_dir, to_toml
 from tinystories.course import DecoderConfig, cosine_lr, generate, get_batch, sample_next
 from tinystories.errors import RunError
 from tinystories.model import build_model, count_parameters, decoder_config
@@ -167,19 +167,22 @@ def _samples(model, tokenizer_path: Path, config, eot_id: int, device) -> tuple[
     return texts, settings
 
 
-def _evaluate(model, tokens, config, d: _Dist, device, autocast) -> float:
-    """Mean validation loss over eval_batches fixed batches (the same windows at every evaluation)."""
+def _evaluate(model, tokens, config, d: _Dist, device, autocast, accumulation: int) -> float:
+    """Mean validation loss over eval_batches fixed global batches (the same windows at every evaluation,
+    for any number of processes: each rank takes its rows, in micro-batches, as in training)."""
     t = config.train
     generator = torch.Generator().manual_seed(t.seed + 1_000_003)
     total = torch.zeros((), device=device, dtype=torch.float64)
     model.eval()
     with torch.no_grad():
         for _ in range(t.eval_batches):
-            x, y = get_batch(tokens, t.micro_batch_size * d.world, config.model.context_length, generator=generator)
-            x, y = (rank_micro_batches(z, d.rank, d.world, 1)[0].to(device) for z in (x, y))
-            with autocast():
-                logits = model(x)
-            total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+            x, y = get_batch(tokens, t.batch_size, config.model.context_length, generator=generator)
+            xs = rank_micro_batches(x, d.rank, d.world, accumulation)
+            ys = rank_micro_batches(y, d.rank, d.world, accumulation)
+            for xb, yb in zip(xs, ys, strict=True):
+                with autocast():
+                    logits = model(xb.to(device))
+                total += F.cross_entropy(logits.float().flatten(0, 1), yb.to(device).flatten()) / accumulation
     model.train()
     if d.world > 1:
         dist.all_reduce(total)
@@ -206,15 +209,14 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
 
     out = Path(config.out_dir)
     checkpoint_path = out / "checkpoint.pt"
-    if checkpoint_path.exists() and not resume:
-        raise RunError(f"{checkpoint_path} already exists: add --resume to continue that run, or choose "
-                       f"another --out")
-    if resume and not checkpoint_path.is_file():
-        raise RunError(f"--resume: there is no checkpoint {checkpoint_path} to continue")
+    check_out_dir(config, resume)
     accumulation, remainder = divmod(t.batch_size, d.world * t.micro_batch_size)
     if remainder or accumulation == 0:
         raise RunError(f"train.batch_size ({t.batch_size}) must be a multiple of {d.world} processes x "
                        f"train.micro_batch_size ({t.micro_batch_size})")
+
+    torch.manual_seed(t.seed)
+    raw_model = build_model(m, config.data.vocab_size, implementation=implementation, course_dir=course_dir).to(device)
 
     # Data: rank 0 builds it, the others then find it in the cache.
     if d.main:
@@ -230,8 +232,6 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
     if min(len(train_tokens), len(val_tokens)) <= m.context_length:
         raise RunError(f"the data has fewer tokens than model.context_length ({m.context_length})")
 
-    torch.manual_seed(t.seed)
-    raw_model = build_model(m, config.data.vocab_size, implementation=implementation, course_dir=course_dir).to(device)
     decay = [p for p in raw_model.parameters() if p.dim() >= 2]
     no_decay = [p for p in raw_model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -345,7 +345,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
                 raise RunError(f"the training loss became {train_loss} at step {step}: lower train.max_lr")
             if step % t.eval_interval == 0 or step == t.max_steps:
                 with kernel():
-                    val_loss = _evaluate(model, val_tokens, config, d, device, autocast)
+                    val_loss = _evaluate(model, val_tokens, config, d, device, autocast, accumulation)
                 val_bpb = bits_per_byte(val_loss, val_stats["tokens"], val_stats["bytes"])
                 row.update(val_loss=val_loss, val_bpb=val_bpb)
                 say(f"step {step}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, "
