@@ -7,4 +7,4 @@ functions and modules, closed forms, invariances. Never with the course's soluti
 
 NOTEBOOKS = ["01_tokens_embeddings", "02_normalization", "03_rope", "04_attention", "05_multihead_attention",
              "06_feed_forward", "07_blocks", "08_decoder_models", "09_bert_encoder_decoder", "10_training",
-             "11_decoding", "12_bpe"]
+             "11_decoding", "12_bpe", "13_tinystories"]

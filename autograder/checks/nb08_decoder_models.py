@@ -51,7 +51,7 @@ from autograder import expect
 from autograder.checks._seeds import seeded
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
-from autograder.reference import decoders
+from autograder.reference import decoders, hf_llama
 from autograder.reference.feed_forward import SwiGLU
 from autograder.reference.modern import RotaryGroupedQueryAttention
 from autograder.reference.rope import RoPE, halves_permutation, rope
@@ -487,50 +487,11 @@ def _llama_fields(seed, d=32, heads=4, kv=2, layers=2, eps=1e-5, base=10000.0):
             "max_seq_len": 24, "n_kv_heads": kv, "rope_base": base, "norm_eps": eps}
 
 
-def _hf_llama_config(fields):
-    T = _transformers()
-    config = T.LlamaConfig(vocab_size=fields["vocab_size"], hidden_size=fields["d_model"],
-                           intermediate_size=fields["d_ff"], num_hidden_layers=fields["n_layers"],
-                           num_attention_heads=fields["n_heads"],
-                           num_key_value_heads=fields.get("n_kv_heads") or fields["n_heads"],
-                           max_position_embeddings=fields["max_seq_len"], rms_norm_eps=fields.get("norm_eps", 1e-5),
-                           rope_parameters={"rope_type": "default", "rope_theta": fields.get("rope_base", 10000.0)},
-                           tie_word_embeddings=False, attention_bias=False, mlp_bias=False, bos_token_id=0,
-                           eos_token_id=0)
-    config._attn_implementation = "eager"
-    return config
-
-
-def _interleaved(weight, heads):
-    """HF's q/k rows (split halves per head) in the course's order (interleaved pairs)."""
-    head_dim = weight.shape[0] // heads
-    order = torch.argsort(halves_permutation(head_dim))
-    return weight.view(heads, head_dim, -1)[:, order].reshape(weight.shape).contiguous()
-
-
-def llama_attention_state(hf_state, prefix, heads, kv):
-    return {"q_proj.weight": _interleaved(hf_state[f"{prefix}q_proj.weight"], heads),
-            "k_proj.weight": _interleaved(hf_state[f"{prefix}k_proj.weight"], kv),
-            "v_proj.weight": hf_state[f"{prefix}v_proj.weight"].clone(),
-            "out_proj.weight": hf_state[f"{prefix}o_proj.weight"].clone()}
-
-
-def llama_block_state(hf_state, prefix, heads, kv):
-    state = {f"attn.{k}": v for k, v in llama_attention_state(hf_state, f"{prefix}self_attn.", heads, kv).items()}
-    for ours, theirs in (("w1", "gate_proj"), ("w3", "up_proj"), ("w2", "down_proj")):
-        state[f"ffn.{ours}.weight"] = hf_state[f"{prefix}mlp.{theirs}.weight"].clone()
-    state["norm1.weight"] = hf_state[f"{prefix}input_layernorm.weight"].clone()
-    state["norm2.weight"] = hf_state[f"{prefix}post_attention_layernorm.weight"].clone()
-    return state
-
-
-def llama_course_state(hf_state, fields):
-    heads, kv = fields["n_heads"], fields.get("n_kv_heads") or fields["n_heads"]
-    state = {"tok_emb.weight": hf_state["model.embed_tokens.weight"], "norm.weight": hf_state["model.norm.weight"],
-             "lm_head.weight": hf_state["lm_head.weight"]}
-    for i in range(fields["n_layers"]):
-        state |= {f"blocks.{i}.{k}": v for k, v in llama_block_state(hf_state, f"model.layers.{i}.", heads, kv).items()}
-    return state
+_hf_llama_config = hf_llama.hf_config
+_interleaved = hf_llama.interleaved
+llama_attention_state = hf_llama.attention_state
+llama_block_state = hf_llama.block_state
+llama_course_state = hf_llama.course_state
 
 
 def _additive(mask, batch, length):

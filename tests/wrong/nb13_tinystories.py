@@ -1,0 +1,152 @@
+"""Mistakes students make in notebook 13.
+
+Each wrong version is a right answer with one edit (``_edit`` insists that the edited text is there),
+so it differs from the right one only by the mistake. The code runs in the solution notebook's
+namespace after ``PRELUDE`` (``math``, ``torch``, ``F``, ``nn``).
+"""
+
+from wrong import Wrong
+
+BITS_PER_BYTE = '''
+def bits_per_byte(loss: float, tokens: int, n_bytes: int) -> float:
+    """Mean cross-entropy `loss` (nats per token) over `tokens` tokens that encode `n_bytes` bytes -> bits per byte."""
+    return loss * tokens / (n_bytes * math.log(2))
+
+'''
+
+FLOPS = '''
+def flops_per_token(config, context_length: int) -> int:
+    """Training FLOPs per token (forward + backward) of the course's ModernDecoder with this DecoderConfig."""
+    d, head_dim = config.d_model, config.d_model // config.n_heads
+    kv_width = (config.n_kv_heads or config.n_heads) * head_dim
+    per_layer = d * d + 2 * d * kv_width + d * d + 3 * d * config.d_ff  # q, k and v, out; w1, w3, w2
+    matmul_weights = config.n_layers * per_layer + d * config.vocab_size  # + lm_head (the embedding is a lookup)
+    forward = 2 * matmul_weights + 4 * config.n_layers * context_length * d  # + q k^T and weights @ v
+    return 3 * forward
+
+'''
+
+MFU = '''
+def mfu(tokens_per_second: float, flops_per_token: int, peak_flops: float) -> float:
+    """Model FLOPs utilisation: the fraction of the accelerator's peak that the training actually uses."""
+    return tokens_per_second * flops_per_token / peak_flops
+
+'''
+
+MICRO = '''
+def rank_micro_batches(batch: torch.Tensor, rank: int, world_size: int, accumulation_steps: int) -> list[torch.Tensor]:
+    """Rank `rank`'s contiguous share of the global batch, cut into `accumulation_steps` equal micro-batches."""
+    n = batch.shape[0]
+    if n % (world_size * accumulation_steps):
+        raise ValueError(f"a batch of {n} sequences does not split into {world_size} ranks x {accumulation_steps} "
+                         f"equal micro-batches: make it a multiple of {world_size * accumulation_steps}")
+    per_rank = n // world_size
+    mine = batch[rank * per_rank:(rank + 1) * per_rank]
+    return list(mine.split(per_rank // accumulation_steps))
+
+'''
+
+MAPS = '''
+@torch.no_grad()
+def attention_maps(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Causal attention weights [n_layers, batch, n_heads, T, T] (float32) of every layer of a ModernDecoder."""
+    inputs = []  # (attention module, the normalised hidden states it was called with), one per layer
+
+    def grab(module, args, output):
+        inputs.append((module, args[0]))
+
+    handles = [block.attn.register_forward_hook(grab) for block in model.blocks]
+    try:
+        model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    batch, length = tokens.shape
+    positions = torch.arange(length, device=tokens.device)
+    causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
+    maps = []
+    for attn, x in inputs:
+        q = attn.q_proj(x).view(batch, length, attn.num_heads, attn.head_dim).transpose(1, 2)
+        k = attn.k_proj(x).view(batch, length, attn.num_kv_heads, attn.head_dim).transpose(1, 2)
+        q, k = attn.rope(q, positions).float(), attn.rope(k, positions).float()
+        k = k.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)  # kv heads 0 0 1 1 ...
+        scores = q @ k.transpose(-2, -1) / math.sqrt(attn.head_dim)
+        maps.append(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1))
+    return torch.stack(maps)
+
+'''
+
+
+def _edit(code, *pairs):
+    for old, new in pairs:
+        assert old in code, old
+        code = code.replace(old, new)
+    return code
+
+
+RIGHT = {"bits_per_byte": BITS_PER_BYTE, "flops_per_token": FLOPS, "mfu": MFU, "rank_micro_batches": MICRO,
+         "attention_maps": MAPS}
+
+_BPB = "return loss * tokens / (n_bytes * math.log(2))"
+_FORWARD = "forward = 2 * matmul_weights + 4 * config.n_layers * context_length * d"
+_MFU = "return tokens_per_second * flops_per_token / peak_flops"
+_ROPE = "q, k = attn.rope(q, positions).float(), attn.rope(k, positions).float()"
+
+WRONG = [
+    # Exercise 1
+    Wrong("bits_per_byte", "nats, not bits (ln 2 missing)", _edit(BITS_PER_BYTE, (_BPB, "return loss * tokens / n_bytes")),
+          "divide by ln 2"),
+    Wrong("bits_per_byte", "tokens and bytes swapped",
+          _edit(BITS_PER_BYTE, (_BPB, "return loss * n_bytes / (tokens * math.log(2))")), "tokens and bytes are swapped"),
+    Wrong("bits_per_byte", "bits per token", _edit(BITS_PER_BYTE, (_BPB, "return loss / math.log(2)")),
+          "bits per token"),
+    Wrong("bits_per_byte", "log base 10", _edit(BITS_PER_BYTE, ("math.log(2)", "math.log(10)")), "ln 10"),
+    # Exercise 2
+    Wrong("flops_per_token", "forward only (no backward)", _edit(FLOPS, ("return 3 * forward", "return forward")),
+          "forward pass only"),
+    Wrong("flops_per_token", "the embedding counted as a matmul",
+          _edit(FLOPS, ("+ d * config.vocab_size", "+ 2 * d * config.vocab_size")), "embedding table is counted"),
+    Wrong("flops_per_token", "attention's matmuls left out", _edit(FLOPS, (_FORWARD, "forward = 2 * matmul_weights")),
+          "attention's own matmuls are missing"),
+    Wrong("flops_per_token", "attention counted for the causal half",
+          _edit(FLOPS, (_FORWARD, _FORWARD.replace("4 * config", "2 * config"))), "causal half"),
+    Wrong("flops_per_token", "grouped-query attention ignored (k, v as d x d)",
+          _edit(FLOPS, ("kv_width = (config.n_kv_heads or config.n_heads) * head_dim", "kv_width = d")),
+          "k_proj and v_proj are counted"),
+    # Exercise 3
+    Wrong("mfu", "a percentage", _edit(MFU, (_MFU, "return 100 * tokens_per_second * flops_per_token / peak_flops")),
+          "not a percentage"),
+    Wrong("mfu", "upside down", _edit(MFU, (_MFU, "return peak_flops / (tokens_per_second * flops_per_token)")),
+          "upside down"),
+    Wrong("mfu", "FLOPs per token left out", _edit(MFU, (_MFU, "return tokens_per_second / peak_flops")),
+          "expected tokens_per_second"),
+    # Exercise 4
+    Wrong("rank_micro_batches", "rows interleaved across ranks",
+          _edit(MICRO, ("mine = batch[rank * per_rank:(rank + 1) * per_rank]", "mine = batch[rank::world_size]")),
+          "interleaved"),
+    Wrong("rank_micro_batches", "micro-batches interleaved within a rank",
+          _edit(MICRO, ("return list(mine.split(per_rank // accumulation_steps))",
+                        "return [mine[i::accumulation_steps] for i in range(accumulation_steps)]")), "not in order"),
+    Wrong("rank_micro_batches", "micro-batches of accumulation_steps rows",
+          _edit(MICRO, ("mine.split(per_rank // accumulation_steps)", "mine.split(accumulation_steps)")),
+          "expected accumulation_steps"),
+    Wrong("rank_micro_batches", "only world_size checked (uneven micro-batches)",
+          _edit(MICRO, ("if n % (world_size * accumulation_steps):", "if n % world_size:")), "returned without an error"),
+    Wrong("rank_micro_batches", "an assert instead of ValueError",
+          _edit(MICRO, ("if n % (world_size * accumulation_steps):", "assert n % (world_size * accumulation_steps) == 0\n"
+                        "    if False:")), "raised AssertionError"),
+    # Exercise 5
+    Wrong("attention_maps", "no causal mask",
+          _edit(MAPS, ('scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)', "scores.softmax(dim=-1)")),
+          "attends to a later one"),
+    Wrong("attention_maps", "no RoPE", _edit(MAPS, (_ROPE, "q, k = q.float(), k.float()")), "RoPE is missing"),
+    Wrong("attention_maps", "no 1/sqrt(head_dim)",
+          _edit(MAPS, (" / math.sqrt(attn.head_dim)", "")), "not divided by sqrt(head_dim)"),
+    Wrong("attention_maps", "kv heads repeated 0 1 0 1",
+          _edit(MAPS, ("k = k.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)",
+                       "k = k.repeat(1, attn.num_heads // attn.num_kv_heads, 1, 1)")), "repeat: 0 1 0 1"),
+    Wrong("attention_maps", "hooks left on the model",
+          _edit(MAPS, ("        for handle in handles:\n            handle.remove()", "        pass")), "hooks on the model"),
+    Wrong("attention_maps", "softmax over the queries",
+          _edit(MAPS, (".softmax(dim=-1)", ".softmax(dim=-2)")), "rows sum to"),
+]
