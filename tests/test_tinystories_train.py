@@ -13,8 +13,14 @@ import pytest
 import torch
 from tinystories_helpers import tiny_config
 
-from tinystories._pending import attention_maps, bits_per_byte, flops_per_token, rank_micro_batches
-from tinystories.course import DecoderConfig, ModernDecoder
+from tinystories.course import (
+    DecoderConfig,
+    ModernDecoder,
+    attention_maps,
+    bits_per_byte,
+    flops_per_token,
+    rank_micro_batches,
+)
 from tinystories.errors import RunError
 from tinystories.model import load_trained
 from tinystories.train import run

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["RMSNorm", "RoPE", "silu", "swiglu_hidden_dim", "SwiGLU", "DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder", "get_batch", "cosine_lr", "greedy", "apply_temperature", "top_k_filter", "top_p_filter", "sample_next", "generate"]
+__all__ = ["RMSNorm", "RoPE", "silu", "swiglu_hidden_dim", "SwiGLU", "DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder", "get_batch", "cosine_lr", "greedy", "apply_temperature", "top_k_filter", "top_p_filter", "sample_next", "generate", "bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps"]
 
 
 # --- 02_normalization ---
@@ -275,3 +275,63 @@ def generate(model, prompt: torch.Tensor, *, max_new_tokens: int, eos_id: int | 
         if eos_id is not None and int(token) == eos_id:
             break
     return sequence
+
+
+# --- 13_tinystories ---
+def bits_per_byte(loss: float, tokens: int, n_bytes: int) -> float:
+    """Mean cross-entropy `loss` (nats per token) over `tokens` tokens that encode `n_bytes` bytes -> bits per byte."""
+    return loss * tokens / (n_bytes * math.log(2))
+
+
+def flops_per_token(config, context_length: int) -> int:
+    """Training FLOPs per token (forward + backward) of the course's ModernDecoder with this DecoderConfig."""
+    d, head_dim = config.d_model, config.d_model // config.n_heads
+    kv_width = (config.n_kv_heads or config.n_heads) * head_dim
+    per_layer = d * d + 2 * d * kv_width + d * d + 3 * d * config.d_ff  # q, k and v, out; w1, w3, w2
+    matmul_weights = config.n_layers * per_layer + d * config.vocab_size  # + lm_head (the embedding is a lookup)
+    forward = 2 * matmul_weights + 4 * config.n_layers * context_length * d  # + q k^T and weights @ v
+    return 3 * forward
+
+
+def mfu(tokens_per_second: float, flops_per_token: int, peak_flops: float) -> float:
+    """Model FLOPs utilisation: the fraction of the accelerator's peak that the training actually uses."""
+    return tokens_per_second * flops_per_token / peak_flops
+
+
+def rank_micro_batches(batch: torch.Tensor, rank: int, world_size: int, accumulation_steps: int) -> list[torch.Tensor]:
+    """Rank `rank`'s contiguous share of the global batch, cut into `accumulation_steps` equal micro-batches."""
+    n = batch.shape[0]
+    if n % (world_size * accumulation_steps):
+        raise ValueError(f"a batch of {n} sequences does not split into {world_size} ranks x {accumulation_steps} "
+                         f"equal micro-batches: make it a multiple of {world_size * accumulation_steps}")
+    per_rank = n // world_size
+    mine = batch[rank * per_rank:(rank + 1) * per_rank]
+    return list(mine.split(per_rank // accumulation_steps))
+
+
+@torch.no_grad()
+def attention_maps(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Causal attention weights [n_layers, batch, n_heads, T, T] (float32) of every layer of a ModernDecoder."""
+    inputs = []  # (attention module, the normalised hidden states it was called with), one per layer
+
+    def grab(module, args, output):
+        inputs.append((module, args[0]))
+
+    handles = [block.attn.register_forward_hook(grab) for block in model.blocks]
+    try:
+        model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    batch, length = tokens.shape
+    positions = torch.arange(length, device=tokens.device)
+    causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
+    maps = []
+    for attn, x in inputs:
+        q = attn.q_proj(x).view(batch, length, attn.num_heads, attn.head_dim).transpose(1, 2)
+        k = attn.k_proj(x).view(batch, length, attn.num_kv_heads, attn.head_dim).transpose(1, 2)
+        q, k = attn.rope(q, positions).float(), attn.rope(k, positions).float()
+        k = k.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)  # kv heads 0 0 1 1 ...
+        scores = q @ k.transpose(-2, -1) / math.sqrt(attn.head_dim)
+        maps.append(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1))
+    return torch.stack(maps)

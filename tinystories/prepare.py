@@ -41,17 +41,8 @@ class PreparedData:
 
 
 def _story_batches(path: Path, *, drop_partial: bool, progress: bool) -> Iterator[list[str]]:
-    try:
-        from tinystories.stories import iter_story_batches
-    except ImportError:  # TODO(lead): replace by stories.iter_story_batches (the download helper's module)
-        text = path.read_text(encoding="utf-8")
-        parts = text.split(EOT)
-        if drop_partial:
-            parts = parts[1:-1]
-        stories = [s.strip() for s in parts if s.strip()]
-        for i in range(0, len(stories), 1024):
-            yield stories[i:i + 1024]
-        return
+    from tinystories.stories import iter_story_batches
+
     yield from iter_story_batches(path, drop_partial=drop_partial, progress=progress)
 
 

@@ -27,9 +27,18 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from tinystories._pending import bits_per_byte, flops_per_token, mfu, rank_micro_batches
 from tinystories.config import as_dict, check_out_dir, to_toml
-from tinystories.course import DecoderConfig, cosine_lr, generate, get_batch, sample_next
+from tinystories.course import (
+    DecoderConfig,
+    bits_per_byte,
+    cosine_lr,
+    flops_per_token,
+    generate,
+    get_batch,
+    mfu,
+    rank_micro_batches,
+    sample_next,
+)
 from tinystories.errors import RunError
 from tinystories.model import build_model, count_parameters, decoder_config
 from tinystories.prepare import load_tokens, prepare

@@ -34,6 +34,7 @@ EXPORTS: list[tuple[str, tuple[str, ...]]] = [
     ("08_decoder_models",       ("DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder")),
     ("10_training",             ("get_batch", "cosine_lr")),
     ("11_decoding",             ("sample_next", "generate")),
+    ("13_tinystories",          ("bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps")),
 ]
 
 HEADER = '''"""The course's own code, exported from the solution notebooks for the TinyStories program.
