@@ -1,0 +1,133 @@
+"""A real browser for the tests: Debian's Chromium, driven by PyPI's ``playwright``, kept offline.
+
+Nothing here needs Node.js or a browser download: playwright's Python package launches the system
+Chromium (``/usr/bin/chromium``; ``CHROMIUM`` overrides it). Every request that would leave this
+machine is refused and recorded, so a page that draws here draws on an offline university hub too.
+
+``jupyter_lab()`` starts JupyterLab headless on a free localhost port with a token, the way
+``make lab`` does, for tests that drive a student's session.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+LOCAL = re.compile(r"^(file:|data:|blob:|about:|http://127\.0\.0\.1[:/])")
+
+
+def missing() -> list[str]:
+    """What this machine lacks to run the browser tests (empty when they can run)."""
+    absent = [] if Path(CHROMIUM).exists() else [f"Chromium ({CHROMIUM})"]
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        absent.append("the playwright package (make installs it)")
+    return absent
+
+
+# CI installs Chromium (.ci/run) and sets COURSE_REQUIRE_BROWSER, so that these tests never skip there.
+requires_browser = pytest.mark.skipif(
+    bool(missing()) and not os.environ.get("COURSE_REQUIRE_BROWSER"), reason=f"missing: {', '.join(missing())}"
+)
+
+
+@dataclass
+class Browsing:
+    """A page, with what it tried to fetch from outside and the JavaScript errors it raised."""
+
+    page: object  # playwright.sync_api.Page
+    blocked: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def offline_page(*, width: int = 1280, height: int = 900) -> Iterator[Browsing]:
+    """A fresh headless Chromium page that may reach only this machine."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height})
+            browsing = Browsing(page)
+            page.on("pageerror", lambda error: browsing.page_errors.append(str(error)))
+
+            def route(route):
+                address = route.request.url
+                if LOCAL.match(address):
+                    return route.continue_()
+                browsing.blocked.append(address)
+                return route.abort()
+
+            page.route("**/*", route)
+            yield browsing
+        finally:
+            browser.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Lab:
+    url: str  # http://127.0.0.1:PORT
+    token: str
+    root: Path
+
+    def tree(self, path: str) -> str:
+        """The URL that opens ``path`` (relative to the server's root) in JupyterLab."""
+        return f"{self.url}/lab/tree/{path}?token={self.token}"
+
+
+@contextmanager
+def jupyter_lab(root: Path, *, env: dict | None = None, args: tuple[str, ...] = (),
+                token: str = "course-test-token", start_timeout: float = 90) -> Iterator[Lab]:
+    """JupyterLab serving ``root`` headless on a free localhost port; stopped on exit."""
+    port = free_port()
+    jupyter = Path(sys.executable).parent / "jupyter"
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed below; its tail explains a failed start
+    server = subprocess.Popen(
+        [jupyter, "lab", "--no-browser", "--allow-root", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", *args],
+        cwd=root, env=env or dict(os.environ), stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    tail = log.read()[-3000:]
+                    raise RuntimeError(f"JupyterLab did not start (exit {server.poll()}):\n{tail}") from None
+                time.sleep(0.5)
+        yield Lab(url, token, root)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
