@@ -16,7 +16,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # Browser libraries for the attention views, and the browser-test driver (package-lock.json pins them).
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: lab test release export envfiles lock outputs lint clean
+.PHONY: lab test tinystories release export envfiles lock outputs lint clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ lab: $(STAMP) $(NODE_STAMP)
 test: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n auto --dist loadscope --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg tests solutions
+
+# The capstone's training run, one command on a GPU machine (README, "A GPU for the capstone"):
+#   make tinystories CONFIG=gpu_h100 [MODEL=course] [ARGS="--stop-after 2000"]
+CONFIG ?= cpu_demo
+MODEL ?= reference
+tinystories: $(STAMP)
+	$(BIN)/python -m tinystories train --config $(CONFIG) --model $(MODEL) $(ARGS)
 
 # course/ is generated from solutions/ by nbgrader, tinystories/course.py by tools/export_course.py; commit both.
 release: $(STAMP) export
