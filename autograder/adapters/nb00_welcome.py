@@ -25,5 +25,7 @@ def call(ns, name: str, args: list, strided: list[int] = ()):
 
 def one_hot(ns, tokens, vocab_size: int):
     """``one_hot(tokens, vocab_size)`` with ``F.one_hot`` switched off: the exercise builds it."""
-    with forbidden((F, "one_hot"), rule="build the one-hot vectors by comparing tokens with torch.arange(vocab_size)"):
+    with forbidden(
+        (F, "one_hot"), rule="build the one-hot vectors by comparing tokens with torch.arange(vocab_size)"
+    ):
         return {"value": need(ns, "one_hot")(tokens, vocab_size)}
