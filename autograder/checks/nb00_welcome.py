@@ -1,0 +1,405 @@
+"""Checks for notebook 00: the warm-up on tensors, broadcasting, einsum and einops.
+
+Oracles, each computed here without the idea the exercise teaches:
+- relative positions: a Python double loop over (i, j);
+- pairwise squared distances: a Python double loop over the pairs, in float64;
+- query-key dot products: ``torch.matmul`` with the keys transposed, in float64;
+- split and merge heads: ``Tensor.view`` and ``permute`` (no einops);
+- one-hot vectors: ``F.one_hot`` (switched off while the student's function runs).
+
+Inputs come in several shapes, size-1 dimensions included, and some checks pass them non-contiguous
+(the same values, column-major: ``t.mT.contiguous().mT``), as slices and transposes are in real code.
+
+Tolerances:
+- integers, 0/1 tensors and rearrangements (which move numbers without arithmetic) are compared exactly;
+- float32 sums (distances and dot products of width <= 16, values up to a few hundred) at atol 1e-4 +
+  rtol 1e-5. Measured against float64 on the checks' shapes with 40 seeds each, the broadcasting
+  answer used at most 1.6% of that bound, torch.cdist squared 2.5%, and the |a|^2 + |b|^2 - 2 a.b
+  expansion, which cancels digits, 4%; einsum and matmul dot products were off by at most 1.3e-6.
+  The closest known mistake (dot products scaled by 1/sqrt(d)) is off by more than 3;
+- float64 inputs at 1e-9.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from autograder import expect
+from autograder.checks._seeds import seeded
+from autograder.exercises import Exercise
+
+RELATIVE = Exercise("relative_positions", "Exercise 1: relative positions", points=1)
+DISTANCES = Exercise(
+    "pairwise_sq_distances", "Exercise 2: pairwise squared distances by broadcasting", points=2
+)
+DOTS = Exercise("head_dot_products", "Exercise 3: every query-key dot product with einsum", points=2)
+HEADS = Exercise("split_merge_heads", "Exercise 4: split and merge heads with einops", points=2)
+ONE_HOT = Exercise("one_hot", "Exercise 5: one-hot vectors", points=1)
+EXERCISES = [RELATIVE, DISTANCES, DOTS, HEADS, ONE_HOT]
+
+F32 = {"atol": 1e-4, "rtol": 1e-5}
+F64 = {"atol": 1e-9, "rtol": 1e-9}
+EXACT = {"atol": 0.0, "rtol": 0.0}
+
+_gen, _randn = seeded(0)
+
+
+def _tol(dtype: torch.dtype) -> dict:
+    return F64 if dtype == torch.float64 else F32
+
+
+def _result(got: dict, what: str, *, shape, dtype, shape_mistakes=()) -> torch.Tensor:
+    """The returned tensor, or a failure naming the likely mistake behind a wrong shape or dtype."""
+    value = got.get("value")
+    expect.tensor(value, what)
+    for wrong_shape, diagnosis in shape_mistakes:
+        if tuple(value.shape) == tuple(wrong_shape) != tuple(shape):
+            expect.fail(f"{what} has shape {list(value.shape)}, expected {list(shape)}: {diagnosis}")
+    return expect.tensor(value, what, shape=shape, dtype=dtype)
+
+
+def _unchanged(got: dict, originals: dict[str, torch.Tensor]) -> None:
+    """The leading tensor arguments after the call equal those before: no in-place edits of the inputs."""
+    for (name, before), after in zip(originals.items(), got["args_after"], strict=False):
+        same = isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)
+        expect.that(
+            same,
+            f"your function changed its input `{name}` in place; work on new tensors "
+            "(a[:, None] or a.unsqueeze(1), a - b), not with methods ending in _ such as unsqueeze_ or sub_",
+        )
+
+
+# --- Exercise 1: relative positions ---------------------------------------------------------
+
+
+def _relative_oracle(n: int) -> torch.Tensor:
+    return torch.tensor([[j - i for j in range(n)] for i in range(n)], dtype=torch.int64).reshape(n, n)
+
+
+def _check_relative(impl, n: int) -> None:
+    got = impl.call("relative_positions", [n])
+    what = f"relative_positions({n})"
+    value = got.get("value")
+    expect.tensor(value, what, shape=(n, n))
+    expect.that(
+        value.dtype == torch.int64,
+        f"{what} has dtype {value.dtype}; positions are whole numbers: torch.arange(n) gives int64 (torch.long)",
+    )
+    expected = _relative_oracle(n)
+    expect.close(
+        value,
+        expected,
+        what,
+        **EXACT,
+        alternatives=[
+            (
+                -expected,
+                "it is transposed: out[i, j] = j - i (the key's position minus the query's), you computed i - j",
+            ),
+            (
+                expected.abs(),
+                "it lost the sign: keys to the left of the query (j < i) must get negative offsets",
+            ),
+        ],
+    )
+
+
+@RELATIVE.visible
+def test_relative_positions_small(impl):
+    "relative_positions(5)[i, j] equals j - i, as an int64 tensor of shape [5, 5]"
+    _check_relative(impl, 5)
+
+
+@RELATIVE.hidden
+def test_relative_positions_sizes(impl):
+    "any n: 1, 2 and 9 positions"
+    for n in (1, 2, 9):
+        _check_relative(impl, n)
+
+
+# --- Exercise 2: pairwise squared distances ---------------------------------------------------
+
+
+def _sq_distances_oracle(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a64, b64 = a.double().tolist(), b.double().tolist()
+    rows = [[sum((x - y) ** 2 for x, y in zip(p, q, strict=True)) for q in b64] for p in a64]
+    return torch.tensor(rows, dtype=torch.float64).reshape(len(a64), len(b64))
+
+
+def _check_sq_distances(impl, n: int, m: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
+    a, b = (_randn((n, d), seed, scale=2.0).to(dtype), _randn((m, d), seed + 50, scale=2.0).to(dtype))
+    got = impl.call("pairwise_sq_distances", [a, b], strided=[0, 1] if strided else [])
+    what = f"pairwise_sq_distances(a, b) for a of shape [{n}, {d}] and b of shape [{m}, {d}]"
+    value = _result(
+        got,
+        what,
+        shape=(n, m),
+        dtype=dtype,
+        shape_mistakes=[
+            ((m, n), "rows follow the points of a and columns those of b: out[i, j] = |a[i] - b[j]|²"),
+            ((n, m, d), "the last step, the sum over the coordinates (dim=-1), is missing"),
+        ],
+    )
+    expected = _sq_distances_oracle(a, b)
+    expect.close(
+        value,
+        expected.to(dtype),
+        what,
+        **_tol(dtype),
+        alternatives=[
+            (
+                expected.sqrt(),
+                "these are the distances; the exercise asks for their squares (leave out the square root)",
+            ),
+            (expected + (a.double() @ b.double().T), "in |a|² + |b|² - 2 a·b the factor 2 is missing"),
+        ],
+    )
+    _unchanged(got, {"a": a, "b": b})
+
+
+@DISTANCES.visible
+def test_sq_distances_values(impl):
+    "a [4, 3] and b [6, 3] give the [4, 6] table of |a[i] - b[j]|²"
+    _check_sq_distances(impl, 4, 6, 3, 0)
+
+
+@DISTANCES.hidden
+def test_sq_distances_shapes_and_dtype(impl):
+    "size-1 dimensions (one point, one coordinate), non-contiguous inputs left unchanged, float64 stays float64"
+    for n, m, d, seed, dtype in [
+        (1, 5, 2, 1, torch.float32),
+        (3, 1, 1, 2, torch.float32),
+        (5, 4, 16, 3, torch.float32),
+        (7, 3, 8, 4, torch.float64),
+    ]:
+        _check_sq_distances(impl, n, m, d, seed, dtype=dtype, strided=d > 1 and n > 1)
+
+
+# --- Exercise 3: query-key dot products -----------------------------------------------------------
+
+
+def _check_dots(
+    impl, b: int, h: int, s: int, t: int, d: int, seed: int, *, dtype=torch.float32, strided=False
+):
+    q, k = _randn((b, h, s, d), seed).to(dtype), _randn((b, h, t, d), seed + 50).to(dtype)
+    got = impl.call("head_dot_products", [q, k], strided=[0, 1] if strided else [])
+    what = f"head_dot_products(q, k) for q of shape {[b, h, s, d]} and k of shape {[b, h, t, d]}"
+    value = _result(
+        got,
+        what,
+        shape=(b, h, s, t),
+        dtype=dtype,
+        shape_mistakes=[
+            (
+                (b, h, t, s),
+                "it is transposed: queries index the rows and keys the columns, [batch, heads, s, t]",
+            ),
+            ((h, b, s, t), "the batch and head axes are swapped; keep the order [batch, heads, s, t]"),
+            ((b, h, s), "it also sums over the keys; sum over the head dimension d only"),
+        ],
+    )
+    expected = torch.matmul(q.double(), k.double().transpose(-1, -2))
+    expect.close(
+        value,
+        expected.to(dtype),
+        what,
+        **_tol(dtype),
+        alternatives=[
+            (
+                expected / math.sqrt(d),
+                "it is divided by sqrt(d): this exercise asks for the plain dot products "
+                "(the scaling comes with attention, in notebook 04)",
+            ),
+            (expected.transpose(-1, -2), "it is transposed: out[..., i, j] = q[..., i, :] · k[..., j, :]"),
+            (
+                expected.transpose(0, 1),
+                "the batch and head axes are swapped; keep the order [batch, heads, s, t]",
+            ),
+        ],
+    )
+    _unchanged(got, {"q": q, "k": k})
+
+
+@DOTS.visible
+def test_head_dot_products_values(impl):
+    "q [2, 3, 4, 5] and k [2, 3, 6, 5] give the [2, 3, 4, 6] dot products q·k of each batch and head"
+    _check_dots(impl, 2, 3, 4, 6, 5, 0)
+
+
+@DOTS.hidden
+def test_head_dot_products_shapes_and_dtype(impl):
+    "size-1 batch, heads and head dimension; as many keys as queries; non-contiguous inputs; float64 stays float64"
+    for b, h, s, t, d, seed, dtype in [
+        (1, 1, 3, 3, 1, 1, torch.float32),
+        (2, 2, 5, 5, 8, 2, torch.float32),
+        (3, 2, 1, 7, 16, 3, torch.float32),
+        (2, 4, 3, 2, 4, 4, torch.float64),
+    ]:
+        _check_dots(impl, b, h, s, t, d, seed, dtype=dtype, strided=s > 1 and d > 1)
+
+
+# --- Exercise 4: split and merge heads ---------------------------------------------------------------
+
+
+def _split_oracle(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    b, s, width = x.shape
+    return x.contiguous().view(b, s, n_heads, width // n_heads).permute(0, 2, 1, 3)
+
+
+def _merge_oracle(y: torch.Tensor) -> torch.Tensor:
+    b, h, s, d = y.shape
+    return y.permute(0, 2, 1, 3).contiguous().view(b, s, h * d)
+
+
+_SPLIT_ORDER = (
+    "head i owns the columns i * d_head up to (i + 1) * d_head - 1, so the pattern is "
+    "'b s (h d)', not 'b s (d h)'"
+)
+
+
+def _check_split(impl, b: int, s: int, h: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
+    x = _randn((b, s, h * d), seed).to(dtype)
+    got = impl.call("split_heads", [x, h], strided=[0] if strided else [])
+    what = f"split_heads(x, {h}) for x of shape {[b, s, h * d]}"
+    value = _result(
+        got,
+        what,
+        shape=(b, h, s, d),
+        dtype=dtype,
+        shape_mistakes=[
+            ((b, s, h, d), "the head axis must come before the sequence axis: [batch, heads, seq, d_head]"),
+        ],
+    )
+    expect.close(
+        value,
+        _split_oracle(x, h),
+        what,
+        **EXACT,
+        alternatives=[
+            (x.view(b, s, d, h).permute(0, 3, 1, 2), _SPLIT_ORDER),
+            (
+                x.reshape(b, h, s, d),
+                "a reshape alone does not move the head axis: it mixes positions into heads; "
+                "split the last axis into (h d), then move h in front of s",
+            ),
+        ],
+    )
+    _unchanged(got, {"x": x})
+
+
+def _check_merge(impl, b: int, h: int, s: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
+    y = _randn((b, h, s, d), seed).to(dtype)
+    got = impl.call("merge_heads", [y], strided=[0] if strided else [])
+    what = f"merge_heads(y) for y of shape {[b, h, s, d]}"
+    value = _result(
+        got,
+        what,
+        shape=(b, s, h * d),
+        dtype=dtype,
+        shape_mistakes=[
+            (
+                (b, h, s * d),
+                "heads and positions are merged the wrong way: [batch, heads, seq, d_head] -> [batch, seq, heads * d_head]",
+            ),
+        ],
+    )
+    expect.close(
+        value,
+        _merge_oracle(y),
+        what,
+        **EXACT,
+        alternatives=[
+            (
+                y.permute(0, 2, 3, 1).reshape(b, s, h * d),
+                "merge_heads must undo split_heads: " + _SPLIT_ORDER,
+            ),
+            (
+                y.reshape(b, s, h * d),
+                "a reshape alone does not move the head axis back behind the sequence axis; "
+                "move h behind s first, then join (h d)",
+            ),
+        ],
+    )
+    _unchanged(got, {"y": y})
+
+
+@HEADS.visible
+def test_split_heads(impl):
+    "split_heads: x [2, 5, 12] with 3 heads gives [2, 3, 5, 4], head i holding columns 4i to 4i + 3"
+    _check_split(impl, 2, 5, 3, 4, 0)
+
+
+@HEADS.visible
+def test_merge_heads(impl):
+    "merge_heads: y [2, 3, 5, 4] gives [2, 5, 12], undoing split_heads"
+    _check_merge(impl, 2, 3, 5, 4, 1)
+
+
+@HEADS.hidden
+def test_heads_shapes_and_layouts(impl):
+    "1 head, one column per head, non-contiguous inputs, float64 stays float64"
+    for b, s, h, d, seed, dtype in [
+        (1, 4, 1, 8, 2, torch.float32),
+        (2, 3, 8, 1, 3, torch.float32),
+        (3, 6, 2, 4, 4, torch.float32),
+        (2, 2, 3, 2, 5, torch.float64),
+    ]:
+        _check_split(impl, b, s, h, d, seed, dtype=dtype, strided=True)
+        _check_merge(impl, b, h, s, d, seed + 10, dtype=dtype, strided=True)
+
+
+# --- Exercise 5: one-hot vectors ---------------------------------------------------------------------
+
+
+def _check_one_hot(impl, tokens: torch.Tensor, vocab_size: int):
+    got = impl.one_hot(tokens, vocab_size)
+    what = f"one_hot(tokens, {vocab_size}) for tokens of shape {list(tokens.shape)}"
+    shape = (*tokens.shape, vocab_size)
+    value = _result(
+        got,
+        what,
+        shape=shape,
+        dtype=None,
+        shape_mistakes=[
+            ((vocab_size, *tokens.shape), "the vocabulary axis comes last: [..., vocab_size]"),
+            (
+                (tokens.numel(), vocab_size),
+                "keep the leading shape of tokens: [..., vocab_size], not flattened",
+            ),
+        ],
+    )
+    expect.that(
+        value.dtype == torch.float32,
+        f"{what} has dtype {value.dtype}, expected torch.float32: convert with .float(), so that "
+        "the result can multiply a matrix of embeddings",
+    )
+    expected = F.one_hot(tokens, vocab_size).float()
+    expect.close(
+        value,
+        expected,
+        what,
+        **EXACT,
+        alternatives=[
+            (
+                F.one_hot((tokens - 1).clamp(min=0), vocab_size).float() * (tokens > 0)[..., None],
+                "the ones are one place too far left: token ids start at 0, so compare with torch.arange(vocab_size)",
+            ),
+        ],
+    )
+
+
+@ONE_HOT.visible
+def test_one_hot_small(impl):
+    "tokens [2, 0, 3] with a vocabulary of 5 give the float32 rows e_2, e_0, e_3"
+    _check_one_hot(impl, torch.tensor([2, 0, 3]), 5)
+
+
+@ONE_HOT.hidden
+def test_one_hot_shapes(impl):
+    "a [batch, seq] grid of tokens, a single token (a 0-d tensor), a vocabulary of 1"
+    _check_one_hot(impl, torch.randint(0, 7, (2, 4), generator=_gen(1)), 7)
+    _check_one_hot(impl, torch.tensor(3), 4)
+    _check_one_hot(impl, torch.zeros(5, dtype=torch.int64), 1)
