@@ -13,9 +13,6 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root (containers, some cloud machines) unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-# Browser libraries for the attention views, and the browser-test driver (package-lock.json pins them).
-NODE_STAMP := node_modules/.package-lock.json
-
 .PHONY: lab test tinystories release export envfiles lock outputs lint clean
 
 $(STAMP): pyproject.toml requirements.lock
@@ -25,14 +22,10 @@ $(STAMP): pyproject.toml requirements.lock
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-$(NODE_STAMP): package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
-	@touch $@
-
-lab: $(STAMP) $(NODE_STAMP)
+lab: $(STAMP)
 	$(BIN)/jupyter lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/course
 
-test: $(STAMP) $(NODE_STAMP)
+test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n auto --dist loadscope --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg tests solutions
 
@@ -52,7 +45,7 @@ export: $(STAMP)
 	$(BIN)/python tools/export_course.py
 
 # Re-execute the solution notebooks in place (their outputs are committed and checked by nbval).
-outputs: $(STAMP) $(NODE_STAMP)
+outputs: $(STAMP)
 	@for nb in $(NOTEBOOKS); do $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $$nb --log-level=WARN || exit 1; done
 
 envfiles: $(STAMP)
@@ -71,4 +64,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check autograder tests tools
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache gradebook.db
+	rm -rf $(VENV) .pytest_cache gradebook.db

@@ -2,9 +2,10 @@
 
 bertviz's views load require.js, d3 and jQuery from a public CDN, so they render blank
 without internet access (many university hubs) and, in JupyterLab, only when the
-notebook is trusted. Here the three libraries are inlined from ``node_modules`` (pinned
-in package.json, installed by ``make lab``/``make test``), and every view carries a
-matplotlib picture of the same weights that stays visible until bertviz has drawn.
+notebook is trusted. Here the three libraries are inlined from copies that travel with this
+package (``coursetools/static``: pinned, with their licences and checksums, see its SOURCES.md),
+and every view carries a matplotlib picture of the same weights that stays visible until
+bertviz has drawn.
 """
 
 from __future__ import annotations
@@ -18,12 +19,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-NODE_MODULES = Path(__file__).resolve().parents[1] / "node_modules"
-LIBRARIES = {
-    "require": NODE_MODULES / "requirejs" / "require.js",
-    "d3": NODE_MODULES / "d3" / "dist" / "d3.min.js",
-    "jquery": NODE_MODULES / "jquery" / "dist" / "jquery.min.js",
-}
+STATIC = Path(__file__).resolve().parent / "static"
+LIBRARIES = {"require": STATIC / "require.js", "d3": STATIC / "d3.min.js", "jquery": STATIC / "jquery.min.js"}
 _CDN_REQUIRE = re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/require\.js/[^"]+"></script>')
 _CDN_CONFIG = re.compile(r"require\.config\(\{\s*paths:\s*\{[^}]*\}\s*\}\);")
 
@@ -102,7 +99,7 @@ def _show(attention, tokens, view):
 
     try:
         display(HTML(attention_html(attention, tokens, view)))
-    except (ImportError, OSError, RuntimeError) as error:  # no bertviz, or no node_modules: a picture
+    except (ImportError, OSError, RuntimeError) as error:  # no bertviz, or a broken install: a picture
         print(f"(interactive view unavailable: {error}; showing the weights instead)")
         weights_figure(attention, tokens)
         plt.show()
