@@ -24,10 +24,16 @@ VENV_JUPYTER = Path(sys.prefix) / "etc" / "jupyter"
 LABEXTENSION = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "@jupyter" / "nbgrader"
 # The instructor's tools (nbgrader 0.9.6's plugin and server-extension names): all off for students.
 # The menu plugin stays: it then lists only "Assignment List", the commands of the others being absent.
-INSTRUCTOR_PLUGINS = {"@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:formgrader",
-                      "@jupyter/nbgrader:course-list"}
-STUDENT_PLUGINS = {"@jupyter/nbgrader:menu", "@jupyter/nbgrader:assignment-list",
-                   "@jupyter/nbgrader:validate-assignment"}
+INSTRUCTOR_PLUGINS = {
+    "@jupyter/nbgrader:create-assignment",
+    "@jupyter/nbgrader:formgrader",
+    "@jupyter/nbgrader:course-list",
+}
+STUDENT_PLUGINS = {
+    "@jupyter/nbgrader:menu",
+    "@jupyter/nbgrader:assignment-list",
+    "@jupyter/nbgrader:validate-assignment",
+}
 INSTRUCTOR_SERVER = {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"}
 NEWS = "@jupyterlab/apputils-extension:notification"
 
@@ -39,8 +45,17 @@ def _settings(name: str) -> dict:
 def test_student_settings_name_real_plugins_and_extensions():
     """A misspelt id would disable nothing, silently: every id must be one that nbgrader installs."""
     bundle = "".join(p.read_text(errors="replace") for p in (LABEXTENSION / "static").glob("*.js"))
-    plugin_ids = {f"@jupyter/nbgrader:{name}" for name in
-                  ("create-assignment", "formgrader", "course-list", "menu", "assignment-list", "validate-assignment")}
+    plugin_ids = {
+        f"@jupyter/nbgrader:{name}"
+        for name in (
+            "create-assignment",
+            "formgrader",
+            "course-list",
+            "menu",
+            "assignment-list",
+            "validate-assignment",
+        )
+    }
     assert all(f'"{plugin}"' in bundle for plugin in plugin_ids), "nbgrader's plugin ids changed"
     page = _settings("labconfig/page_config.json")
     assert {k for k, v in page["disabledExtensions"].items() if v} == INSTRUCTOR_PLUGINS
@@ -54,13 +69,27 @@ def test_student_settings_name_real_plugins_and_extensions():
 
 
 def test_make_lab_serves_with_the_student_settings():
-    dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(ROOT), "lab", "LAB_DIR=/some/copy",
-                          "LAB_ARGS=--port=8999"], capture_output=True, text=True, check=True,
-                         env={k: v for k, v in os.environ.items() if k != "JUPYTER_CONFIG_PATH"}).stdout
+    dry = subprocess.run(
+        [
+            "make",
+            "-n",
+            "--no-print-directory",
+            "-C",
+            str(ROOT),
+            "lab",
+            "LAB_DIR=/some/copy",
+            "LAB_ARGS=--port=8999",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "JUPYTER_CONFIG_PATH"},
+    ).stdout
     (command,) = [line for line in dry.replace("\\\n", " ").splitlines() if "jupyter lab" in line]
     assert f'JUPYTER_CONFIG_PATH="{STUDENT}"' in command
-    assert command.rstrip().endswith("--ServerApp.root_dir=\"/some/copy\" --LabApp.default_url=/lab/tree/course "
-                                      "--port=8999")
+    assert command.rstrip().endswith(
+        '--ServerApp.root_dir="/some/copy" --LabApp.default_url=/lab/tree/course --port=8999'
+    )
 
 
 # Run inside the scratch environment: what the server and JupyterLab would read there, as JSON.
@@ -102,7 +131,9 @@ def _scratch_environment(tmp_path: Path) -> tuple[Path, dict]:
     shutil.copytree(VENV_JUPYTER, prefix / "etc" / "jupyter")
     labconfig = prefix / "etc" / "jupyter" / "labconfig"
     labconfig.mkdir(exist_ok=True)
-    (labconfig / "page_config.json").write_text(json.dumps({"disabledExtensions": {"some-other:plugin": True}}))
+    (labconfig / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"some-other:plugin": True}})
+    )
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     for tool in ("pip", "npm"):  # installs are proven elsewhere (the dry-run resolution); here only recorded
@@ -110,17 +141,32 @@ def _scratch_environment(tmp_path: Path) -> tuple[Path, dict]:
         stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/calls.log"\n')
         stub.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-    env.update(PATH=f"{prefix / 'bin'}:{stubs}:{os.environ['PATH']}", JUPYTER_CONFIG_DIR=str(tmp_path / "user"),
-               JUPYTER_DATA_DIR=str(tmp_path / "data"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    env.update(
+        PATH=f"{prefix / 'bin'}:{stubs}:{os.environ['PATH']}",
+        JUPYTER_CONFIG_DIR=str(tmp_path / "user"),
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
     return prefix, env
 
 
 def _probe(prefix: Path, env: dict, tmp_path: Path) -> dict:
     lab = Path(sys.prefix) / "share" / "jupyter"
     done = subprocess.run(
-        [prefix / "bin" / "python", "-c", _PROBE, str(lab / "labextensions"), str(prefix / "share" / "jupyter" / "lab"
-         / "settings"), str(lab / "lab" / "schemas"), str(tmp_path / "user-settings"), NEWS],
-        env=env, capture_output=True, text=True, timeout=120,
+        [
+            prefix / "bin" / "python",
+            "-c",
+            _PROBE,
+            str(lab / "labextensions"),
+            str(prefix / "share" / "jupyter" / "lab" / "settings"),
+            str(lab / "lab" / "schemas"),
+            str(tmp_path / "user-settings"),
+            NEWS,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -134,8 +180,9 @@ def test_binder_postbuild_in_a_scratch_prefix(tmp_path):
     assert before["server_extensions"]["nbgrader.server_extensions.formgrader"] is True
     assert not INSTRUCTOR_PLUGINS & set(before["disabled"]) and before["news_defaults"]["fetchNews"] == "none"
 
-    done = subprocess.run([ROOT / "binder" / "postBuild"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [ROOT / "binder" / "postBuild"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "pip install --no-deps -e ." in (tmp_path / "calls.log").read_text()
 
@@ -148,14 +195,18 @@ def test_binder_postbuild_in_a_scratch_prefix(tmp_path):
     assert INSTRUCTOR_PLUGINS <= set(after["locked"]) and not STUDENT_PLUGINS & set(after["disabled"])
     assert after["news_defaults"] == {"fetchNews": "false", "checkForUpdates": False}
     written = prefix / "etc" / "jupyter"
-    assert json.loads((written / "labconfig" / "page_config.json").read_text())["lockedExtensions"] == dict.fromkeys(
-        sorted(INSTRUCTOR_PLUGINS), True)
+    assert json.loads((written / "labconfig" / "page_config.json").read_text())[
+        "lockedExtensions"
+    ] == dict.fromkeys(sorted(INSTRUCTOR_PLUGINS), True)
 
 
 def test_student_settings_install_is_idempotent(tmp_path):
     script = ROOT / "tools" / "student_settings.py"
     for _ in range(2):
-        done = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, script, str(tmp_path)], capture_output=True, text=True, check=True
+        )
     assert done.stdout.count("student settings: ") == 3
-    assert json.loads((tmp_path / "jupyter_server_config.json").read_text()) == _settings("jupyter_server_config.json")
-
+    assert json.loads((tmp_path / "jupyter_server_config.json").read_text()) == _settings(
+        "jupyter_server_config.json"
+    )

@@ -26,9 +26,16 @@ pytestmark = requires_browser
 
 NOTEBOOK = "05_multihead_attention"
 SCREENSHOTS = ROOT / "build" / "screenshots"
-INSTRUCTOR_MENU = {"Course List", "Formgrader", "Create assignment"}  # "Formgrader (local)" shows only when set up
-INSTRUCTOR_PLUGINS = {"@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:formgrader",
-                      "@jupyter/nbgrader:course-list"}
+INSTRUCTOR_MENU = {
+    "Course List",
+    "Formgrader",
+    "Create assignment",
+}  # "Formgrader (local)" shows only when set up
+INSTRUCTOR_PLUGINS = {
+    "@jupyter/nbgrader:create-assignment",
+    "@jupyter/nbgrader:formgrader",
+    "@jupyter/nbgrader:course-list",
+}
 NEWS_QUESTION = "Would you like to get notified about official Jupyter news?"
 # The answer typed wrong: RoPE rotates the queries but forgets the keys (its last exercise, so that Run All,
 # which stops at the first failing cell, has run every other verdict, plot and view before it).
@@ -40,9 +47,13 @@ WRONG_LINE = "q = self.rope(q, token_positions)"
 def _environment(tmp_path: Path) -> dict:
     """The machine's environment with Jupyter's and IPython's per-user state in a temp dir."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-    env.update(JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"), JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "jupyter-runtime"), IPYTHONDIR=str(tmp_path / "ipython"),
-               OMP_NUM_THREADS="1")
+    env.update(
+        JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
+        JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "jupyter-runtime"),
+        IPYTHONDIR=str(tmp_path / "ipython"),
+        OMP_NUM_THREADS="1",
+    )
     return env
 
 
@@ -73,8 +84,11 @@ def _instructor_tools(page, lab) -> dict:
     config = json.loads(page.locator("#jupyter-config-data").text_content())
     return {
         "menu": set(menu),
-        "sidebar": set(page.locator(".jp-SideBar .lm-TabBar-tab").evaluate_all(
-            "tabs => tabs.map(t => t.getAttribute('title') || t.textContent)")),
+        "sidebar": set(
+            page.locator(".jp-SideBar .lm-TabBar-tab").evaluate_all(
+                "tabs => tabs.map(t => t.getAttribute('title') || t.textContent)"
+            )
+        ),
         "locked": set(config.get("lockedExtensions", [])),
         "formgrader_status": page.request.get(f"{lab.url}/formgrader?token={lab.token}").status,
         "news_toasts": page.locator(".Toastify__toast", has_text=NEWS_QUESTION).count(),
@@ -106,9 +120,14 @@ def _shot(page, name: str) -> Path:
 
 def test_student_session_in_a_real_browser(tmp_path):
     released, solved = read(release_path(NOTEBOOK)), read(solution_path(NOTEBOOK))
-    answers = {grade_id(c): i for i, c in enumerate(released.cells) if c.metadata.get("nbgrader", {}).get("solution")}
-    tests = {grade_id(c).removesuffix("_test"): i for i, c in enumerate(released.cells)
-             if c.metadata.get("nbgrader", {}).get("grade")}
+    answers = {
+        grade_id(c): i for i, c in enumerate(released.cells) if c.metadata.get("nbgrader", {}).get("solution")
+    }
+    tests = {
+        grade_id(c).removesuffix("_test"): i
+        for i, c in enumerate(released.cells)
+        if c.metadata.get("nbgrader", {}).get("grade")
+    }
     assert answers.keys() == tests.keys() and WRONG_ID in answers, "notebook 05's exercises changed"
     wrong = answer_source(solved, WRONG_ID).replace(RIGHT_LINE, WRONG_LINE)
     assert wrong != answer_source(solved, WRONG_ID), "the wrong answer must differ from the solution"
@@ -118,36 +137,47 @@ def test_student_session_in_a_real_browser(tmp_path):
     assert plots and len(views) == 2 and max(plots[0], *views) < tests[WRONG_ID]
 
     started = time.monotonic()
-    with jupyter_lab(_scratch_course(tmp_path), env=_environment(tmp_path), via_make=True) as lab, \
-            offline_page(height=1000) as browsing:
+    with (
+        jupyter_lab(_scratch_course(tmp_path), env=_environment(tmp_path), via_make=True) as lab,
+        offline_page(height=1000) as browsing,
+    ):
         page = browsing.page
         try:
             _open_notebook(page, lab)
             for exercise, index in answers.items():
-                _type_into_cell(page, index, wrong if exercise == WRONG_ID else answer_source(solved, exercise))
+                _type_into_cell(
+                    page, index, wrong if exercise == WRONG_ID else answer_source(solved, exercise)
+                )
             page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="Run").click()
             page.locator(".lm-Menu .lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
             failing = page.locator(".jp-Notebook .jp-Cell").nth(tests[WRONG_ID])
-            failing.locator(".jp-OutputArea", has_text="checks failed").wait_for(state="attached",
-                                                                                    timeout=90_000)
+            failing.locator(".jp-OutputArea", has_text="checks failed").wait_for(
+                state="attached", timeout=90_000
+            )
             _wait_idle(page)
 
             verdicts = {exercise: _output_text(page, index) for exercise, index in tests.items()}
             for exercise, text in verdicts.items():
                 if exercise != WRONG_ID:
-                    assert "✓" in text and "✗" not in text and "visible checks passed." in text, (exercise, text)
+                    assert "✓" in text and "✗" not in text and "visible checks passed." in text, (
+                        exercise,
+                        text,
+                    )
             lines = verdicts[WRONG_ID].splitlines()
             assert any(line.startswith("✗") for line in lines), verdicts[WRONG_ID]
             first_failure = next(i for i, line in enumerate(lines) if line.startswith("✗"))
-            assert lines[first_failure + 1].startswith("    ") and lines[first_failure + 1].strip(), \
+            assert lines[first_failure + 1].startswith("    ") and lines[first_failure + 1].strip(), (
                 "a failed check says why, on the (indented) line below it"
+            )
             assert "checks failed (see above)" in verdicts[WRONG_ID]
             failing.scroll_into_view_if_needed()
             _shot(page, "failing_answer")
 
             plot = page.locator(".jp-Notebook .jp-Cell").nth(plots[0]).locator(".jp-OutputArea img").first
             plot.scroll_into_view_if_needed()
-            assert plot.evaluate("img => img.complete && img.naturalWidth > 100 && img.src.startsWith('data:image/png')")
+            assert plot.evaluate(
+                "img => img.complete && img.naturalWidth > 100 && img.src.startsWith('data:image/png')"
+            )
             _shot(page, "plot")
             for name, index in zip(("head_view", "model_view"), views, strict=True):
                 view = page.locator(".jp-Notebook .jp-Cell").nth(index).locator("[id^='course-attention-']")
@@ -162,9 +192,14 @@ def test_student_session_in_a_real_browser(tmp_path):
             assert not any("Create Assignment" in tab for tab in seen["sidebar"]), seen
             assert INSTRUCTOR_PLUGINS <= seen["locked"] and seen["formgrader_status"] == 404, seen
             assert seen["news_toasts"] == 0, "the news question popped up"
-            refused = page.request.post(f"{lab.url}/lab/api/plugins", headers={"Authorization": f"token {lab.token}"},
-                                        data=json.dumps({"cmd": "enable", "plugin_name": "@jupyter/nbgrader:create-assignment"}))
-            assert refused.status == 500 and "locked" in refused.text(), "the Extension Manager could turn it back on"
+            refused = page.request.post(
+                f"{lab.url}/lab/api/plugins",
+                headers={"Authorization": f"token {lab.token}"},
+                data=json.dumps({"cmd": "enable", "plugin_name": "@jupyter/nbgrader:create-assignment"}),
+            )
+            assert refused.status == 500 and "locked" in refused.text(), (
+                "the Extension Manager could turn it back on"
+            )
             # The assignment list is the student's tool: its extension loaded and opens.
             page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="Nbgrader").click()
             page.locator(".lm-Menu .lm-Menu-itemLabel", has_text="Assignment List").click()
@@ -179,7 +214,10 @@ def test_student_session_in_a_real_browser(tmp_path):
 
 def test_control_an_instructor_lab_shows_the_tools(tmp_path):
     """The same checks on an instructor's plain `jupyter lab` find every tool, and the news question."""
-    with jupyter_lab(_scratch_course(tmp_path), env=_environment(tmp_path)) as lab, offline_page() as browsing:
+    with (
+        jupyter_lab(_scratch_course(tmp_path), env=_environment(tmp_path)) as lab,
+        offline_page() as browsing,
+    ):
         page = browsing.page
         _open_notebook(page, lab)
         page.locator(".Toastify__toast", has_text=NEWS_QUESTION).wait_for(timeout=30_000)
@@ -187,4 +225,3 @@ def test_control_an_instructor_lab_shows_the_tools(tmp_path):
     assert INSTRUCTOR_MENU | {"Assignment List"} == seen["menu"], seen
     assert "Nbgrader Create Assignment" in seen["sidebar"] and seen["formgrader_status"] == 200, seen
     assert not seen["locked"] and seen["news_toasts"] == 1, seen
-

@@ -37,8 +37,13 @@ def install(target: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("target", nargs="?", type=Path, default=Path(ENV_CONFIG_PATH[0]),
-                        help="a Jupyter config directory (default: this environment's, %(default)s)")
+    parser.add_argument(
+        "target",
+        nargs="?",
+        type=Path,
+        default=Path(ENV_CONFIG_PATH[0]),
+        help="a Jupyter config directory (default: this environment's, %(default)s)",
+    )
     for path in install(parser.parse_args(argv).target):
         print(f"student settings: {path}")
     return 0
