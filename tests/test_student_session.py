@@ -26,11 +26,8 @@ pytestmark = requires_browser
 
 NOTEBOOK = "05_multihead_attention"
 SCREENSHOTS = ROOT / "build" / "screenshots"
-INSTRUCTOR_MENU = {
-    "Course List",
-    "Formgrader",
-    "Create assignment",
-}  # "Formgrader (local)" shows only when set up
+# The Nbgrader menu's instructor entries ("Formgrader (local)" shows only when a local config is allowed).
+INSTRUCTOR_MENU = {"Course List", "Formgrader", "Create assignment"}
 INSTRUCTOR_PLUGINS = {
     "@jupyter/nbgrader:create-assignment",
     "@jupyter/nbgrader:formgrader",
