@@ -22,8 +22,16 @@ $(STAMP): pyproject.toml requirements.lock
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# Students' JupyterLab: jupyter/student/ hides nbgrader's instructor tools and the news pop-up (binder/postBuild
+# installs the same files). It is added to Jupyter's config path for this server only, so an instructor's own
+# `jupyter lab` keeps formgrader. Another folder and extra options: make lab LAB_DIR=../my-copy LAB_ARGS="--port=8899".
+STUDENT_CONFIG := $(CURDIR)/jupyter/student
+LAB_DIR ?= .
+LAB_ARGS ?=
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/course
+	JUPYTER_CONFIG_PATH="$(STUDENT_CONFIG)$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+	  $(BIN)/jupyter lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir="$(LAB_DIR)" --LabApp.default_url=/lab/tree/course $(LAB_ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check .

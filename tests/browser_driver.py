@@ -5,13 +5,15 @@ Chromium (``/usr/bin/chromium``; ``CHROMIUM`` overrides it). Every request that 
 machine is refused and recorded, so a page that draws here draws on an offline university hub too.
 
 ``jupyter_lab()`` starts JupyterLab headless on a free localhost port with a token, the way
-``make lab`` does, for tests that drive a student's session.
+``make lab`` does (or through ``make lab`` itself), for tests that drive a student's session.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
@@ -100,16 +103,24 @@ class Lab:
 
 @contextmanager
 def jupyter_lab(root: Path, *, env: dict | None = None, args: tuple[str, ...] = (),
-                token: str = "course-test-token", start_timeout: float = 90) -> Iterator[Lab]:
-    """JupyterLab serving ``root`` headless on a free localhost port; stopped on exit."""
+                token: str = "course-test-token", start_timeout: float = 90, via_make: bool = False) -> Iterator[Lab]:
+    """JupyterLab serving ``root`` headless on a free localhost port; stopped on exit.
+
+    ``via_make`` starts it with the students' own command, ``make lab`` (their settings included), with
+    ``root`` as ``LAB_DIR`` and the port, token and ``args`` as ``LAB_ARGS``.
+    """
     port = free_port()
-    jupyter = Path(sys.executable).parent / "jupyter"
+    options = ["--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}", *args]
+    if via_make:
+        command = ["make", "--no-print-directory", "-C", str(ROOT), "lab", f"LAB_DIR={root}",
+                   f"LAB_ARGS={shlex.join(options)}"]
+    else:
+        jupyter = Path(sys.executable).parent / "jupyter"
+        command = [jupyter, "lab", "--allow-root", f"--ServerApp.root_dir={root}", *options]
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed below; its tail explains a failed start
-    server = subprocess.Popen(
-        [jupyter, "lab", "--no-browser", "--allow-root", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", *args],
-        cwd=root, env=env or dict(os.environ), stdout=log, stderr=subprocess.STDOUT,
-    )
+    # A session of its own, so that stopping it stops make, the server and its kernels together.
+    server = subprocess.Popen(command, cwd=root, env=env or dict(os.environ), stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + start_timeout
@@ -125,9 +136,19 @@ def jupyter_lab(root: Path, *, env: dict | None = None, args: tuple[str, ...] = 
                 time.sleep(0.5)
         yield Lab(url, token, root)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        _stop(server)
         log.close()
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group (the server shuts its kernels down), SIGKILL if it hangs."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            server.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

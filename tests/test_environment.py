@@ -71,3 +71,25 @@ def test_binder_requirements_resolve_to_exactly_the_lock(tmp_path):
     assert resolved == envfiles.lock_pins()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert all(envfiles.canonical(d.split("==")[0]) in resolved for d in project["dependencies"])
+
+
+def test_binder_conda_side_is_what_repo2docker_reads():
+    """No conda here (nor conda-forge), so the conda solve cannot run; this checks what repo2docker parses.
+
+    repo2docker (checked with 2026.4.0's `--no-build --debug`, see docs/student_lab.md) picks its base
+    environment by the `python=X.Y` spec, then runs `mamba env update -p $NB_PYTHON_PREFIX --file
+    binder/environment.yml` into the environment the server runs from, then `binder/postBuild`.
+    """
+    import re
+
+    spec, deps, pip = _pip_section(ROOT / "binder" / "environment.yml")
+    assert set(spec) <= {"name", "channels", "dependencies"} and spec["channels"] == ["conda-forge"]
+    conda = [d for d in deps if not isinstance(d, dict)]
+    assert deps[-1] == {"pip": pip}, "one pip section, last"
+    simple_spec = re.compile(r"^[a-z0-9][a-z0-9_.-]*(=[0-9][0-9a-z.*]*)?$")  # name[=version], as envfiles writes
+    assert all(isinstance(d, str) and simple_spec.match(d) for d in conda), conda
+    names = [d.split("=")[0] for d in conda]
+    assert len(names) == len(set(names)) and "pip" in names, "pip (for the pip section) once"
+    assert [d for d in conda if d.startswith("python=")] == [f"python={envfiles.PYTHON}"]
+    # A package from both conda and pip would be installed twice, at versions the lock does not decide.
+    assert not set(names) & set(envfiles.parse_pins(pip)), "installed by conda and by pip"

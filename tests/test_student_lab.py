@@ -1,0 +1,212 @@
+"""Students get no instructor tools and no news pop-up, in `make lab` and on Binder.
+
+jupyter/student/ holds the settings; `make lab` puts it on JUPYTER_CONFIG_PATH, and binder/postBuild merges it
+into its environment (tools/student_settings.py). Here postBuild runs for real in a scratch prefix, and the
+settings it leaves are read back by the functions JupyterLab and Jupyter Server read them with.
+(tests/test_student_session.py checks the same in a real browser.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+from notebooks import ROOT
+
+STUDENT = ROOT / "jupyter" / "student"
+VENV_JUPYTER = Path(sys.prefix) / "etc" / "jupyter"
+LABEXTENSION = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "@jupyter" / "nbgrader"
+# The instructor's tools (nbgrader 0.9.6's plugin and server-extension names): all off for students.
+# The menu plugin stays: it then lists only "Assignment List", the commands of the others being absent.
+INSTRUCTOR_PLUGINS = {
+    "@jupyter/nbgrader:create-assignment",
+    "@jupyter/nbgrader:formgrader",
+    "@jupyter/nbgrader:course-list",
+}
+STUDENT_PLUGINS = {
+    "@jupyter/nbgrader:menu",
+    "@jupyter/nbgrader:assignment-list",
+    "@jupyter/nbgrader:validate-assignment",
+}
+INSTRUCTOR_SERVER = {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"}
+NEWS = "@jupyterlab/apputils-extension:notification"
+
+
+def _settings(name: str) -> dict:
+    return json.loads((STUDENT / name).read_text())
+
+
+def test_student_settings_name_real_plugins_and_extensions():
+    """A misspelt id would disable nothing, silently: every id must be one that nbgrader installs."""
+    bundle = "".join(p.read_text(errors="replace") for p in (LABEXTENSION / "static").glob("*.js"))
+    plugin_ids = {
+        f"@jupyter/nbgrader:{name}"
+        for name in (
+            "create-assignment",
+            "formgrader",
+            "course-list",
+            "menu",
+            "assignment-list",
+            "validate-assignment",
+        )
+    }
+    assert all(f'"{plugin}"' in bundle for plugin in plugin_ids), "nbgrader's plugin ids changed"
+    page = _settings("labconfig/page_config.json")
+    assert {k for k, v in page["disabledExtensions"].items() if v} == INSTRUCTOR_PLUGINS
+    assert {k for k, v in page["lockedExtensions"].items() if v} == INSTRUCTOR_PLUGINS
+    shipped = json.loads((VENV_JUPYTER / "jupyter_server_config.d" / "nbgrader.json").read_text())
+    server = _settings("jupyter_server_config.json")["ServerApp"]["jpserver_extensions"]
+    assert server == dict.fromkeys(INSTRUCTOR_SERVER, False)
+    assert INSTRUCTOR_SERVER < set(shipped["ServerApp"]["jpserver_extensions"])
+    overrides = _settings("labconfig/default_setting_overrides.json")
+    assert overrides == {NEWS: {"fetchNews": "false", "checkForUpdates": False}}
+
+
+def test_make_lab_serves_with_the_student_settings():
+    dry = subprocess.run(
+        [
+            "make",
+            "-n",
+            "--no-print-directory",
+            "-C",
+            str(ROOT),
+            "lab",
+            "LAB_DIR=/some/copy",
+            "LAB_ARGS=--port=8999",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "JUPYTER_CONFIG_PATH"},
+    ).stdout
+    (command,) = [line for line in dry.replace("\\\n", " ").splitlines() if "jupyter lab" in line]
+    assert f'JUPYTER_CONFIG_PATH="{STUDENT}"' in command
+    assert command.rstrip().endswith(
+        '--ServerApp.root_dir="/some/copy" --LabApp.default_url=/lab/tree/course --port=8999'
+    )
+
+
+# Run inside the scratch environment: what the server and JupyterLab would read there, as JSON.
+_PROBE = textwrap.dedent("""
+    import json, sys
+    from jupyter_server.serverapp import ServerApp
+    from jupyterlab_server.config import get_page_config
+    from jupyterlab_server.settings_utils import get_settings
+
+    def on(ids):  # the page config holds lists or {id: bool} dicts
+        return sorted(ids if isinstance(ids, list) else [k for k, v in ids.items() if v])
+
+    server = ServerApp()
+    server.load_config_file()
+    server.find_server_extensions()
+    page = get_page_config([sys.argv[1]])
+    news, _ = get_settings(sys.argv[2], sys.argv[3], sys.argv[4], schema_name=sys.argv[5])
+    print(json.dumps({
+        "prefix": sys.prefix,
+        "server_extensions": {k: bool(v) for k, v in server.jpserver_extensions.items()},
+        "disabled": on(page["disabledExtensions"]),
+        "locked": on(page.get("lockedExtensions", [])),
+        "news_defaults": {k: news["schema"]["properties"][k]["default"] for k in ("fetchNews", "checkForUpdates")},
+    }))
+""")
+
+
+def _scratch_environment(tmp_path: Path) -> tuple[Path, dict]:
+    """A Python whose sys.prefix is a temp dir, seeing this venv's packages, with pip and npm stubbed.
+
+    Its etc/jupyter starts as this venv's, i.e. as pip left Binder's environment (nbgrader's own
+    jupyter_server_config.d/nbgrader.json enabling formgrader), plus a page_config.json that another
+    package might have written, which postBuild must keep.
+    """
+    prefix = tmp_path / "prefix"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True, timeout=60)
+    purelib = Path(sysconfig.get_paths(vars={"base": str(prefix), "platbase": str(prefix)})["purelib"])
+    (purelib / "course_venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    shutil.copytree(VENV_JUPYTER, prefix / "etc" / "jupyter")
+    labconfig = prefix / "etc" / "jupyter" / "labconfig"
+    labconfig.mkdir(exist_ok=True)
+    (labconfig / "page_config.json").write_text(
+        json.dumps({"disabledExtensions": {"some-other:plugin": True}})
+    )
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for tool in ("pip", "npm"):  # installs are proven elsewhere (the dry-run resolution); here only recorded
+        stub = stubs / tool
+        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/calls.log"\n')
+        stub.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(
+        PATH=f"{prefix / 'bin'}:{stubs}:{os.environ['PATH']}",
+        JUPYTER_CONFIG_DIR=str(tmp_path / "user"),
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
+    return prefix, env
+
+
+def _probe(prefix: Path, env: dict, tmp_path: Path) -> dict:
+    lab = Path(sys.prefix) / "share" / "jupyter"
+    done = subprocess.run(
+        [
+            prefix / "bin" / "python",
+            "-c",
+            _PROBE,
+            str(lab / "labextensions"),
+            str(prefix / "share" / "jupyter" / "lab" / "settings"),
+            str(lab / "lab" / "schemas"),
+            str(tmp_path / "user-settings"),
+            NEWS,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_binder_postbuild_in_a_scratch_prefix(tmp_path):
+    prefix, env = _scratch_environment(tmp_path)
+    before = _probe(prefix, env, tmp_path)
+    assert before["prefix"] == str(prefix)
+    # The control: as pip leaves it, the environment offers the instructor's tools and asks about news.
+    assert before["server_extensions"]["nbgrader.server_extensions.formgrader"] is True
+    assert not INSTRUCTOR_PLUGINS & set(before["disabled"]) and before["news_defaults"]["fetchNews"] == "none"
+
+    done = subprocess.run(
+        [ROOT / "binder" / "postBuild"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "pip install --no-deps -e ." in (tmp_path / "calls.log").read_text()
+
+    after = _probe(prefix, env, tmp_path)
+    extensions = after["server_extensions"]
+    assert all(extensions[name] is False for name in INSTRUCTOR_SERVER), extensions
+    assert extensions["nbgrader.server_extensions.assignment_list"] is True
+    assert extensions["nbgrader.server_extensions.validate_assignment"] is True
+    assert set(after["disabled"]) == INSTRUCTOR_PLUGINS | {"some-other:plugin"}, "kept what was there"
+    assert INSTRUCTOR_PLUGINS <= set(after["locked"]) and not STUDENT_PLUGINS & set(after["disabled"])
+    assert after["news_defaults"] == {"fetchNews": "false", "checkForUpdates": False}
+    written = prefix / "etc" / "jupyter"
+    assert json.loads((written / "labconfig" / "page_config.json").read_text())[
+        "lockedExtensions"
+    ] == dict.fromkeys(sorted(INSTRUCTOR_PLUGINS), True)
+
+
+def test_student_settings_install_is_idempotent(tmp_path):
+    script = ROOT / "tools" / "student_settings.py"
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, script, str(tmp_path)], capture_output=True, text=True, check=True
+        )
+    assert done.stdout.count("student settings: ") == 3
+    assert json.loads((tmp_path / "jupyter_server_config.json").read_text()) == _settings(
+        "jupyter_server_config.json"
+    )

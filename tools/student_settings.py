@@ -1,0 +1,53 @@
+"""Install the students' JupyterLab settings (jupyter/student/) into a Jupyter config directory.
+
+jupyter/student/ is the one source of these settings: nbgrader's instructor tools (create-assignment,
+formgrader, course list) disabled and locked, and no "official Jupyter news?" pop-up. `make lab` reads the
+folder in place (on JUPYTER_CONFIG_PATH, for that server only, so an instructor's own `jupyter lab` keeps
+formgrader). A Binder image has no instructor, so binder/postBuild runs this script to merge the same files
+into its environment's config directory, ``sys.prefix/etc/jupyter``.
+
+Merging goes through jupyter_server's own config manager (as `jupyter server extension disable` does), so
+what other packages wrote there stays. Our settings land in the top-level files (``jupyter_server_config.json``,
+``labconfig/page_config.json``), which outrank the ``*.d/`` files that packages install: nbgrader's
+``jupyter_server_config.d/nbgrader.json`` enables formgrader, and a ``*.d`` file of ours would lose to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from jupyter_core.paths import ENV_CONFIG_PATH
+from jupyter_server.config_manager import BaseJSONConfigManager
+
+STUDENT = Path(__file__).resolve().parents[1] / "jupyter" / "student"
+
+
+def install(target: Path) -> list[Path]:
+    """Merge every ``jupyter/student/**/NAME.json`` into ``target/**/NAME.json``; the files written."""
+    written = []
+    for source in sorted(STUDENT.rglob("*.json")):
+        relative = source.relative_to(STUDENT)
+        manager = BaseJSONConfigManager(config_dir=str(target / relative.parent))
+        manager.update(relative.stem, json.loads(source.read_text(encoding="utf-8")))
+        written.append(target / relative)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "target",
+        nargs="?",
+        type=Path,
+        default=Path(ENV_CONFIG_PATH[0]),
+        help="a Jupyter config directory (default: this environment's, %(default)s)",
+    )
+    for path in install(parser.parse_args(argv).target):
+        print(f"student settings: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
