@@ -152,7 +152,7 @@ def grade_class(assignment: str, workers: int | None = None, csv: str | None = "
                 outcome = future.result()
                 outcomes.append(outcome)
                 if not outcome.ok:
-                    bar.write(f"{outcome.student}: not graded: {outcome.message}")
+                    bar.write(f"{outcome.student}: not graded: {outcome.message}", file=sys.stderr)
                 bar.set_postfix(failed=sum(not o.ok for o in outcomes), refresh=False)
                 bar.update()
     if csv:
