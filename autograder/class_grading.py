@@ -116,8 +116,20 @@ def already_graded(coursedir, gradebook, assignment: str, student: str) -> bool:
     names = {notebook.name for notebook in gradebook.find_assignment(assignment).notebooks}
     for notebook in submitted.glob("*.ipynb"):
         graded = autograded / notebook.name
-        if notebook.stem in names and (not graded.is_file() or graded.stat().st_mtime < notebook.stat().st_mtime):
+        if notebook.stem in names and (not graded.is_file() or graded.stat().st_mtime < notebook.stat().st_mtime
+                                       or not _complete(graded)):
             return False
+    return True
+
+
+def _complete(path: Path) -> bool:
+    """Whether the file is a whole notebook: a run killed while nbconvert was writing it leaves a part."""
+    import nbformat
+
+    try:
+        nbformat.read(path, as_version=4)
+    except Exception:  # noqa: BLE001 - any unreadable file means: grade it again
+        return False
     return True
 
 
