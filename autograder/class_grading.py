@@ -8,9 +8,10 @@ run from the course root (where ``nbgrader_config.py`` is), like ``nbgrader auto
   from a queue with nbgrader's own ``Autograde`` converter: TrustedVerdict, the sandbox and the gradebook
   are nbgrader's. Starting nbgrader and importing torch is paid once per worker, not once per submission.
 - Resumable: a submission is skipped when the gradebook holds it and its autograded notebooks are not
-  older than the submitted ones (nbgrader's ``timestamp.txt`` where there is one). nbgrader writes an
-  autograded notebook only after ``SaveAutoGrades`` has committed its grades, so a run killed mid-way
-  leaves every submission either done or regraded from scratch (``force``) by the next run.
+  older than the submitted ones (nbgrader's ``timestamp.txt`` where there is one) and hold a verdict
+  in every test cell. nbgrader writes the graded notebook only after ``SaveAutoGrades`` has committed
+  its grades (a sanitized one, without verdicts, comes first), so a run killed mid-way leaves every
+  submission either done or regraded from scratch (``force``) by the next run.
 - A submission that nbgrader cannot grade (a broken file, a crash) costs only that student: the others
   are graded, the failures are listed, and the exit status is 1.
 - Several processes write to the SQLite gradebook. Each write is short and SQLite waits up to 5 s for a
@@ -123,14 +124,22 @@ def already_graded(coursedir, gradebook, assignment: str, student: str) -> bool:
 
 
 def _complete(path: Path) -> bool:
-    """Whether the file is a whole notebook: a run killed while nbconvert was writing it leaves a part."""
+    """Whether the autograded notebook went through grading, not only through nbgrader's first pass.
+
+    nbgrader writes the autograded notebook twice: sanitized (outputs cleared), then graded. Only the
+    second has TrustedVerdict's verdict in every test cell; a run killed between the two, or while
+    nbconvert was writing, leaves a file without them (or a part of one).
+    """
     import nbformat
 
+    from autograder.grading import is_test_cell
+
     try:
-        nbformat.read(path, as_version=4)
+        nb = nbformat.read(path, as_version=4)
     except Exception:  # noqa: BLE001 - any unreadable file means: grade it again
         return False
-    return True
+    tests = [cell for cell in nb.cells if cell.cell_type == "code" and is_test_cell(cell)]
+    return bool(tests) and all(cell.get("outputs") for cell in tests)
 
 
 def grade_class(assignment: str, workers: int | None = None, csv: str | None = "grades.csv", force: bool = False,
