@@ -29,6 +29,7 @@ import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,6 +204,10 @@ def main(assignment: str, workers: int | None, csv: str | None, force: bool, opt
     except KeyboardInterrupt:
         print("interrupted: run the same command again to grade the rest", file=sys.stderr)
         return 130
+    except BrokenProcessPool:  # a worker killed from outside (the OOM killer): what is graded stays graded
+        print("error: a grading worker died (out of memory?): run the same command again, perhaps with "
+              "fewer --workers, to grade the rest", file=sys.stderr)
+        return 1
     failed = [o for o in outcomes if not o.ok]
     seconds = time.monotonic() - started
     print(f"{assignment}: {len(outcomes) - len(failed)} graded, {skipped} already graded (skipped), "

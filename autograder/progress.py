@@ -136,6 +136,15 @@ def _start_worker(threads: int) -> None:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+def _row(future, path: Path, course: Path) -> Row:
+    """The future's row; a grading process that died (killed, out of memory) costs only its notebook."""
+    try:
+        return future.result()
+    except Exception as error:  # noqa: BLE001 - BrokenProcessPool and the like
+        relative = str(path.relative_to(course))
+        return Row(relative, relative, "error", message=f"the grading process died ({type(error).__name__})")
+
+
 def progress(course: Path | None = None, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT,
              limits: Limits | None = None) -> Progress:
     """Grade every notebook of ``course`` (default: ``find_course()``), ``workers`` at a time."""
@@ -153,8 +162,8 @@ def progress(course: Path | None = None, workers: int | None = None, timeout: fl
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                  initargs=(threads_per_grading(workers),)) as pool:
-            rows = list(pool.map(grade_row, paths, [course] * len(paths), [timeout] * len(paths),
-                                 [limits] * len(paths)))
+            futures = [pool.submit(grade_row, path, course, timeout, limits) for path in paths]
+            rows = [_row(future, path, course) for future, path in zip(futures, paths, strict=True)]
     return Progress(str(course), rows)
 
 
