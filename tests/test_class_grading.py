@@ -155,3 +155,27 @@ def test_refuses_where_there_is_no_assignment(tmp_path):
     out, err = done.communicate(timeout=300)
     assert done.returncode == 2 and err.strip().count("\n") == 0, err
     assert "nbgrader generate_assignment 02_normalization" in err
+
+
+def test_student_code_cannot_read_the_class_grades(tmp_path):
+    """grades.csv, where nbgrader export and grade-class write by default, is hidden like the gradebook."""
+    require_sandbox()
+    from nbgrader.coursedir import CourseDirectory
+
+    from autograder.nbgrader_plugin import private_paths
+    from autograder.sandbox import Sandbox
+
+    tmp_path.chmod(0o755)
+    (tmp_path / "grades.csv").write_text("student_id,score\nalice,6.0\n")
+    folder = tmp_path / "autograded" / "bob" / NOTEBOOK
+    folder.mkdir(parents=True)
+    seen = {}
+    for name, private in (("hidden", private_paths(CourseDirectory(root=str(tmp_path)))), ("shown", [])):
+        sandbox = Sandbox(folder, tmp_path, private)
+        try:
+            seen[name] = subprocess.run(sandbox.wrap(["cat", str(tmp_path / "grades.csv")]), capture_output=True,
+                                        text=True, env=sandbox.environment(), timeout=60).stdout
+        finally:
+            sandbox.cleanup()
+    assert "alice" in seen["shown"]  # the control: without the private path the file is readable
+    assert "alice" not in seen["hidden"]
