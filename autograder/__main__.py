@@ -1,8 +1,10 @@
-"""Command line: ``python -m autograder check NOTEBOOK.ipynb [--json]``.
+"""Command line: ``python -m autograder check NOTEBOOK.ipynb [--json]``, ``progress``, ``grade-class``.
 
-Runs the notebook's code in a separate, sandboxed process and every check (visible and
+``check`` runs the notebook's code in a separate, sandboxed process and every check (visible and
 hidden) in this one; prints per-exercise results and exits 1 if anything failed, 2 if
-the file is not one of the course's notebooks.
+the file is not one of the course's notebooks. ``progress`` does the same for every notebook of
+the course folder (``autograder.progress``); ``grade-class`` autogrades a class with nbgrader,
+several submissions at once (``autograder.class_grading``).
 """
 
 from __future__ import annotations
@@ -13,28 +15,25 @@ import sys
 
 import nbformat
 
-from autograder.grading import DEFAULT_TIMEOUT, grade_file
-from autograder.sandbox import (
-    DEFAULT_FILE_SIZE,
-    DEFAULT_MEMORY,
-    DEFAULT_PROCESSES,
-    Limits,
-    SandboxUnavailable,
-    unavailable_reason,
-)
+from autograder.grading import DEFAULT_TIMEOUT, self_check, unsandboxed_note
+from autograder.sandbox import DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCESSES, Limits
 
 
-def _grade(path: str, **options):
-    """Grade in the sandbox where there is one; elsewhere (macOS, Binder, a container) say so once, grade anyway."""
-    reason = unavailable_reason()
-    if reason is None:
-        try:
-            return grade_file(path, sandboxed=True, **options)
-        except SandboxUnavailable as error:
-            reason = str(error)
-    print(f"note: checking without a sandbox: {reason}. Your code runs with your own permissions; "
-          "the memory and file-size limits still apply.", file=sys.stderr)
-    return grade_file(path, sandboxed=False, **options)
+def _limit_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                         help="seconds allowed per cell and per call into your code (default %(default)s)")
+    command.add_argument("--memory", default=DEFAULT_MEMORY,
+                         help="memory your code may use, e.g. 3G or 512M (default %(default)s)")
+    command.add_argument("--max-processes", type=int, default=DEFAULT_PROCESSES,
+                         help="processes and threads your code may run at once (default %(default)s)")
+    command.add_argument("--max-file-size", default=DEFAULT_FILE_SIZE,
+                         help="largest file your code may write (default %(default)s)")
+
+
+def _workers(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a number of workers: {text!r} (write 1 or more)")
+    return int(text)
 
 
 def main(argv=None) -> int:
@@ -43,26 +42,43 @@ def main(argv=None) -> int:
     check = commands.add_parser("check", help="grade one notebook")
     check.add_argument("notebook", help="path to a course notebook (.ipynb), under any file name")
     check.add_argument("--json", action="store_true", help="print a JSON report")
-    check.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                       help="seconds allowed per cell and per call into your code (default %(default)s)")
-    check.add_argument("--memory", default=DEFAULT_MEMORY, help="memory your code may use, e.g. 3G or 512M (default %(default)s)")
-    check.add_argument("--max-processes", type=int, default=DEFAULT_PROCESSES,
-                       help="processes and threads your code may run at once (default %(default)s)")
-    check.add_argument("--max-file-size", default=DEFAULT_FILE_SIZE, help="largest file your code may write (default %(default)s)")
-    args = parser.parse_args(argv)
+    _limit_options(check)
+    progress = commands.add_parser("progress", help="grade every notebook of the course folder, in a table")
+    progress.add_argument("course", nargs="?", help="the course folder (default: course/ of this repository)")
+    progress.add_argument("--workers", type=_workers,
+                          help="notebooks graded at once (default: half the cores, as memory allows)")
+    progress.add_argument("--json", action="store_true", help="print a JSON report")
+    _limit_options(progress)
+    classes = commands.add_parser("grade-class", help="nbgrader autograde, several submissions at once")
+    classes.add_argument("assignment", help="the assignment (notebook) to autograde, e.g. 02_normalization")
+    classes.add_argument("--workers", type=_workers,
+                         help="submissions graded at once (default: every core, as memory allows)")
+    classes.add_argument("--csv", default="grades.csv", help="where to export the grades (default %(default)s)")
+    classes.add_argument("--force", action="store_true", help="regrade submissions already autograded")
+    args, nbgrader_options = parser.parse_known_args(argv)
+    if args.command == "grade-class":
+        from autograder.class_grading import main as grade_class
+
+        return grade_class(args.assignment, args.workers, args.csv, args.force, nbgrader_options)
+    if nbgrader_options:
+        parser.error(f"unrecognized arguments: {' '.join(nbgrader_options)}")
 
     try:
         limits = Limits.from_settings(args.memory, args.max_processes, args.max_file_size)
     except ValueError as error:
         parser.error(str(error))
+    if args.command == "progress":
+        return _progress(args, limits)
     try:
-        report = _grade(args.notebook, timeout=args.timeout, limits=limits)
+        report, unsandboxed = self_check(args.notebook, timeout=args.timeout, limits=limits)
     except (OSError, ValueError, nbformat.reader.NotJSONError) as error:
         print(f"{args.notebook}: cannot read it as a notebook ({error})", file=sys.stderr)
         return 2
     except LookupError as error:
         print(f"{args.notebook}: not one of this course's notebooks ({error})", file=sys.stderr)
         return 2
+    if unsandboxed:
+        print(unsandboxed_note(unsandboxed), file=sys.stderr)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -73,6 +89,23 @@ def main(argv=None) -> int:
                 print("       " + result.message.replace("\n", "\n       "))
         print(f"Score: {report.score}/{report.max_score}")
     return 0 if report.passed else 1
+
+
+def _progress(args, limits: Limits) -> int:
+    """The table (or JSON) of every notebook; exit 0 however far the student is, 2 without a course folder."""
+    from pathlib import Path
+
+    from autograder.progress import progress
+
+    try:
+        result = progress(Path(args.course) if args.course else None, args.workers, args.timeout, limits)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for reason in sorted({row.unsandboxed for row in result.rows if row.unsandboxed}):
+        print(unsandboxed_note(reason), file=sys.stderr)
+    print(json.dumps(result.to_json(), indent=2, ensure_ascii=False) if args.json else result.table())
+    return 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import nbformat
 from autograder.exercises import ExerciseResult, checks_for, run_exercise
 from autograder.impl import RemoteImpl
 from autograder.process import CellOutcome, StudentProcess
-from autograder.sandbox import Limits, Sandbox
+from autograder.sandbox import Limits, Sandbox, SandboxUnavailable, unavailable_reason
 
 DEFAULT_TIMEOUT = 30.0  # seconds per cell and per call into student code
 
@@ -149,3 +149,23 @@ def grade_file(path: str | Path, **options) -> NotebookReport:
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
     return grade(nb, path.parent, course_root=find_course_root(path.parent), **options)
+
+
+def self_check(path: str | Path, **options) -> tuple[NotebookReport, str | None]:
+    """Grade as ``python -m autograder check`` does, and say why it ran unsandboxed (None: sandboxed).
+
+    Sandboxed where bubblewrap runs; elsewhere (macOS, Binder, a container) a student's self-check still
+    grades, with the memory and file-size limits, and the caller says so once.
+    """
+    reason = unavailable_reason()
+    if reason is None:
+        try:
+            return grade_file(path, sandboxed=True, **options), None
+        except SandboxUnavailable as error:
+            reason = str(error)
+    return grade_file(path, sandboxed=False, **options), reason
+
+
+def unsandboxed_note(reason: str) -> str:
+    return (f"note: checking without a sandbox: {reason}. Your code runs with your own permissions; "
+            "the memory and file-size limits still apply.")

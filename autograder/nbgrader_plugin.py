@@ -52,7 +52,8 @@ def private_paths(coursedir: CourseDirectory) -> list[Path]:
     root = Path(coursedir.root)
     paths = [root / getattr(coursedir, f"{step}_directory")
              for step in ("source", "submitted", "autograded", "feedback", "solution", "source_with_tests")]
-    paths += [root / ".nbgrader.log", root / "nbgrader_config.py.bak"]
+    # grades.csv: where `nbgrader export` and `grade-class` write the whole class's grades by default
+    paths += [root / ".nbgrader.log", root / "nbgrader_config.py.bak", root / "grades.csv"]
     if coursedir.db_url.startswith("sqlite:///"):  # an absolute path, or one relative to the course
         paths.append(root / coursedir.db_url.removeprefix("sqlite:///"))
     return paths
@@ -69,13 +70,18 @@ class TrustedVerdict(NbGraderPreprocessor):
         False, help="Grade even where bubblewrap cannot run: student code then has your permissions."
     ).tag(config=True)
 
-    def preprocess(self, nb, resources):
+    def refusal(self) -> str | None:
+        """Why this grader refuses to grade here (no sandbox, and not allowed to go without), or None."""
         reason = unavailable_reason()
         if reason and not self.allow_unsandboxed:
-            raise SandboxUnavailable(
-                f"refusing to run student code unsandboxed: {reason}; {INSTALL_HINT}, "
-                "or set c.TrustedVerdict.allow_unsandboxed = True in nbgrader_config.py"
-            )
+            return (f"refusing to run student code unsandboxed: {reason}; {INSTALL_HINT}, "
+                    "or set c.TrustedVerdict.allow_unsandboxed = True in nbgrader_config.py")
+        return None
+
+    def preprocess(self, nb, resources):
+        if refusal := self.refusal():
+            raise SandboxUnavailable(refusal)
+        reason = unavailable_reason()
         if reason:
             self.log.warning("Grading WITHOUT a sandbox (%s): student code runs with your permissions", reason)
         coursedir = CourseDirectory(config=self.config)

@@ -58,15 +58,15 @@ def _defines(code: str) -> set[str]:
     return {node.name for node in ast.parse(code).body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
 
 
-def wrong(notebook: str, exercise: str) -> str:
-    """A plausible mistake (tests/wrong) in this exercise's answer cell, and only there.
+def wrong(notebook: str, exercise: str, which: int = 0) -> str:
+    """A plausible mistake (tests/wrong; the ``which``-th of this exercise's) in its answer cell, and only there.
 
     Some wrong versions carry their own copies of earlier answers (attention_weights
     with its softmax); in a notebook those copies would replace the student's, so they
     are left out here.
     """
     module = importlib.import_module(f"wrong.nb{notebook}")
-    code = next(w.code for w in module.WRONG if w.exercise == exercise)
+    code = [w.code for w in module.WRONG if w.exercise == exercise][which]
     others = set().union(*(_defines(right(notebook, e)) for e in points(notebook) if e != exercise))
     tree = ast.parse(code)
     tree.body = [node for node in tree.body if getattr(node, "name", None) not in others]

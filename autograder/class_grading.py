@@ -1,0 +1,218 @@
+"""Autograde a whole class with nbgrader, several submissions at once, resumable after an interruption.
+
+``python -m autograder grade-class ASSIGNMENT [--workers N] [--csv grades.csv] [--force] [--Class.trait=value ...]``,
+run from the course root (where ``nbgrader_config.py`` is), like ``nbgrader autograde``.
+
+- Each worker is a long-lived process that holds one ``NbGraderAPI`` configured exactly as ``nbgrader
+  autograde`` is (the same config files, the same ``--Class.trait=value`` options), and grades students
+  from a queue with nbgrader's own ``Autograde`` converter: TrustedVerdict, the sandbox and the gradebook
+  are nbgrader's. Starting nbgrader and importing torch is paid once per worker, not once per submission.
+- Resumable: a submission is skipped when the gradebook holds it and its autograded notebooks are not
+  older than the submitted ones (nbgrader's ``timestamp.txt`` where there is one) and hold a verdict
+  in every test cell. nbgrader writes the graded notebook only after ``SaveAutoGrades`` has committed
+  its grades (a sanitized one, without verdicts, comes first), so a run killed mid-way leaves every
+  submission either done or regraded from scratch (``force``) by the next run.
+- A submission that nbgrader cannot grade (a broken file, a crash) costs only that student: the others
+  are graded, the failures are listed, and the exit status is 1.
+- Several processes write to the SQLite gradebook. Each write is short and SQLite waits up to 5 s for a
+  lock; a grading that still hits "database is locked" is retried (counted in the summary).
+- The CSV is written by nbgrader's own exporter, as ``nbgrader export --to FILE`` writes it.
+"""
+
+from __future__ import annotations
+
+import glob
+import multiprocessing
+import os
+import random
+import re
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_RETRIES = 3  # gradings that hit a locked gradebook, tried again after a short random pause
+
+
+@dataclass
+class Outcome:
+    student: str
+    ok: bool
+    seconds: float
+    message: str = ""  # why it failed
+    retries: int = 0  # times the gradebook was locked
+
+
+def _app(app_class, argv: list[str]):
+    """An nbgrader application configured as on the command line, without running it."""
+    app = app_class()
+    app.initialize(argv)
+    return app
+
+
+_API = None  # this worker's NbGraderAPI
+
+
+def _start_worker(assignment: str, options: list[str], threads: int) -> None:
+    global _API
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # the student's process reads it (autograder.sandbox)
+    import warnings
+
+    from nbgrader.apps import AutogradeApp, NbGraderAPI
+    from sqlalchemy.exc import SAWarning
+
+    # nbgrader 0.9.6 on SQLAlchemy 2 warns "not in session" for every new submission; the grades are right.
+    warnings.filterwarnings("ignore", category=SAWarning)
+    app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
+    _API = NbGraderAPI(coursedir=app.coursedir, parent=app)
+
+
+_EXCEPTION = re.compile(r"\s*(?:\[\w+\] )?([A-Za-z_][\w.]*(?:Error|Exception|Unavailable|Interrupt|Exit)): (.+)")
+
+
+def _reason(result: dict) -> str:
+    """The exception that stopped nbgrader, from its log, in one line (not its generic NbGraderException)."""
+    text = f"{result.get('log', '')}\n{result.get('error', '')}"
+    found = [m.groups() for m in map(_EXCEPTION.match, text.splitlines()) if m and "NbGraderException" not in m[1]]
+    if found:
+        return f"{found[-1][0].rsplit('.', 1)[-1]}: {found[-1][1].strip()}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "nbgrader failed without a message"
+
+
+def autograde_one(assignment: str, student: str) -> Outcome:
+    """Autograde one submission in this worker (``force``: the caller decided it needs grading)."""
+    started, retries = time.monotonic(), 0
+    while True:
+        result = _API.autograde(assignment, student, force=True, create=True)
+        said = f"{result.get('error', '')}\n{result.get('log', '')}"
+        if result["success"] or "database is locked" not in said or retries == LOCK_RETRIES:
+            break
+        retries += 1
+        time.sleep(random.uniform(0.5, 2.0))
+    message = "" if result["success"] else _reason(result)
+    return Outcome(student, bool(result["success"]), time.monotonic() - started, message, retries)
+
+
+def submitted_students(coursedir, assignment: str) -> list[str]:
+    """The students with a submission, found as ``nbgrader autograde`` finds them (submitted/*/ASSIGNMENT)."""
+    pattern = coursedir.format_path(coursedir.submitted_directory, "*", assignment)
+    return sorted(Path(path).parent.name for path in glob.glob(pattern) if os.path.isdir(path))
+
+
+def already_graded(coursedir, gradebook, assignment: str, student: str) -> bool:
+    """The gradebook holds the submission, and each of its notebooks was autograded after it was submitted."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        gradebook.find_submission(assignment, student)
+    except MissingEntry:
+        return False
+    submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment))
+    autograded = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment))
+    new, old = (coursedir.get_existing_timestamp(str(folder)) for folder in (submitted, autograded))
+    if new is not None and (old is None or old < new):
+        return False
+    names = {notebook.name for notebook in gradebook.find_assignment(assignment).notebooks}
+    for notebook in submitted.glob("*.ipynb"):
+        graded = autograded / notebook.name
+        if notebook.stem in names and (not graded.is_file() or graded.stat().st_mtime < notebook.stat().st_mtime
+                                       or not _complete(graded)):
+            return False
+    return True
+
+
+def _complete(path: Path) -> bool:
+    """Whether the autograded notebook went through grading, not only through nbgrader's first pass.
+
+    nbgrader writes the autograded notebook twice: sanitized (outputs cleared), then graded. Only the
+    second has TrustedVerdict's verdict in every test cell; a run killed between the two, or while
+    nbconvert was writing, leaves a file without them (or a part of one).
+    """
+    import nbformat
+
+    from autograder.grading import is_test_cell
+
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception:  # noqa: BLE001 - any unreadable file means: grade it again
+        return False
+    tests = [cell for cell in nb.cells if cell.cell_type == "code" and is_test_cell(cell)]
+    return bool(tests) and all(cell.get("outputs") for cell in tests)
+
+
+def grade_class(assignment: str, workers: int | None = None, csv: str | None = "grades.csv", force: bool = False,
+                options: list[str] = ()) -> tuple[list[Outcome], int]:
+    """Autograde every submission of ``assignment`` not graded yet; return the outcomes and how many were skipped."""
+    from nbgrader.api import Gradebook
+    from nbgrader.apps import AutogradeApp, ExportApp
+    from tqdm import tqdm
+
+    from autograder.nbgrader_plugin import TrustedVerdict
+    from autograder.parallel import default_workers, threads_per_grading
+    from autograder.sandbox import SandboxUnavailable
+
+    app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
+    if refusal := TrustedVerdict(parent=app).refusal():  # say it once, not once per student
+        raise SandboxUnavailable(refusal)
+    coursedir = app.coursedir
+    with Gradebook(coursedir.db_url, coursedir.course_id) as gradebook:  # also creates it, once, before the workers
+        gradebook.find_assignment(assignment)  # MissingEntry: not released with generate_assignment
+        students = submitted_students(coursedir, assignment)
+        todo = [s for s in students if force or not already_graded(coursedir, gradebook, assignment, s)]
+    workers = max(1, min(workers or default_workers(share=1.0), len(todo) or 1))
+    outcomes: list[Outcome] = []
+    if todo:
+        context = multiprocessing.get_context("spawn")  # no fork of a process that has torch's thread pools
+        with (ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                  initargs=(assignment, list(options), threads_per_grading(workers))) as pool,
+              tqdm(total=len(todo), desc=f"autograde {assignment}", unit="student", file=sys.stderr) as bar):
+            futures = [pool.submit(autograde_one, assignment, student) for student in todo]
+            for future in as_completed(futures):
+                outcome = future.result()
+                outcomes.append(outcome)
+                if not outcome.ok:
+                    bar.write(f"{outcome.student}: not graded: {outcome.message}", file=sys.stderr)
+                bar.set_postfix(failed=sum(not o.ok for o in outcomes), refresh=False)
+                bar.update()
+    if csv:
+        _app(ExportApp, ["--to", csv, "--log-level=WARN", *options]).start()
+    return outcomes, len(students) - len(todo)
+
+
+def main(assignment: str, workers: int | None, csv: str | None, force: bool, options: list[str]) -> int:
+    """The command line: one summary line, the failed students, exit 1 if any failed, 2 on bad input."""
+    from nbgrader.api import MissingEntry
+
+    from autograder.sandbox import SandboxUnavailable
+
+    if not Path("nbgrader_config.py").is_file():
+        print("error: run grade-class from the course root, the folder with nbgrader_config.py", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        outcomes, skipped = grade_class(assignment, workers, csv, force, options)
+    except MissingEntry:
+        print(f"error: no assignment {assignment!r} in the gradebook: run `nbgrader generate_assignment "
+              f"{assignment}` first", file=sys.stderr)
+        return 2
+    except SandboxUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: run the same command again to grade the rest", file=sys.stderr)
+        return 130
+    except BrokenProcessPool:  # a worker killed from outside (the OOM killer): what is graded stays graded
+        print("error: a grading worker died (out of memory?): run the same command again, perhaps with "
+              "fewer --workers, to grade the rest", file=sys.stderr)
+        return 1
+    failed = [o for o in outcomes if not o.ok]
+    seconds = time.monotonic() - started
+    print(f"{assignment}: {len(outcomes) - len(failed)} graded, {skipped} already graded (skipped), "
+          f"{len(failed)} failed, {sum(o.retries for o in outcomes)} retries on a locked gradebook, "
+          f"{seconds:.1f} s" + (f"; grades in {csv}" if csv else ""))
+    for outcome in failed:
+        print(f"  {outcome.student}: {outcome.message}")
+    return 1 if failed else 0

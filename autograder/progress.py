@@ -1,0 +1,178 @@
+"""A student's progress: every notebook of the course folder graded as ``check`` grades it, in a table.
+
+The notebooks are only read: each is graded from a scratch copy in the sandbox (where bubblewrap
+runs), exactly as ``python -m autograder check`` does. A missing, unreadable or unknown notebook is
+one row of the table, never an error. Several notebooks are graded at once when cores and memory
+allow (``autograder.parallel``); each grading is a separate process, because the checks seed
+torch's global random generator and so cannot share a process with another grading.
+
+From the welcome notebook: ``from autograder.progress import show_progress; show_progress()``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autograder.grading import DEFAULT_TIMEOUT
+from autograder.sandbox import Limits
+
+
+@dataclass
+class Row:
+    """One notebook's line of the table."""
+
+    notebook: str  # the course notebook's name, or the file's path in the course folder when not known
+    path: str  # relative to the course folder
+    status: str  # "graded", "missing", "unreadable", "unknown" or "error"
+    score: int = 0
+    max_score: int = 0
+    exercises: list[dict] = field(default_factory=list)  # as `check --json`, with each exercise's title
+    message: str = ""  # why it was not graded
+    unsandboxed: str | None = None  # why it ran without the sandbox
+
+
+@dataclass
+class Progress:
+    course: str
+    rows: list[Row]
+
+    @property
+    def score(self) -> int:
+        return sum(row.score for row in self.rows)
+
+    @property
+    def max_score(self) -> int:
+        return sum(row.max_score for row in self.rows)
+
+    def to_json(self) -> dict:
+        rows = [{k: v for k, v in asdict(row).items() if k != "unsandboxed"} for row in self.rows]
+        return {"course": self.course, "score": self.score, "max_score": self.max_score, "notebooks": rows}
+
+    def table(self) -> str:
+        width = max([len(row.notebook) for row in self.rows] + [len("total")])
+        lines = [f"{'notebook':<{width}}  {'score':>7}  exercises"]
+        for row in self.rows:
+            score = f"{row.score}/{row.max_score}" if row.status == "graded" else "-"
+            lines.append(f"{row.notebook:<{width}}  {score:>7}  {_summary(row)}")
+        lines.append(f"{'total':<{width}}  {f'{self.score}/{self.max_score}':>7}")
+        return "\n".join(lines)
+
+
+def _summary(row: Row) -> str:
+    if row.status != "graded":
+        return row.message
+    marks = "".join("✓" if e["passed"] else "✗" for e in row.exercises)
+    failing = [e["title"] for e in row.exercises if not e["passed"]]
+    if not failing:
+        return f"{marks}  all passed"
+    if len(failing) == len(row.exercises):
+        return f"{marks}  none passed yet"
+    return f"{marks}  to do: {'; '.join(failing)}"
+
+
+def find_course(start: Path | None = None) -> Path:
+    """The ``course/`` folder at or above ``start`` (the current folder), else the repository's."""
+    start = (start or Path.cwd()).resolve()
+    for folder in [start, *start.parents]:
+        if folder.name == "course" and (folder.parent / "autograder").is_dir():
+            return folder
+        if (folder / "course").is_dir():
+            return folder / "course"
+    return Path(__file__).resolve().parents[1] / "course"
+
+
+def notebook_paths(course: Path) -> list[Path]:
+    """Each course notebook where the release puts it, then every other notebook one folder down."""
+    from autograder.checks import NOTEBOOKS
+
+    expected = [course / name / f"{name}.ipynb" for name in NOTEBOOKS]
+    others = sorted(set(course.glob("*/*.ipynb")) - set(expected))
+    return expected + others
+
+
+def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits: Limits | None = None) -> Row:
+    """Grade one notebook as ``check`` does; anything that stops it from being graded is the row's message."""
+    import nbformat
+
+    from autograder.checks import NOTEBOOKS
+    from autograder.exercises import checks_for
+    from autograder.grading import self_check
+
+    relative = str(path.relative_to(course))
+    known = path.stem if path.stem in NOTEBOOKS and path.parent.name == path.stem else None
+    row = Row(known or relative, relative, "missing")
+    if known:
+        row.max_score = sum(e.points for e in checks_for(known).exercises)
+    if not path.exists():
+        row.message = f"missing: no {relative}"
+        return row
+    try:
+        report, row.unsandboxed = self_check(path, timeout=timeout, limits=limits or Limits())
+    except (OSError, ValueError, nbformat.reader.NotJSONError) as error:
+        row.status, row.message = "unreadable", f"cannot read it as a notebook ({error})"
+        return row
+    except LookupError:
+        row.status, row.message = "unknown", "not one of this course's notebooks"
+        return row
+    except Exception as error:  # noqa: BLE001 - one notebook the grader could not handle is one row
+        row.status, row.message = "error", f"could not grade it ({type(error).__name__}: {error})"
+        return row
+    titles = {e.id: e.title for e in checks_for(report.notebook).exercises}
+    row.status, row.score, row.max_score = "graded", report.score, report.max_score
+    row.exercises = [dict(entry, title=titles[entry["id"]]) for entry in report.to_json()["exercises"]]
+    if not known:  # a copy, e.g. 04_attention-Copy1.ipynb: say which notebook it is
+        row.notebook = f"{relative} ({report.notebook})"
+    return row
+
+
+def _start_worker(threads: int) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by the sandbox for the student's process
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def _row(future, path: Path, course: Path) -> Row:
+    """The future's row; a grading process that died (killed, out of memory) costs only its notebook."""
+    try:
+        return future.result()
+    except Exception as error:  # noqa: BLE001 - BrokenProcessPool and the like
+        relative = str(path.relative_to(course))
+        return Row(relative, relative, "error", message=f"the grading process died ({type(error).__name__})")
+
+
+def progress(course: Path | None = None, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT,
+             limits: Limits | None = None) -> Progress:
+    """Grade every notebook of ``course`` (default: ``find_course()``), ``workers`` at a time."""
+    from autograder.parallel import default_workers, threads_per_grading
+
+    course = Path(course).resolve() if course else find_course()
+    if not course.is_dir():
+        raise FileNotFoundError(f"no course folder at {course}")
+    paths = notebook_paths(course)
+    workers = max(1, min(workers or default_workers(), len(paths)))
+    if workers == 1:
+        rows = [grade_row(path, course, timeout, limits) for path in paths]
+    else:
+        # spawn, not fork: the grader has torch's thread pools, which do not survive a fork
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                 initargs=(threads_per_grading(workers),)) as pool:
+            futures = [pool.submit(grade_row, path, course, timeout, limits) for path in paths]
+            rows = [_row(future, path, course) for future, path in zip(futures, paths, strict=True)]
+    return Progress(str(course), rows)
+
+
+def show_progress(course: Path | str | None = None, workers: int | None = None) -> Progress:
+    """Print the progress table (for a notebook cell) and return it."""
+    from autograder.grading import unsandboxed_note
+
+    result = progress(Path(course) if course else None, workers)
+    for reason in sorted({row.unsandboxed for row in result.rows if row.unsandboxed}):
+        print(unsandboxed_note(reason))
+    print(result.table())
+    return result

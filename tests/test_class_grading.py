@@ -1,0 +1,181 @@
+"""``python -m autograder grade-class``: a class autograded by several workers, killed, and resumed.
+
+One class of notebook 02 (the cheapest to grade): a full, a stub and a cheating student (wrong answers
+that patch torch's comparisons and fake ``autograder.check``), and a submission that is not a notebook
+at all. The same class goes through plain ``nbgrader autograde`` (the oracle) and
+through ``grade-class --workers 2``, which is SIGKILLed, with its workers, as soon as the first
+submission is done, then run again. Both gradebooks must agree, the finished submissions must not be
+graded again, and the CSV must be the one ``nbgrader export`` writes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from notebooks import ROOT, read, require_sandbox
+from test_nbgrader_e2e import FAKE_AUTOGRADER, PATCH_TORCH, Student, nbgrader, points, submission, wrong
+
+NOTEBOOK = "02_normalization"
+STUDENTS = {
+    "full": Student({}, set()),
+    "stub": Student(None, set(points(NOTEBOOK))),
+    "cheater": Student({e: wrong(NOTEBOOK, e) + PATCH_TORCH + FAKE_AUTOGRADER for e in points(NOTEBOOK)},
+                       set(points(NOTEBOOK))),
+}
+BROKEN = "broken"  # its submission is not JSON: nbgrader cannot grade it, and it costs only this student
+
+
+def make_class(folder: Path) -> Path:
+    folder.mkdir(mode=0o755)
+    shutil.copy(ROOT / "nbgrader_config.py", folder)
+    shutil.copytree(ROOT / "solutions" / NOTEBOOK, folder / "solutions" / NOTEBOOK)
+    assert nbgrader(folder, "generate_assignment", NOTEBOOK).returncode == 0
+    release = read(folder / "course" / NOTEBOOK / f"{NOTEBOOK}.ipynb")
+    for name, student in STUDENTS.items():
+        (folder / "submitted" / name / NOTEBOOK).mkdir(parents=True)
+        nbformat.write(submission(release, NOTEBOOK, student), folder / "submitted" / name / NOTEBOOK / f"{NOTEBOOK}.ipynb")
+    (folder / "submitted" / BROKEN / NOTEBOOK).mkdir(parents=True)
+    (folder / "submitted" / BROKEN / NOTEBOOK / f"{NOTEBOOK}.ipynb").write_text("{not a notebook")
+    return folder
+
+
+def gradebook_scores(folder: Path) -> dict[str, dict[str, float]]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gradebook:
+        return {s.student.id: {g.name: g.score for g in s.notebooks[0].grades}
+                for s in gradebook.find_assignment(NOTEBOOK).submissions}
+
+
+def graded_files(folder: Path) -> dict[str, tuple[int, int]]:
+    """Each graded notebook's inode and modification time (a regrading replaces the file).
+
+    Graded: its test cells show verdicts. nbgrader first writes the file sanitized, without any.
+    """
+    found = {}
+    for path in (folder / "autograded").glob(f"*/{NOTEBOOK}/{NOTEBOOK}.ipynb"):
+        stat = path.stat()
+        try:
+            shown = verdicts(folder, path.parts[-3])
+        except Exception:  # noqa: BLE001 - being written
+            continue
+        if shown and all(shown):
+            found[path.parts[-3]] = (stat.st_ino, stat.st_mtime_ns)
+    return found
+
+
+def grade_class(folder: Path, *args: str, **popen) -> subprocess.Popen:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.Popen([sys.executable, "-m", "autograder", "grade-class", NOTEBOOK, *args], cwd=folder, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+@pytest.fixture(scope="module")
+def classes(tmp_path_factory):
+    require_sandbox()
+    scratch = tmp_path_factory.mktemp("classes")
+    scratch.chmod(0o755)
+    plain = make_class(scratch / "plain")
+    assert nbgrader(plain, "autograde", NOTEBOOK).returncode != 0  # nbgrader too fails on the broken one
+
+    parallel = make_class(scratch / "parallel")
+    killed = grade_class(parallel, "--workers", "2", start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not graded_files(parallel) and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(killed.pid, signal.SIGKILL)  # the command and its workers, mid-way
+    killed.communicate()
+    done_before = graded_files(parallel)
+    rerun = grade_class(parallel, "--workers", "2")
+    out, err = rerun.communicate(timeout=600)
+    return plain, parallel, done_before, rerun.returncode, out, err
+
+
+def test_the_killed_run_had_finished_some_but_not_all(classes):
+    _, _, done_before, _, _, _ = classes
+    assert 1 <= len(done_before) < len(STUDENTS)
+
+
+def verdicts(folder: Path, student: str) -> list[str]:
+    """What the test cells of a student's autograded notebook say (for the message of a failed comparison)."""
+    path = folder / "autograded" / student / NOTEBOOK / f"{NOTEBOOK}.ipynb"
+    if not path.is_file():
+        return ["(not autograded)"]
+    cells = [c for c in read(path).cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    return ["\n".join(o.get("evalue") or o.get("text", "") for o in c.get("outputs", [])) for c in cells]
+
+
+def test_gradebook_equals_plain_nbgrader_autograde(classes):
+    plain, parallel, _, _, _, _ = classes
+    ours, theirs = gradebook_scores(parallel), gradebook_scores(plain)
+    differ = {s: (verdicts(parallel, s), verdicts(plain, s)) for s in ours.keys() | theirs.keys()
+              if ours.get(s) != theirs.get(s)}
+    assert ours == theirs, differ
+    for name, student in STUDENTS.items():  # and both are right
+        assert ours[name] == {f"{e}_test": p * (e not in student.zero) for e, p in points(NOTEBOOK).items()}
+
+
+def test_resume_grades_the_rest_and_nothing_twice(classes):
+    _, parallel, done_before, returncode, out, err = classes
+    after = graded_files(parallel)
+    assert set(after) == set(STUDENTS)
+    assert {name: after[name] for name in done_before} == done_before
+    summary = out.splitlines()[0]
+    regraded = len(STUDENTS) - len(done_before)
+    assert summary.startswith(f"{NOTEBOOK}: {regraded} graded, {len(done_before)} already graded (skipped), 1 failed")
+
+
+def test_a_broken_submission_costs_only_its_student(classes):
+    _, _, _, returncode, out, err = classes
+    assert returncode == 1
+    failures = [line.strip() for line in out.splitlines()[1:]]
+    assert failures == [f"{BROKEN}: NotJSONError: Notebook does not appear to be JSON: '{{not a notebook'"]
+    assert "Traceback" not in err
+
+
+def test_csv_is_nbgrader_export(classes):
+    _, parallel, _, _, _, _ = classes
+    assert nbgrader(parallel, "export", "--to", str(parallel / "exported.csv")).returncode == 0
+    ours = (parallel / "grades.csv").read_text()
+    assert ours == (parallel / "exported.csv").read_text()
+    assert len(ours.splitlines()) == 1 + len(STUDENTS) + 1
+
+
+def test_refuses_where_there_is_no_assignment(tmp_path):
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
+    done = grade_class(tmp_path)
+    out, err = done.communicate(timeout=300)
+    assert done.returncode == 2 and err.strip().count("\n") == 0, err
+    assert "nbgrader generate_assignment 02_normalization" in err
+
+
+def test_student_code_cannot_read_the_class_grades(tmp_path):
+    """grades.csv, where nbgrader export and grade-class write by default, is hidden like the gradebook."""
+    require_sandbox()
+    from nbgrader.coursedir import CourseDirectory
+
+    from autograder.nbgrader_plugin import private_paths
+    from autograder.sandbox import Sandbox
+
+    tmp_path.chmod(0o755)
+    (tmp_path / "grades.csv").write_text("student_id,score\nalice,6.0\n")
+    folder = tmp_path / "autograded" / "bob" / NOTEBOOK
+    folder.mkdir(parents=True)
+    seen = {}
+    for name, private in (("hidden", private_paths(CourseDirectory(root=str(tmp_path)))), ("shown", [])):
+        sandbox = Sandbox(folder, tmp_path, private)
+        try:
+            seen[name] = subprocess.run(sandbox.wrap(["cat", str(tmp_path / "grades.csv")]), capture_output=True,
+                                        text=True, env=sandbox.environment(), timeout=60).stdout
+        finally:
+            sandbox.cleanup()
+    assert "alice" in seen["shown"]  # the control: without the private path the file is readable
+    assert "alice" not in seen["hidden"]

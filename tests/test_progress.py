@@ -1,0 +1,137 @@
+"""``python -m autograder progress``: every notebook of a course folder graded as ``check`` grades it.
+
+A temporary course folder holds the released notebooks 01, 02 and 06 (the cheapest to grade):
+01 answered from the solutions, 02 with a wrong LayerNorm and the solution's RMSNorm, 06 untouched;
+besides them an unreadable file and a notebook of no exercise. The expected scores come from the
+checks' points and how each notebook was filled in, not from the grader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from notebooks import release_path
+from test_nbgrader_e2e import Student, points, submission, wrong
+
+from autograder import parallel
+from autograder.__main__ import main
+from autograder.checks import NOTEBOOKS
+from autograder.exercises import checks_for
+from autograder.progress import Progress, Row, progress
+
+FILLED = {
+    "01_tokens_embeddings": Student({}, set()),
+    "02_normalization": Student({"layer_norm": wrong("02_normalization", "layer_norm")}, {"layer_norm"}),
+    "06_feed_forward": Student(None, set(points("06_feed_forward"))),
+}
+
+
+def _fingerprint(folder: Path) -> dict[str, tuple[str, int]]:
+    """Every file's SHA-256 and modification time (ns)."""
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("student")
+    root.chmod(0o755)  # graded as root, student code runs as another user, who must read the course
+    folder = root / "course"
+    for notebook, student in FILLED.items():
+        (folder / notebook).mkdir(parents=True)
+        nbformat.write(submission(nbformat.read(release_path(notebook), as_version=4), notebook, student),
+                       folder / notebook / f"{notebook}.ipynb")
+    (folder / "06_feed_forward" / "notes.ipynb").write_text("{not a notebook")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]),
+                   folder / "02_normalization" / "scratch.ipynb")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def serial(course) -> tuple[dict, dict, dict]:
+    """The command line's JSON with one worker, and the folder's fingerprint before and after."""
+    before = _fingerprint(course)
+    done = subprocess.run([sys.executable, "-m", "autograder", "progress", str(course), "--workers", "1", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout), before, _fingerprint(course)
+
+
+def test_scores_per_notebook_and_exercise(serial):
+    report, _, _ = serial
+    rows = {row["path"]: row for row in report["notebooks"]}
+    for notebook, student in FILLED.items():
+        row = rows[f"{notebook}/{notebook}.ipynb"]
+        expected = {e: p * (e not in student.zero) for e, p in points(notebook).items()}
+        assert row["status"] == "graded"
+        assert {e["id"]: e["points"] for e in row["exercises"]} == expected
+        assert (row["score"], row["max_score"]) == (sum(expected.values()), sum(points(notebook).values()))
+        titles = [e.title for e in checks_for(notebook).exercises]
+        assert [e["title"] for e in row["exercises"]] == titles
+    for notebook in set(NOTEBOOKS) - set(FILLED):
+        row = rows[f"{notebook}/{notebook}.ipynb"]
+        assert (row["status"], row["score"]) == ("missing", 0) and "missing" in row["message"]
+    assert rows["06_feed_forward/notes.ipynb"]["status"] == "unreadable"
+    assert rows["02_normalization/scratch.ipynb"]["status"] == "unknown"
+    assert report["score"] == sum(row["score"] for row in report["notebooks"]) == 10 + 3
+    assert report["max_score"] == sum(sum(points(n).values()) for n in NOTEBOOKS)
+
+
+def test_notebooks_are_never_modified(serial):
+    _, before, after = serial
+    assert after == before
+
+
+def test_parallel_gives_the_serial_result(course, serial):
+    assert progress(course, workers=2).to_json() == serial[0]
+
+
+def test_table_has_a_line_per_notebook_and_a_total(serial):
+    report = serial[0]
+    rows = [Row(**row) for row in report["notebooks"]]
+    lines = Progress(report["course"], rows).table().splitlines()
+    assert len(lines) == 1 + len(rows) + 1
+    line = {text.split()[0]: text for text in lines[1:-1]}
+    assert line["01_tokens_embeddings"].split()[1:3] == ["10/10", "✓✓✓✓"]
+    assert line["01_tokens_embeddings"].endswith("all passed")
+    assert line["02_normalization"].split()[1:3] == ["3/6", "✗✓"]
+    assert line["02_normalization"].endswith("to do: " + checks_for("02_normalization").exercises[0].title)
+    assert line["06_feed_forward"].endswith("none passed yet")
+    assert line["03_rope"].split()[1] == "-" and "missing" in line["03_rope"]
+    assert lines[-1].split() == ["total", f"13/{report['max_score']}"]
+
+
+def test_a_missing_course_folder_is_one_line(tmp_path, capsys):
+    assert main(["progress", str(tmp_path / "nowhere")]) == 2
+    said = capsys.readouterr()
+    assert said.out == "" and said.err.count("\n") == 1 and "no course folder" in said.err
+
+
+@pytest.mark.parametrize(("cpus", "memory_gb", "expected"), [
+    (2, 20, 1),  # this machine: the other core stays with JupyterLab
+    (16, 64, 8),
+    (16, 2, 1),  # Binder: a many-core host, 2 GB for the student
+    (16, 5, 3),
+    (1, 8, 1),
+])
+def test_default_workers_takes_half_the_cores_as_memory_allows(monkeypatch, cpus, memory_gb, expected):
+    monkeypatch.setattr(parallel, "usable_cpus", lambda: cpus)
+    monkeypatch.setattr(parallel, "available_memory", lambda: memory_gb * 2**30)
+    assert parallel.default_workers() == expected
+    assert parallel.default_workers(share=1.0) == min(cpus, int(memory_gb * 2**30 // parallel.GRADING_MEMORY))
+
+
+def test_a_cgroup_cpu_quota_caps_the_cores(monkeypatch):
+    files = {"/sys/fs/cgroup/cpu.max": "150000 100000"}
+    monkeypatch.setattr(parallel, "_read", files.get)
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda _: set(range(64)))
+    assert parallel.usable_cpus() == 1
+    files["/sys/fs/cgroup/cpu.max"] = "max 100000"
+    assert parallel.usable_cpus() == 64
+    assert parallel.threads_per_grading(8) == 8 and parallel.threads_per_grading(128) == 1
