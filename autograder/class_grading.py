@@ -152,10 +152,10 @@ def grade_class(assignment: str, workers: int | None = None, csv: str | None = "
 
     from autograder.nbgrader_plugin import TrustedVerdict
     from autograder.parallel import default_workers, threads_per_grading
-    from autograder.sandbox import SandboxUnavailable
+    from autograder.sandbox import SandboxUnavailable, unavailable_reason
 
     app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
-    if refusal := TrustedVerdict(parent=app).refusal():  # say it once, not once per student
+    if refusal := TrustedVerdict(parent=app).refusal(unavailable_reason()):  # say it once, not once per student
         raise SandboxUnavailable(refusal)
     coursedir = app.coursedir
     with Gradebook(coursedir.db_url, coursedir.course_id) as gradebook:  # also creates it, once, before the workers

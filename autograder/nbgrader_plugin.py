@@ -70,18 +70,17 @@ class TrustedVerdict(NbGraderPreprocessor):
         False, help="Grade even where bubblewrap cannot run: student code then has your permissions."
     ).tag(config=True)
 
-    def refusal(self) -> str | None:
-        """Why this grader refuses to grade here (no sandbox, and not allowed to go without), or None."""
-        reason = unavailable_reason()
+    def refusal(self, reason: str | None) -> str | None:
+        """Why this grader refuses to grade where the sandbox cannot run for ``reason`` (None: it can), or None."""
         if reason and not self.allow_unsandboxed:
             return (f"refusing to run student code unsandboxed: {reason}; {INSTALL_HINT}, "
                     "or set c.TrustedVerdict.allow_unsandboxed = True in nbgrader_config.py")
         return None
 
     def preprocess(self, nb, resources):
-        if refusal := self.refusal():
+        reason = unavailable_reason()  # probes bubblewrap: once per notebook
+        if refusal := self.refusal(reason):
             raise SandboxUnavailable(refusal)
-        reason = unavailable_reason()
         if reason:
             self.log.warning("Grading WITHOUT a sandbox (%s): student code runs with your permissions", reason)
         coursedir = CourseDirectory(config=self.config)

@@ -4,9 +4,8 @@ The notebooks are only read: each is graded from a scratch copy in the sandbox (
 runs), exactly as ``python -m autograder check`` does. A missing, unreadable or unknown notebook is
 one row of the table, never an error. Several notebooks are graded at once when cores and memory
 allow (``autograder.parallel``); each grading is a separate process, because the checks seed
-torch's global random generator and so cannot share a process with another grading.
-
-From the welcome notebook: ``from autograder.progress import show_progress; show_progress()``.
+torch's global random generator and so cannot share a process with another grading (nor with a
+student's kernel: the welcome notebook runs ``python -m autograder progress`` in a subprocess).
 """
 
 from __future__ import annotations
@@ -166,13 +165,3 @@ def progress(course: Path | None = None, workers: int | None = None, timeout: fl
             rows = [_row(future, path, course) for future, path in zip(futures, paths, strict=True)]
     return Progress(str(course), rows)
 
-
-def show_progress(course: Path | str | None = None, workers: int | None = None) -> Progress:
-    """Print the progress table (for a notebook cell) and return it."""
-    from autograder.grading import unsandboxed_note
-
-    result = progress(Path(course) if course else None, workers)
-    for reason in sorted({row.unsandboxed for row in result.rows if row.unsandboxed}):
-        print(unsandboxed_note(reason))
-    print(result.table())
-    return result
