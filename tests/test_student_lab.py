@@ -118,7 +118,7 @@ _PROBE = textwrap.dedent("""
 
 
 def _scratch_environment(tmp_path: Path) -> tuple[Path, dict]:
-    """A Python whose sys.prefix is a temp dir, seeing this venv's packages, with pip and npm stubbed.
+    """A Python whose sys.prefix is a temp dir, seeing this venv's packages, with pip stubbed.
 
     Its etc/jupyter starts as this venv's, i.e. as pip left Binder's environment (nbgrader's own
     jupyter_server_config.d/nbgrader.json enabling formgrader), plus a page_config.json that another
@@ -136,10 +136,9 @@ def _scratch_environment(tmp_path: Path) -> tuple[Path, dict]:
     )
     stubs = tmp_path / "stubs"
     stubs.mkdir()
-    for tool in ("pip", "npm"):  # installs are proven elsewhere (the dry-run resolution); here only recorded
-        stub = stubs / tool
-        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{tmp_path}/calls.log"\n')
-        stub.chmod(0o755)
+    pip = stubs / "pip"  # installs are proven elsewhere (the dry-run resolution); here only recorded
+    pip.write_text(f'#!/bin/sh\necho "pip $*" >> "{tmp_path}/calls.log"\n')
+    pip.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
     env.update(
         PATH=f"{prefix / 'bin'}:{stubs}:{os.environ['PATH']}",
