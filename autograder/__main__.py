@@ -15,6 +15,7 @@ import sys
 
 import nbformat
 
+from autograder.errors import GradingError
 from autograder.grading import DEFAULT_TIMEOUT, self_check, unsandboxed_note
 from autograder.sandbox import DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCESSES, Limits
 
@@ -77,8 +78,13 @@ def main(argv=None) -> int:
     except LookupError as error:
         print(f"{args.notebook}: not one of this course's notebooks ({error})", file=sys.stderr)
         return 2
+    except GradingError as error:
+        print(f"{args.notebook}: {error}", file=sys.stderr)
+        return 2
     if unsandboxed:
         print(unsandboxed_note(unsandboxed), file=sys.stderr)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

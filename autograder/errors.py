@@ -11,7 +11,6 @@ _OURS = str(Path(__file__).parent)
 _LIBRARIES = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
 
 
-
 class CheckFailed(AssertionError):
     """The student's result is wrong; the message says how, and hints why."""
 
@@ -22,6 +21,14 @@ class StudentCodeError(Exception):
 
 class SandboxError(Exception):
     """The process running student code hung, ended, or broke the protocol."""
+
+
+class GradingError(RuntimeError):
+    """This submission cannot be graded here at all (its scratch copy, or a limit, could not be made).
+
+    Unlike ``SandboxError`` it is not the student's doing and costs no exercise: it stops the grading
+    with one line, and the command line exits 2.
+    """
 
 
 def describe(error: BaseException) -> str:

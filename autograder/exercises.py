@@ -21,7 +21,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autograder.errors import SandboxError, StudentCodeError
+from autograder.errors import GradingError, SandboxError, StudentCodeError
 
 
 @dataclass
@@ -141,7 +141,7 @@ def run_check(check: Check, impl) -> CheckResult:
         if text.startswith("NotImplementedError"):
             return CheckResult(check, False, NOT_IMPLEMENTED + f" {text[len('NotImplementedError'):].strip()}")
         return CheckResult(check, False, f"your code raised {text}")
-    except SandboxError:
+    except (SandboxError, GradingError):
         raise
     except Exception as error:  # noqa: BLE001 - the student's result broke the check itself
         return CheckResult(

@@ -6,7 +6,7 @@ preprocessor, so a self-check and the gradebook always agree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -75,6 +75,7 @@ class NotebookReport:
     notebook: str
     exercises: list[ExerciseResult]
     cells: dict[int, CellOutcome]  # what each code cell did (and showed, when recorded)
+    warnings: list[str] = field(default_factory=list)  # limits an unsandboxed check could not set
 
     @property
     def score(self) -> int:
@@ -124,24 +125,29 @@ def grade(
     """
     name = identify(nb)
     checks = checks_for(name)
-    sandbox = Sandbox(Path(cwd), course_root, list(private), limits or Limits(), enabled=sandboxed)
-    process = StudentProcess(checks.adapter_module, student_cells(nb), sandbox, timeout, record)
-    try:
-        outcomes = process.run_cells()
-        answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")}
-        results = []
-        for exercise in checks.exercises:
-            index = answer_index.get(exercise.id)
-            if index is None:
-                note = f"the answer cell `{exercise.id}` is missing from the notebook"
-            elif not outcomes[index].ok:
-                note = f"your answer cell (cell {index}) failed: {outcomes[index].error}"
-            else:
-                note = ""
-            results.append(run_exercise(exercise, RemoteImpl(process), note=note))
-    finally:
-        process.close()
-    return NotebookReport(name, results, outcomes)
+    with Sandbox(Path(cwd), course_root, list(private), limits or Limits(), enabled=sandboxed) as sandbox:
+        process = StudentProcess(checks.adapter_module, student_cells(nb), sandbox, timeout, record)
+        try:
+            outcomes = process.run_cells()
+            answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")}
+
+            def note(exercise) -> str:
+                index = answer_index.get(exercise.id)
+                if index is None:
+                    return f"the answer cell `{exercise.id}` is missing from the notebook"
+                if not outcomes[index].ok:
+                    return f"your answer cell (cell {index}) failed: {outcomes[index].error}"
+                return ""
+
+            results = []
+            for exercise in checks.exercises:
+                result = run_exercise(exercise, RemoteImpl(process), note=note(exercise))
+                # A restart while checking may have replayed the answer cell, and the replay may have failed.
+                result.note = result.note or (note(exercise) if not result.passed else "")
+                results.append(result)
+        finally:
+            process.close()
+    return NotebookReport(name, results, outcomes, process.warnings)
 
 
 def grade_file(path: str | Path, **options) -> NotebookReport:

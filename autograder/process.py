@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from autograder import outputs, wire
-from autograder.errors import SandboxError, StudentCodeError
+from autograder.errors import GradingError, SandboxError, StudentCodeError
 from autograder.sandbox import Sandbox
 
 START_TIMEOUT = 120.0  # seconds to import torch and get ready, on a slow, busy machine
@@ -56,7 +56,11 @@ class Worker:
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
         info_read, info_write = os.pipe()  # bubblewrap says there which process is the sandbox's init
-        argv = [sys.executable, "-m", "autograder.worker", adapter_module,
+        # -I (isolated): neither the working directory, which is the student's folder, nor PYTHON* variables
+        # shape what the worker imports before it has given up root and set its limits (a json.py beside
+        # the notebook must never run as grader code); -B: the environment's PYTHONDONTWRITEBYTECODE, which
+        # -I ignores. The worker puts the folder on sys.path itself, once it runs student code.
+        argv = [sys.executable, "-I", "-B", "-m", "autograder.worker", adapter_module,
                 str(request_read), str(reply_write), json.dumps(sandbox.settings())]
         self.process = subprocess.Popen(
             sandbox.wrap(argv, info_fd=info_write),
@@ -70,7 +74,11 @@ class Worker:
         self.tail.start()
         self._sandbox_init = None
         try:
-            self._await(None, START_TIMEOUT, "starting Python")
+            ready = self._await(None, START_TIMEOUT, "starting Python")
+            if not ready["ok"]:  # a limit could not be set: nothing of the student's may run
+                self.kill()
+                raise GradingError(f"cannot grade here: {ready['error']}")
+            self.warnings: list[str] = ready["value"]["warnings"]
             if sandbox.enabled and select.select([info_read], [], [], 5)[0]:
                 self._sandbox_init = json.loads(os.read(info_read, 4096))["child-pid"]
         finally:
@@ -146,14 +154,15 @@ class StudentProcess:
     timeout: float = 30.0
     record: bool = False  # keep each cell's outputs (for nbgrader's feedback)
     outcomes: dict[int, CellOutcome] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # limits an unsandboxed worker could not set
     _worker: Worker | None = None
 
     def run_cells(self) -> dict[int, CellOutcome]:
         for index, source in self.cells:
             if index in self.outcomes:
                 continue
-            worker = self._ready_worker()
             try:
+                worker = self._ready_worker()
                 reply = worker.request(
                     {"op": "exec", "index": index, "source": source, "record": self.record}, self.timeout,
                     f"running cell {index}",
@@ -180,20 +189,46 @@ class StudentProcess:
         return reply["value"]
 
     def _ready_worker(self) -> Worker:
-        """The live worker, or a new one that has replayed every cell that ran cleanly."""
-        if self._worker is None or self._worker.process.poll() is not None:
+        """The live worker, or a new one that has replayed every cell that ran cleanly.
+
+        Replaying runs a cell a second time, in the same scratch folder: a cell that then hangs, ends
+        the process or raises (it behaves differently on a second run) is marked failed, which costs the
+        exercises that depend on it, and the replay starts again without it. Each round marks one more
+        cell failed, so this ends, and a submission always gets its report.
+        """
+        while self._worker is None or self._worker.process.poll() is not None:
             self._worker = Worker(self.adapter_module, self.sandbox)
+            self.warnings += [w for w in self._worker.warnings if w not in self.warnings]
             for index, source in self.cells:
                 outcome = self.outcomes.get(index)
-                if outcome is not None and outcome.ok:
-                    self._worker.request(
+                if outcome is None or not outcome.ok:
+                    continue
+                try:
+                    reply = self._worker.request(
                         {"op": "exec", "index": index, "source": source}, self.timeout,
                         f"replaying cell {index}",
                     )
+                except SandboxError as error:
+                    self._replay_failed(outcome, str(error))
+                    self._worker.kill()
+                    self._worker = None
+                    break
+                if not reply["ok"]:
+                    self._replay_failed(outcome, reply["error"])
         return self._worker
 
+    @staticmethod
+    def _replay_failed(outcome: CellOutcome, error: str) -> None:
+        outcome.ok = False
+        outcome.error = (
+            f"it ran, but when the grader ran it again (another cell had ended or hung the process, "
+            f"so every cell that had worked was replayed) it failed: {error}. A cell must do the same "
+            "each time it runs"
+        )
+        outcome.outputs = [*outcome.outputs, outputs.error("SandboxError", outcome.error)]
+
     def close(self):
+        """End the worker; the sandbox's scratch folder belongs to whoever entered the sandbox."""
         if self._worker is not None:
             self._worker.kill()
             self._worker = None
-        self.sandbox.cleanup()

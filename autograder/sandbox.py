@@ -39,6 +39,7 @@ from pathlib import Path
 
 import autograder
 import coursetools
+from autograder.errors import GradingError
 from coursetools.budget import GRADING_ENV
 
 BWRAP_ENV = "AUTOGRADER_BWRAP"  # the bwrap executable; tests point it elsewhere to simulate its absence
@@ -91,22 +92,31 @@ class Limits:
     def to_json(self) -> dict:
         return asdict(self)
 
-    def apply(self, processes: bool = True) -> None:
-        """Set the limits on this process (and so on everything it starts).
+    def apply(self, processes: bool = True) -> list[str]:
+        """Set the limits on this process (and so on everything it starts); say which could not be set.
 
         ``processes`` is False outside a sandbox: there RLIMIT_NPROC would count every
-        process of the user, not only the student's.
+        process of the user, not only the student's. The caller decides what a limit that could not
+        be set means: an error when grading in the sandbox, a warning for an unsandboxed self-check.
         """
-        wanted = {resource.RLIMIT_AS: self.memory, resource.RLIMIT_FSIZE: self.file_size, resource.RLIMIT_CORE: 0}
+        wanted = {
+            resource.RLIMIT_AS: ("memory", self.memory, format_size),
+            resource.RLIMIT_FSIZE: ("file size", self.file_size, format_size),
+            resource.RLIMIT_CORE: ("core file size", 0, format_size),
+        }
         if processes:
-            wanted[resource.RLIMIT_NPROC] = self.processes
-        for which, value in wanted.items():
+            wanted[resource.RLIMIT_NPROC] = ("processes", self.processes, str)
+        failed = []
+        for which, (name, value, shown) in wanted.items():
             try:
                 resource.setrlimit(which, (value, value))
-            except (ValueError, OSError):  # macOS refuses some; apply what we can
-                pass
+            except (ValueError, OSError) as error:  # e.g. above a hard limit set by whoever started the grader
+                hard = resource.getrlimit(which)[1]
+                failed.append(f"the {name} limit ({shown(value)}) could not be set: {error} "
+                              f"(the hard limit here is {'unlimited' if hard == resource.RLIM_INFINITY else shown(hard)})")
         # Writing past the file-size limit then raises OSError(EFBIG) instead of killing the process.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        return failed
 
     def explain(self, error: BaseException) -> str | None:
         """The limit that ``error`` ran into, in words, or None."""
@@ -160,14 +170,21 @@ def _make_dirs(path: Path, emptied: list[Path]) -> list[str]:
 
 @dataclass
 class Sandbox:
-    """Where student code may look and write, for one submission folder."""
+    """Where student code may look and write, for one submission folder.
+
+    A context manager: entering makes the scratch copy of the submission, leaving deletes it, and
+    a failure while making it (a file that cannot be copied, a chown refused) deletes what was made::
+
+        with Sandbox(folder, course_root) as sandbox:
+            subprocess.run(sandbox.wrap(argv), env=sandbox.environment(), cwd=sandbox.submission)
+    """
 
     submission: Path  # the folder the notebook lives in; student code sees a writable copy of it
     course_root: Path | None = None  # shown read-only (data/, other public files)
     private: list[Path] = field(default_factory=list)  # hidden even inside course_root
     limits: Limits = field(default_factory=Limits)
     enabled: bool = True  # False: no bubblewrap (self-check where there is none); limits still apply
-    scratch: Path = field(init=False)
+    scratch: Path | None = field(init=False, default=None)  # exists between __enter__ and __exit__
     uid: int | None = field(init=False)
 
     def __post_init__(self):
@@ -180,16 +197,28 @@ class Sandbox:
                     f"grading as root runs student code as an unprivileged user, who cannot read {', '.join(closed)}: "
                     "make it readable by others (chmod o+rx) or grade as a normal user"
                 )
+
+    def __enter__(self) -> Sandbox:
         # Sandboxed: a copy of the submission, mounted in its place. Otherwise only HOME and TMPDIR.
         self.scratch = Path(tempfile.mkdtemp(prefix="autograder-"))
-        if self.enabled:
-            shutil.copytree(self.submission, self.scratch, dirs_exist_ok=True, symlinks=True)
-        if self.uid is not None:
-            for folder, _, files in os.walk(self.scratch):
-                for name in [folder, *(os.path.join(folder, f) for f in files)]:
-                    os.lchown(name, self.uid, self.uid)
-            # bubblewrap, still root but without CAP_DAC_OVERRIDE, must enter it (--chdir) before the switch.
-            os.chmod(self.scratch, 0o711)
+        try:
+            if self.enabled:
+                shutil.copytree(self.submission, self.scratch, dirs_exist_ok=True, symlinks=True)
+            if self.uid is not None:
+                for folder, _, files in os.walk(self.scratch):
+                    for name in [folder, *(os.path.join(folder, f) for f in files)]:
+                        os.lchown(name, self.uid, self.uid)
+                # bubblewrap, still root but without CAP_DAC_OVERRIDE, must enter it (--chdir) before the switch.
+                os.chmod(self.scratch, 0o711)
+        except BaseException as error:
+            self.cleanup()
+            if isinstance(error, OSError | shutil.Error):
+                raise GradingError(f"could not make the scratch copy of {self.submission}: {error}") from None
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.cleanup()
 
     def _shown(self) -> set[Path]:
         """What student code must see (read-only) even inside an emptied folder."""
@@ -205,6 +234,8 @@ class Sandbox:
 
     def environment(self) -> dict[str, str]:
         """All the environment student code gets: nothing of the grader's."""
+        if self.scratch is None:
+            raise RuntimeError("Sandbox.environment outside `with Sandbox(...)`: there is no scratch folder yet")
         home = str(self.submission if self.enabled else self.scratch)
         # One thread per core unless the grader's own OMP_NUM_THREADS says otherwise (a grader running
         # several submissions at once gives each one thread).
@@ -225,6 +256,8 @@ class Sandbox:
         """
         if not self.enabled:
             return argv
+        if self.scratch is None:
+            raise RuntimeError("Sandbox.wrap outside `with Sandbox(...)`: there is no scratch copy yet")
         hidden = [Path(p) for p in (*HIDDEN, Path.home()) if Path(p).is_dir()]
         hidden = sorted({p for p in hidden if not any(p != h and p.is_relative_to(h) for h in hidden)})
         shown = self._shown()
@@ -257,4 +290,6 @@ class Sandbox:
         return command + ["--chdir", str(self.submission), "--", *argv]
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None

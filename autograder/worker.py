@@ -6,7 +6,8 @@ it only sends back what the student's code computed for the inputs it was given,
 what the cells showed. Before any student code runs it gives up root (when started
 by root, inside the sandbox) and applies the resource limits.
 
-Usage: python -m autograder.worker ADAPTER_MODULE REQUEST_FD REPLY_FD SETTINGS_JSON
+Usage: python -I -B -m autograder.worker ADAPTER_MODULE REQUEST_FD REPLY_FD SETTINGS_JSON
+(``-I``: the working directory, the student's folder, is not on ``sys.path`` until student code runs.)
 """
 
 from __future__ import annotations
@@ -23,21 +24,27 @@ from autograder.errors import describe
 from autograder.sandbox import Limits
 
 
-def confine(settings: dict) -> Limits:
-    """Switch to the sandbox's own user id (if any), then set the limits; both are irreversible."""
+def confine(settings: dict) -> tuple[Limits, list[str]]:
+    """Switch to the sandbox's own user id (if any), then set the limits; both are irreversible.
+
+    Returns the limits and the ones that could not be set.
+    """
     uid = settings.get("uid")
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
     limits = Limits(**settings["limits"])
-    limits.apply(processes=settings["sandboxed"])
-    return limits
+    return limits, limits.apply(processes=settings["sandboxed"])
 
 
 def main() -> None:
     adapter_module, request_fd, reply_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    limits = confine(json.loads(sys.argv[4]))
+    settings = json.loads(sys.argv[4])
+    limits, unset = confine(settings)
+    if unset and settings["sandboxed"]:  # grading: no student code runs with a limit missing
+        wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": False, "error": "; ".join(unset)}))
+        return
     # Everything the worker needs is imported before any student code runs.
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
@@ -45,6 +52,10 @@ def main() -> None:
     adapters = importlib.import_module(adapter_module)
     shell = InteractiveShell.instance(config=Config({"HistoryManager": {"enabled": False}}))
     namespace = shell.user_ns
+    shell.transform_cell("pass")  # the transformers' own lazy imports, before the student's folder is on the path
+    # Started with -I, so the folder is not on sys.path yet; as in a Jupyter kernel, the student's own modules
+    # beside the notebook import from here on (a module already imported, such as json, stays the grader's).
+    sys.path.insert(0, os.getcwd())
     # Adapters, and the replies, run with the builtins as they were before student code.
     pristine_builtins = dict(vars(builtins))
 
@@ -53,7 +64,7 @@ def main() -> None:
         limit = limits.explain(error)
         return f"{text}: {limit}" if limit else text
 
-    wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": True, "value": "ready"}))
+    wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": True, "value": {"warnings": unset}}))
     while True:
         request = pickle.loads(wire.receive(request_fd))
         reply = {"nonce": request["nonce"], "ok": True, "value": None}

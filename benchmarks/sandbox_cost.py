@@ -50,13 +50,10 @@ def timed_run(argv: list[str]) -> float:
 
 def bare_start(repeats: int) -> tuple[float, float]:
     """Median seconds to run ``true`` under the sandbox's bwrap command line, and without it."""
-    sandbox = Sandbox(NOTEBOOKS[0].parent, ROOT)
-    try:
+    with Sandbox(NOTEBOOKS[0].parent, ROOT) as sandbox:
         argv = sandbox.wrap(["true"])
         on = statistics.median(timed_run(argv) for _ in range(repeats))
         return on, statistics.median(timed_run(["true"]) for _ in range(repeats))
-    finally:
-        sandbox.cleanup()
 
 
 def summary(seconds: list[float]) -> tuple[float, float]:

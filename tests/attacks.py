@@ -165,3 +165,17 @@ class Harm:
             pass
         self.server.close()
         return harms
+
+
+# Not attacks on notebook 04's grader, but on the worker's start and restart (notebook 01's class, test_sandbox.py):
+# a cell that hangs when the grader replays it after a restart, and modules beside the notebook that end the
+# worker if it imports them as it starts (before it has given up root and set its limits).
+REPLAYS_DIFFERENTLY = """import pathlib
+_marker = pathlib.Path("ran-once.marker")  # in the submission's scratch folder, which a replay reuses
+if _marker.exists():
+    while True:
+        pass
+_marker.write_text("this cell ran")
+"""
+SHADOW = "import os, sys\nsys.stderr.write('grader imported the student file {name}\\n')\nos._exit(7)\n"
+SHADOWED = ("json", "traitlets", "pickle", "IPython/__init__", "autograder/__init__", "torch/__init__")

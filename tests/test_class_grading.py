@@ -20,8 +20,18 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from attacks import REPLAYS_DIFFERENTLY
 from notebooks import ROOT, read, require_sandbox
-from test_nbgrader_e2e import FAKE_AUTOGRADER, PATCH_TORCH, Student, nbgrader, points, submission, wrong
+from test_nbgrader_e2e import (
+    FAKE_AUTOGRADER,
+    PATCH_TORCH,
+    Student,
+    nbgrader,
+    points,
+    right,
+    submission,
+    wrong,
+)
 
 NOTEBOOK = "02_normalization"
 STUDENTS = {
@@ -29,7 +39,13 @@ STUDENTS = {
     "stub": Student(None, set(points(NOTEBOOK))),
     "cheater": Student({e: wrong(NOTEBOOK, e) + PATCH_TORCH + FAKE_AUTOGRADER for e in points(NOTEBOOK)},
                        set(points(NOTEBOOK))),
+    # Its RMSNorm cell ends the process, and its LayerNorm cell hangs when the grader replays it: both cost
+    # their own points, with a report, and the others' grades are as they would be without this student.
+    "replayer": Student({"layer_norm": REPLAYS_DIFFERENTLY + right(NOTEBOOK, "layer_norm"),
+                         "rms_norm": right(NOTEBOOK, "rms_norm") + "\nimport os\nos._exit(1)\n"},
+                        set(points(NOTEBOOK))),
 }
+TIMEOUT = "--TrustedVerdict.timeout=10"  # seconds per cell: the replayer's hang costs this much, twice
 BROKEN = "broken"  # its submission is not JSON: nbgrader cannot grade it, and it costs only this student
 
 
@@ -84,17 +100,17 @@ def classes(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("classes")
     scratch.chmod(0o755)
     plain = make_class(scratch / "plain")
-    assert nbgrader(plain, "autograde", NOTEBOOK).returncode != 0  # nbgrader too fails on the broken one
+    assert nbgrader(plain, "autograde", NOTEBOOK, TIMEOUT).returncode != 0  # nbgrader too fails on the broken one
 
     parallel = make_class(scratch / "parallel")
-    killed = grade_class(parallel, "--workers", "2", start_new_session=True)
+    killed = grade_class(parallel, "--workers", "2", TIMEOUT, start_new_session=True)
     deadline = time.monotonic() + 600
     while not graded_files(parallel) and killed.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     os.killpg(killed.pid, signal.SIGKILL)  # the command and its workers, mid-way
     killed.communicate()
     done_before = graded_files(parallel)
-    rerun = grade_class(parallel, "--workers", "2")
+    rerun = grade_class(parallel, "--workers", "2", TIMEOUT)
     out, err = rerun.communicate(timeout=600)
     return plain, parallel, done_before, rerun.returncode, out, err
 
@@ -171,11 +187,8 @@ def test_student_code_cannot_read_the_class_grades(tmp_path):
     folder.mkdir(parents=True)
     seen = {}
     for name, private in (("hidden", private_paths(CourseDirectory(root=str(tmp_path)))), ("shown", [])):
-        sandbox = Sandbox(folder, tmp_path, private)
-        try:
+        with Sandbox(folder, tmp_path, private) as sandbox:
             seen[name] = subprocess.run(sandbox.wrap(["cat", str(tmp_path / "grades.csv")]), capture_output=True,
                                         text=True, env=sandbox.environment(), timeout=60).stdout
-        finally:
-            sandbox.cleanup()
     assert "alice" in seen["shown"]  # the control: without the private path the file is readable
     assert "alice" not in seen["hidden"]

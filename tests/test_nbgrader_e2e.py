@@ -44,6 +44,7 @@ class Student:
     zero: set[str]  # exercises that must score 0
     edit: str | None = None  # "delete" or "edit" the test cells
     says: dict[str, tuple[str, ...]] = field(default_factory=dict)  # exercise -> one of these in the feedback
+    files: dict[str, str] = field(default_factory=dict)  # more files submitted beside the notebook: path -> text
 
 
 def points(notebook: str) -> dict[str, int]:
@@ -104,6 +105,15 @@ def worker_breakers(nb: str) -> dict[str, Student]:
         "prints_megabytes": Student({"embedding": right(nb, "embedding") + '\nprint("spam " * 4_000_000)\n'}, set()),
         "raises": Student({"input_embedding": 'raise RuntimeError("I give up")\n'}, {"input_embedding"},
                           says={"input_embedding": ("I give up",)}),
+        # A cell that hangs when the grader replays it (after a later cell ended the process) costs its exercise.
+        "replays_differently": Student(
+            {"sinusoidal": attacks.REPLAYS_DIFFERENTLY + right(nb, "sinusoidal"),
+             "learned_positions": right(nb, "learned_positions") + "\nimport os\nos._exit(1)\n"},
+            {"sinusoidal", "learned_positions"}, says={"sinusoidal": ("when the grader ran it again",)}),
+        # Modules beside the notebook that would end the worker if it imported them as it starts.
+        "shadows_modules": Student(
+            {"embedding": "from mylocal import SCALE\n" + right(nb, "embedding")}, set(),
+            files={**{f"{name}.py": attacks.SHADOW.format(name=name) for name in attacks.SHADOWED}, "mylocal.py": "SCALE = 1.0\n"}),
         "deletes_tests": Student({"embedding": wrong(nb, "embedding")}, {"embedding"}, edit="delete"),
         "edits_tests": Student({"embedding": wrong(nb, "embedding")}, {"embedding"}, edit="edit"),
     }
@@ -202,6 +212,9 @@ def graded(notebook: str, scratch: Path) -> GradedClass:
     for name, student in students.items():
         (folder / "submitted" / name / notebook).mkdir(parents=True)
         nbformat.write(submission(release, notebook, student), folder / "submitted" / name / notebook / f"{notebook}.ipynb")
+        for file, text in student.files.items():
+            (folder / "submitted" / name / notebook / file).parent.mkdir(parents=True, exist_ok=True)
+            (folder / "submitted" / name / notebook / file).write_text(text)
     instructor = [folder / "solutions", folder / "course", folder / "data", folder / "nbgrader_config.py",
                   folder / "submitted"]
     before = attacks.checksum(*instructor)
@@ -318,3 +331,25 @@ def test_autograde_refuses_without_a_sandbox_unless_allowed(tmp_path):
     assert "WITHOUT a sandbox" in allowed.stderr
     course = GradedClass(notebook, tmp_path, {"full": Student({}, set())}, [], True)
     assert _scores(course, "full") == points(notebook)
+
+
+def test_autograde_stops_when_a_limit_cannot_be_set(tmp_path):
+    """Under a hard file-size limit below the one grading sets, nbgrader grades nothing and says which limit."""
+    require_sandbox()
+    notebook = "02_normalization"
+    tmp_path.chmod(0o755)
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
+    shutil.copytree(ROOT / "solutions" / notebook, tmp_path / "solutions" / notebook)
+    assert nbgrader(tmp_path, "generate_assignment", notebook).returncode == 0
+    (tmp_path / "submitted" / "full" / notebook).mkdir(parents=True)
+    shutil.copy(solution_path(notebook), tmp_path / "submitted" / "full" / notebook)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    done = subprocess.run(["prlimit", "--fsize=10000000:10000000", str(Path(sys.executable).parent / "nbgrader"),
+                           "autograde", notebook, "--log-level=WARN"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode != 0
+    assert "file size limit (1 GB) could not be set" in done.stderr, done.stderr[-3000:]
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:
+        assert all(g.score == 0 for g in gradebook.find_submission_notebook(notebook, notebook, "full").grades)

@@ -178,6 +178,139 @@ def test_grading_runs_say_so_to_the_notebook(tmp_path, monkeypatch):
     for name in ("COURSE_GRADING", "NBGRADER_EXECUTION"):
         monkeypatch.delenv(name, raising=False)
     assert not being_graded()
-    for name, value in Sandbox(tmp_path, None, [], Limits(), enabled=False).environment().items():
-        monkeypatch.setenv(name, value)
+    with Sandbox(tmp_path, None, [], Limits(), enabled=False) as sandbox:
+        for name, value in sandbox.environment().items():
+            monkeypatch.setenv(name, value)
     assert being_graded()
+
+
+# --- a cell that behaves differently when replayed; files that would shadow the grader's modules ----------
+
+
+
+def replaying_submission(solution, hangs: str, exits: str):
+    """``solution`` whose answer ``hangs`` hangs when replayed and whose answer ``exits`` ends its process.
+
+    The exit makes the grader restart the worker and replay the cells that ran, ``hangs`` among them.
+    """
+    nb = with_answer(solution, hangs, attacks.REPLAYS_DIFFERENTLY + answer_source(solution, hangs))
+    return with_answer(nb, exits, answer_source(solution, exits) + "\nimport os\nos._exit(1)\n")
+
+
+def test_a_cell_that_hangs_when_replayed_costs_only_what_depends_on_it(tmp_path):
+    """Every submission gets a report: the failed replay costs the replayed cell's exercise, with why."""
+    path = _course_folder(tmp_path, NOTEBOOK, replaying_submission(SOLUTION, "sinusoidal", "learned_positions"))
+    status, report, stderr = _cli(path, "--timeout", "4")
+    assert status == 1 and report is not None, stderr[-3000:]
+    by_id = {e["id"]: e for e in report["exercises"]}
+    assert by_id["embedding"]["passed"] and by_id["input_embedding"]["passed"], report
+    assert "the Python process running your code ended" in by_id["learned_positions"]["message"]
+    said = by_id["sinusoidal"]["message"]
+    assert not by_id["sinusoidal"]["passed"]
+    assert "when the grader ran it again" in said and "infinite loop" in said, said
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
+def test_files_beside_the_notebook_never_run_as_grader_code(tmp_path, sandboxed):
+    """A json.py (or traitlets.py, pickle.py, IPython/, autograder/) beside the notebook is not imported by
+    the worker as it starts; the student's own module beside the notebook still imports in their cells."""
+    if sandboxed:
+        require_sandbox()
+    solution = read(solution_path(NOTEBOOK))
+    nb = with_answer(solution, "embedding", "from mylocal import SCALE\n" + answer_source(solution, "embedding"))
+    path = _course_folder(tmp_path, NOTEBOOK, nb)
+    for name in attacks.SHADOWED:
+        (path.parent / f"{name}.py").parent.mkdir(exist_ok=True)
+        (path.parent / f"{name}.py").write_text(attacks.SHADOW.format(name=name))
+    (path.parent / "mylocal.py").write_text("SCALE = 1.0\n")
+    env = None if sandboxed else dict(os.environ, AUTOGRADER_BWRAP="/nonexistent/bwrap")
+    status, report, stderr = _cli(path, env=env)
+    assert "grader imported the student file" not in stderr + json.dumps(report)
+    assert status == 0 and report["score"] == report["max_score"], (report, stderr[-3000:])
+
+
+# --- limits that cannot be set, and the scratch copy's clean-up -------------------------------------------
+
+LOW_HARD_FILE_SIZE = ["prlimit", "--fsize=10000000:10000000"]  # below the 1 GB that grading asks for
+
+
+def test_a_limit_that_cannot_be_set_stops_grading_with_one_line(tmp_path):
+    """Sandboxed, no student code runs without its limits: one line that names the limit, exit 2.
+
+    The grader runs under a hard file-size limit below the one it must set; inside the sandbox no
+    capability can raise it."""
+    require_sandbox()
+    path = _course_folder(tmp_path, "02_normalization", read(solution_path("02_normalization")))
+    done = subprocess.run([*LOW_HARD_FILE_SIZE, sys.executable, "-m", "autograder", "check", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    (line,) = done.stderr.strip().splitlines()
+    assert "file size limit (1 GB) could not be set" in line and "hard limit here is 9.5" in line, line
+
+
+def test_unsandboxed_a_limit_that_cannot_be_set_is_one_warning(tmp_path):
+    """A self-check without bubblewrap still grades, and says in one line which limit it could not set.
+
+    As root, setrlimit may raise a hard limit; setpriv takes that capability away, as for any user."""
+    path = _course_folder(tmp_path, "02_normalization", read(solution_path("02_normalization")))
+    env = dict(os.environ, AUTOGRADER_BWRAP="/nonexistent/bwrap")
+    done = subprocess.run(["setpriv", "--bounding-set=-sys_resource", *LOW_HARD_FILE_SIZE, sys.executable, "-m",
+                           "autograder", "check", str(path), "--json"], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["score"] == 6
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "file size limit (1 GB) could not be set" in warnings[0], done.stderr
+
+
+def _scratch_folders(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("autograder-*"))
+
+
+def test_the_scratch_copy_is_removed_when_making_it_fails(tmp_path, monkeypatch):
+    """A submission that cannot be copied (a named pipe in it), or a chown that fails: nothing is left behind."""
+    import tempfile
+
+    from autograder.errors import GradingError
+    from autograder.sandbox import Sandbox
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("fine")
+    with Sandbox(folder) as sandbox:  # the control: made, then removed
+        assert (sandbox.scratch / "notes.txt").read_text() == "fine"
+    assert _scratch_folders(tmp) == []
+
+    os.mkfifo(folder / "pipe")
+    with pytest.raises(GradingError, match="could not make the scratch copy"):
+        with Sandbox(folder):
+            pass
+    assert _scratch_folders(tmp) == []
+    (folder / "pipe").unlink()
+
+    if os.geteuid() == 0:  # grading as root chowns the copy to the sandbox's own user
+        def refuse(*args):
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(os, "lchown", refuse)
+        with pytest.raises(GradingError, match="Operation not permitted"):
+            with Sandbox(folder):
+                pass
+        assert _scratch_folders(tmp) == []
+
+
+def test_a_submission_that_cannot_be_copied_gets_one_line_and_leaves_nothing(tmp_path):
+    """Through the command line: exit 2 with one line, and no scratch folder left in TMPDIR."""
+    require_sandbox()
+    path = _course_folder(tmp_path, "02_normalization", read(solution_path("02_normalization")))
+    os.mkfifo(path.parent / "pipe")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    status, report, stderr = _cli(path, env=dict(os.environ, TMPDIR=str(tmp)))
+    assert (status, report) == (2, None)
+    (line,) = stderr.strip().splitlines()
+    assert "could not make the scratch copy" in line and "pipe" in line, line
+    assert _scratch_folders(tmp) == []

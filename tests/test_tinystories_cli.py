@@ -83,3 +83,36 @@ def test_gpu_benchmark_script_runs_tiny_on_cpu(tmp_path):
     report = json.loads((tmp_path / "bench.json").read_text())
     assert report["timed_steps"] == 3 and report["tokens_per_s"] > 0 and report["mfu"] is None
     assert "tokens/s" in (tmp_path / "bench.md").read_text()
+
+
+class _RunsCode:
+    """What a booby-trapped checkpoint carries: unpickling it would run ``touch MARKER``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_carries_code_is_refused(trained, tmp_path):
+    """sample and train --resume load with weights_only=True: a pickled callable is refused in one line, not run.
+
+    The control: the same file without the callable loads (sample works)."""
+    import shutil
+
+    import torch
+
+    data, out = trained
+    run = tmp_path / "shared-run"
+    shutil.copytree(out, run)
+    state = torch.load(run / "checkpoint.pt", weights_only=True)
+    marker = tmp_path / "code-ran"
+    torch.save({**state, "extra": _RunsCode(marker)}, run / "checkpoint.pt")
+    _one_line_error(cli("sample", "--out", str(run)), "refusing to load", "checkpoint.pt", "posix.system")
+    _one_line_error(cli("train", *tiny_args(data, run), "--resume"), "refusing to load")
+    assert not marker.exists(), "loading the checkpoint ran its code"
+    torch.save(state, run / "checkpoint.pt")
+    assert cli("sample", "--out", str(run), "--n", "1", "--max-new-tokens", "2").returncode == 0

@@ -61,8 +61,8 @@ def test_resume_is_exact(straight, data_dir, tmp_path):
     second = run(config, progress=False, resume=True)
     assert [r["train_loss"] for r in second.metrics] == [r["train_loss"] for r in straight.metrics]
     assert second.final_val_loss == straight.final_val_loss
-    a = torch.load(straight.checkpoint, weights_only=False)["model"]
-    b = torch.load(second.checkpoint, weights_only=False)["model"]
+    a = torch.load(straight.checkpoint, weights_only=True)["model"]
+    b = torch.load(second.checkpoint, weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -141,4 +141,4 @@ def test_run_trains_the_notebook_code(data_dir, tmp_path):
     result = run(tiny_config(data_dir, tmp_path, "train.max_steps=3", "train.eval_interval=3"),
                  implementation="course", course_dir=ROOT / "solutions", progress=False)
     assert len(result.metrics) == 3 and math.isfinite(result.final_val_loss)
-    assert torch.load(result.checkpoint, weights_only=False)["implementation"] == "course"
+    assert torch.load(result.checkpoint, weights_only=True)["implementation"] == "course"

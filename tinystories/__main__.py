@@ -97,6 +97,7 @@ def _sample(args) -> None:
 
     import torch
 
+    from tinystories.checkpoint import load_checkpoint
     from tinystories.model import load_trained
     from tinystories.train import _samples
 
@@ -104,7 +105,7 @@ def _sample(args) -> None:
     changes = {"prompt": args.prompt, "n": args.n, "max_new_tokens": args.max_new_tokens,
                "temperature": args.temperature, "top_k": args.top_k}
     config.sample = dataclasses.replace(config.sample, **{k: v for k, v in changes.items() if v is not None})
-    checkpoint = torch.load(Path(args.out) / "checkpoint.pt", map_location="cpu", weights_only=False)
+    checkpoint = load_checkpoint(Path(args.out) / "checkpoint.pt")
     texts, settings = _samples(model, Path(args.out) / "tokenizer.json", config, checkpoint["eot_id"],
                                torch.device("cpu"))
     print(f"# {settings}")

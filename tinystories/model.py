@@ -13,7 +13,6 @@ import contextlib
 from pathlib import Path
 
 import nbformat
-import torch
 from torch import nn
 
 from tinystories.errors import RunError
@@ -80,6 +79,7 @@ def load_trained(out_dir) -> tuple[nn.Module, object, object]:
     """(model in eval mode on the CPU, its tokenizer, its RunConfig) from a run's out_dir."""
     from tokenizers import Tokenizer
 
+    from tinystories.checkpoint import load_checkpoint
     from tinystories.config import from_dict
 
     out = Path(out_dir)
@@ -87,7 +87,7 @@ def load_trained(out_dir) -> tuple[nn.Module, object, object]:
     for path in (checkpoint_path, tokenizer_path):
         if not path.is_file():
             raise RunError(f"{path} is missing: is {out} the out_dir of a finished run?")
-    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+    checkpoint = load_checkpoint(checkpoint_path)
     config = from_dict(checkpoint["config"], source=str(checkpoint_path))
     model = build_model(config.model, checkpoint["vocab_size"])
     model.load_state_dict(checkpoint["model"])

@@ -27,6 +27,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from tinystories.checkpoint import load_checkpoint
 from tinystories.config import as_dict, check_out_dir, to_toml
 from tinystories.course import (
     DecoderConfig,
@@ -250,10 +251,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
 
     start, metrics = 0, []
     if resume:
-        try:
-            state = torch.load(checkpoint_path, map_location=device, weights_only=False)
-        except Exception as error:  # noqa: BLE001 - a truncated or foreign file
-            raise RunError(f"cannot read the checkpoint {checkpoint_path}: {type(error).__name__}") from None
+        state = load_checkpoint(checkpoint_path, map_location=device)
         _check_resumable(state["config"], config)
         raw_model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
