@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autograder.errors import GradingError, SandboxError, StudentCodeError
+from autograder.rules import Rule
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Exercise:
     title: str
     points: int
     checks: list[Check] = field(default_factory=list)
+    rules: tuple[Rule, ...] = ()  # what the notebook forbids (autograder.rules), enforced with every check
 
     @property
     def test_cell_id(self) -> str:
@@ -150,9 +152,29 @@ def run_check(check: Check, impl) -> CheckResult:
     return CheckResult(check, True)
 
 
-def run_exercise(exercise: Exercise, impl, *, visible: bool = True, hidden: bool = True, note: str = "") -> ExerciseResult:
-    """Run the chosen checks; once a check stops the student's process, skip the rest."""
+def _follows_the_rules(source: str, context: list[str]):
+    """follows the exercise's rules (read from your answer cell)"""
+
+
+def rules_result(exercise: Exercise, source: str, context: list[str] = ()) -> CheckResult:
+    """The static half of an exercise's rules, on the grader's side: the answer cell's source, read."""
+    broken = [rule.message(found) for rule in exercise.rules if (found := rule.violations(source, context))]
+    return CheckResult(Check(_follows_the_rules, hidden=False), not broken, "\n".join(broken))
+
+
+def run_exercise(exercise: Exercise, impl, *, visible: bool = True, hidden: bool = True, note: str = "",
+                 source: str | None = None, context: list[str] = ()) -> ExerciseResult:
+    """Run the chosen checks; once a check stops the student's process, skip the rest.
+
+    With its rules, every call into the student's code refuses what they forbid; given the answer
+    cell's ``source`` (and the notebook's other cells as ``context``, for their imports), the rules
+    are also read from the source first.
+    """
     results, stopped = [], None
+    if exercise.rules:
+        impl = impl._with_rules(exercise.rules)
+        if source is not None and visible:
+            results.append(rules_result(exercise, source, context))
     for check in exercise.checks:
         if (check.hidden and not hidden) or (not check.hidden and not visible):
             continue

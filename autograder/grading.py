@@ -141,7 +141,10 @@ def grade(
 
             results = []
             for exercise in checks.exercises:
-                result = run_exercise(exercise, RemoteImpl(process), note=note(exercise))
+                index = answer_index.get(exercise.id)
+                source = nb.cells[index].source if index is not None else None
+                result = run_exercise(exercise, RemoteImpl(process), note=note(exercise), source=source,
+                                      context=[text for i, text in student_cells(nb) if i != index])
                 # A restart while checking may have replayed the answer cell, and the replay may have failed.
                 result.note = result.note or (note(exercise) if not result.passed else "")
                 results.append(result)

@@ -8,6 +8,8 @@ namespace and returns what it computed as plain tensors and containers.
 - ``RemoteImpl`` calls it in the worker process: grading, where student code must
   never share a process with the verdict.
 
+An exercise's rules (``autograder.rules``) are enforced around every call (``_with_rules``).
+
 Both send the result through the same serialisation, so a check sees the same data.
 """
 
@@ -19,12 +21,18 @@ import importlib
 from autograder import wire
 from autograder.errors import StudentCodeError, describe
 from autograder.process import StudentProcess
+from autograder.rules import enforced
 
 
 class LocalImpl:
-    def __init__(self, namespace: dict, adapter_module: str):
+    def __init__(self, namespace: dict, adapter_module: str, rules: tuple = ()):
         self._namespace = namespace
         self._adapters = importlib.import_module(adapter_module)
+        self._rules = [rule.to_wire() for rule in rules]
+
+    def _with_rules(self, rules) -> LocalImpl:
+        """The same implementation, with ``rules`` (``autograder.rules.Rule``) enforced in every call."""
+        return LocalImpl(self._namespace, self._adapters.__name__, rules)
 
     def __getattr__(self, name: str):
         adapter = getattr(self._adapters, name)
@@ -32,7 +40,8 @@ class LocalImpl:
         def call(*args, **kwargs):
             args, kwargs = copy.deepcopy((args, kwargs))  # student code cannot edit our inputs
             try:
-                value = adapter(self._namespace, *args, **kwargs)
+                with enforced(self._rules, self._namespace):
+                    value = adapter(self._namespace, *args, **kwargs)
             except Exception as error:  # noqa: BLE001
                 raise StudentCodeError(describe(error)) from None
             return wire.load_reply(wire.dump_reply(wire.plain(value)))
@@ -41,8 +50,12 @@ class LocalImpl:
 
 
 class RemoteImpl:
-    def __init__(self, process: StudentProcess):
+    def __init__(self, process: StudentProcess, rules: tuple = ()):
         self._process = process
+        self._rules = [rule.to_wire() for rule in rules]
+
+    def _with_rules(self, rules) -> RemoteImpl:
+        return RemoteImpl(self._process, rules)
 
     def __getattr__(self, name: str):
-        return lambda *args, **kwargs: self._process.call(name, *args, **kwargs)
+        return lambda *args, **kwargs: self._process.call(name, args, kwargs, self._rules)

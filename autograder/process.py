@@ -173,12 +173,12 @@ class StudentProcess:
                 self._worker = None
         return self.outcomes
 
-    def call(self, name: str, *args, **kwargs):
-        """Run adapter ``name`` on the student's namespace; raise StudentCodeError or SandboxError."""
+    def call(self, name: str, args: tuple, kwargs: dict, rules: list[dict] = ()):
+        """Run adapter ``name`` on the student's namespace, under ``rules``; raise StudentCodeError or SandboxError."""
         worker = self._ready_worker()
         try:
             reply = worker.request(
-                {"op": "call", "name": name, "args": args, "kwargs": kwargs}, self.timeout,
+                {"op": "call", "name": name, "args": args, "kwargs": kwargs, "rules": list(rules)}, self.timeout,
                 "checking your code",
             )
         except SandboxError:

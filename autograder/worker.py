@@ -21,6 +21,7 @@ import sys
 
 from autograder import outputs, wire
 from autograder.errors import describe
+from autograder.rules import enforced
 from autograder.sandbox import Limits
 
 
@@ -80,7 +81,8 @@ def main() -> None:
                         recorder.result(eval(compile(last, name, "eval", dont_inherit=True), namespace), request["index"])
             else:
                 function = getattr(adapters, request["name"])
-                reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
+                with enforced(request["rules"], namespace):
+                    reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
         except BaseException as error:  # noqa: BLE001 - SystemExit included: report, keep serving
             vars(builtins).update(pristine_builtins)
             reply = {"nonce": request["nonce"], "ok": False, "error": explain(error)}

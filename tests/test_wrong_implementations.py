@@ -31,7 +31,8 @@ def _grade(namespaces, notebook, exercise_id, code):
         namespace = dict(namespaces[notebook])
         exec(compile(PRELUDE + code, "<answer>", "exec"), namespace)
         exercise, adapters = find_exercise(exercise_id)
-        _GRADED[key] = run_exercise(exercise, LocalImpl(namespace, adapters))
+        # As graded: the rules are read from the answer cell too (its imports: the notebooks' setup cell).
+        _GRADED[key] = run_exercise(exercise, LocalImpl(namespace, adapters), source=code, context=[PRELUDE])
     return _GRADED[key]
 
 

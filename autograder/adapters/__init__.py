@@ -8,8 +8,6 @@ the notebook's kernel), so they compute and report; they never judge.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch import nn
 
@@ -91,23 +89,3 @@ def forward_backward(module: nn.Module, grad_output: torch.Tensor | None, *args,
             for name, p in module.named_parameters()
         }
     return result
-
-
-@contextlib.contextmanager
-def forbidden(*places, rule: str):
-    """Make the library functions an exercise must not use raise while the student's code runs.
-
-    ``places`` are (owner, attribute name) pairs such as ``(torch, "softmax")``.
-    """
-
-    def refuse(*args, **kwargs):
-        raise RuntimeError(f"this exercise asks you not to use a ready-made function: {rule}")
-
-    saved = [(owner, name, getattr(owner, name)) for owner, name in places]
-    for owner, name, _ in saved:
-        setattr(owner, name, refuse)
-    try:
-        yield
-    finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)

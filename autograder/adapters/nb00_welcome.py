@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from autograder.adapters import forbidden, need
+from autograder.adapters import need
 
 
 def _strided(t: torch.Tensor) -> torch.Tensor:
@@ -24,8 +23,5 @@ def call(ns, name: str, args: list, strided: list[int] = ()):
 
 
 def one_hot(ns, tokens, vocab_size: int):
-    """``one_hot(tokens, vocab_size)`` with ``F.one_hot`` switched off: the exercise builds it."""
-    with forbidden(
-        (F, "one_hot"), rule="build the one-hot vectors by comparing tokens with torch.arange(vocab_size)"
-    ):
-        return {"value": need(ns, "one_hot")(tokens, vocab_size)}
+    """``one_hot(tokens, vocab_size)`` (the exercise's rule switches ``F.one_hot`` off: ``autograder.rules``)."""
+    return {"value": need(ns, "one_hot")(tokens, vocab_size)}

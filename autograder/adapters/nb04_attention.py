@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
-from autograder.adapters import forbidden, need
-
-_SOFTMAXES = [(torch, "softmax"), (F, "softmax"), (torch.Tensor, "softmax"), (torch, "log_softmax"),
-              (F, "log_softmax"), (torch.Tensor, "log_softmax"), (torch, "logsumexp"), (torch.special, "softmax")]
+from autograder.adapters import need
 
 
 def softmax(ns, x, dim=-1):
-    with forbidden(*_SOFTMAXES, rule="write softmax with exp, max and sum"):
-        return need(ns, "softmax")(x, dim=dim)
+    return need(ns, "softmax")(x, dim=dim)
 
 
 def attention_weights(ns, q, k, mask=None):
@@ -21,8 +14,7 @@ def attention_weights(ns, q, k, mask=None):
 
 
 def scaled_dot_product_attention(ns, q, k, v, mask=None):
-    with forbidden((F, "scaled_dot_product_attention"), rule="build attention from your attention_weights"):
-        return need(ns, "scaled_dot_product_attention")(q, k, v, mask)
+    return need(ns, "scaled_dot_product_attention")(q, k, v, mask)
 
 
 def causal_mask(ns, seq_len: int):

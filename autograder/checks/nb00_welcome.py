@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from autograder import expect
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
+from autograder.rules import Rule
 
 RELATIVE = Exercise("relative_positions", "Exercise 1: relative positions", points=1)
 DISTANCES = Exercise(
@@ -37,7 +38,8 @@ DISTANCES = Exercise(
 )
 DOTS = Exercise("head_dot_products", "Exercise 3: every query-key dot product with einsum", points=2)
 HEADS = Exercise("split_merge_heads", "Exercise 4: split and merge heads with einops", points=2)
-ONE_HOT = Exercise("one_hot", "Exercise 5: one-hot vectors", points=1)
+ONE_HOT = Exercise("one_hot", "Exercise 5: one-hot vectors", points=1, rules=(
+    Rule("do not call F.one_hot", ("torch.nn.functional.one_hot",)),))
 EXERCISES = [RELATIVE, DISTANCES, DOTS, HEADS, ONE_HOT]
 
 F32 = {"atol": 1e-4, "rtol": 1e-5}

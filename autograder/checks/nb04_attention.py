@@ -22,10 +22,16 @@ import torch.nn.functional as F
 from autograder import expect
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
+from autograder.rules import ATTENTIONS, LOG_SOFTMAXES, SOFTMAXES, Rule
 
-SOFTMAX = Exercise("softmax", "Exercise 1: a numerically stable softmax", points=1)
-WEIGHTS = Exercise("attention_weights", "Exercise 2: attention weights", points=2)
-SDPA = Exercise("scaled_dot_product_attention", "Exercise 3: scaled dot-product attention", points=2)
+SOFTMAX = Exercise("softmax", "Exercise 1: a numerically stable softmax", points=1, rules=(
+    Rule("do not call torch.softmax, F.softmax, Tensor.softmax or any other ready-made softmax (log_softmax and "
+         "logsumexp included)", SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS),))
+WEIGHTS = Exercise("attention_weights", "Exercise 2: attention weights", points=2, rules=(
+    Rule("do not call torch.softmax, F.softmax or F.scaled_dot_product_attention",
+         SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS),))
+SDPA = Exercise("scaled_dot_product_attention", "Exercise 3: scaled dot-product attention", points=2, rules=(
+    Rule("use your attention_weights; do not call F.scaled_dot_product_attention", ATTENTIONS),))
 CAUSAL = Exercise("causal_mask", "Exercise 4: the causal mask", points=1)
 PADDING = Exercise("padding_mask", "Exercise 5: the padding mask", points=1)
 DECODER = Exercise("decoder_mask", "Exercise 6: causal plus padding", points=1)

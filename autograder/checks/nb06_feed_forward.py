@@ -37,8 +37,14 @@ from torch.utils.flop_counter import FlopCounterMode
 from autograder import expect
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
+from autograder.rules import Rule
 
-ACTIVATIONS = Exercise("ffn_activations", "Exercise 1: ReLU, GELU (exact and tanh) and SiLU", points=2)
+ACTIVATIONS = Exercise("ffn_activations", "Exercise 1: ReLU, GELU (exact and tanh) and SiLU", points=2, rules=(
+    Rule("do not call F.relu, torch.relu, F.gelu, F.silu, nn.GELU, nn.SiLU or nn.ReLU",
+         tuple(f"torch.nn.functional.{f}" for f in ("relu", "relu_", "relu6", "gelu", "silu", "mish", "elu",
+                                                    "leaky_relu", "hardswish", "softplus"))
+         + ("torch.relu", "torch.relu_", "torch.Tensor.relu", "torch.Tensor.relu_",
+            "torch.nn.GELU", "torch.nn.SiLU", "torch.nn.ReLU", "torch.nn.Mish")),))
 FFN = Exercise("feed_forward", "Exercise 2: the position-wise FeedForward", points=3)
 WIDTH = Exercise("swiglu_width", "Exercise 3: SwiGLU's hidden width and parameter counts", points=2)
 SWIGLU = Exercise("swiglu", "Exercise 4: SwiGLU", points=3)

@@ -41,13 +41,20 @@ from autograder import expect
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.reference import training as ref
+from autograder.rules import LOG_SOFTMAXES, Rule
 
 GET_BATCH = Exercise("get_batch", "Exercise 1: get_batch", points=3)
-CROSS_ENTROPY = Exercise("cross_entropy", "Exercise 2: cross_entropy", points=4)
+CROSS_ENTROPY = Exercise("cross_entropy", "Exercise 2: cross_entropy", points=4, rules=(
+    Rule("do not use F.cross_entropy, F.nll_loss, log_softmax or torch.logsumexp",
+         ("torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss", "torch.nn.CrossEntropyLoss",
+          "torch.nn.NLLLoss", *LOG_SOFTMAXES)),))
 ADAMW = Exercise("adamw", "Exercise 3: AdamW", points=5)
 INVERSE_SQRT = Exercise("inverse_sqrt_lr", "Exercise 4: inverse_sqrt_lr", points=2)
 COSINE = Exercise("cosine_lr", "Exercise 5: cosine_lr", points=3)
-CLIP = Exercise("clip_grad_norm", "Exercise 6: clip_grad_norm", points=3)
+CLIP = Exercise("clip_grad_norm", "Exercise 6: clip_grad_norm", points=3, rules=(
+    Rule("do not call torch.nn.utils.clip_grad_norm_", ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm",
+                                                        "torch.nn.utils.clip_grads_with_norm_",
+                                                        "torch.nn.utils.get_total_norm")),))
 CHECKPOINT = Exercise("checkpoint", "Exercise 7: save_checkpoint and load_checkpoint", points=4)
 EVALUATE = Exercise("evaluate", "Exercise 8: evaluate", points=2)
 TRAIN = Exercise("train", "Exercise 9: train", points=5)

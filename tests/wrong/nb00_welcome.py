@@ -221,6 +221,6 @@ WRONG = [
         "one_hot",
         "calls F.one_hot",
         one_hot("return F.one_hot(tokens, vocab_size).float()"),
-        "not to use a ready-made function",
+        "this exercise's rule is: do not call F.one_hot",
     ),
 ]

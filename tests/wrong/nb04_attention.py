@@ -67,6 +67,24 @@ def cross_attention_mask(target_ids, source_ids, pad_id):
 '''
 
 
+# Ways around "do not call torch.softmax" that students try, each a whole answer cell.
+SOFTMAX_DODGES = {
+    "an alias of torch.nn.functional": "from torch.nn import functional as G\n\n\ndef softmax(x, dim=-1):\n"
+                                       "    return G.softmax(x, dim)\n",
+    "the method form": "def softmax(x, dim=-1):\n    return x.softmax(dim)\n",
+    "getattr with a built name": 'def softmax(x, dim=-1):\n    return getattr(torch, "soft" + "max")(x, dim)\n',
+    "a helper that calls it": "def _helper(x, dim):\n    return F.softmax(x, dim=dim)\n\n\ndef softmax(x, dim=-1):\n"
+                              "    return _helper(x, dim)\n",
+    "an import inside the function": "def softmax(x, dim=-1):\n    from torch.nn.functional import softmax as s\n"
+                                     "    return s(x, dim)\n",
+    "a reference kept before the check": "sm = torch.softmax\n\n\ndef softmax(x, dim=-1):\n    return sm(x, dim)\n",
+    "a default argument": "def softmax(x, dim=-1, _f=torch.softmax):\n    return _f(x, dim)\n",
+    "exp of log_softmax": "def softmax(x, dim=-1):\n    return torch.exp(x - torch.logsumexp(x, dim, keepdim=True))\n",
+    "nn.Softmax": "def softmax(x, dim=-1):\n    return nn.Softmax(dim)(x)\n",
+    "torch's internal function": "def softmax(x, dim=-1):\n    return torch._C._VariableFunctions.softmax(x, dim)\n",
+    "the aten operator": "def softmax(x, dim=-1):\n    return torch.ops.aten._softmax(x, dim % x.dim(), False)\n",
+}
+
 RIGHT = {"softmax": softmax(), "attention_weights": weights(), "scaled_dot_product_attention": sdpa(),
          "causal_mask": masks(), "padding_mask": masks(), "decoder_mask": masks(), "cross_attention_mask": masks()}
 
@@ -74,7 +92,9 @@ WRONG = [
     Wrong("softmax", "no max subtraction (overflows)", softmax(shift="x"), "subtract each slice's maximum"),
     Wrong("softmax", "one maximum for the whole tensor", softmax(shift="x - x.max()"), "not one maximum of the whole tensor"),
     Wrong("softmax", "ignores dim", softmax(shift="x - x.amax(-1, keepdim=True)", sum_dim="-1"), "ignores `dim`"),
-    Wrong("softmax", "calls torch.softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)", "ready-made function"),
+    Wrong("softmax", "calls torch.softmax", "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)", "this exercise's rule is"),
+    # The rule's dodges (tests/test_rules.py tries each against the static and the runtime half alone too).
+    *(Wrong("softmax", dodge, code, "this exercise's rule is") for dodge, code in SOFTMAX_DODGES.items()),
     Wrong("attention_weights", "no scale", weights(scale="1.0"), "not scaled"),
     Wrong("attention_weights", "scales by d_k", weights(scale="q.shape[-1]"), "divided by d_k"),
     Wrong("attention_weights", "softmax over the query dimension", weights(dim="-2"), "runs over the queries"),
@@ -87,7 +107,7 @@ WRONG = [
           sdpa(body="softmax(q @ k.transpose(-1, -2) if mask is None else (q @ k.transpose(-1, -2)).masked_fill(~mask, float('-inf'))) @ v"),
           "not scaled"),
     Wrong("scaled_dot_product_attention", "calls torch's function",
-          sdpa(body="torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)"), "ready-made function"),
+          sdpa(body="torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)"), "this exercise's rule is"),
     Wrong("scaled_dot_product_attention", "ignores the mask", sdpa(body="attention_weights(q, k) @ v"), "attention output with"),
     Wrong("scaled_dot_product_attention", "multiplies v by the scores' transpose",
           sdpa(body="attention_weights(q, k, mask).transpose(-1, -2)[..., : v.shape[-2], : q.shape[-2]] @ v[..., : q.shape[-2], :]"),

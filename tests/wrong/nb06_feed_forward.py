@@ -120,7 +120,7 @@ WRONG = [
     Wrong("ffn_activations", "SiLU returns the sigmoid alone", activations(silu="torch.sigmoid(x)"),
           "the sigmoid σ(x) alone"),
     Wrong("ffn_activations", "leaky ReLU", activations(relu="torch.where(x > 0, x, 0.01 * x)"), "leaky ReLU"),
-    Wrong("ffn_activations", "calls F.gelu", activations(gelu="F.gelu(x)"), "ready-made function"),
+    Wrong("ffn_activations", "calls F.gelu", activations(gelu="F.gelu(x)"), "this exercise's rule is"),
     Wrong("ffn_activations", "sigmoid written as exp(x) / (1 + exp(x)): NaN for large x",
           activations(silu="x * torch.exp(x) / (1 + torch.exp(x))"), "NaN or inf"),
     Wrong("ffn_activations", "ReLU through NumPy: no gradient",
