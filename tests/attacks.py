@@ -40,9 +40,12 @@ class Attack:
     code: str  # a template: {token}, {port}, {secret}
     says: tuple[str, ...]  # one of these is in that exercise's message (none: the wrong answer's own)
     harmless: bool = False  # the sandbox lets it run without effect: the cell also gets a wrong answer
+    alone: bool = False  # the code is the whole answer (a dodge of the exercise's rule), not a preamble
 
     def answer(self, right: str, harm: Harm) -> str:
         attack = self.code.format(token=harm.token, port=harm.port, secret=SECRET_VARIABLE)
+        if self.alone:
+            return attack
         return attack + "\n" + (_wrong(self.exercise) if self.harmless else right)
 
 
@@ -99,6 +102,11 @@ ATTACKS = [
     Attack("fork_bomb", DECODER, FORK_BOMB, ("more than 256 processes or threads",)),
     Attack("writes_huge_file", CROSS, "with open('huge.bin', 'wb') as f:\n    f.write(bytes(16 * 2**20))",
            ("larger than 8 MB",)),
+    # The exercise's rule, dodged by keeping a reference to the forbidden function before any check runs.
+    Attack("keeps_forbidden_reference", SDPA,
+           "attend = F.scaled_dot_product_attention\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+           "    return torch.nan_to_num(attend(q, k, v, attn_mask=mask))\n",
+           ("this exercise's rule is: use your attention_weights",), alone=True),
 ]
 
 COURSE_FILES = ("autograder", "coursetools", "solutions", "course", "data", "nbgrader_config.py")
