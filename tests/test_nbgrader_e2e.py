@@ -179,11 +179,12 @@ def submission(release, notebook: str, student: Student):
     return nb
 
 
-def nbgrader(course: Path, *args, env: dict | None = None):
+def nbgrader(course: Path, *args, env: dict | None = None, wrapper: list[str] = ()):
+    """``nbgrader ARGS`` in ``course``, run through ``wrapper`` (e.g. prlimit) when given."""
     env = dict(env or os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return subprocess.run(
-        [str(Path(sys.executable).parent / "nbgrader"), *args, "--log-level=WARN"],
+        [*wrapper, str(Path(sys.executable).parent / "nbgrader"), *args, "--log-level=WARN"],
         cwd=course, env=env, capture_output=True, text=True, timeout=1200,
     )
 
@@ -309,15 +310,20 @@ for _notebook in NOTEBOOKS:
         globals()[_name] = type(_name, (_GradedClassTests,), {"notebook": _notebook})
 
 
+def _one_right_submission(course: Path, notebook: str) -> None:
+    """A course folder with ``notebook`` released and one student, "full", who submitted the solution."""
+    course.chmod(0o755)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions" / notebook, course / "solutions" / notebook)
+    assert nbgrader(course, "generate_assignment", notebook).returncode == 0
+    (course / "submitted" / "full" / notebook).mkdir(parents=True)
+    shutil.copy(solution_path(notebook), course / "submitted" / "full" / notebook)
+
+
 def test_autograde_refuses_without_a_sandbox_unless_allowed(tmp_path):
     """Fail closed: no bubblewrap, no grading, and one line that says what to do; the instructor may opt out."""
     notebook = "02_normalization"
-    tmp_path.chmod(0o755)
-    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
-    shutil.copytree(ROOT / "solutions" / notebook, tmp_path / "solutions" / notebook)
-    assert nbgrader(tmp_path, "generate_assignment", notebook).returncode == 0
-    (tmp_path / "submitted" / "full" / notebook).mkdir(parents=True)
-    shutil.copy(solution_path(notebook), tmp_path / "submitted" / "full" / notebook)
+    _one_right_submission(tmp_path, notebook)
     without = dict(os.environ, AUTOGRADER_BWRAP="/nonexistent/bwrap")
 
     refused = nbgrader(tmp_path, "autograde", notebook, env=without)
@@ -337,16 +343,8 @@ def test_autograde_stops_when_a_limit_cannot_be_set(tmp_path):
     """Under a hard file-size limit below the one grading sets, nbgrader grades nothing and says which limit."""
     require_sandbox()
     notebook = "02_normalization"
-    tmp_path.chmod(0o755)
-    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
-    shutil.copytree(ROOT / "solutions" / notebook, tmp_path / "solutions" / notebook)
-    assert nbgrader(tmp_path, "generate_assignment", notebook).returncode == 0
-    (tmp_path / "submitted" / "full" / notebook).mkdir(parents=True)
-    shutil.copy(solution_path(notebook), tmp_path / "submitted" / "full" / notebook)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    done = subprocess.run(["prlimit", "--fsize=10000000:10000000", str(Path(sys.executable).parent / "nbgrader"),
-                           "autograde", notebook, "--log-level=WARN"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
+    _one_right_submission(tmp_path, notebook)
+    done = nbgrader(tmp_path, "autograde", notebook, wrapper=["prlimit", "--fsize=10000000:10000000"])
     assert done.returncode != 0
     assert "file size limit (1 GB) could not be set" in done.stderr, done.stderr[-3000:]
     from nbgrader.api import Gradebook
