@@ -65,3 +65,14 @@ def gradients(result: dict, what: str) -> dict:
         fail(f"{what}: {grads}")
     that(isinstance(grads, dict), f"{what}: no gradients were computed")
     return grads
+
+
+def no_loops(rule: str, runs: dict[str, int]) -> None:
+    """Fail unless every run (label -> lines of notebook code it ran, ``adapters.lines_run``) ran as many lines.
+
+    How a "no Python loops" rule is graded: by what the code does, whatever it is written like.
+    """
+    if len(set(runs.values())) > 1:
+        said = " and ".join(f"{count} for {label}" for label, count in runs.items())
+        fail(f"this exercise's rule is: {rule}; your code ran {said} lines of Python, so it loops over the data "
+             "(a for or while statement, or a comprehension, whose length depends on the sizes)")

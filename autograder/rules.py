@@ -38,19 +38,28 @@ LOG_SOFTMAXES = ("torch.log_softmax", "torch.nn.functional.log_softmax", "torch.
                  "torch.special.log_softmax", "torch.nn.LogSoftmax", "torch._log_softmax",
                  "torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp",
                  "torch.ops.aten._log_softmax", "torch.ops.aten.log_softmax", "torch.ops.aten.logsumexp")
+NORMS = ("torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm", "torch.nn.LayerNorm",
+         "torch.nn.functional.rms_norm", "torch.rms_norm", "torch.nn.RMSNorm", "torch.nn.functional.group_norm",
+         "torch.nn.GroupNorm", "torch.ops.aten.native_layer_norm", "torch.ops.aten.layer_norm",
+         "torch.ops.aten.rms_norm", "torch.ops.aten._fused_rms_norm")
+EMBEDDINGS = ("torch.nn.functional.embedding", "torch.embedding", "torch.nn.Embedding", "torch.nn.EmbeddingBag",
+              "torch.nn.functional.embedding_bag", "torch.ops.aten.embedding")
 ATTENTIONS = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
               "torch.nn.MultiheadAttention")
 
 
 @dataclass(frozen=True)
 class Rule:
-    """``text`` is what the notebook says; ``forbidden`` the qualified names it rules out."""
+    """``text`` is what the notebook says; ``forbidden`` the qualified names it rules out (and ``names``,
+    ``keywords``: the student's own names, and torch keyword arguments, it rules out)."""
 
     text: str
-    forbidden: tuple[str, ...]
+    forbidden: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # the student's own earlier answers this one may not use (read from the cell)
+    keywords: tuple[str, ...] = ()  # keyword arguments no torch function may be given a true value for
 
     def to_wire(self) -> dict:
-        return {"text": self.text, "forbidden": list(self.forbidden)}
+        return {"text": self.text, "forbidden": list(self.forbidden), "keywords": list(self.keywords)}
 
     @property
     def _methods(self) -> set[str]:
@@ -96,6 +105,10 @@ class Rule:
                     found.append(f"line {line} uses {node.attr}, a way around the rule")
             elif isinstance(node, ast.Name) and node.id in _ESCAPE_ATTRIBUTES:
                 found.append(f"line {line} uses {node.id}, a way around the rule")
+            elif isinstance(node, ast.Name) and node.id in self.names and isinstance(node.ctx, ast.Load):
+                found.append(f"line {line} uses your {node.id}")
+            elif isinstance(node, ast.keyword) and node.arg in self.keywords:
+                found.append(f"line {line} passes {node.arg}=")
             for text in _looked_up_strings(node):
                 if text.strip() in self._leaves:
                     found.append(f"line {line} looks up {text.strip()!r} by name")
@@ -215,6 +228,7 @@ def enforced(rules: list[dict], namespace: dict | None = None):
 
     refused = {}  # id(object) -> (its qualified name, the rule's text, the object)
     owners = []  # (module or class, attribute name) where each name is looked up
+    keywords = {keyword: rule["text"] for rule in rules for keyword in rule.get("keywords", ())}
     for rule in rules:
         for name in rule["forbidden"]:
             target = _resolve(name)
@@ -232,6 +246,9 @@ def enforced(rules: list[dict], namespace: dict | None = None):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if error := broken(func):
                 raise error
+            for keyword, text in keywords.items():
+                if (kwargs or {}).get(keyword):
+                    raise RuleBroken(f"this exercise's rule is: {text} (your code passed {keyword}=True)")
             return func(*args, **(kwargs or {}))
 
     def stand_in(original):

@@ -8,6 +8,9 @@ the notebook's kernel), so they compute and report; they never judge.
 
 from __future__ import annotations
 
+import re
+import sys
+
 import torch
 from torch import nn
 
@@ -89,3 +92,56 @@ def forward_backward(module: nn.Module, grad_output: torch.Tensor | None, *args,
             for name, p in module.named_parameters()
         }
     return result
+
+
+_NOTEBOOK_CODE = re.compile(r"^<cell \d+>$|^<answer>$|ipykernel_\d+|^<ipython-input-")
+
+
+def lines_run(function, *args, **kwargs) -> dict:
+    """``function(*args, **kwargs)`` and how many lines of notebook code it ran, for the "no loops" rules.
+
+    Code from a cell (the worker's ``<cell N>``, a Jupyter kernel's, the tests' ``<answer>``) counts;
+    torch, einops and the course's own code do not. Vectorised code runs the same number of lines
+    whatever the sizes; a loop over the data (a for, a while, a comprehension) runs more for larger ones.
+    """
+    count = 0
+
+    def per_line(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return per_line
+
+    def per_call(frame, event, arg):
+        return per_line if _NOTEBOOK_CODE.search(frame.f_code.co_filename) else None
+
+    before = sys.gettrace()
+    sys.settrace(per_call)
+    try:
+        value = function(*args, **kwargs)
+    finally:
+        sys.settrace(before)
+    return {"value": value, "lines": count}
+
+
+def shapes_made(function, *args, **kwargs) -> dict:
+    """``function(*args, **kwargs)`` and the shape of every tensor a torch function made while it ran.
+
+    Factories (``torch.zeros``), operations and methods all count, however the student reached them;
+    for rules on what code may build (notebook 03: no ``[d_k, d_k]`` matrices in ``forward``).
+    """
+    from torch.overrides import TorchFunctionMode
+
+    shapes = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            for value in result if isinstance(result, tuple | list) else (result,):
+                if isinstance(value, torch.Tensor):
+                    shapes.append(list(value.shape))
+            return result
+
+    with Record():
+        value = function(*args, **kwargs)
+    return {"value": value, "shapes": shapes}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autograder.adapters import need
+from autograder.adapters import lines_run, need
 
 
 def _strided(t: torch.Tensor) -> torch.Tensor:
@@ -25,3 +25,8 @@ def call(ns, name: str, args: list, strided: list[int] = ()):
 def one_hot(ns, tokens, vocab_size: int):
     """``one_hot(tokens, vocab_size)`` (the exercise's rule switches ``F.one_hot`` off: ``autograder.rules``)."""
     return {"value": need(ns, "one_hot")(tokens, vocab_size)}
+
+
+def lines(ns, name: str, args: list) -> int:
+    """How many lines of notebook code ``name(*args)`` runs (``lines_run``)."""
+    return lines_run(need(ns, name), *args)["lines"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autograder.adapters import need, outcome, summary
+from autograder.adapters import need, outcome, shapes_made, summary
 
 
 def rotation_matrix(ns, angle):
@@ -28,6 +28,12 @@ def rope_summary(ns, d_k: int, max_seq_len: int):
 
 def rope_forward(ns, d_k: int, max_seq_len: int, x, token_positions, base: float = 10000.0):
     return need(ns, "RoPE")(d_k, max_seq_len, base)(x, token_positions)
+
+
+def rope_forward_shapes(ns, d_k: int, max_seq_len: int, x, token_positions) -> list:
+    """The shape of every tensor that ``forward`` makes (the module is built outside the recording)."""
+    module = need(ns, "RoPE")(d_k, max_seq_len)
+    return shapes_made(module, x, token_positions)["shapes"]
 
 
 def rope_construct_outcome(ns, d_k: int, max_seq_len: int):

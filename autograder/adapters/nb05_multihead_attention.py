@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autograder.adapters import load, need, outcome, summary
+from autograder.adapters import lines_run, load, need, outcome, summary
 from autograder.reference.rope import RoPE
 
 
@@ -14,6 +14,12 @@ def attention_forward(ns, class_name: str, args: list, state: dict, inputs: list
     """Build ``class_name(*args)``, load ``state`` by name, return ``module(*inputs, mask=mask)``."""
     module = load(need(ns, class_name)(*args), state)
     return module(*inputs, mask=mask)
+
+
+def forward_lines(ns, class_name: str, args: list, inputs: list) -> int:
+    """How many lines of notebook code one forward pass of ``class_name(*args)`` runs (``lines_run``)."""
+    module = need(ns, class_name)(*args)
+    return lines_run(module, *inputs)["lines"]
 
 
 def construct_outcome(ns, class_name: str, args: list):

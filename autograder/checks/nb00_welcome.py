@@ -34,8 +34,9 @@ from autograder.rules import Rule
 
 RELATIVE = Exercise("relative_positions", "Exercise 1: relative positions", points=1)
 DISTANCES = Exercise(
-    "pairwise_sq_distances", "Exercise 2: pairwise squared distances by broadcasting", points=2
-)
+    "pairwise_sq_distances", "Exercise 2: pairwise squared distances by broadcasting", points=2, rules=(
+        Rule("no torch.cdist", ("torch.cdist", "torch.nn.functional.pairwise_distance", "torch.nn.PairwiseDistance",
+                                "torch._euclidean_dist", "torch.ops.aten._cdist_forward")),))
 DOTS = Exercise("head_dot_products", "Exercise 3: every query-key dot product with einsum", points=2)
 HEADS = Exercise("split_merge_heads", "Exercise 4: split and merge heads with einops", points=2)
 ONE_HOT = Exercise("one_hot", "Exercise 5: one-hot vectors", points=1, rules=(
@@ -115,6 +116,12 @@ def test_relative_positions_small(impl):
     _check_relative(impl, 5)
 
 
+@RELATIVE.visible
+def test_relative_positions_no_loops(impl):
+    "no Python loops: the same lines of your code run for 3 and for 12 positions"
+    expect.no_loops("no Python loops", {f"n = {n}": impl.lines("relative_positions", [n]) for n in (3, 12)})
+
+
 @RELATIVE.hidden
 def test_relative_positions_sizes(impl):
     "any n: 1, 2 and 9 positions"
@@ -166,6 +173,14 @@ def _check_sq_distances(impl, n: int, m: int, d: int, seed: int, *, dtype=torch.
 def test_sq_distances_values(impl):
     "a [4, 3] and b [6, 3] give the [4, 6] table of |a[i] - b[j]|²"
     _check_sq_distances(impl, 4, 6, 3, 0)
+
+
+@DISTANCES.visible
+def test_sq_distances_no_loops(impl):
+    "no Python loops: the same lines of your code run for 2 and for 9 points"
+    runs = {f"{n} points": impl.lines("pairwise_sq_distances", [_randn((n, 3), n), _randn((n + 1, 3), n + 1)])
+            for n in (2, 9)}
+    expect.no_loops("no Python loops", runs)
 
 
 @DISTANCES.hidden

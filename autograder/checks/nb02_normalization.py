@@ -19,9 +19,12 @@ import torch.nn.functional as F
 from autograder import expect
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
+from autograder.rules import NORMS, Rule
 
-LAYER_NORM = Exercise("layer_norm", "Exercise 1: LayerNorm from scratch", points=3)
-RMS_NORM = Exercise("rms_norm", "Exercise 2: RMSNorm", points=3)
+LAYER_NORM = Exercise("layer_norm", "Exercise 1: LayerNorm from scratch", points=3, rules=(
+    Rule("do not call torch.nn.functional.layer_norm or nn.LayerNorm", NORMS),))
+RMS_NORM = Exercise("rms_norm", "Exercise 2: RMSNorm", points=3, rules=(
+    Rule("do not call torch.nn.functional.rms_norm or nn.RMSNorm", NORMS),))
 EXERCISES = [LAYER_NORM, RMS_NORM]
 
 F32 = {"atol": 1e-5, "rtol": 1e-5}

@@ -209,6 +209,17 @@ def test_rope_buffers(impl):
                     f"register `{name}` with persistent=False: it is recomputed, not saved in checkpoints")
 
 
+@ROPE.visible
+def test_rope_builds_no_rotation_matrix(impl):
+    "forward builds no [d_k, d_k] matrix: the element-wise form of Section 5"
+    x, positions = _uniform((2, 3, 5, 8), 30), torch.tensor([4, 0, 7, 1, 2])  # d_k = 8; no other axis is 8
+    shapes = impl.rope_forward_shapes(8, 16, x, positions)
+    square = [shape for shape in shapes if shape[-2:] == [8, 8]]
+    expect.that(not square, f"this exercise's rule is: do not build [d_k, d_k] matrices in forward; your forward "
+                            f"made tensors of shape {square[0] if square else ''} for d_k = 8: rotate the pairs "
+                            "element-wise with the cos and sin tables instead")
+
+
 @ROPE.hidden
 def test_rope_with_heads_and_offsets(impl):
     "works with batch and head dimensions, positions shared or per batch, and large offsets"

@@ -37,6 +37,22 @@ RIGHT = {
 }
 
 WRONG = [
+    # The exercises' rules (autograder.rules): each message quotes the rule.
+    Wrong("relative_positions", "a nested comprehension",
+          relative_positions("return torch.tensor([[j - i for j in range(n)] for i in range(n)])"),
+          "this exercise's rule is: no Python loops"),
+    Wrong("relative_positions", "a for loop filling rows",
+          relative_positions("out = torch.empty(n, n, dtype=torch.int64)\n    for i in range(n):\n"
+                             "        out[i] = torch.arange(n) - i\n    return out"),
+          "this exercise's rule is: no Python loops"),
+    Wrong("pairwise_sq_distances", "a loop over the rows of a",
+          pairwise_sq_distances("return torch.stack([((row - b) ** 2).sum(-1) for row in a])"),
+          "this exercise's rule is: no Python loops"),
+    Wrong("pairwise_sq_distances", "calls torch.cdist", pairwise_sq_distances("return torch.cdist(a, b) ** 2"),
+          "this exercise's rule is: no torch.cdist"),
+    Wrong("pairwise_sq_distances", "keeps a reference to torch.cdist",
+          "dist = torch.cdist\n" + pairwise_sq_distances("return dist(a, b) ** 2"), "this exercise's rule is: no torch.cdist"),
+
     Wrong(
         "relative_positions",
         "query minus key (transposed)",

@@ -94,6 +94,16 @@ RIGHT = {
 }
 
 WRONG = [
+    # The exercises' rules (autograder.rules): each message quotes the rule.
+    Wrong("embedding", "calls F.embedding under another name",
+          "from torch.nn.functional import embedding as lookup\n" + embedding(lookup="lookup(token_ids, self.weight)"),
+          "this exercise's rule is: do not use nn.Embedding or F.embedding"),
+    Wrong("learned_positions", "reuses the student's Embedding",
+          learned(init="self.table = Embedding(max_len, d_model); self.weight = self.table.weight"),
+          "this exercise's rule is: do not reuse your Embedding"),
+    Wrong("learned_positions", "calls F.embedding", learned(lookup="F.embedding(positions, self.weight)"),
+          "this exercise's rule is: do not reuse your Embedding, nn.Embedding or F.embedding"),
+
     # Exercise 1: Embedding
     Wrong("embedding", "standard normal init, as torch.nn.Embedding does",
           embedding(init="self.weight = nn.Parameter(torch.randn(num_embeddings, embedding_dim))"),
@@ -113,7 +123,7 @@ WRONG = [
           "although scale=False"),
     Wrong("embedding", "wraps nn.Embedding",
           embedding(init="self.table = nn.Embedding(num_embeddings, embedding_dim)", lookup="self.table(token_ids)"),
-          "do not wrap torch.nn.Embedding"),
+          "this exercise's rule is: do not use nn.Embedding or F.embedding"),
     Wrong("embedding", "looks up through .data, so no gradient reaches the table",
           embedding(lookup="self.weight.data[token_ids]"),
           "weight.grad"),

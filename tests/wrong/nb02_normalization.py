@@ -45,6 +45,14 @@ def rms_norm(params="self.weight = nn.Parameter(torch.ones(d_model))", upcast="x
 RIGHT = {"layer_norm": layer_norm(), "rms_norm": rms_norm()}
 
 WRONG = [
+    # The exercises' rules (autograder.rules): each message quotes the rule.
+    Wrong("layer_norm", "calls F.layer_norm",
+          layer_norm(out="F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)"),
+          "this exercise's rule is: do not call torch.nn.functional.layer_norm"),
+    Wrong("rms_norm", "calls F.rms_norm through getattr",
+          rms_norm().replace("def forward(self, x):\n", "def forward(self, x):\n        return getattr(F, 'rms_' + 'norm')(x, x.shape[-1:], self.weight, self.eps)\n"),
+          "this exercise's rule is: do not call torch.nn.functional.rms_norm"),
+
     Wrong("layer_norm", "eps outside the square root",
           layer_norm(out="(x - mean) / (torch.sqrt(var) + self.eps) * self.weight + self.bias"), "eps is added outside"),
     Wrong("layer_norm", "unbiased variance (torch.var's default)",

@@ -85,7 +85,17 @@ def halves(body="torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)])")
 RIGHT = {"rotation_matrix": rotation(), "rope_frequencies": frequencies(), "rope_matrix": matrix(),
          "rope": rope(), "halves_permutation": halves()}
 
+_MATRICES = ("R = torch.zeros(*cos.shape[:-1], self.d_k, self.d_k)\n"
+             "        i = torch.arange(self.d_k // 2)\n"
+             "        R[..., 2 * i, 2 * i], R[..., 2 * i, 2 * i + 1] = cos, -sin\n"
+             "        R[..., 2 * i + 1, 2 * i], R[..., 2 * i + 1, 2 * i + 1] = sin, cos\n"
+             "        x0, x1 = x.float()[..., 0::2], x.float()[..., 1::2]")
+
 WRONG = [
+    # The rule "do not build [d_k, d_k] matrices in forward": right values, built the slow way.
+    Wrong("rope", "builds a rotation matrix per position",
+          rope(pairs=_MATRICES, cast="torch.einsum('...ij,...j->...i', R, x.float()).to(x.dtype)"),
+          "this exercise's rule is: do not build [d_k, d_k] matrices in forward"),
     Wrong("rotation_matrix", "minus sign on the wrong sin", rotation(top_right="s", bottom_left="-s"), "transposed"),
     Wrong("rotation_matrix", "no minus sign at all", rotation(top_right="s"), "rotation_matrix(angles)"),
     Wrong("rotation_matrix", "only works for a scalar angle",

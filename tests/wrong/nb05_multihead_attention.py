@@ -129,6 +129,16 @@ RIGHT = {"multi_head_attention": mha(), "fused_qkv_attention": fused(), "grouped
          "rotary_attention": rotary()}
 
 WRONG = [
+    # The exercises' rules (autograder.rules): each message quotes the rule.
+    Wrong("multi_head_attention", "a Python loop over heads",
+          mha().replace("o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
+                        "o = torch.cat([F.scaled_dot_product_attention(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1], "
+                        "attn_mask=mask) for i in range(self.num_heads)], dim=1)"),
+          "this exercise's rule is: no Python loop over heads"),
+    Wrong("grouped_query_attention", "lets enable_gqa repeat the heads",
+          gqa(repeat="k, v").replace("attn_mask=mask)", "attn_mask=mask, enable_gqa=True)"),
+          "this exercise's rule is: write the repeat of the key/value heads yourself"),
+
     Wrong("multi_head_attention", "heads split by reshape without a transpose",
           mha(split="t.reshape(b, self.num_heads, s, self.head_dim)", merge="o.reshape(b, s, d)"), "without a transpose"),
     Wrong("multi_head_attention", "output projection missing", mha(finish="o"), "out_proj is not applied"),
