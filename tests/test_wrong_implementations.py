@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 
+import torch
 from notebooks import NOTEBOOKS
 from wrong import PRELUDE
 
@@ -69,3 +70,18 @@ class _WrongImplementations:
 for _notebook in NOTEBOOKS:
     _name = f"TestWrong{_notebook[:2]}"
     globals()[_name] = type(_name, (_WrongImplementations,), {"notebook": _notebook})
+
+
+def test_a_wrong_exercise_costs_only_itself(solution_namespaces):
+    """Notebook 06: FeedForward and SwiGLU are graded with PyTorch's activations in place of the student's."""
+    from wrong.nb06_feed_forward import activations
+
+    wrong_activations = activations(gelu="x * torch.sigmoid(1.702 * x)", silu="x * torch.sigmoid(2 * x)")
+    assert not _grade(solution_namespaces, "06_feed_forward", "ffn_activations", wrong_activations).passed
+    namespace = dict(solution_namespaces["06_feed_forward"])
+    exec(compile(PRELUDE + wrong_activations, "<answer>", "exec"), namespace)
+    for exercise_id in ("feed_forward", "swiglu"):
+        exercise, adapters = find_exercise(exercise_id)
+        result = run_exercise(exercise, LocalImpl(namespace, adapters))
+        assert result.passed, result.message
+    assert namespace["gelu"] is not torch.nn.functional.gelu  # the student's own are back afterwards

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from autograder.adapters import forward_backward, load, need, summary
+from autograder.adapters import forward_backward, load, need, outcome, summary
 
 
 def activation(ns, name: str, x, grad_output=None):
@@ -21,19 +24,46 @@ def activation(ns, name: str, x, grad_output=None):
     return result
 
 
+# Exercise 1's functions, as PyTorch computes them: the FeedForward and SwiGLU exercises are graded with these in
+# the student's namespace, so a mistake in Exercise 1 costs Exercise 1 only.
+_REFERENCE_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+                          "silu": F.silu}
+
+
+@contextlib.contextmanager
+def _reference_activations(ns):
+    saved = {name: ns[name] for name in _REFERENCE_ACTIVATIONS if name in ns}
+    ns.update(_REFERENCE_ACTIVATIONS)
+    try:
+        yield
+    finally:
+        for name in _REFERENCE_ACTIVATIONS:
+            ns.pop(name, None)
+        ns.update(saved)
+
+
 def ffn_summary(ns, class_name: str, args: list, kwargs: dict):
-    return summary(need(ns, class_name)(*args, **kwargs))
+    with _reference_activations(ns):
+        return summary(need(ns, class_name)(*args, **kwargs))
 
 
 def ffn_forward(ns, class_name: str, args: list, kwargs: dict, state: dict, x, grad_output=None):
     """Build ``class_name(*args, **kwargs)``, load ``state`` by name, return its output (and parameter gradients)."""
-    module = load(need(ns, class_name)(*args, **kwargs), state)
-    return forward_backward(module, grad_output, x)
+    with _reference_activations(ns):
+        module = load(need(ns, class_name)(*args, **kwargs), state)
+        return forward_backward(module, grad_output, x)
+
+
+def ffn_outcome(ns, args: list, kwargs: dict, x):
+    """What building ``FeedForward(*args, **kwargs)`` and calling it on ``x`` raised, if anything."""
+    with _reference_activations(ns):
+        return outcome(lambda: need(ns, "FeedForward")(*args, **kwargs)(x))
 
 
 def ffn_dropout(ns, args: list, kwargs: dict, state: dict, x):
     """Two calls in train mode (different random numbers) and two in eval mode."""
-    module = load(need(ns, "FeedForward")(*args, **kwargs), state)
+    with _reference_activations(ns):
+        module = load(need(ns, "FeedForward")(*args, **kwargs), state)
     if not isinstance(module, nn.Module):
         return {}
     results = {}

@@ -251,6 +251,17 @@ def test_ffn_activations_shapes_and_bias(impl):
                      f"{list(shape)}", **TOL, alternatives=_ffn_mistakes(state, x, activation))
 
 
+@FFN.visible
+def test_ffn_unknown_activation(impl):
+    "an unknown activation name raises ValueError (no silent fallback)"
+    for name in ("swish", "GELU", ""):
+        got = impl.ffn_outcome([8, 32], {"activation": name}, _randn((2, 8), 11))
+        expect.that(got["raised"] == "ValueError",
+                    f"FeedForward(8, 32, activation={name!r}) "
+                    + (f"raised {got['raised']}" if got["raised"] else "built and ran")
+                    + "; an activation other than 'relu', 'gelu' or 'gelu_tanh' must raise ValueError")
+
+
 @FFN.hidden
 def test_ffn_gradients(impl):
     "parameter gradients equal autograd's through the closed form"

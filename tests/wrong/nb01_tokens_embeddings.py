@@ -94,6 +94,12 @@ RIGHT = {
 }
 
 WRONG = [
+    Wrong("learned_positions", "raises ValueError where the text says IndexError",
+          learned(guard=_LEARNED_GUARD.replace("raise IndexError", "raise ValueError")),
+          "raised ValueError; it must raise IndexError"),
+    Wrong("sinusoidal", "raises ValueError where the text says IndexError",
+          sinusoidal(guard=_GUARD.replace("raise IndexError", "raise ValueError")),
+          "raised ValueError; it must raise IndexError"),
     # The exercises' rules (autograder.rules): each message quotes the rule.
     Wrong("embedding", "calls F.embedding under another name",
           "from torch.nn.functional import embedding as lookup\n" + embedding(lookup="lookup(token_ids, self.weight)"),

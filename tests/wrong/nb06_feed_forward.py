@@ -32,6 +32,8 @@ _FFN = '''
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, activation="gelu", bias=True, dropout=0.0):
         super().__init__()
+        if activation not in {choices}:
+            raise ValueError(f'unknown activation {{activation!r}}')
         self.activation = {choices}[activation]
         self.fc1 = {fc1}
         self.fc2 = {fc2}
@@ -108,6 +110,9 @@ RIGHT = {"ffn_activations": activations(), "feed_forward": ffn(), "swiglu_width"
          "block_costs": costs()}
 
 WRONG = [
+    Wrong("feed_forward", "falls back to ReLU for an unknown activation",
+          ffn().replace("if activation not in", "if False and activation not in").replace("}[activation]", "}.get(activation, relu)"),
+          "must raise ValueError"),
     # Exercise 1
     Wrong("ffn_activations", "tanh GELU where the exact one was asked", activations(gelu=_GELU_TANH),
           "this is the tanh approximation"),
