@@ -14,6 +14,11 @@ A ``Rule`` names the library functions and classes an exercise forbids, by quali
   namespace, for what torch-function modes do not see (a plain Python function, a class).
 
 Either way the exercise fails with a message that quotes the rule.
+
+Rules about what code does rather than what it names are ordinary checks that observe it, with the same
+message: "no Python loops" counts the lines of notebook code run for a small and a large input
+(``adapters.lines_run``, ``expect.no_loops``); "no [d_k, d_k] matrices" records the shapes that torch
+functions make (``adapters.shapes_made``).
 """
 
 from __future__ import annotations
@@ -76,13 +81,13 @@ class Rule:
         ``context``: the notebook's other cells, for the aliases their imports define (``F``, ``nn``).
         """
         try:
-            tree = ast.parse(source)
+            tree = _parse(source)
         except SyntaxError:
             return []  # the cell fails to run; its checks say so
         aliases = {"torch": "torch"}
         for text in context:
             with contextlib.suppress(SyntaxError):
-                aliases |= _imports(ast.parse(text), top_level_only=True)
+                aliases |= _imports(_parse(text), top_level_only=True)
         aliases |= _imports(tree, top_level_only=False)
         found = []
         for node in ast.walk(tree):
@@ -124,6 +129,13 @@ class Rule:
 
     def message(self, violations: list[str]) -> str:
         return f"this exercise's rule is: {self.text}; your answer cell breaks it: {'; '.join(violations)}"
+
+
+def _parse(source: str) -> ast.Module:
+    """A cell as Python, as the kernel runs it: IPython syntax (``%time``, ``!ls``) turned into calls first."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return ast.parse(TransformerManager().transform_cell(source))
 
 
 def _is_escape(qualified: str) -> bool:

@@ -96,6 +96,13 @@ def test_the_static_half_alone_rejects_each_dodge(dodge):
     assert not result.passed and result.message.startswith("this exercise's rule is: do not call torch.softmax")
 
 
+def test_an_ipython_magic_does_not_hide_the_cell_from_the_static_half():
+    """A cell the kernel runs but plain Python cannot parse (a %magic line) is read as the kernel runs it."""
+    exercise, _ = find_exercise("softmax")
+    cell = "%config InlineBackend.figure_format = 'png'\ndef softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n"
+    assert not rules_result(exercise, cell, [PRELUDE]).passed
+
+
 @pytest.mark.parametrize("dodge", SOFTMAX_DODGES)
 def test_the_runtime_half_alone_rejects_each_dodge(dodge, solution_namespaces):
     result = _runtime_only(solution_namespaces, "softmax", SOFTMAX_DODGES[dodge])
