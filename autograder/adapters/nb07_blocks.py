@@ -22,6 +22,30 @@ def _build(ns, class_name: str, args: list, kwargs: dict):
     return need(ns, class_name)(*args, **kwargs, **components)
 
 
+def block_parts(ns, class_name: str, args: list, kwargs: dict) -> dict:
+    """Build the block with factories that record what they make: child name -> the argument that made it.
+
+    The text requires the parts to be made by calling the arguments (``norm(d_model)``), not by naming a
+    class: a block that ignores ``norm=partial(RMSNorm, eps=...)`` would otherwise pass here, with LayerNorms
+    equal to the reference ones, and fail only in a later notebook.
+    """
+    components = dict(COMPONENTS, **({"cross_attention": CrossAttention} if class_name == "DecoderBlock" else {}))
+    made = {}  # id(module) -> the argument whose call returned it
+
+    def recording(argument, factory):
+        def make(*args, **kwargs):
+            module = factory(*args, **kwargs)
+            made[id(module)] = argument
+            return module
+
+        return make
+
+    block = need(ns, class_name)(*args, **kwargs, **{name: recording(name, f) for name, f in components.items()})
+    if not isinstance(block, nn.Module):
+        return {}
+    return {name: made.get(id(child)) for name, child in block.named_children()}
+
+
 def block_summary(ns, class_name: str, args: list, kwargs: dict):
     return summary(_build(ns, class_name, args, kwargs))
 

@@ -283,12 +283,28 @@ def _block_parameters(d, d_ff, attention="attn", cross=False):
                      "ffn.fc2.bias": [d]}
 
 
+_MADE_BY = {"norm": "norm", "attn": "attention", "self_attn": "attention", "cross_attn": "cross_attention",
+            "ffn": "feed_forward"}
+
+
+def _check_parts_from_arguments(impl, class_name, args, kwargs, expected):
+    """Each part (norm1, attn, ...) is what calling its constructor argument returned (recording factories)."""
+    parts = impl.block_parts(class_name, args, kwargs)
+    for name in sorted({n.split(".")[0] for n in expected}):
+        argument = _MADE_BY[name.rstrip("0123456789")]
+        expect.that(parts.get(name) == argument,
+                    f"{class_name}.{name} was not made by calling the `{argument}` argument "
+                    + (f"(it came from `{parts[name]}`)" if parts.get(name) else "(a class named directly?)")
+                    + f": build it as self.{name} = {argument}(...), so that a caller's {argument}= is used")
+
+
 def _check_block_parameters(impl, class_name, args, kwargs, expected, names):
     got = impl.block_summary(class_name, args, kwargs)
     call = f"{class_name}({', '.join(map(str, args))}, ...)"
     expect.that("parameters" in got, f"{call} is not an nn.Module")
     params = got["parameters"]
     if params == expected:
+        _check_parts_from_arguments(impl, class_name, args, kwargs, expected)
         return
     norms = sorted(n.split(".")[0] for n in expected if n.startswith("norm") and n.endswith("weight"))
     lost = [n for n in norms if f"{n}.weight" not in params]

@@ -106,6 +106,14 @@ RIGHT = {"residual": residual(), "pre_norm_block": block("PreNormBlock", PRE),
          "post_norm_block": block("PostNormBlock", POST), "encoder_block": encoder(), "decoder_block": decoder()}
 
 WRONG = [
+    # The parts must be made by calling the constructor arguments (recording factories observe it).
+    Wrong("pre_norm_block", "names nn.LayerNorm instead of calling norm", block("PreNormBlock", PRE, norm2="nn.LayerNorm(d_model)"),
+          "PreNormBlock.norm2 was not made by calling the `norm` argument"),
+    Wrong("post_norm_block", "names its FeedForward class instead of calling feed_forward",
+          block("PostNormBlock", POST, ffn="FeedForward(d_model, d_ff, activation)"),
+          "PostNormBlock.ffn was not made by calling the `feed_forward` argument"),
+    Wrong("decoder_block", "names nn.LayerNorm for norm3", decoder(norm3="nn.LayerNorm(d_model)"),
+          "DecoderBlock.norm3 was not made by calling the `norm` argument"),
     # Exercise 1
     Wrong("residual", "returns the sublayer's output alone", residual(body="return self.sublayer(x, *args, **kwargs)"),
           "the residual is missing"),
