@@ -130,3 +130,34 @@ def decoder_summary(ns, fields: dict):
 
 def decoder_logits(ns, fields: dict, state: dict, tokens, padding_mask=None):
     return _logits(load(_decoder(ns, fields), state), tokens, padding_mask)
+
+
+@torch.no_grad()
+def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
+    """What the blocks of a ``ModernDecoder`` are given: the rotary modules, and the positions in each forward.
+
+    Recording stand-ins for ``rope`` and ``block`` (reference parts underneath) observe what the logits do
+    not show: whether every block shares ONE rotary module, and which positions reach the blocks.
+    """
+    seen = {"ropes_made": 0, "block_ropes": [], "positions": []}
+
+    def rope(*args, **kwargs):
+        seen["ropes_made"] += 1
+        return RoPE(*args, **kwargs)
+
+    def block(config, rope_module, *args, **kwargs):
+        module = ModernBlock(config, rope_module, *args, **kwargs)
+        seen["block_ropes"].append(id(rope_module))
+        forward = module.forward
+
+        def recording_forward(x, mask=None, token_positions=None, *rest, **named):
+            seen["positions"].append(token_positions)
+            return forward(x, mask, token_positions, *rest, **named)
+
+        module.forward = recording_forward
+        return module
+
+    model = need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=block, norm=nn.RMSNorm, rope=rope)
+    model(tokens) if padding_mask is None else model(tokens, padding_mask)
+    return {"ropes_made": seen["ropes_made"], "blocks": len(seen["block_ropes"]),
+            "distinct_ropes": len(set(seen["block_ropes"])), "positions": seen["positions"]}

@@ -855,6 +855,28 @@ def test_decoder_padding(impl):
 
 
 @DECODER.hidden
+def test_decoder_shares_one_rope_and_counts_real_tokens(impl):
+    "one RoPE shared by every block; under left padding the blocks get positions (cumsum(mask) - 1).clamp(min=0)"
+    fields = _llama_fields(2, layers=3)
+    lengths, length = [7, 4, 1], 7
+    padding = _padding(lengths, length, "left")
+    seen = impl.decoder_observed(fields, _tokens(3, length, fields["vocab_size"], 5), padding)
+    expect.that(seen["blocks"] == 3, f"ModernDecoder built {seen['blocks']} blocks for n_layers = 3")
+    expect.that(seen["ropes_made"] == 1 and seen["distinct_ropes"] == 1,
+                f"ModernDecoder made {seen['ropes_made']} RoPE module(s) and gave its 3 blocks {seen['distinct_ropes']} "
+                "different one(s): make ONE, rope(head_dim, max_seq_len, rope_base), and give it to every block")
+    expected = (padding.long().cumsum(-1) - 1).clamp(min=0)
+    for i, positions in enumerate(seen["positions"]):
+        what = f"the positions block {i} received under left padding (real lengths {lengths})"
+        expect.that(isinstance(positions, torch.Tensor), f"{what}: none; pass token_positions to every block")
+        if positions.numel() != expected.numel():  # e.g. one row of positions for the whole batch
+            expect.that(positions.shape[-1] == length, f"{what} have shape {list(positions.shape)}")
+            positions = torch.broadcast_to(positions.reshape(-1, length), expected.shape)
+        expect.close(positions.reshape(expected.shape), expected, what, atol=0,
+                     hint="Positions count real tokens: the first real token of each row is position 0.")
+
+
+@DECODER.hidden
 def test_decoder_other_configs(impl):
     "more heads (ratio 4), another rope_base, three layers"
     _decoder_case(impl, _llama_fields(3, d=32, heads=4, kv=1, layers=3, base=500.0), 230, 2, 9, lengths=[9, 6])

@@ -330,6 +330,13 @@ WRONG = [
     Wrong("modern_decoder", "padding mask ignored", decoder(mask="causal"), "padding_mask does not reach the attention"),
     Wrong("modern_decoder", "no final norm", decoder(out="self.lm_head(x)"), "the final norm is missing"),
     Wrong("modern_decoder", "rope_base not passed to RoPE", decoder(base=""), "config.rope_base does not reach RoPE"),
+    # Invisible in the logits (RoPE depends on position differences only); the recording blocks see them.
+    Wrong("modern_decoder", "one RoPE per block",
+          decoder().replace("block(config, shared) for _ in",
+                            "block(config, rope(config.d_model // config.n_heads, config.max_seq_len, config.rope_base))"
+                            " for _ in"), "make ONE, rope(head_dim, max_seq_len, rope_base)"),
+    Wrong("modern_decoder", "positions counted from 1", decoder(positions="padding_mask.long().cumsum(-1)"),
+          "the first real token of each row is position 0"),
     # Exercise 8
     Wrong("llama_state_from_hf", "q/k rows not permuted", llama_convert(permute="return weight"),
           "are not permuted"),
