@@ -67,3 +67,14 @@ def test_engines_and_schedules_give_one_at_a_time_greedy_tokens():
     for engine in (lambda: SlotEngine(model, 3, 32), lambda: RecomputeEngine(model, 3)):
         for schedule in (continuous, static):
             assert schedule(engine(), prompts, max_new_tokens=9, eos_id=5) == expected
+
+
+def test_the_beam_oracle_with_a_wide_beam_is_brute_force():
+    """The checks' beam search (notebook 11's spec) agrees with enumeration when no candidate is dropped."""
+    from autograder.checks.nb11_decoding import _table, beam_oracle, best_hypothesis
+
+    for seed in (60, 111, 7):
+        table, prompt = _table(seed, vocab=4, scale=1.5), torch.tensor([1, 2])
+        for alpha in (0.0, 1.0):
+            best, score, _ = best_hypothesis(table, prompt, 4, 0, alpha)
+            assert beam_oracle(table, prompt, 500, 4, 0, alpha) == (best, pytest.approx(score))

@@ -97,7 +97,7 @@ class _Watched(nn.Module):
         self.model, self.calls = model, []
 
     def forward(self, tokens, padding_mask=None):
-        self.calls.append({"shape": list(tokens.shape),
+        self.calls.append({"shape": list(tokens.shape), "tokens": tokens.clone(),
                            "mask": None if padding_mask is None else padding_mask.clone()})
         return self.model(tokens, padding_mask)
 
@@ -127,8 +127,10 @@ def generate_batch_with(ns, spec: dict, prompts: list, max_new_tokens: int, pad_
     out = need(ns, "generate_batch")(model, [p.clone() for p in prompts], max_new_tokens=max_new_tokens,
                                      pad_id=pad_id, eos_id=eos_id, pick=_greedy_pick)
     first = model.calls[0] if model.calls else {"shape": None, "mask": None}
+    last = model.calls[-1] if model.calls else {"tokens": None, "mask": None}
     return {"output": out, "calls": len(model.calls), "first_shape": first["shape"],
-            "first_mask": first["mask"], "masks_given": all(c["mask"] is not None for c in model.calls)}
+            "first_mask": first["mask"], "masks_given": all(c["mask"] is not None for c in model.calls),
+            "last_tokens": last["tokens"], "last_mask": last["mask"]}  # what the model was fed, every column
 
 
 # --- Exercise 7 --------------------------------------------------------------------------
@@ -148,7 +150,9 @@ def kv_cache_updates(ns, n_layers: int, updates: list):
     record = {"length_empty": cache.length, "steps": []}
     for layer, k, v in updates:
         k_all, v_all = cache.update(layer, k.clone(), v.clone())
-        record["steps"].append({"k": k_all, "v": v_all, "length": cache.length})
+        stored = {name: list(value) if isinstance(value := getattr(cache, name, None), list | tuple) else None
+                  for name in ("keys", "values")}  # the spec names them: one entry per layer
+        record["steps"].append({"k": k_all, "v": v_all, "length": cache.length, **stored})
     return record
 
 
@@ -170,7 +174,9 @@ def cached_attention_steps(ns, d_model: int, heads: int, kv_heads: int, state: d
         mask = torch.ones(end - start, end, dtype=torch.bool).tril(diagonal=start)
         return attention(x[:, start:end], mask, torch.arange(start, end), cache=cache, layer=layer)
 
-    return _by_chunks(chunk, chunks, cache)
+    result = _by_chunks(chunk, chunks, cache)
+    result["cached_keys"] = cache.keys[layer]  # what the cache holds at the end: the spec says rotated keys
+    return result
 
 
 def _by_chunks(call, chunks: list, cache: KVCache) -> dict:

@@ -516,6 +516,26 @@ def test_generate_edge_cases(impl):
     _generate_case(impl, 45, torch.tensor([8, 1]), 6, 99)
 
 
+def _check_finished_rows_fed_padding(got, what, prompts, pad_id, eos_id, expected):
+    """What the outputs do not show: after its EOS, a row is fed pad_id with padding_mask False (the last call's
+    inputs hold every column appended before it)."""
+    fed, mask = got.get("last_tokens"), got.get("last_mask")
+    if eos_id is None or not isinstance(fed, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        return
+    longest = max(len(p) for p in prompts)
+    for row, (prompt, full) in enumerate(zip(prompts, expected, strict=True)):
+        new = full[len(prompt):]
+        if eos_id not in new:
+            continue
+        after = longest + new.index(eos_id) + 1  # the first column appended after this row's EOS
+        if after >= fed.shape[1]:
+            continue
+        expect.that(bool((fed[row, after:] == pad_id).all()) and not bool(mask[row, after:].any()),
+                    f"{what}: after prompt {row} emitted EOS, the model was still fed {fed[row, after:].tolist()} "
+                    f"with padding_mask {mask[row, after:].tolist()} for it: a finished sequence gets pad_id with "
+                    "mask False from then on, so the model never attends to tokens it was not meant to generate")
+
+
 def _check_batch(impl, spec, prompts, max_new_tokens, pad_id, eos_id, expected):
     what = (f"generate_batch(model, prompts of lengths {[len(p) for p in prompts]}, max_new_tokens={max_new_tokens}, "
             f"pad_id={pad_id}, eos_id={eos_id})")
@@ -526,6 +546,7 @@ def _check_batch(impl, spec, prompts, max_new_tokens, pad_id, eos_id, expected):
                 "1-D tensor per prompt")
     tokens = [_sequence(o, f"{what}[{i}]") for i, o in enumerate(out)]
     if tokens == expected:
+        _check_finished_rows_fed_padding(got, what, prompts, pad_id, eos_id, expected)
         return
     mask = got["first_mask"]
     if not got["masks_given"]:
@@ -589,7 +610,32 @@ def best_hypothesis(table, prompt, max_new_tokens, eos_id, alpha):
     return scored[0][1], scored[0][0], scored[0][0] - scored[1][0]
 
 
-def _beam_case(impl, table, prompt, beam_size, max_new_tokens, eos_id, alpha, expected=None, expected_score=None):
+def beam_oracle(table, prompt, beam_size, max_new_tokens, eos_id, alpha, *, early_stopping=True):
+    """Beam search as the notebook states it, in float64: (new tokens, score) of the best finished hypothesis.
+
+    ``early_stopping=False`` is the mistake of searching on after ``beam_size`` hypotheses are finished.
+    """
+    model = PrefixTableModel(table.double())
+    live, finished = [((), 0.0)], []
+    for _ in range(max_new_tokens):
+        ranked = sorted(((total + step, tokens + (v,))
+                         for tokens, total in live
+                         for v, step in enumerate(torch.log_softmax(
+                             model.next_logits(prompt.tolist() + list(tokens)), -1).tolist())), reverse=True)
+        kept = ranked[:beam_size]
+        finished += [(total / len(tokens) ** alpha, tokens) for total, tokens in kept if tokens[-1] == eos_id]
+        live = [(tokens, total) for total, tokens in kept if tokens[-1] != eos_id]
+        if early_stopping and len(finished) >= beam_size:
+            live = []
+        if not live:
+            break
+    finished += [(total / len(tokens) ** alpha, tokens) for tokens, total in live]
+    score, tokens = max(finished)
+    return list(tokens), score
+
+
+def _beam_case(impl, table, prompt, beam_size, max_new_tokens, eos_id, alpha, expected=None, expected_score=None,
+               mistakes=()):
     what = (f"beam_search(model, {prompt.tolist()}, beam_size={beam_size}, max_new_tokens={max_new_tokens}, "
             f"eos_id={eos_id}, length_penalty={alpha})")
     got = impl.beam_search_with(table, prompt, beam_size, max_new_tokens, eos_id, alpha)
@@ -606,6 +652,9 @@ def _beam_case(impl, table, prompt, beam_size, max_new_tokens, eos_id, alpha, ex
     if expected is None:
         return new, got["score"]
     if new != expected:
+        for wrong, diagnosis in mistakes:
+            if new == wrong:
+                expect.fail(f"{what} returned {new}, expected {expected}: {diagnosis}")
         hypotheses = dict((tuple(t), total) for t, total in enumerate_hypotheses(table, prompt, max_new_tokens, eos_id))
         raw = max(hypotheses, key=lambda t: hypotheses[t])
         by_total_length = max(hypotheses, key=lambda t: hypotheses[t] / (len(t) + n) ** alpha)
@@ -621,7 +670,7 @@ def _beam_case(impl, table, prompt, beam_size, max_new_tokens, eos_id, alpha, ex
     return new, got["score"]
 
 
-BEAM_SEEDS = {"exhaustive": (60, 111), "two_beams": 36}
+BEAM_SEEDS = {"exhaustive": (60, 111), "two_beams": 36, "early_stopping": ((3, 2), (5, 3), (2, 3))}
 
 
 def _exhaustive(impl, seed, alphas, max_new_tokens=4):
@@ -666,6 +715,19 @@ def test_two_beams_beat_greedy(impl):
     _beam_case(impl, table, prompt, 2, 3, 0, 1.0, best, score)
 
 
+@BEAM.hidden
+def test_beam_stops_when_enough_are_finished(impl):
+    "stops once beam_size hypotheses are finished (early stopping), on models where searching on changes the winner"
+    for seed, beam_size in BEAM_SEEDS["early_stopping"]:
+        table, prompt = _table(seed, vocab=4, scale=1.5), torch.tensor([1])
+        best, score = beam_oracle(table, prompt, beam_size, 5, 0, 1.0)
+        searched_on, _ = beam_oracle(table, prompt, beam_size, 5, 0, 1.0, early_stopping=False)
+        expect.that(best != searched_on, "internal: early stopping does not change the winner here")
+        _beam_case(impl, table, prompt, beam_size, 5, 0, 1.0, best, score, mistakes=[(
+            searched_on, f"the search went on after {beam_size} hypotheses were finished; stop then (early "
+                         "stopping), and the answer is the best of the finished ones")])
+
+
 # --- Exercise 8 --------------------------------------------------------------------------
 
 def _cache_updates(seed, shapes):
@@ -704,6 +766,16 @@ def _check_cache(impl, n_layers, shapes, seed):
         length = stored[0][0].shape[2] if 0 in stored else 0
         expect.that(step["length"] == length, f"after {what}, length is {step['length']}, expected {length}: the "
                     "number of positions stored in layer 0 (not the number of updates)")
+    for name, index in (("keys", 0), ("values", 1)):  # the stores the spec names (the demos read them)
+        held = got["steps"][-1].get(name)
+        expect.that(isinstance(held, list) and len(held) == n_layers,
+                    f"after the updates, cache.{name} is not a list with one entry per layer ({n_layers})")
+        for layer in range(n_layers):
+            what = f"cache.{name}[{layer}] after the updates"
+            if layer in stored:
+                expect.close(held[layer], stored[layer][index], what, atol=0)
+            else:
+                expect.that(held[layer] is None, f"{what} is not None, though layer {layer} was never updated")
 
 
 @CACHE.visible
@@ -756,6 +828,12 @@ def _attention_case(impl, d, heads, kv_heads, seed, length, chunks, layer=0, bat
         hint = ("" if start == 0 else "The first call (empty cache) is right: store the keys AFTER RoPE (each at its "
                 "own position), and attend over the keys and values cache.update returns.")
         expect.close(out, full[:, start:end], what, **TOL, hint=hint)
+    # The outputs alone would pass raw keys that are rotated after cache.update; the spec stores rotated keys.
+    keys = (x @ state["k_proj.weight"].T).view(batch, length, kv_heads, d // heads).transpose(1, 2)
+    expect.close(got.get("cached_keys"), RoPE()(keys, torch.arange(length)),
+                 f"the keys that layer {layer} of the cache holds after all the calls", **TOL,
+                 alternatives=[(keys, "the cache holds the keys before RoPE: rotate them first, then "
+                                      "k, v = cache.update(layer, k, v), so each key is rotated once, at its own position")])
 
 
 @ATTENTION.visible

@@ -179,6 +179,17 @@ WRONG = [
         "            k = torch.cat([self.keys[layer], k], dim=2)\n            v = torch.cat([self.values[layer], v], "
         "dim=2)\n        self.keys = [k] * len(self.keys)\n        self.values = [v] * len(self.values)\n")),
           "the layers share one store"),
+    Wrong("kv_cache", "stores under other names than keys and values",
+          RIGHT["kv_cache"].replace("self.keys", "self.k_store").replace("self.values", "self.v_store"),
+          "cache.keys is not a list with one entry per layer"),
+    Wrong("generate_batch", "finished rows keep being fed the model's picks (right outputs)", variant("generate_batch", (
+        "        picked = torch.where(finished, torch.full_like(picked, pad_id), picked)\n", ""), (
+        "padding_mask = torch.cat([padding_mask, ~finished[:, None]], dim=1)",
+        "padding_mask = torch.cat([padding_mask, torch.ones_like(finished)[:, None]], dim=1)")),
+          "a finished sequence gets pad_id with mask False from then on"),
+    Wrong("beam_search", "no early stopping: searches on after beam_size hypotheses are finished",
+          variant("beam_search", ("        if len(finished) >= beam_size:\n            live = []\n", "")),
+          "stop then (early stopping)"),
     # Exercise 9
     Wrong("cached_attention", "the cache is never used", variant("cached_attention", (
         "        if cache is not None:\n            k, v = cache.update(layer, k, v)\n", "")), "the cache is still empty"),
@@ -186,6 +197,13 @@ WRONG = [
         "        if token_positions is None:\n", "        if True:\n")), "The first call (empty cache) is right"),
     Wrong("cached_attention", "every call writes into layer 0", variant("cached_attention", (
         "cache.update(layer, k, v)", "cache.update(0, k, v)")), "once per call"),
+    Wrong("cached_attention", "raw keys cached, all rotated after each update (right outputs)", variant("cached_attention", (
+        "        k = self.rope(heads(self.k_proj(x), self.num_kv_heads), token_positions)\n",
+        "        k = heads(self.k_proj(x), self.num_kv_heads)\n"), (
+        "        if cache is not None:\n            k, v = cache.update(layer, k, v)\n",
+        "        if cache is not None:\n            k, v = cache.update(layer, k, v)\n"
+        "            k = self.rope(k, torch.arange(k.shape[2]))\n        else:\n            k = self.rope(k, token_positions)\n")),
+          "the cache holds the keys before RoPE"),
     # Exercise 10
     Wrong("cached_decoder", "cache positions not advanced", variant("cached_decoder", (
         "positions = torch.arange(offset, offset + new, device=tokens.device)",
