@@ -81,6 +81,24 @@ def train_bpe_of(ns, text: str, vocab_size: int, special_tokens: list):
     }
 
 
+def train_bpe_calls(ns, text: str, vocab_size: int, special_tokens: list) -> dict:
+    """How often ``train_bpe`` calls ``count_pairs`` and ``merge_word`` (the course's, counting), and its merges."""
+    calls = {"count_pairs": 0, "merge_word": 0}
+
+    def counting(name, function):
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    with _given(ns, pretokenize=bpe.pretokenize, count_pairs=counting("count_pairs", bpe.count_pairs),
+                merge_word=counting("merge_word", bpe.merge_word)):
+        result = need(ns, "train_bpe")(text, vocab_size, list(special_tokens))
+    merges = result[1] if isinstance(result, tuple | list) and len(result) == 2 else []
+    return {**calls, "merges": len(merges) if isinstance(merges, list | tuple) else 0}
+
+
 def apply_merges_of(ns, pieces: list, merges: list):
     ranks = {tuple(pair): rank for rank, pair in enumerate(merges)}
     return [_sequence(need(ns, "apply_merges")(bytes(piece), dict(ranks)), _hex) for piece in pieces]

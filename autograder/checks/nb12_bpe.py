@@ -330,6 +330,34 @@ def test_train_bpe_agrees_with_hugging_face(impl):
                     f"{before_tie}, so the two must agree there)")
 
 
+def words_touched(text, vocab_size, specials=(EOT,)) -> tuple[int, int]:
+    """(words that contain each merged pair, summed over the merges; distinct words x merges) for the reference
+    training: what incremental updates must pass to merge_word, and what a recount of every word would."""
+    words = set(bpe.word_counts(text, specials))
+    _, merges = bpe.train(text, vocab_size, specials)
+    touched = 0
+    for pair in merges:
+        hit = {w for w in words if pair in zip(w, w[1:], strict=False)}
+        touched += len(hit)
+        words = (words - hit) | {bpe.merge_word(w, pair) for w in hit}
+    return touched, len(set(bpe.word_counts(text, specials))) * len(merges)
+
+
+@TRAIN.hidden
+def test_train_bpe_updates_counts_incrementally(impl):
+    "incremental counts, as the text requires: count_pairs once, merge_word only for the words with the merged pair"
+    text = TINY.read_text(encoding="utf-8")[:12_000]
+    got = impl.train_bpe_calls(text, 420, [EOT])
+    touched, recount = words_touched(text, 420)
+    what = f"train_bpe(12,000 characters of TinyStories, 420) ({got['merges']} merges)"
+    expect.that(got["count_pairs"] == 1, f"{what} called count_pairs {got['count_pairs']} times: count the pairs once, "
+                "then update the counts incrementally for the words each merge changes")
+    expect.that(0 < got["merge_word"] <= 2 * touched,
+                f"{what} called merge_word {got['merge_word']} times; the words that contain the merged pairs are "
+                f"{touched} in all (merging every word at every step would be {recount}): keep, for each pair, the words "
+                "that contain it, and merge only those")
+
+
 # --- Exercise 5 --------------------------------------------------------------------------
 
 def _check_apply(impl, pieces, merges, label):
@@ -352,6 +380,21 @@ def test_apply_merges_by_rank(impl):
     merges = [(b"b", b"c"), (b"a", b"b"), (b"a", b"bc"), (b"a", b"a"), (b"aa", b"aa")]
     _check_apply(impl, [b"abc", b"abab", b"aaaaa", b"aaaaaaaa", b"", b"x", b"cab"], merges,
                  "ranks of [(b, c), (a, b), (a, bc), (a, a), (aa, aa)]")
+
+
+@APPLY.hidden
+def test_apply_merges_repeats_the_lowest_rank(impl):
+    "ranks training could not produce ((ab, c) before (a, b)): merge the lowest-ranked pair present, again and again"
+    got = impl.apply_merges_of([b"abc", b"xabcab"], [(b"ab", b"c"), (b"a", b"b")])
+    for piece, result, expected, one_pass in ((b"abc", got[0], [b"abc"], [b"ab", b"c"]),
+                                                (b"xabcab", got[1], [b"x", b"abc", b"ab"], [b"x", b"ab", b"c", b"ab"])):
+        tokens = _b(result["items"]) if result["items"] is not None else result["type"]
+        if tokens == one_pass:
+            expect.fail(f"apply_merges({piece!r}, ranks {{(ab, c): 0, (a, b): 1}}) gave {_show(one_pass)}: that is one "
+                        "pass over the merges in rank order; the text asks to repeat: while some adjacent pair has a "
+                        "rank, merge the one of lowest rank (after (a, b) is merged, (ab, c) has rank 0)")
+        expect.that(tokens == expected, f"apply_merges({piece!r}, ranks {{(ab, c): 0, (a, b): 1}}) gave {tokens}, "
+                    f"expected {_show(expected)}")
 
 
 @APPLY.hidden

@@ -38,6 +38,39 @@ def variant(exercise: str, *replacements: tuple[str, str]) -> str:
 
 BEST = "best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))  # ties: the greatest pair"
 
+# Right merges, counted the slow way: every pair recounted and every word merged at each step.
+RECOUNT = '''
+def train_bpe(text, vocab_size, special_tokens=("<|endoftext|>",)):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode("utf-8")
+    specials = set(special_tokens)
+    word_counts = Counter(tuple(bytes([b]) for b in piece.encode("utf-8"))
+                          for piece in pretokenize(text, special_tokens) if piece not in specials)
+    merges = []
+    while len(vocab) < vocab_size:
+        pair_counts = count_pairs(word_counts)
+        if not pair_counts:
+            break
+        best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))
+        merges.append(best)
+        vocab[len(vocab)] = best[0] + best[1]
+        merged = Counter()
+        for word, count in word_counts.items():
+            merged[merge_word(word, best)] += count
+        word_counts = merged
+    return vocab, merges
+'''
+
+# One pass over the merges in rank order instead of repeatedly merging the lowest-ranked pair present.
+ONE_PASS = '''
+def apply_merges(piece, ranks):
+    tokens = tuple(bytes([b]) for b in piece)
+    for pair in sorted(ranks, key=ranks.get):
+        tokens = merge_word(tokens, pair)
+    return list(tokens)
+'''
+
 WRONG = [
     # Exercise 1
     Wrong("pretokenize", "special tokens dropped (no capturing group)",
@@ -142,4 +175,8 @@ WRONG = [
     Wrong("bpe_tokenizer", "merges applied in reverse order",
           variant("bpe_tokenizer", ("self.ranks = {pair: rank for rank, pair in enumerate(merges)}",
                                     "self.ranks = {pair: -rank for rank, pair in enumerate(merges)}")), "gave"),
+    # Right results, wrong way (last, so that the nbgrader class's wrong student is not a slow one):
+    Wrong("train_bpe", "recounts every pair and merges every word at each step (right merges)", RECOUNT,
+          "update the counts incrementally"),
+    Wrong("apply_merges", "one pass over the merges in rank order", ONE_PASS, "that is one pass over the merges"),
 ]
