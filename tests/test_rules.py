@@ -1,4 +1,5 @@
-"""An exercise's rules (``autograder.rules``): each half alone rejects the dodges, right code in any style passes.
+"""An exercise's rules (``autograder.rules``): each half alone rejects the dodges, right code in any style passes
+(and, for the behaviours the checks observe, right code written in another order).
 
 The dodges of "do not call torch.softmax" (``wrong.nb04_attention.SOFTMAX_DODGES``) are rejected by the
 static half (the answer cell, read on the grader's side) and by the runtime half (the student's code run
@@ -14,6 +15,7 @@ import torch
 from notebooks import read, solution_path
 from wrong import PRELUDE
 from wrong.nb04_attention import SOFTMAX_DODGES
+from wrong.nb10_training import TRAIN
 
 from autograder.exercises import find_exercise, rules_result, run_exercise
 from autograder.impl import LocalImpl
@@ -65,7 +67,17 @@ RIGHT_STYLES = {
         "    return total\n",
     ],
 }
-NOTEBOOK_OF = {"softmax": "04_attention", "one_hot": "00_welcome", "relative_positions": "00_welcome",
+# Notebook 10's train in another order than the text lists it (zero_grad after the step, the lr set after the
+# batch is drawn) and with a bar made with total= and updated by hand: the same values, so it must pass.
+RIGHT_STYLES["train"] = [TRAIN.replace(
+    "        optimizer.zero_grad()\n        loss.backward()\n", "        loss.backward()\n").replace(
+    "        optimizer.step()\n", "        optimizer.step()\n        optimizer.zero_grad(set_to_none=True)\n").replace(
+    "    model.train()\n", "    model.train()\n    optimizer.zero_grad()\n").replace(
+    "    bar = tqdm(range(1, config.max_steps + 1), desc=\"training\", disable=not progress)\n    for step in bar:\n",
+    "    bar = tqdm(total=config.max_steps, disable=not progress)\n    for step in range(1, config.max_steps + 1):\n"
+    "        bar.update(1)\n")]
+
+NOTEBOOK_OF = {"train": "10_training", "softmax": "04_attention", "one_hot": "00_welcome", "relative_positions": "00_welcome",
                "pairwise_sq_distances": "00_welcome", "ffn_activations": "06_feed_forward",
                "cross_entropy": "10_training", "clip_grad_norm": "10_training"}
 

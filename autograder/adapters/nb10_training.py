@@ -6,6 +6,7 @@ parts and the neutral loop of ``autograder.reference.training`` injected, so eac
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import tempfile
@@ -225,6 +226,54 @@ def train(ns, state: dict, train_tokens: torch.Tensor, val_tokens: torch.Tensor,
                     clip=ref.clip, evaluate=ref.evaluate, progress=False)
     return {"history": history if isinstance(history, dict) else {"__unsupported__": type(history).__qualname__},
             "training_after": model.training}
+
+
+@contextlib.contextmanager
+def _watched_bars():
+    """Record every tqdm bar made while the block runs (however tqdm was imported): its length, whether it is
+    disabled, and what its postfix said at each update."""
+    from tqdm.std import tqdm as base
+
+    bars, init, postfix, postfix_str = [], base.__init__, base.set_postfix, base.set_postfix_str
+
+    def recording_init(self, iterable=None, *args, **kwargs):
+        init(self, iterable, *args, **kwargs)
+        bars.append({"total": self.total, "disabled": bool(self.disable), "postfixes": []})
+        self._course_record = bars[-1]
+
+    def recording_postfix(self, ordered_dict=None, refresh=True, **kwargs):
+        if hasattr(self, "_course_record"):
+            shown = dict(ordered_dict or {}, **kwargs)
+            self._course_record["postfixes"].append(", ".join(f"{k}={v}" for k, v in shown.items()))
+        return postfix(self, ordered_dict, refresh, **kwargs)
+
+    def recording_postfix_str(self, s="", refresh=True):
+        if hasattr(self, "_course_record"):
+            self._course_record["postfixes"].append(str(s))
+        return postfix_str(self, s, refresh)
+
+    base.__init__, base.set_postfix, base.set_postfix_str = recording_init, recording_postfix, recording_postfix_str
+    try:
+        yield bars
+    finally:
+        base.__init__, base.set_postfix, base.set_postfix_str = init, postfix, postfix_str
+
+
+def train_bars(ns, state: dict, train_tokens: torch.Tensor, val_tokens: torch.Tensor, config: dict,
+               schedule_kwargs: dict, *, seed: int) -> dict:
+    """The tqdm bars ``train`` shows with progress=True and with progress=False (PyTorch's parts injected)."""
+    train = need(ns, "train")
+    shown = {}
+    for progress in (True, False):
+        model, optimizer = ref.tiny_setup(0)
+        model.load_state_dict(state)
+        with _watched_bars() as bars:
+            train(model, optimizer, train_tokens, val_tokens, ref.TrainConfig(**config),
+                  schedule=lambda step: ref.cosine_lr(step, **schedule_kwargs),
+                  generator=torch.Generator().manual_seed(seed), get_batch=ref.get_batch, loss_fn=ref.loss_fn,
+                  clip=ref.clip, evaluate=ref.evaluate, progress=progress)
+        shown[str(progress)] = bars
+    return shown
 
 
 # --- Exercise 10 -------------------------------------------------------------------------

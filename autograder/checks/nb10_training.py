@@ -762,6 +762,30 @@ def test_train_history(impl):
 
 
 @TRAIN.hidden
+def test_train_shows_a_progress_bar(impl):
+    "a tqdm bar over the max_steps updates with loss, lr and tokens/s in its postfix; none shown with progress=False"
+    config = {"batch_size": 2, "context_length": 6, "max_steps": 5, "eval_interval": 5, "eval_batches": 1,
+              "max_grad_norm": 1.0}
+    got = impl.train_bars(_tiny_state(3), ref.tokens_for(303), ref.tokens_for(403, length=120), config, SCHEDULE,
+                          seed=503)
+    shown = [bar for bar in got["True"] if not bar["disabled"]]
+    expect.that(len(shown) >= 1, "train(..., progress=True) showed no tqdm bar: wrap the steps in tqdm(..., "
+                "disable=not progress)")
+    steps = [bar for bar in shown if bar["total"] == 5]
+    expect.that(steps, f"train(..., progress=True) showed bars of lengths {[b['total'] for b in shown]}: the bar runs "
+                "over the max_steps (here 5) updates")
+    postfixes = [text.lower() for bar in steps for text in bar["postfixes"]]
+    expect.that(len(postfixes) >= 5, f"the bar's postfix was set {len(postfixes)} times over 5 updates: call "
+                "bar.set_postfix(...) at every update")
+    missing = [name for name, words in (("the loss", ("loss",)), ("the learning rate", ("lr", "learning")),
+                                        ("tokens/s", ("tok",))) if not any(w in postfixes[-1] for w in words)]
+    expect.that(not missing, f"the bar's postfix {postfixes[-1]!r} does not show {' and '.join(missing)}: "
+                "bar.set_postfix(loss=..., lr=..., tok_s=...)")
+    expect.that(all(bar["disabled"] for bar in got["False"]), "train(..., progress=False) still showed a bar: "
+                "tqdm(..., disable=not progress)")
+
+
+@TRAIN.hidden
 def test_train_other_settings(impl):
     "another schedule, batch size, clipping threshold and evaluation interval"
     _train_case(impl, 1, {"batch_size": 3, "context_length": 6, "max_steps": 7, "eval_interval": 3,

@@ -319,4 +319,11 @@ WRONG = [
                           "get_batch=lambda *args, **kwargs: get_batch(inputs.flatten(), inputs.shape[0], "
                           "inputs.shape[1], generator=torch.Generator().manual_seed(0))")),
           "always returns (inputs, targets)"),
+    # The progress bar the text asks for (observed by recording tqdm), and a right loop in another order.
+    Wrong("train", "no postfix on the bar", TRAIN.replace(
+        '        bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}", refresh=False)\n', ""),
+          "the bar's postfix was set 0 times"),
+    Wrong("train", "a bar without the learning rate", TRAIN.replace('lr=f"{lr:.2e}", ', ""), "does not show the learning rate"),
+    Wrong("train", "the bar shown even with progress=False", TRAIN.replace("disable=not progress", "disable=False"),
+          "progress=False) still showed a bar"),
 ]
