@@ -89,6 +89,16 @@ def rotary_gqa_summary(ns, d_model: int, num_heads: int, num_kv_heads: int):
     return summary(_rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64))
 
 
+def rotary_gqa_attributes(ns, d_model: int, num_heads: int, num_kv_heads: int) -> dict:
+    """The attributes the spec names (notebook 13's attention_maps reads them): sizes, and whether ``rope`` is
+    the module it was given."""
+    rope = RoPE(d_model // num_heads, 64)
+    module = need(ns, "RotaryGQA")(d_model, num_heads, num_kv_heads, rope)
+    found = {name: getattr(module, name, None) for name in ("num_heads", "num_kv_heads", "head_dim")}
+    return {name: value if isinstance(value, int) else repr(value)[:40] for name, value in found.items()} | {
+        "rope_is_given": getattr(module, "rope", None) is rope}
+
+
 @torch.no_grad()
 def rotary_gqa_forward(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None,
                        token_positions=None):

@@ -580,6 +580,12 @@ def test_rotary_gqa_parameters(impl):
         biases = [n for n in got["parameters"] if n.endswith("bias")]
         expect.fail(f"RotaryGQA(32, 4, 2, rope) has parameters {got['parameters']}" + (
             ": Llama's projections have no bias (bias=False)" if biases else "") + f"; expected {ROTARY_NAMES}")
+    attributes = impl.rotary_gqa_attributes(32, 4, 2)
+    for name, value in (("num_heads", 4), ("num_kv_heads", 2), ("head_dim", 8)):
+        expect.that(attributes.get(name) == value, f"RotaryGQA(32, 4, 2, rope).{name} is {attributes.get(name)}, "
+                    f"expected {value}: store self.num_heads, self.num_kv_heads and self.head_dim (notebook 13 reads them)")
+    expect.that(attributes.get("rope_is_given"), "RotaryGQA(32, 4, 2, rope).rope is not the rope it was given: "
+                "store it as self.rope (the decoder shares one among its blocks)")
 
 
 def _rotary_case(impl, d, heads, kv, shape, seed, mask_kind="causal", positions=None, lengths=None):

@@ -348,4 +348,10 @@ WRONG = [
     Wrong("llama_state_from_hf", "rows permuted across the whole projection",
           llama_convert(permute="return weight[torch.argsort(halves_permutation(weight.shape[0]))]"),
           "permuted across the whole projection"),
+    # The attributes the spec names (notebook 13 reads them), and the rope it was given.
+    Wrong("rotary_gqa", "head counts kept under other names", rotary().replace("self.num_heads", "self.h").replace(
+        "self.num_kv_heads", "self.g"), "store self.num_heads, self.num_kv_heads and self.head_dim"),
+    Wrong("rotary_gqa", "a rope of its own instead of the one given",
+          rotary().replace("        self.rope = rope\n", "        self.rope = type(rope)(self.head_dim, 64)\n"),
+          "is not the rope it was given"),
 ]
