@@ -46,7 +46,10 @@ ACTIVATIONS = Exercise("ffn_activations", "Exercise 1: ReLU, GELU (exact and tan
          + ("torch.relu", "torch.relu_", "torch.Tensor.relu", "torch.Tensor.relu_",
             "torch.nn.GELU", "torch.nn.SiLU", "torch.nn.ReLU", "torch.nn.Mish")),))
 FFN = Exercise("feed_forward", "Exercise 2: the position-wise FeedForward", points=3)
-WIDTH = Exercise("swiglu_width", "Exercise 3: SwiGLU's hidden width and parameter counts", points=2)
+WIDTH = Exercise("swiglu_width", "Exercise 3: SwiGLU's hidden width and parameter counts", points=2, rules=(
+    Rule("work it out from the shapes of the nn.Linear layers; do not build the modules", ("torch.nn.Linear", "torch.nn.Bilinear",
+                                                                   "torch.nn.LazyLinear"),
+         names=("FeedForward", "SwiGLU")),))
 SWIGLU = Exercise("swiglu", "Exercise 4: SwiGLU", points=3)
 COSTS = Exercise("block_costs", "Exercise 5: parameters and FLOPs of a block", points=2)
 EXERCISES = [ACTIVATIONS, FFN, WIDTH, SWIGLU, COSTS]

@@ -110,6 +110,10 @@ RIGHT = {"ffn_activations": activations(), "feed_forward": ffn(), "swiglu_width"
          "block_costs": costs()}
 
 WRONG = [
+    Wrong("swiglu_width", "counts the parameters of modules it builds",
+          width(count="sum(p.numel() for p in SwiGLU(d_model, d_ff, bias=bias).parameters()) if gated else "
+                      "sum(p.numel() for p in FeedForward(d_model, d_ff, bias=bias).parameters())"),
+          "this exercise's rule is: work it out from the shapes of the nn.Linear layers; do not build the modules"),
     Wrong("feed_forward", "falls back to ReLU for an unknown activation",
           ffn().replace("if activation not in", "if False and activation not in").replace("}[activation]", "}.get(activation, relu)"),
           "must raise ValueError"),
