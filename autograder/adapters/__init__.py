@@ -8,6 +8,7 @@ the notebook's kernel), so they compute and report; they never judge.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 
@@ -23,6 +24,24 @@ def need(namespace: dict, name: str):
     if _is_the_courses(value):
         raise TypeError(f"`{name}` is the course's reference implementation; the exercise asks for your own")
     return value
+
+
+@contextlib.contextmanager
+def given(ns, **functions):
+    """The course's versions of earlier exercises' functions, under the notebook's names, for one call.
+
+    So an exercise is graded on its own: a mistake in an earlier exercise of the notebook costs only that one.
+    """
+    saved = {name: ns[name] for name in functions if name in ns}
+    ns.update(functions)
+    try:
+        yield
+    finally:
+        for name in functions:
+            if name in saved:
+                ns[name] = saved[name]
+            else:
+                ns.pop(name, None)
 
 
 _COURSE_MODULES = ("autograder.reference", "autograder.checks")

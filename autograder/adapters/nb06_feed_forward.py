@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.adapters import forward_backward, load, need, outcome, summary
+from autograder.adapters import forward_backward, given, load, need, outcome, summary
 
 
 def activation(ns, name: str, x, grad_output=None):
@@ -30,39 +28,27 @@ _REFERENCE_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x:
                           "silu": F.silu}
 
 
-@contextlib.contextmanager
-def _reference_activations(ns):
-    saved = {name: ns[name] for name in _REFERENCE_ACTIVATIONS if name in ns}
-    ns.update(_REFERENCE_ACTIVATIONS)
-    try:
-        yield
-    finally:
-        for name in _REFERENCE_ACTIVATIONS:
-            ns.pop(name, None)
-        ns.update(saved)
-
-
 def ffn_summary(ns, class_name: str, args: list, kwargs: dict):
-    with _reference_activations(ns):
+    with given(ns, **_REFERENCE_ACTIVATIONS):
         return summary(need(ns, class_name)(*args, **kwargs))
 
 
 def ffn_forward(ns, class_name: str, args: list, kwargs: dict, state: dict, x, grad_output=None):
     """Build ``class_name(*args, **kwargs)``, load ``state`` by name, return its output (and parameter gradients)."""
-    with _reference_activations(ns):
+    with given(ns, **_REFERENCE_ACTIVATIONS):
         module = load(need(ns, class_name)(*args, **kwargs), state)
         return forward_backward(module, grad_output, x)
 
 
 def ffn_outcome(ns, args: list, kwargs: dict, x):
     """What building ``FeedForward(*args, **kwargs)`` and calling it on ``x`` raised, if anything."""
-    with _reference_activations(ns):
+    with given(ns, **_REFERENCE_ACTIVATIONS):
         return outcome(lambda: need(ns, "FeedForward")(*args, **kwargs)(x))
 
 
 def ffn_dropout(ns, args: list, kwargs: dict, state: dict, x):
     """Two calls in train mode (different random numbers) and two in eval mode."""
-    with _reference_activations(ns):
+    with given(ns, **_REFERENCE_ACTIVATIONS):
         module = load(need(ns, "FeedForward")(*args, **kwargs), state)
     if not isinstance(module, nn.Module):
         return {}

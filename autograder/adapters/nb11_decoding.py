@@ -12,13 +12,12 @@ asked of the model or the engine.
 
 from __future__ import annotations
 
-import contextlib
 import numbers
 
 import torch
 from torch import nn
 
-from autograder.adapters import need, outcome, summary
+from autograder.adapters import given, need, outcome, summary
 from autograder.reference import sampling
 from autograder.reference.batching import RecomputeEngine, SlotEngine
 from autograder.reference.configs import DecoderConfig
@@ -27,22 +26,6 @@ from autograder.reference.kv_cache import KVCache
 from autograder.reference.modern import ModernBlock
 from autograder.reference.rope import RoPE
 from autograder.reference.toy import PrefixTableModel
-
-
-@contextlib.contextmanager
-def _given(ns, **functions):
-    """The course's versions of earlier exercises' functions, under the notebook's names, for one call."""
-    saved = {name: ns[name] for name in functions if name in ns}
-    ns.update(functions)
-    try:
-        yield
-    finally:
-        for name in functions:
-            if name in saved:
-                ns[name] = saved[name]
-            else:
-                ns.pop(name, None)
-
 
 # --- Exercises 1-3 -----------------------------------------------------------------------
 
@@ -74,7 +57,7 @@ def sample_counts(ns, logits, draws: int, kwargs: dict, seed: int):
     rows, vocab = logits.shape
     batch = logits.repeat_interleave(draws, dim=0)
     results = []
-    with _given(ns, apply_temperature=sampling.apply_temperature, top_k_filter=sampling.top_k_filter,
+    with given(ns, apply_temperature=sampling.apply_temperature, top_k_filter=sampling.top_k_filter,
                 top_p_filter=sampling.top_p_filter, greedy=sampling.greedy):
         for _ in range(2):
             out = need(ns, "sample_next")(batch.clone(), **kwargs, generator=torch.Generator().manual_seed(seed))

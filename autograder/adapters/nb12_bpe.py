@@ -9,9 +9,7 @@ exercise is graded on its own: while ``train_bpe`` runs, the notebook's ``pretok
 
 from __future__ import annotations
 
-import contextlib
-
-from autograder.adapters import need
+from autograder.adapters import given, need
 from autograder.reference import bpe
 
 
@@ -26,21 +24,6 @@ def _sequence(value, item) -> dict:
     if isinstance(value, list | tuple):
         return {"items": [item(v) for v in value], "type": type(value).__name__}
     return {"items": None, "type": type(value).__name__}
-
-
-@contextlib.contextmanager
-def _given(ns, **functions):
-    """The course's versions of earlier exercises' functions, under the notebook's names, for one call."""
-    saved = {name: ns[name] for name in functions if name in ns}
-    ns.update(functions)
-    try:
-        yield
-    finally:
-        for name in functions:
-            if name in saved:
-                ns[name] = saved[name]
-            else:
-                ns.pop(name, None)
 
 
 def pretokenize_of(ns, text: str, special_tokens: list):
@@ -65,7 +48,7 @@ def merge_word_of(ns, word: tuple, pair: tuple):
 
 
 def train_bpe_of(ns, text: str, vocab_size: int, special_tokens: list):
-    with _given(ns, pretokenize=bpe.pretokenize, count_pairs=bpe.count_pairs, merge_word=bpe.merge_word):
+    with given(ns, pretokenize=bpe.pretokenize, count_pairs=bpe.count_pairs, merge_word=bpe.merge_word):
         result = need(ns, "train_bpe")(text, vocab_size, list(special_tokens))
     if not (isinstance(result, tuple | list) and len(result) == 2):
         return {"error": f"train_bpe returned a {type(result).__name__}, expected a tuple (vocab, merges)"}
@@ -92,7 +75,7 @@ def train_bpe_calls(ns, text: str, vocab_size: int, special_tokens: list) -> dic
 
         return counted
 
-    with _given(ns, pretokenize=bpe.pretokenize, count_pairs=counting("count_pairs", bpe.count_pairs),
+    with given(ns, pretokenize=bpe.pretokenize, count_pairs=counting("count_pairs", bpe.count_pairs),
                 merge_word=counting("merge_word", bpe.merge_word)):
         result = need(ns, "train_bpe")(text, vocab_size, list(special_tokens))
     merges = result[1] if isinstance(result, tuple | list) and len(result) == 2 else []
@@ -106,7 +89,7 @@ def apply_merges_of(ns, pieces: list, merges: list):
 
 def tokenizer_of(ns, vocab: dict, merges: list, special_tokens: list, texts: list, id_lists: list):
     """Encodings of ``texts``, decodings of those encodings and of ``id_lists``, and a second encode (cache)."""
-    with _given(ns, pretokenize=bpe.pretokenize, apply_merges=bpe.apply_merges):
+    with given(ns, pretokenize=bpe.pretokenize, apply_merges=bpe.apply_merges):
         tokenizer = need(ns, "Tokenizer")(dict(vocab), [tuple(m) for m in merges], list(special_tokens))
         encoded = [tokenizer.encode(text) for text in texts]
         again = [tokenizer.encode(text) for text in texts]
