@@ -109,7 +109,7 @@ class SwiGLU(nn.Module):
 # --- 08_decoder_models ---
 @dataclass
 class DecoderConfig:
-    """The modern decoder (Section 4): RoPE, RMSNorm, SwiGLU, grouped-query attention."""
+    """The modern decoder (Section 5): RoPE, RMSNorm, SwiGLU, grouped-query attention."""
 
     vocab_size: int
     d_model: int
