@@ -226,10 +226,13 @@ def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, dec
 
 # --- 11_decoding ---
 def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """The argmax over the last axis, ties to the lower id: logits [..., vocab] -> LongTensor [...]."""
     return logits.argmax(dim=-1)
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / temperature for temperature > 0; for 0, only the greedy token's logit kept (the others
+    -inf); a negative temperature raises ValueError. Same shape [..., vocab]; logits are not changed in place."""
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if temperature == 0:
@@ -239,12 +242,17 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """The k first tokens of each row's stable descending order kept, every other logit -inf.
+
+    logits [..., vocab] -> the same shape; k >= vocab returns the logits unchanged."""
     order = torch.sort(logits, dim=-1, descending=True, stable=True).indices
     keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, order[..., :k], True)
     return logits.masked_fill(~keep, float("-inf"))
 
 
 def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Each row's smallest prefix of the stable descending order whose softmax mass reaches p kept (the
+    token that crosses p included, at least one), every other logit -inf. [..., vocab] -> the same shape."""
     probs, order = torch.sort(torch.softmax(logits, dim=-1), dim=-1, descending=True, stable=True)
     before = torch.cumsum(probs, dim=-1) - probs  # the mass of the tokens ranked above each one
     keep_sorted = before < p
@@ -255,6 +263,8 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 def sample_next(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row: logits [batch, vocab] -> LongTensor [batch], drawn with `generator` after
+    temperature, then top-k, then top-p (Hugging Face's order); temperature 0 gives the greedy token."""
     logits = apply_temperature(logits, temperature)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
@@ -267,6 +277,10 @@ def sample_next(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int | 
 @torch.no_grad()
 def generate(model, prompt: torch.Tensor, *, max_new_tokens: int, eos_id: int | None = None,
              pick=greedy) -> torch.Tensor:
+    """prompt [length] -> the prompt followed by the new tokens, 1-D.
+
+    Each step calls model(tokens[None]) and `pick` on the last position's logits [1, vocab]; stops after
+    max_new_tokens new tokens or at eos_id (kept)."""
     sequence = prompt.clone()
     for _ in range(max_new_tokens):
         logits = model(sequence[None])[:, -1]
