@@ -130,6 +130,7 @@ def grade(
         try:
             outcomes = process.run_cells()
             answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")}
+            cells = student_cells(nb)
 
             def note(exercise) -> str:
                 index = answer_index.get(exercise.id)
@@ -144,7 +145,7 @@ def grade(
                 index = answer_index.get(exercise.id)
                 source = nb.cells[index].source if index is not None else None
                 result = run_exercise(exercise, RemoteImpl(process), note=note(exercise), source=source,
-                                      context=[text for i, text in student_cells(nb) if i != index])
+                                      context=[text for i, text in cells if i != index])
                 # A restart while checking may have replayed the answer cell, and the replay may have failed.
                 result.note = result.note or (note(exercise) if not result.passed else "")
                 results.append(result)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -66,12 +67,12 @@ class Rule:
     def to_wire(self) -> dict:
         return {"text": self.text, "forbidden": list(self.forbidden), "keywords": list(self.keywords)}
 
-    @property
+    @functools.cached_property
     def _methods(self) -> set[str]:
         """Tensor methods among the forbidden names: ``x.softmax(...)`` on any object counts."""
         return {name.rsplit(".", 1)[1] for name in self.forbidden if name.startswith("torch.Tensor.")}
 
-    @property
+    @functools.cached_property
     def _leaves(self) -> set[str]:
         return {name.rsplit(".", 1)[1] for name in self.forbidden}
 
@@ -84,11 +85,7 @@ class Rule:
             tree = _parse(source)
         except SyntaxError:
             return []  # the cell fails to run; its checks say so
-        aliases = {"torch": "torch"}
-        for text in context:
-            with contextlib.suppress(SyntaxError):
-                aliases |= _imports(_parse(text), top_level_only=True)
-        aliases |= _imports(tree, top_level_only=False)
+        aliases = _context_aliases(tuple(context)) | _imports(tree, top_level_only=False)
         found = []
         for node in ast.walk(tree):
             line = getattr(node, "lineno", "?")
@@ -129,6 +126,16 @@ class Rule:
 
     def message(self, violations: list[str]) -> str:
         return f"this exercise's rule is: {self.text}; your answer cell breaks it: {'; '.join(violations)}"
+
+
+@functools.lru_cache(maxsize=16)
+def _context_aliases(context: tuple[str, ...]) -> dict[str, str]:
+    """The names the notebook's other cells import (``F``, ``nn``), parsed once per notebook, not per rule."""
+    aliases = {"torch": "torch"}
+    for text in context:
+        with contextlib.suppress(SyntaxError):
+            aliases |= _imports(_parse(text), top_level_only=True)
+    return aliases
 
 
 def _parse(source: str) -> ast.Module:
@@ -239,14 +246,15 @@ def enforced(rules: list[dict], namespace: dict | None = None):
     from torch.overrides import TorchFunctionMode
 
     refused = {}  # id(object) -> (its qualified name, the rule's text, the object)
-    owners = []  # (module or class, attribute name) where each name is looked up
+    owners = {}  # (id(owner), attribute name) -> (module or class, attribute name) where a name is looked up
     keywords = {keyword: rule["text"] for rule in rules for keyword in rule.get("keywords", ())}
     for rule in rules:
         for name in rule["forbidden"]:
             target = _resolve(name)
-            if target is not None:
+            owner, key = _resolve(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]
+            if target is not None and owner is not None:
                 refused[id(target)] = (name, rule["text"], target)
-                owners.append((_resolve(name.rsplit(".", 1)[0]), name.rsplit(".", 1)[1]))
+                owners[id(owner), key] = (owner, key)
 
     def broken(value) -> RuleBroken | None:
         entry = refused.get(id(value))
@@ -270,10 +278,8 @@ def enforced(rules: list[dict], namespace: dict | None = None):
         return refused_call
 
     # Also switch the names off where they are looked up: torch's modules and classes, the student's globals.
-    saved = []  # (owner, key, the value before, whether the owner held it itself)
-    for owner, key in owners:
-        if owner is not None and key not in {k for o, k, _, _ in saved if o is owner}:
-            saved.append((owner, key, getattr(owner, key), key in vars(owner)))
+    saved = [(owner, key, getattr(owner, key), key in vars(owner))  # ..., whether the owner held it itself
+             for owner, key in owners.values()]
     if namespace is not None:
         saved += [(namespace, key, value, True) for key, value in list(namespace.items()) if broken(value)]
     for owner, key, value, _ in saved:
