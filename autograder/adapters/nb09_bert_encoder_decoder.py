@@ -1,5 +1,5 @@
-"""Adapters for notebook 09: BERT's embeddings, MLM head, BertForMaskedLM, masking, the MLM loss and the
-encoder-decoder Transformer.
+"""Adapters for notebook 09: BERT's embeddings, MLM head, BertForMaskedLM, masking, the MLM loss, the
+encoder-decoder Transformer and its parameter count.
 
 Configurations are built with the student's own dataclasses (``BertConfig``, ``TransformerConfig``)
 from plain dicts. The models take their parts as constructor arguments; here they get the course's
@@ -9,6 +9,8 @@ earlier notebooks.
 """
 
 from __future__ import annotations
+
+import numbers
 
 import torch
 from torch import nn
@@ -160,3 +162,11 @@ def encdec_forward(ns, fields: dict, state: dict, src, tgt, src_padding=None, tg
     module = load(_encdec(ns, fields), state).train()  # no dropout in the course's parts: train == eval
     with torch.no_grad():
         return {"output": module(src, tgt, src_padding, tgt_padding), "memory": module.encode(src, src_padding)}
+
+
+# --- Exercise 7 ----------------------------------------------------------------------------
+
+def count_parameters(ns, fields: dict):
+    """What ``transformer_num_parameters(TransformerConfig(**fields))`` returns (an int as a plain int)."""
+    value = need(ns, "transformer_num_parameters")(need(ns, "TransformerConfig")(**fields))
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value

@@ -23,6 +23,10 @@ Oracles:
   here in closed form, and the output layer; masks translated to PyTorch's polarity. Plus the
   invariances: changing a future target token leaves earlier logits unchanged, changing padded
   source tokens leaves every real logit unchanged.
+- The parameter count (exercise 7): ``sum(p.numel() for p in module.parameters())`` of the same
+  ``nn.Transformer`` (on the meta device, so that no memory is spent) in a module with the embedding
+  tables and the output layer, the shared ones tied as ``share_embeddings`` asks (``parameters()``
+  counts a shared parameter once). Integers, compared exactly; no tolerance.
 
 The student's models are built with the course's reference parts (``autograder.reference``), so
 these checks never rest on the student's other exercises or earlier notebooks. Diagnoses of known
@@ -62,14 +66,21 @@ from autograder.exercises import Exercise
 from autograder.reference.bert import BertEmbeddings as ReferenceEmbeddings
 from autograder.reference.bert import MLMHead as ReferenceHead
 from autograder.reference.blocks import EncoderBlock
+from autograder.rules import Rule
 
 EMBEDDINGS = Exercise("bert_embeddings", "Exercise 1: BertEmbeddings", points=3)
 HEAD = Exercise("mlm_head", "Exercise 2: the MLM head", points=3)
-BERT = Exercise("bert_mlm", "Exercise 3: BertForMaskedLM", points=4)
+BERT = Exercise("bert_mlm", "Exercise 3: BertForMaskedLM", points=3)
 MASKING = Exercise("mask_tokens", "Exercise 4: mask_tokens", points=4)
 LOSS = Exercise("mlm_loss", "Exercise 5: mlm_loss", points=2)
 ENCDEC = Exercise("encoder_decoder", "Exercise 6: EncoderDecoder", points=4)
-EXERCISES = [EMBEDDINGS, HEAD, BERT, MASKING, LOSS, ENCDEC]
+COUNT = Exercise("transformer_num_parameters", "Exercise 7: the encoder-decoder's parameter count", points=2, rules=(
+    Rule("work it out from the sizes in the config; do not build any module",
+         ("torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder",
+          "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer", "torch.nn.MultiheadAttention",
+          "torch.nn.Linear", "torch.nn.LazyLinear", "torch.nn.Embedding", "torch.nn.LayerNorm", "torch.nn.Module"),
+         names=("EncoderDecoder", "EncoderBlock", "DecoderBlock", "LayerNorm", "SinusoidalPositionalEncoding")),))
+EXERCISES = [EMBEDDINGS, HEAD, BERT, MASKING, LOSS, ENCDEC, COUNT]
 
 TOL = {"atol": 1e-5, "rtol": 1e-4}
 GRAD = {"atol": 1e-5, "rtol": 1e-4}
@@ -878,3 +889,82 @@ def test_encdec_source_padding_is_invisible(impl):
     error = impl.encdec_build_error(encdec_fields(src_vocab=30, tgt_vocab=25, share=True))
     expect.that(error == "ValueError", "EncoderDecoder with share_embeddings=True and two vocabulary sizes "
                 f"{'raised ' + error if error else 'did not raise'}: raise a ValueError (one table cannot serve both)")
+
+
+# --- Exercise 7 ------------------------------------------------------------------------------------
+
+def count_oracle(f) -> int:
+    """Parameters of nn.Transformer plus the embedding tables and out_proj, shared ones once (meta device)."""
+    d = f["d_model"]
+    whole = nn.Module()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+        whole.core = nn.Transformer(d, f["n_heads"], f["n_encoder_layers"], f["n_decoder_layers"], f["d_ff"],
+                                    batch_first=True, device="meta")
+    whole.src = nn.Embedding(f["src_vocab_size"], d, device="meta")
+    whole.tgt = whole.src if f["share_embeddings"] else nn.Embedding(f["tgt_vocab_size"], d, device="meta")
+    whole.out = nn.Linear(d, f["tgt_vocab_size"], device="meta")
+    if f["share_embeddings"]:
+        whole.out.weight = whole.tgt.weight
+    return sum(p.numel() for p in whole.parameters())
+
+
+def _count_mistakes(f) -> dict:
+    """Counts that known mistakes give, with what each one got wrong (the first listed wins on a tie)."""
+    expected, d, d_ff = count_oracle(f), f["d_model"], f["d_ff"]
+    n_enc, n_dec, src, tgt = f["n_encoder_layers"], f["n_decoder_layers"], f["src_vocab_size"], f["tgt_vocab_size"]
+    attention = 4 * (d * d + d)
+    biases = n_enc * (4 * d + d_ff + d) + n_dec * (8 * d + d_ff + d) + tgt
+    one_table = "with share_embeddings, src_embed, tgt_embed and out_proj.weight are one parameter"
+    pairs = [(expected + 2 * tgt * d, f"the shared table is counted three times: {one_table}"),
+             (expected + tgt * d, f"the shared table is counted twice: {one_table}")] if f["share_embeddings"] else [
+        (expected - tgt * d, "out_proj.weight is missing: without share_embeddings it is a [tgt_vocab_size, d_model] "
+                             "matrix of its own"),
+        (expected + (src - tgt) * (d + 1), "out_proj has tgt_vocab_size outputs, not src_vocab_size")]
+    pairs += [
+        (expected - biases, "the biases are missing (every nn.Linear here has one: the attention projections, the "
+                            "FFN's two layers, out_proj)"),
+        (expected - tgt, "out_proj's bias (one number per target token) is missing; it stays when the weight is shared"),
+        (expected - 4 * d, "the final LayerNorms encoder_norm and decoder_norm (weight and bias each) are missing"),
+        (expected - n_dec * (attention + 2 * d), "the decoder blocks are counted like encoder blocks: each decoder "
+                                                 "block also has a cross-attention and a third LayerNorm"),
+        (expected - n_dec * attention, "the decoder blocks' cross-attention (four d x d projections with biases) is "
+                                       "missing"),
+        (expected - n_dec * 2 * d, "a decoder block has three LayerNorms (self-attention, cross-attention, FFN)"),
+        (expected - (n_enc * 2 + n_dec * 3 + 2) * d, "each LayerNorm has a weight AND a bias (2 * d_model)"),
+        (expected + (n_dec - n_enc) * (attention + 2 * d), "n_encoder_layers and n_decoder_layers are swapped")]
+    mistakes = {}
+    for value, message in pairs:
+        if value != expected:
+            mistakes.setdefault(value, message)
+    return mistakes
+
+
+def _count_case(impl, f):
+    got = impl.count_parameters(f)
+    what = f"transformer_num_parameters(TransformerConfig({', '.join(f'{k}={v!r}' for k, v in f.items())}))"
+    expect.that(isinstance(got, int), f"{what} returned {got!r}, expected an int")
+    expected = count_oracle(f)
+    if got != expected:
+        expect.fail(f"{what} is {got:,}, expected {expected:,} (nn.Transformer's parameters plus the embedding tables "
+                    "and out_proj, each shared parameter once): " + _count_mistakes(f).get(
+                        got, "count the embedding tables, per encoder block a self-attention, an FFN and two "
+                             "LayerNorms, per decoder block two attentions, an FFN and three LayerNorms, the two "
+                             "final LayerNorms, and out_proj; every nn.Linear has a bias"))
+
+
+@COUNT.visible
+def test_count_small_models(impl):
+    "equals the parameters of nn.Transformer plus embeddings and out_proj: separate and shared tables"
+    _count_case(impl, encdec_fields())
+    _count_case(impl, encdec_fields(src_vocab=40, tgt_vocab=40, share=True, d=32, heads=4, d_ff=64))
+
+
+@COUNT.hidden
+def test_count_other_sizes(impl):
+    "other widths and depths (encoder and decoder unequal), two vocabularies, the base configuration"
+    _count_case(impl, encdec_fields(src_vocab=50, tgt_vocab=7, d=24, heads=3, n_enc=1, n_dec=3, d_ff=40))
+    _count_case(impl, encdec_fields(src_vocab=11, tgt_vocab=11, share=True, d=8, n_enc=4, n_dec=1, d_ff=8,
+                                    activation="gelu", norm_first=True))
+    _count_case(impl, encdec_fields(src_vocab=37000, tgt_vocab=37000, share=True, d=512, heads=8, n_enc=6, n_dec=6,
+                                    d_ff=2048, max_len=512))

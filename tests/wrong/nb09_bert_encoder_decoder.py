@@ -138,9 +138,29 @@ def encdec(tgt_embed="self.src_embed if c.share_embeddings else nn.Embedding(c.t
                           memory=memory, memory_padding=memory_padding)
 
 
+_COUNT = '''
+def transformer_num_parameters(config):
+    c, d = config, config.d_model
+    attention = 4 * (d * d + {attention_bias})
+    ffn = 2 * d * c.d_ff + {ffn_bias}
+    norm = {norm}
+    encoder = c.n_encoder_layers * (attention + ffn + 2 * norm)
+    decoder = c.n_decoder_layers * ({decoder_block})
+    tables = {tables}
+    return encoder + decoder + {final_norms} + tables + {out_bias}
+'''
+
+
+def count(attention_bias="d", ffn_bias="c.d_ff + d", norm="2 * d", decoder_block="2 * attention + ffn + 3 * norm",
+          tables="c.src_vocab_size * d if c.share_embeddings else (c.src_vocab_size + 2 * c.tgt_vocab_size) * d",
+          final_norms="2 * norm", out_bias="c.tgt_vocab_size"):
+    return _COUNT.format(attention_bias=attention_bias, ffn_bias=ffn_bias, norm=norm, decoder_block=decoder_block,
+                         tables=tables, final_norms=final_norms, out_bias=out_bias)
+
+
 RIGHT = {"bert_embeddings": embeddings(), "mlm_head": head(), "bert_mlm": bert(), "mask_tokens": masking(),
          "mlm_loss": loss("return F.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=-100)"),
-         "encoder_decoder": encdec()}
+         "encoder_decoder": encdec(), "transformer_num_parameters": count()}
 
 WRONG = [
     # Exercise 1
@@ -211,4 +231,25 @@ WRONG = [
           "the final LayerNorms of both stacks are missing"),
     Wrong("encoder_decoder", "decoder stack's final norm missing", encdec(decoder_out="x"),
           "the decoder stack's final LayerNorm is missing"),
+    # Exercise 7
+    Wrong("transformer_num_parameters", "shared table counted three times",
+          count(tables="(c.src_vocab_size + 2 * c.tgt_vocab_size) * d"), "the shared table is counted three times"),
+    Wrong("transformer_num_parameters", "shared table counted twice (out_proj.weight as its own)",
+          count(tables="c.src_vocab_size * d + c.tgt_vocab_size * d if c.share_embeddings else "
+                       "(c.src_vocab_size + 2 * c.tgt_vocab_size) * d"), "the shared table is counted twice"),
+    Wrong("transformer_num_parameters", "no biases anywhere",
+          count(attention_bias="0", ffn_bias="0", out_bias="0"), "the biases are missing"),
+    Wrong("transformer_num_parameters", "out_proj's bias dropped", count(out_bias="0"), "out_proj's bias"),
+    Wrong("transformer_num_parameters", "decoder blocks counted like encoder blocks",
+          count(decoder_block="attention + ffn + 2 * norm"), "the decoder blocks are counted like encoder blocks"),
+    Wrong("transformer_num_parameters", "decoder blocks with two LayerNorms",
+          count(decoder_block="2 * attention + ffn + 2 * norm"), "a decoder block has three LayerNorms"),
+    Wrong("transformer_num_parameters", "final LayerNorms forgotten", count(final_norms="0"),
+          "the final LayerNorms encoder_norm and decoder_norm"),
+    Wrong("transformer_num_parameters", "LayerNorm counted as its weight only", count(norm="d"),
+          "each LayerNorm has a weight AND a bias"),
+    Wrong("transformer_num_parameters", "counts a model it builds",
+          "def transformer_num_parameters(config):\n"
+          "    return sum(p.numel() for p in EncoderDecoder(config).parameters())\n",
+          "this exercise's rule is: work it out from the sizes in the config; do not build any module"),
 ]
