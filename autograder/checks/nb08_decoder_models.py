@@ -15,6 +15,14 @@ Oracles (Hugging Face ``transformers``, imported lazily here, never beside stude
   interleaved pairs: q and k rows are permuted per head here, ``course = hf.view(heads, head_dim,
   d)[:, argsort(p)]`` with ``p = [0, 2, 4, .., 1, 3, 5, ..]``; head_dim is 8 or more (for 4 the
   permutation is its own inverse). GQA ratios 1, 2 and 4.
+- ``Phi3Attention`` (exercise 9), ``eager``, weights redrawn by ``_randomize``: its ``qkv_proj`` holds q, then k,
+  then v rows with GQA sizes ([(H + 2G) head_dim, d]); the course's fused weight is that one with the q and
+  k row blocks permuted per head as above. ``fuse_qkv``'s layout is judged by Hugging Face alone too: Llama's
+  separate weights, fused by the student, loaded into ``Phi3Attention``, must give ``LlamaAttention``'s output.
+  The forward is also compared with the unfused computation (``gqa_math``: one ``x @ W.T`` per projection),
+  and ``fuse_qkv`` with ``F.linear`` per projection. "One product" is observed with ``adapters.shapes_made``:
+  some tensor of batch * seq * (H + 2G) * head_dim numbers must be made (sizes chosen so that no other
+  tensor of the forward has that many).
 - Closed forms: the GPT-2 parameter count of the 124M configuration, 124,439,808;
   ``F.cross_entropy`` on a shift done here.
 
@@ -36,6 +44,11 @@ other diagnosed mistake by more. Mistakes that give the same numbers are not dia
 differ: positions 0..seq-1 under right padding, or under any padding with RoPE (its scores see only
 differences of positions), a missing padding mask under right padding (the causal mask hides the pads),
 ``repeat`` for ``repeat_interleave`` with one kv head.
+
+Exercise 9 uses the same bounds: fused tensors exact up to 1e-6 (a concatenation copies values), outputs
+atol 1e-4 + rtol 1e-4. Measured for the solution over 40 seeds of (d, H, G) = (32, 4, 2), (32, 4, 4),
+(48, 4, 1), (48, 6, 2) with shifted positions: at most 7.2e-7 from ``Phi3Attention``; the closest diagnosed
+mistake (q, k, v split off in another order) differs by at least 1.03.
 """
 
 from __future__ import annotations
