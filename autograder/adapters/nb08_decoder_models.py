@@ -14,7 +14,7 @@ import numbers
 import torch
 from torch import nn
 
-from autograder.adapters import load, need, summary
+from autograder.adapters import load, need, shapes_made, summary
 from autograder.reference.blocks import PreNormBlock
 from autograder.reference.feed_forward import SwiGLU
 from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
@@ -171,3 +171,43 @@ def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
     model(tokens) if padding_mask is None else model(tokens, padding_mask)
     return {"ropes_made": seen["ropes_made"], "blocks": len(seen["block_ropes"]),
             "distinct_ropes": len(set(seen["block_ropes"])), "positions": seen["positions"]}
+
+
+# --- Exercise 9 ------------------------------------------------------------------------
+
+def fuse_qkv(ns, state: dict):
+    result = need(ns, "fuse_qkv")(dict(state))
+    return {str(k): v for k, v in result.items()} if isinstance(result, dict) else result
+
+
+def _fused(ns, d_model, num_heads, num_kv_heads, rope=None):
+    rope = RoPE(d_model // num_heads, 64) if rope is None else rope
+    return need(ns, "FusedRotaryGQA")(d_model, num_heads, num_kv_heads, rope)
+
+
+def fused_summary(ns, d_model: int, num_heads: int, num_kv_heads: int):
+    return summary(_fused(ns, d_model, num_heads, num_kv_heads))
+
+
+def fused_attributes(ns, d_model: int, num_heads: int, num_kv_heads: int) -> dict:
+    rope = RoPE(d_model // num_heads, 64)
+    module = _fused(ns, d_model, num_heads, num_kv_heads, rope)
+    found = {name: getattr(module, name, None) for name in ("num_heads", "num_kv_heads", "head_dim")}
+    return {name: value if isinstance(value, int) else repr(value)[:40] for name, value in found.items()} | {
+        "rope_is_given": getattr(module, "rope", None) is rope}
+
+
+@torch.no_grad()
+def fused_forward(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None,
+                  token_positions=None):
+    module = load(_fused(ns, d_model, num_heads, num_kv_heads), state).eval()
+    kwargs = {} if token_positions is None else {"token_positions": token_positions}
+    return module(x, mask, **kwargs)
+
+
+@torch.no_grad()
+def fused_shapes_made(ns, d_model: int, num_heads: int, num_kv_heads: int, x) -> list:
+    """The shapes of the tensors torch functions made during one forward (causal mask), for "one product"."""
+    module = _fused(ns, d_model, num_heads, num_kv_heads).eval()
+    mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+    return shapes_made(module, x, mask)["shapes"]

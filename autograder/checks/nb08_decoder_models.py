@@ -15,6 +15,14 @@ Oracles (Hugging Face ``transformers``, imported lazily here, never beside stude
   interleaved pairs: q and k rows are permuted per head here, ``course = hf.view(heads, head_dim,
   d)[:, argsort(p)]`` with ``p = [0, 2, 4, .., 1, 3, 5, ..]``; head_dim is 8 or more (for 4 the
   permutation is its own inverse). GQA ratios 1, 2 and 4.
+- ``Phi3Attention`` (exercise 9), ``eager``, weights redrawn by ``_randomize``: its ``qkv_proj`` holds q, then k,
+  then v rows with GQA sizes ([(H + 2G) head_dim, d]); the course's fused weight is that one with the q and
+  k row blocks permuted per head as above. ``fuse_qkv``'s layout is judged by Hugging Face alone too: Llama's
+  separate weights, fused by the student, loaded into ``Phi3Attention``, must give ``LlamaAttention``'s output.
+  The forward is also compared with the unfused computation (``gqa_math``: one ``x @ W.T`` per projection),
+  and ``fuse_qkv`` with ``F.linear`` per projection. "One product" is observed with ``adapters.shapes_made``:
+  some tensor of batch * seq * (H + 2G) * head_dim numbers must be made (sizes chosen so that no other
+  tensor of the forward has that many).
 - Closed forms: the GPT-2 parameter count of the 124M configuration, 124,439,808;
   ``F.cross_entropy`` on a shift done here.
 
@@ -36,11 +44,17 @@ other diagnosed mistake by more. Mistakes that give the same numbers are not dia
 differ: positions 0..seq-1 under right padding, or under any padding with RoPE (its scores see only
 differences of positions), a missing padding mask under right padding (the causal mask hides the pads),
 ``repeat`` for ``repeat_interleave`` with one kv head.
+
+Exercise 9 uses the same bounds: fused tensors exact up to 1e-6 (a concatenation copies values), outputs
+atol 1e-4 + rtol 1e-4. Measured for the solution over 40 seeds of (d, H, G) = (32, 4, 2), (32, 4, 4),
+(48, 4, 1), (48, 6, 2) with shifted positions: at most 7.2e-7 from ``Phi3Attention``; the closest diagnosed
+mistake (q, k, v split off in another order) differs by at least 1.03.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from types import SimpleNamespace
 
 import torch
@@ -64,7 +78,8 @@ ROTARY = Exercise("rotary_gqa", "Exercise 5: rotary grouped-query attention", po
 MODERN_BLOCK = Exercise("modern_block", "Exercise 6: the modern (Llama-style) block", points=3)
 DECODER = Exercise("modern_decoder", "Exercise 7: the modern decoder", points=4)
 LLAMA_CONVERT = Exercise("llama_state_from_hf", "Exercise 8: loading a Llama checkpoint", points=3)
-EXERCISES = [COUNT, GPT2, LOSS, GPT2_CONVERT, ROTARY, MODERN_BLOCK, DECODER, LLAMA_CONVERT]
+FUSED = Exercise("fused_rotary_gqa", "Exercise 9: one q/k/v product with grouped-query attention", points=3)
+EXERCISES = [COUNT, GPT2, LOSS, GPT2_CONVERT, ROTARY, MODERN_BLOCK, DECODER, LLAMA_CONVERT, FUSED]
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 LOSS_TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -944,3 +959,231 @@ def test_llama_convert_other_configs(impl):
     "no grouping (n_kv_heads=None), head_dim 16, three layers"
     _llama_convert_case(impl, _llama_fields(1, kv=None), 310)
     _llama_convert_case(impl, _llama_fields(2, d=48, heads=3, kv=1, layers=3), 320)
+
+
+# --- Exercise 9 --------------------------------------------------------------------------
+
+def _separate_state(seed, d, heads, kv, *, bias=False, prefix="", extra=()):
+    """Random separate projections in the course's names (``prefix`` + q_proj/k_proj/v_proj), plus other keys."""
+    hd = d // heads
+    sizes = {"q": heads * hd, "k": kv * hd, "v": kv * hd}
+    state = {f"{prefix}{n}_proj.weight": _randn((rows, d), seed + i, d ** -0.5) for i, (n, rows) in enumerate(sizes.items())}
+    if bias:
+        state |= {f"{prefix}{n}_proj.bias": _randn((rows,), seed + 10 + i, 0.5) for i, (n, rows) in enumerate(sizes.items())}
+    for i, name in enumerate(extra):
+        state[name] = _randn((d, d), seed + 20 + i)
+    return state
+
+
+def _fuse_diagnose(fused, parts, what):
+    """Name the known mistakes of a fused weight (or bias): order, transposition, the wrong dim."""
+    q, k, v = parts
+    if fused.dim() == 2 and fused.shape[1] != q.shape[1] and fused.shape[0] == q.shape[1]:
+        if torch.equal(fused, torch.cat([q.T, k.T, v.T], 1)):
+            return (f"{what} is transposed ([d_model, out], Conv1D's layout, as in GPT-2's c_attn): nn.Linear's "
+                    "weight is [out, in], so stack the rows, torch.cat([q, k, v], dim=0)")
+        return (f"{what} has shape {list(fused.shape)}: the projections are joined along dim 1; stack their rows "
+                "(dim 0), so that the output columns of one product are q, then k, then v")
+    for order in ((k, q, v), (v, k, q), (q, v, k), (k, v, q), (v, q, k)):
+        if fused.shape[0] == sum(t.shape[0] for t in order) and torch.equal(fused, torch.cat(order, 0)):
+            return f"{what} stacks the projections in another order: the layout (Phi-3's qkv_proj) is q, then k, then v"
+    return f"{what} has shape {list(fused.shape)}, expected {[q.shape[0] + k.shape[0] + v.shape[0], *q.shape[1:]]}"
+
+
+def _fuse_case(impl, seed, d, heads, kv, *, bias=False, prefix="", extra=()):
+    state = _separate_state(seed, d, heads, kv, bias=bias, prefix=prefix, extra=extra)
+    what = f"fuse_qkv(state with {prefix}q_proj/k_proj/v_proj" + (" weights and biases" if bias else "") + ")"
+    got = impl.fuse_qkv(state)
+    expect.that(isinstance(got, dict), f"{what} returned a {type(got).__name__}, expected a dict")
+    kinds = ("weight", "bias") if bias else ("weight",)
+    expected_keys = sorted([*extra, *(f"{prefix}qkv_proj.{kind}" for kind in kinds)])
+    expect.that(sorted(got) == expected_keys, f"{what} has the keys {sorted(got)}, expected {expected_keys}: "
+                "q_proj, k_proj and v_proj become one qkv_proj (same prefix), every other key passes through")
+    for name in extra:
+        expect.that(isinstance(got[name], torch.Tensor) and torch.equal(got[name], state[name]),
+                    f"{what}[{name!r}] changed: keys other than q/k/v_proj pass through as they are")
+    x = _randn((2, 5, d), seed + 40)
+    for kind in kinds:
+        parts = [state[f"{prefix}{n}_proj.{kind}"] for n in "qkv"]
+        fused = expect.tensor(got[f"{prefix}qkv_proj.{kind}"], f"{what}[{prefix!r} + 'qkv_proj.{kind}']")
+        rows = sum(t.shape[0] for t in parts)
+        if tuple(fused.shape) != (rows, *parts[0].shape[1:]) or not torch.allclose(
+                fused.double(), torch.cat(parts, 0).double(), **EXACT):
+            expect.fail(f"{what} is wrong: " + _fuse_diagnose(fused, parts, f"qkv_proj.{kind}"))
+    # The oracle: one product with the fused tensors gives the three separate products side by side.
+    w = [state[f"{prefix}{n}_proj.weight"] for n in "qkv"]
+    b = [state[f"{prefix}{n}_proj.bias"] for n in "qkv"] if bias else [None] * 3
+    separate = torch.cat([F.linear(x, wi, bi) for wi, bi in zip(w, b, strict=True)], -1)
+    one = F.linear(x, got[f"{prefix}qkv_proj.weight"], got.get(f"{prefix}qkv_proj.bias"))
+    expect.close(one, separate, f"F.linear(x, *{what}'s qkv_proj)", **TOL)
+
+
+@torch.no_grad()
+def hf_phi3_attention(fields, seed, x, mask, positions):
+    """HF's Phi3Attention (fused ``qkv_proj``, q then k then v) with random weights: (its state, output)."""
+    T = _transformers()
+    from transformers.models.phi3 import modeling_phi3 as phi3
+
+    kv = fields.get("n_kv_heads") or fields["n_heads"]
+    config = T.Phi3Config(vocab_size=fields["vocab_size"], hidden_size=fields["d_model"],
+                          intermediate_size=fields["d_ff"], num_hidden_layers=1, num_attention_heads=fields["n_heads"],
+                          num_key_value_heads=kv, max_position_embeddings=fields["max_seq_len"],
+                          rope_parameters={"rope_type": "default", "rope_theta": fields["rope_base"]},
+                          pad_token_id=0, bos_token_id=0, eos_token_id=0, attention_dropout=0.0)
+    config._attn_implementation = "eager"
+    layer = _randomize(phi3.Phi3Attention(config, layer_idx=0).eval(), seed)
+    batch, length, _ = x.shape
+    cos_sin = phi3.Phi3RotaryEmbedding(config)(x, _position_ids(positions, batch, length))
+    out = layer(x, position_embeddings=cos_sin, attention_mask=_additive(mask, batch, length))[0]
+    return layer.state_dict(), out
+
+
+def phi3_course_state(hf_state, heads, kv):
+    """Phi-3's attention in the course's names: qkv_proj's q and k row blocks taken to interleaved pairs."""
+    qkv, hd = hf_state["qkv_proj.weight"], hf_state["o_proj.weight"].shape[1] // heads
+    q, k, v = qkv.split([heads * hd, kv * hd, kv * hd], 0)
+    return {"qkv_proj.weight": torch.cat([_interleaved(q, heads), _interleaved(k, kv), v], 0),
+            "out_proj.weight": hf_state["o_proj.weight"].clone()}
+
+
+FUSED_NAMES = ("qkv_proj = nn.Linear(d_model, (num_heads + 2 * num_kv_heads) * head_dim, bias=False), "
+               "out_proj = nn.Linear(d_model, d_model, bias=False)")
+FUSED_SPLIT = ("split qkv_proj(x) along its last dim into num_heads * head_dim, num_kv_heads * head_dim and "
+               "num_kv_heads * head_dim columns (q, k, v: not three equal parts unless num_kv_heads == num_heads)")
+
+
+@FUSED.visible
+def test_fuse_qkv(impl):
+    "fuse_qkv: one qkv_proj.weight whose product is the q, k and v products side by side (4 heads, 4 and 2 kv heads)"
+    _fuse_case(impl, 0, 32, 4, 4)
+    _fuse_case(impl, 1, 32, 4, 2, extra=("out_proj.weight",))
+
+
+@FUSED.hidden
+def test_fuse_qkv_biases_prefixes(impl):
+    "biases fused too; keys with a prefix (a whole decoder's state), other keys passed through; GQA ratios 1, 2, 4"
+    _fuse_case(impl, 2, 24, 3, 3, bias=True, prefix="blocks.1.attn.", extra=("blocks.1.attn.out_proj.weight",))
+    _fuse_case(impl, 3, 48, 4, 1, bias=True, extra=("out_proj.weight",))
+    _fuse_case(impl, 4, 32, 8, 2, prefix="attn.")
+
+
+@FUSED.hidden
+def test_fuse_qkv_layout_is_phi3s(impl):
+    "the layout is Phi-3's: Llama's separate q/k/v weights fused by fuse_qkv, loaded into HF's Phi3Attention, give LlamaAttention's output"
+    T = _transformers()
+    from transformers.models.phi3 import modeling_phi3 as phi3
+
+    for seed, (d, heads, kv) in ((5, (32, 4, 2)), (6, (48, 6, 2))):
+        fields = _llama_fields(seed, d=d, heads=heads, kv=kv)
+        x, length = _randn((2, 6, d), seed + 600), 6
+        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        from transformers.models.llama import modeling_llama as llama
+
+        config = _hf_llama_config(fields)
+        llama_layer = _randomize(llama.LlamaAttention(config, layer_idx=0).eval(), seed)
+        separate = {k: v for k, v in llama_layer.state_dict().items()}
+        fused = impl.fuse_qkv(separate)
+        expect.that(isinstance(fused, dict) and "qkv_proj.weight" in fused, "fuse_qkv(LlamaAttention.state_dict()) "
+                    "has no 'qkv_proj.weight'")
+        phi3_config = T.Phi3Config(hidden_size=d, intermediate_size=fields["d_ff"], num_attention_heads=heads,
+                                   num_key_value_heads=kv, num_hidden_layers=1, pad_token_id=0, bos_token_id=0,
+                                   eos_token_id=0, max_position_embeddings=24)
+        phi3_config._attn_implementation = "eager"
+        phi3_layer = phi3.Phi3Attention(phi3_config, layer_idx=0).eval()
+        weight = expect.tensor(fused["qkv_proj.weight"], "fuse_qkv(...)['qkv_proj.weight']",
+                               shape=phi3_layer.qkv_proj.weight.shape)
+        with torch.no_grad():
+            phi3_layer.qkv_proj.weight.copy_(weight)
+            phi3_layer.o_proj.weight.copy_(separate["o_proj.weight"])
+            positions = _position_ids(None, 2, length)
+            cos_sin = llama.LlamaRotaryEmbedding(config)(x, positions)
+            mask = _additive(causal, 2, length)
+            expected = llama_layer(x, position_embeddings=cos_sin, attention_mask=mask)[0]
+            got = phi3_layer(x, position_embeddings=cos_sin, attention_mask=mask)[0]
+        expect.close(got, expected, f"Phi3Attention with fuse_qkv(LlamaAttention({heads} heads, {kv} kv heads)."
+                     "state_dict()) (its output compared with LlamaAttention's)", **TOL,
+                     hint="Phi-3's qkv_proj rows are q (num_heads * head_dim), then k and v (num_kv_heads * head_dim each).")
+
+
+@FUSED.visible
+def test_fused_parameters(impl):
+    "FusedRotaryGQA(32, 4, 2, rope): qkv_proj [(4 + 2 * 2) * 8, 32], out_proj, no biases; the attributes"
+    got = impl.fused_summary(32, 4, 2)
+    expect.that("parameters" in got, "FusedRotaryGQA(...) is not an nn.Module")
+    expected = {"qkv_proj.weight": [64, 32], "out_proj.weight": [32, 32]}
+    if got["parameters"] != expected:
+        rows = got["parameters"].get("qkv_proj.weight", [None])[0]
+        expect.fail(f"FusedRotaryGQA(32, 4, 2, rope) has parameters {got['parameters']}" + (
+            ": qkv_proj's size assumes num_kv_heads == num_heads (3 * d_model rows); k and v have num_kv_heads "
+            "heads each" if rows == 96 else "") + f"; expected {FUSED_NAMES}")
+    attributes = impl.fused_attributes(32, 4, 2)
+    for name, value in (("num_heads", 4), ("num_kv_heads", 2), ("head_dim", 8)):
+        expect.that(attributes.get(name) == value, f"FusedRotaryGQA(32, 4, 2, rope).{name} is "
+                    f"{attributes.get(name)}, expected {value}: store self.num_heads, self.num_kv_heads, self.head_dim")
+    expect.that(attributes.get("rope_is_given"), "FusedRotaryGQA(32, 4, 2, rope).rope is not the rope it was "
+                "given: store it as self.rope")
+
+
+def _split_mistake(state, heads, kv, order):
+    """The separate q/k/v weights a forward reads from the fused one when it splits in another ``order``."""
+    qkv, hd = state["qkv_proj.weight"], state["out_proj.weight"].shape[1] // heads
+    sizes = {"q": heads * hd, "k": kv * hd, "v": kv * hd}
+    parts = dict(zip(order, qkv.split([sizes[n] for n in order], 0), strict=True))
+    return {f"{n}_proj.weight": parts[n] for n in "qkv"} | {"out_proj.weight": state["out_proj.weight"]}
+
+
+def _fused_case(impl, d, heads, kv, shape, seed, positions=None, lengths=None):
+    fields = _llama_fields(seed, d=d, heads=heads, kv=kv)
+    batch, length = shape
+    x = _randn((batch, length, d), seed + 700)
+    mask = torch.ones(length, length, dtype=torch.bool).tril()
+    rows = torch.ones(batch, length, dtype=torch.bool)
+    if lengths is not None:
+        padding = _padding(lengths, length, "left")
+        positions, mask, rows = _positions(padding), mask & padding[:, None, None, :], padding
+    hf_state, expected = hf_phi3_attention(fields, seed, x, mask, positions)
+    state = phi3_course_state(hf_state, heads, kv)
+    what = (f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, causal mask"
+            + ("" if positions is None else f", token_positions of shape {list(positions.shape)}") + ")")
+    try:
+        got = impl.fused_forward(d, heads, kv, state, x, mask, positions)
+    except StudentCodeError as error:
+        if not str(error).startswith("RuntimeError"):  # a stub, a missing name: the usual message
+            raise
+        expect.fail(f"{what} raised {error}. Hint: {FUSED_SPLIT}")
+    mistakes = [(gqa_math(_split_mistake(state, heads, kv, order), x, heads, kv, mask, positions),
+                 f"q, k and v are split off in the order {'-'.join(order)}: the rows of qkv_proj are q, then k, then v")
+                for order in ("kqv", "qvk", "vkq") if not (kv == heads and order == "qvk")]
+    got = _real(got, rows, what, [batch, length, d])
+    expect.close(got, expected[rows], what, **TOL, alternatives=[(w[rows], m) for w, m in mistakes],
+                 hint="The oracle is Hugging Face's Phi3Attention (fused qkv_proj) with the same weights (its q/k row "
+                      f"blocks permuted to the interleaved layout). {FUSED_SPLIT}.")
+    unfused = gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, mask, positions)  # F.linear per part
+    expect.close(got, unfused[rows], f"{what}, compared with the separate q/k/v products and attention", **TOL)
+
+
+def _one_product(impl, d, heads, kv, batch, length):
+    hd = d // heads
+    made = impl.fused_shapes_made(d, heads, kv, _randn((batch, length, d), 800))
+    numel = batch * length * (heads + 2 * kv) * hd
+    expect.that(any(math.prod(shape) == numel and shape[0] == batch for shape in made),
+                f"FusedRotaryGQA({d}, {heads}, {kv}, rope)'s forward made no tensor of batch * seq * (num_heads + 2 * "
+                f"num_kv_heads) * head_dim = {numel} numbers: q, k and v are not computed by one product; use "
+                "self.qkv_proj(x) once, then split it (three products with slices of the weight are what fusing avoids)")
+
+
+@FUSED.visible
+def test_fused_forward(impl):
+    "FusedRotaryGQA(32, 4, 2) with a causal mask equals HF's Phi3Attention and the separate q/k/v computation; one product"
+    _fused_case(impl, 32, 4, 2, (2, 6), 0)
+    _one_product(impl, 32, 4, 2, 2, 5)
+
+
+@FUSED.hidden
+def test_fused_ratios_positions_padding(impl):
+    "GQA ratios 1 and 4, positions not starting at 0, a left-padded batch; one product for each size"
+    _fused_case(impl, 32, 4, 4, (2, 5), 10, positions=torch.arange(3, 8))
+    _fused_case(impl, 48, 4, 1, (1, 7), 20, positions=torch.tensor([5, 1, 0, 9, 2, 2, 7]))
+    _fused_case(impl, 48, 6, 2, (3, 6), 30, lengths=[6, 3, 4])
+    _one_product(impl, 48, 4, 1, 3, 4)
+    _one_product(impl, 48, 6, 3, 1, 7)

@@ -250,9 +250,58 @@ def llama_convert(**changes):
     return _fill(_LLAMA_CONVERT, **(LLAMA_PARTS | changes))
 
 
+# --- Exercise 9 ----------------------------------------------------------------------------
+
+_FUSED = '''
+def fuse_qkv(state):
+    fused = {k: v for k, v in state.items() if not k.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                                                  "q_proj.bias", "k_proj.bias", "v_proj.bias"))}
+    for key in state:
+        for kind in ("weight", "bias"):
+            if key.endswith(f"q_proj.{kind}"):
+                prefix = key[:-len(f"q_proj.{kind}")]
+                q, k, v = (state[f"{prefix}{n}_proj.{kind}"] for n in "qkv")
+                fused[f"{prefix}qkv_proj.{kind}"] = @CAT@
+    return fused
+
+
+class FusedRotaryGQA(nn.Module):
+    def __init__(self, d_model, num_heads, num_kv_heads, rope):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = d_model // num_heads
+        self.rope = rope
+        self.qkv_proj = nn.Linear(d_model, @ROWS@, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, mask=None, token_positions=None):
+        batch, length, _ = x.shape
+        if token_positions is None:
+            token_positions = torch.arange(length)
+        positions = token_positions[:, None, :] if token_positions.dim() == 2 else token_positions
+        hd, h, g = self.head_dim, self.num_heads, self.num_kv_heads
+        @QKV@
+
+        def heads(t, n):
+            return t.reshape(batch, length, n, hd).transpose(1, 2)
+
+        q, k, v = self.rope(heads(q, h), positions), self.rope(heads(k, g), positions), heads(v, g)
+        k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
+'''
+FUSED_PARTS = {"cat": "torch.cat([q, k, v], dim=0)", "rows": "(num_heads + 2 * num_kv_heads) * self.head_dim",
+               "qkv": "q, k, v = self.qkv_proj(x).split([h * hd, g * hd, g * hd], dim=-1)"}
+
+
+def fused(**changes):
+    return _fill(_FUSED, **(FUSED_PARTS | changes))
+
+
 RIGHT = {"gpt2_num_parameters": count(), "gpt2_model": gpt2(), "causal_lm_loss": loss(),
          "gpt2_state_from_hf": gpt2_convert(), "rotary_gqa": rotary(), "modern_block": modern_block(),
-         "modern_decoder": decoder(), "llama_state_from_hf": llama_convert()}
+         "modern_decoder": decoder(), "llama_state_from_hf": llama_convert(),
+         "fused_rotary_gqa": fused()}
 
 WRONG = [
     # Exercise 1
@@ -354,4 +403,26 @@ WRONG = [
     Wrong("rotary_gqa", "a rope of its own instead of the one given",
           rotary().replace("        self.rope = rope\n", "        self.rope = type(rope)(self.head_dim, 64)\n"),
           "is not the rope it was given"),
+    # Exercise 9
+    Wrong("fused_rotary_gqa", "fused in the order k, q, v", fused(cat="torch.cat([k, q, v], dim=0)"),
+          "stacks the projections in another order"),
+    Wrong("fused_rotary_gqa", "fused weight transposed (Conv1D layout)",
+          fused(cat="torch.cat([q.t(), k.t(), v.t()], dim=1) if q.dim() == 2 else torch.cat([q, k, v])"),
+          "is transposed"),
+    Wrong("fused_rotary_gqa", "joined along the wrong dim", fused(cat="torch.cat([q, k, v], dim=-1)"),
+          "joined along dim 1"),
+    Wrong("fused_rotary_gqa", "split sizes assume num_kv_heads == num_heads",
+          fused(qkv="q, k, v = self.qkv_proj(x).chunk(3, dim=-1)"), "not three equal parts"),
+    Wrong("fused_rotary_gqa", "qkv_proj sized as if num_kv_heads == num_heads",
+          fused(rows="3 * d_model", qkv="q, k, v = self.qkv_proj(x).chunk(3, dim=-1)"),
+          "assumes num_kv_heads == num_heads"),
+    Wrong("fused_rotary_gqa", "split in the order k, q, v",
+          fused(qkv="k, q, v = self.qkv_proj(x).split([g * hd, h * hd, g * hd], dim=-1)"),
+          "split off in the order k-q-v"),
+    Wrong("fused_rotary_gqa", "split along the sequence dim",
+          fused(qkv="q, k, v = self.qkv_proj(x).split([h * hd, g * hd, g * hd], dim=1)"), "along its last dim"),
+    Wrong("fused_rotary_gqa", "three products with slices of the weight",
+          fused(qkv="w = self.qkv_proj.weight\n"
+                    "        q, k, v = (F.linear(x, part) for part in w.split([h * hd, g * hd, g * hd], dim=0))"),
+          "not computed by one product"),
 ]
