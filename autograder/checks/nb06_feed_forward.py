@@ -758,6 +758,9 @@ def test_against_phi3(impl):
         fused = impl.convert("fuse_swiglu_state", state)["value"]
         expect.that(isinstance(fused, dict) and set(fused) == _fused_keys(False),
                     "fuse_swiglu_state(state) must return a dict with the keys of FusedSwiGLU's state dict")
+        wanted = {k: list(v.shape) for k, v in mlp.state_dict().items()}
+        shapes = {k: list(getattr(v, "shape", [])) for k, v in fused.items()}
+        expect.that(shapes == wanted, f"fuse_swiglu_state(state) gives shapes {shapes}; a Phi3MLP has {wanted}")
         mlp.load_state_dict(fused, strict=True)
         with torch.no_grad():
             expect.close(mlp(x), fused_oracle(state, x), "a Phi3MLP loaded with fuse_swiglu_state(a SwiGLU state)",
