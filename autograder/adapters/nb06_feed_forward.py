@@ -69,3 +69,58 @@ def call(ns, name: str, args: list, kwargs: dict):
     """The value a plain function returns, and the name of its type (a check may insist on int)."""
     value = need(ns, name)(*args, **kwargs)
     return {"value": value, "type": type(value).__name__}
+
+
+# Exercise 6 is graded with the course's activations and width (Exercises 1 and 3), for the same reason.
+_FUSED_GIVEN = {**_REFERENCE_ACTIVATIONS,
+                "swiglu_hidden_dim": lambda d_model, multiple_of=64: -(-8 * d_model // (3 * multiple_of)) * multiple_of}
+
+# Torch functions that multiply matrices, by name, however they are reached (nn.Linear calls F.linear, `@` is
+# Tensor.matmul; a torch-function mode sees the outermost call only, so einsum counts once).
+_MATRIX_PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
+                    "einsum", "tensordot", "mv", "addmv", "inner", "bilinear", "chain_matmul", "multi_dot"}
+
+
+def products_made(function, *args, **kwargs) -> dict:
+    """``function(*args, **kwargs)`` and, for every matrix product a torch function ran, its name and output shape."""
+    from torch.overrides import TorchFunctionMode
+
+    products = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            name = getattr(func, "__name__", "")
+            if name in _MATRIX_PRODUCTS and isinstance(result, torch.Tensor):
+                products.append({"name": name, "shape": list(result.shape)})
+            return result
+
+    with Record():
+        value = function(*args, **kwargs)
+    return {"value": value, "products": products}
+
+
+def fused_summary(ns, args: list, kwargs: dict):
+    with given(ns, **_FUSED_GIVEN):
+        return summary(need(ns, "FusedSwiGLU")(*args, **kwargs))
+
+
+def fused_forward(ns, args: list, kwargs: dict, state: dict, x, grad_output=None):
+    """``FusedSwiGLU(*args, **kwargs)`` with ``state`` loaded by name: its output (and parameter gradients), and
+    the matrix products one forward pass ran."""
+    with given(ns, **_FUSED_GIVEN):
+        module = load(need(ns, "FusedSwiGLU")(*args, **kwargs), state)
+        with torch.no_grad():
+            products = products_made(module, x)["products"]
+        result = forward_backward(module, grad_output, x)
+    return result | {"products": products}
+
+
+def convert(ns, name: str, state: dict):
+    """``name(state)`` for a state-dict conversion: its result, and whether the input dict came back unchanged."""
+    given_state = {key: value.clone() for key, value in state.items()}
+    value = need(ns, name)(given_state)
+    unchanged = set(given_state) == set(state) and all(torch.equal(given_state[k], v) for k, v in state.items())
+    if isinstance(value, dict):
+        value = {key: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for key, v in value.items()}
+    return {"value": value, "type": type(value).__name__, "input_unchanged": unchanged}

@@ -23,6 +23,16 @@ x / (1 + exp(-x)) and the tanh form of SiLU):
   at atol 1e-5 + rtol 1e-4; the share of zeros is p within 0.15 (4.2 binomial standard
   deviations for 200 entries at p = 0.5; the check seeds torch's generator, so it is repeatable);
 - widths, parameter counts and FLOPs are integers and compared exactly.
+
+Exercise 6 (fused gate and up projections). Oracles: SwiGLU computed here from the unfused weights with
+``F.linear`` and ``F.silu``; the fused layout written out here (``torch.cat([w1, w3])`` along dim 0, as the
+notebook states it); Hugging Face's ``Phi3MLP`` (transformers, tiny random configs, offline) as an
+independent oracle of the layout and its order, gate first. The number of matrix products one forward pass
+runs is observed with a torch-function mode in the adapter (``products_made``). Tolerances: outputs
+atol 1e-5 + rtol 1e-4 and gradients atol 1e-4 + rtol 1e-4, as for SwiGLU (the fused product sums over the
+same d_model terms per output feature as the two separate ones; the fused float32 forward against a float64
+evaluation of the closed form, 40 seeds, the checks' shapes: <= 3.9e-6); converted state dicts are compared exactly
+(``torch.equal``), since concatenating and splitting copy values without arithmetic.
 """
 
 from __future__ import annotations
@@ -52,7 +62,8 @@ WIDTH = Exercise("swiglu_width", "Exercise 3: SwiGLU's hidden width and paramete
          names=("FeedForward", "SwiGLU")),))
 SWIGLU = Exercise("swiglu", "Exercise 4: SwiGLU", points=3)
 COSTS = Exercise("block_costs", "Exercise 5: parameters and FLOPs of a block", points=2)
-EXERCISES = [ACTIVATIONS, FFN, WIDTH, SWIGLU, COSTS]
+FUSED = Exercise("fused_swiglu", "Exercise 6: fused gate and up projections", points=3)
+EXERCISES = [ACTIVATIONS, FFN, WIDTH, SWIGLU, COSTS, FUSED]
 
 ACT = {"atol": 1e-5, "rtol": 1e-5}
 ACT_GRAD = {"atol": 1e-5, "rtol": 1e-5}
@@ -563,3 +574,199 @@ def test_costs_other_sizes(impl):
     "other widths and sequence lengths, where the seq_len² terms dominate or vanish"
     for args in ((64, 256, 4096), (512, 1408, 1), (12, 48, 7)):
         _check_costs(impl, *args)
+
+
+# --- Exercise 6 --------------------------------------------------------------------------
+
+
+def fuse_oracle(state):
+    """The stated layout, written out: gate rows (w1) then up rows (w3) along dim 0; w2 becomes down_proj."""
+    fused = {"gate_up_proj.weight": torch.cat([state["w1.weight"], state["w3.weight"]]),
+             "down_proj.weight": state["w2.weight"]}
+    if "w1.bias" in state:
+        fused |= {"gate_up_proj.bias": torch.cat([state["w1.bias"], state["w3.bias"]]), "down_proj.bias": state["w2.bias"]}
+    return fused
+
+
+def fused_oracle(state, x):
+    """SwiGLU from the unfused weights with F.silu and F.linear."""
+    gate = F.linear(x, state["w1.weight"], state.get("w1.bias"))
+    up = F.linear(x, state["w3.weight"], state.get("w3.bias"))
+    return F.linear(F.silu(gate) * up, state["w2.weight"], state.get("w2.bias"))
+
+
+def _fused_mistakes(state, x):
+    d_ff = state["w1.weight"].shape[0]
+    fused = fuse_oracle(state)
+    h = F.linear(x, fused["gate_up_proj.weight"], fused.get("gate_up_proj.bias"))
+    down = lambda u: F.linear(u, state["w2.weight"], state.get("w2.bias"))  # noqa: E731
+    first, second = h[..., :d_ff], h[..., d_ff:]
+    return [
+        (down(first * F.silu(second)), "gate and up are swapped (silu is on the second half): the first d_ff "
+         "features of gate_up_proj(x) are the gate, which goes through silu; the last d_ff are the up branch"),
+        (down(F.silu(h[..., 0::2]) * h[..., 1::2]), "the halves are taken as alternate features (0::2 and 1::2); "
+         "the gate is the first d_ff features and up the last d_ff: gate_up_proj(x).chunk(2, dim=-1)"),
+        (down(F.silu(first) * F.silu(second)), "silu is applied to both halves; only the gate (first half) goes "
+         "through silu"),
+        (down(first * second), "the activation is missing: the gate is silu(first half)"),
+    ]
+
+
+FUSED_NAMES = ("gate_up_proj is nn.Linear(d_model, 2 * d_ff, bias=bias) and down_proj is nn.Linear(d_ff, d_model, "
+               "bias=bias)")
+
+
+def _fused_parameters(d_model, d_ff, bias=False):
+    shapes = {"gate_up_proj.weight": [2 * d_ff, d_model], "down_proj.weight": [d_model, d_ff]}
+    if bias:
+        shapes |= {"gate_up_proj.bias": [2 * d_ff], "down_proj.bias": [d_model]}
+    return shapes
+
+
+def _check_fused_parameters(impl, args, kwargs, expected):
+    summary = impl.fused_summary(args, kwargs)
+    call = f"FusedSwiGLU({', '.join([*map(str, args), *(f'{k}={v!r}' for k, v in kwargs.items())])})"
+    expect.that("parameters" in summary, f"{call} is not an nn.Module")
+    got = summary["parameters"]
+    expect.that(got == expected, f"{call} has parameters {got}; expected {expected}. {FUSED_NAMES}")
+
+
+def _check_products(products, call, d_ff):
+    said = ", ".join(f"{p['name']} -> {p['shape']}" for p in products) or "none"
+    expect.that(len(products) == 2 and products[0]["shape"][-1] == 2 * d_ff,
+                f"{call}'s forward ran {len(products)} matrix products ({said}); the exercise asks for exactly two: "
+                f"one for gate and up together (x times gate_up_proj's whole weight, {2 * d_ff} output features, "
+                "then chunk), and down_proj"
+                + (": the gate and up halves are multiplied separately" if len(products) > 2 else ""))
+
+
+def _check_fused_forward(impl, d_model, d_ff, shape, seed, bias=False, grads=False, default_width=False):
+    """``default_width``: build ``FusedSwiGLU(d_model)``, whose width must then be ``d_ff``."""
+    state, x = swiglu_state(d_model, d_ff, seed, bias), _randn(shape, seed + 5, 1.5)
+    grad_output = _randn(shape, seed + 6) if grads else None
+    args = [d_model] if default_width else [d_model, d_ff]
+    call = f"FusedSwiGLU({', '.join(map(str, args))}{', bias=True' if bias else ''})"
+    got = impl.fused_forward(args, {"bias": bias}, fuse_oracle(state), x, grad_output)
+    expect.close(got["output"], fused_oracle(state, x), f"{call}(x) for x of shape {list(shape)}, loaded with the "
+                 "fused weights of a SwiGLU", **TOL, alternatives=_fused_mistakes(state, x))
+    _check_products(got["products"], call, d_ff)
+    if grads:
+        grads_got = expect.gradients(got, call)
+        params = {k: v.clone().requires_grad_() for k, v in fuse_oracle(state).items()}
+        d = params["gate_up_proj.weight"].shape[0] // 2
+        gate, up = F.linear(x, params["gate_up_proj.weight"], params.get("gate_up_proj.bias")).split(d, dim=-1)
+        F.linear(F.silu(gate) * up, params["down_proj.weight"], params.get("down_proj.bias")).backward(grad_output)
+        for name, p in params.items():
+            expect.close(grads_got.get(name), p.grad, f"the gradient of {name}", **GRAD)
+
+
+def _fused_keys(bias):
+    return {"gate_up_proj.weight", "down_proj.weight"} | ({"gate_up_proj.bias", "down_proj.bias"} if bias else set())
+
+
+def _unfused_keys(bias):
+    return {f"w{i}.{kind}" for i in (1, 2, 3) for kind in (("weight", "bias") if bias else ("weight",))}
+
+
+def _check_conversion(impl, name, given, expected, what):
+    """``name(given)`` must equal ``expected`` exactly (concatenating and splitting copies values, it rounds nothing)."""
+    got = impl.convert(name, given)
+    value = got["value"]
+    expect.that(isinstance(value, dict), f"{name}(state) returned a {got['type']}; return a dict of tensors")
+    expect.that(set(value) == set(expected), f"{name}({what}) has keys {sorted(value)}; expected exactly "
+                f"{sorted(expected)}")
+    for key, want in expected.items():
+        have = expect.tensor(value[key], f"{name}(state)[{key!r}]")
+        if key.startswith("gate_up_proj") and list(have.shape) != list(want.shape):
+            d_ff, rest = want.shape[0] // 2, list(want.shape[1:])
+            if list(have.shape) == [2, d_ff, *rest]:
+                expect.fail(f"{name}(state)[{key!r}] has shape {list(have.shape)}: torch.stack adds a dimension; "
+                            f"torch.cat along dim 0 gives {list(want.shape)}")
+            if len(rest) == 1 and list(have.shape) == [d_ff, 2 * rest[0]]:
+                expect.fail(f"{name}(state)[{key!r}] has shape {list(have.shape)}: w1 and w3 are concatenated along "
+                            f"dim 1 (input features); nn.Linear's weight is [out_features, in_features], so gate and "
+                            f"up are stacked along dim 0: shape {list(want.shape)}")
+        expect.that(list(have.shape) == list(want.shape),
+                    f"{name}(state)[{key!r}] has shape {list(have.shape)}, expected {list(want.shape)}")
+        if not torch.equal(have, want) and key.startswith("gate_up_proj"):
+            half = want.shape[0] // 2
+            swapped = torch.cat([want[half:], want[:half]])
+            expect.that(not torch.equal(have, swapped),
+                        f"{name}(state)[{key!r}] has the up rows (w3) first; the gate (w1) comes first, then up (w3), "
+                        "as in Phi-3's gate_up_proj")
+        expect.that(torch.equal(have, want), f"{name}(state)[{key!r}] does not hold the values it should: "
+                    + ("rows 0..d_ff-1 are w1's, rows d_ff..2*d_ff-1 w3's" if key.startswith("gate_up_proj")
+                       else "down_proj is w2, unchanged" if key.startswith("down_proj")
+                       else "w1 is the first half of gate_up_proj (dim 0), w3 the second, w2 is down_proj"))
+    expect.that(got["input_unchanged"], f"{name}(state) changed the dict it was given; return a new dict and leave "
+                "the input as it was")
+
+
+@FUSED.visible
+def test_fused_parameters_and_forward(impl):
+    "gate_up_proj: nn.Linear(d_model, 2 * d_ff), down_proj: nn.Linear(d_ff, d_model); FusedSwiGLU(16, 40)(x) equals SwiGLU, with two matrix products"
+    _check_fused_parameters(impl, [16, 40], {}, _fused_parameters(16, 40))
+    _check_fused_parameters(impl, [100], {}, _fused_parameters(100, hidden_dim_oracle(100)))
+    _check_fused_forward(impl, 16, 40, (2, 5, 16), 600)
+
+
+@FUSED.visible
+def test_fuse_and_unfuse_state(impl):
+    "fuse_swiglu_state: gate rows (w1) then up rows (w3) along dim 0, w2 -> down_proj; unfuse_swiglu_state inverts it"
+    state = swiglu_state(16, 40, 610)
+    _check_conversion(impl, "fuse_swiglu_state", state, fuse_oracle(state), "a SwiGLU(16, 40) state dict")
+    _check_conversion(impl, "unfuse_swiglu_state", fuse_oracle(state), state, "a FusedSwiGLU(16, 40) state dict")
+
+
+@FUSED.hidden
+def test_fused_shapes_bias_and_gradients(impl):
+    "2-D and 3-D inputs, other widths, bias=True, d_ff=None; parameter gradients equal autograd's; conversions with biases"
+    _check_fused_parameters(impl, [24, 64], {"bias": True}, _fused_parameters(24, 64, bias=True))
+    _check_fused_parameters(impl, [40], {"multiple_of": 16}, _fused_parameters(40, hidden_dim_oracle(40, 16)))
+    for seed, shape, d_ff, bias in ((620, (9, 12), 32, False), (630, (2, 3, 24), 64, True), (640, (1, 7, 8), 20, False)):
+        _check_fused_forward(impl, shape[-1], d_ff, shape, seed, bias, grads=True)
+    _check_fused_forward(impl, 24, hidden_dim_oracle(24), (3, 24), 650, default_width=True)
+    state = swiglu_state(12, 20, 660, bias=True)
+    _check_conversion(impl, "fuse_swiglu_state", state, fuse_oracle(state), "a SwiGLU(12, 20, bias=True) state dict")
+    _check_conversion(impl, "unfuse_swiglu_state", fuse_oracle(state), state,
+                      "a FusedSwiGLU(12, 20, bias=True) state dict")
+
+
+def _phi3_mlp(hidden, intermediate, seed):
+    from transformers import Phi3Config
+    from transformers.models.phi3.modeling_phi3 import Phi3MLP
+
+    mlp = Phi3MLP(Phi3Config(hidden_size=hidden, intermediate_size=intermediate, hidden_act="silu"))
+    g = _gen(seed)
+    with torch.no_grad():
+        for p in mlp.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5)
+    return mlp.eval()
+
+
+@FUSED.hidden
+def test_against_phi3(impl):
+    "Hugging Face's Phi3MLP: its weights load into FusedSwiGLU and give its output; fused SwiGLU weights load into it"
+    for hidden, intermediate, seed in ((24, 64, 670), (16, 40, 680)):
+        mlp, x = _phi3_mlp(hidden, intermediate, seed), _randn((2, 5, hidden), seed + 1)
+        phi3_state = {k: v.detach().clone() for k, v in mlp.state_dict().items()}
+        with torch.no_grad():
+            expected = mlp(x)
+        got = impl.fused_forward([hidden, intermediate], {}, phi3_state, x)
+        expect.close(got["output"], expected, f"FusedSwiGLU({hidden}, {intermediate})(x) with the weights of a "
+                     "Phi3MLP", **TOL, hint="Phi-3's gate_up_proj holds the gate in its first half, up in its second.")
+        state = swiglu_state(hidden, intermediate, seed + 2)
+        fused = impl.convert("fuse_swiglu_state", state)["value"]
+        expect.that(isinstance(fused, dict) and set(fused) == _fused_keys(False),
+                    "fuse_swiglu_state(state) must return a dict with the keys of FusedSwiGLU's state dict")
+        wanted = {k: list(v.shape) for k, v in mlp.state_dict().items()}
+        shapes = {k: list(getattr(v, "shape", [])) for k, v in fused.items()}
+        expect.that(shapes == wanted, f"fuse_swiglu_state(state) gives shapes {shapes}; a Phi3MLP has {wanted}")
+        mlp.load_state_dict(fused, strict=True)
+        with torch.no_grad():
+            expect.close(mlp(x), fused_oracle(state, x), "a Phi3MLP loaded with fuse_swiglu_state(a SwiGLU state)",
+                         **TOL, alternatives=_fused_mistakes(state, x)[:1])
+        unfused = impl.convert("unfuse_swiglu_state", phi3_state)["value"]
+        expect.that(isinstance(unfused, dict) and set(unfused) == _unfused_keys(False),
+                    "unfuse_swiglu_state(state) must return a dict with keys w1.weight, w2.weight, w3.weight")
+        expect.close(fused_oracle(unfused, x), expected, "SwiGLU with unfuse_swiglu_state(a Phi3MLP's weights)", **TOL)

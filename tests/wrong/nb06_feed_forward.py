@@ -106,8 +106,47 @@ def costs(attention_params="4 * (d * d + d)", ffn_params="2 * d * d_ff + d_ff + 
                          ffn_flops=ffn_flops)
 
 
+_FUSED = '''
+def fuse_swiglu_state(state):
+    fused = {{"gate_up_proj.weight": {cat_weight}, "down_proj.weight": state["w2.weight"]}}
+    if "w1.bias" in state:
+        fused["gate_up_proj.bias"] = {cat_bias}
+        fused["down_proj.bias"] = state["w2.bias"]
+    return fused
+
+
+def unfuse_swiglu_state(state):
+    out = {{}}
+    for kind in ("weight", "bias"):
+        if f"gate_up_proj.{{kind}}" in state:
+            {split}
+            out[f"w1.{{kind}}"], out[f"w3.{{kind}}"], out[f"w2.{{kind}}"] = gate, up, state[f"down_proj.{{kind}}"]
+    return out
+
+
+class FusedSwiGLU(nn.Module):
+    def __init__(self, d_model, d_ff=None, multiple_of=64, bias=False):
+        super().__init__()
+        if d_ff is None:
+            d_ff = swiglu_hidden_dim(d_model, multiple_of)
+        self.gate_up_proj = nn.Linear(d_model, 2 * d_ff, bias=bias)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x):
+        {forward}
+'''
+_CAT_W = 'torch.cat([state["w1.weight"], state["w3.weight"]], dim=0)'
+_CAT_B = 'torch.cat([state["w1.bias"], state["w3.bias"]])'
+_SPLIT = 'gate, up = state[f"gate_up_proj.{kind}"].chunk(2, dim=0)'
+_FORWARD = "gate, up = self.gate_up_proj(x).chunk(2, dim=-1)\n        return self.down_proj(F.silu(gate) * up)"
+
+
+def fused(cat_weight=_CAT_W, cat_bias=_CAT_B, split=_SPLIT, forward=_FORWARD):
+    return _FUSED.format(cat_weight=cat_weight, cat_bias=cat_bias, split=split, forward=forward)
+
+
 RIGHT = {"ffn_activations": activations(), "feed_forward": ffn(), "swiglu_width": width(), "swiglu": swiglu(),
-         "block_costs": costs()}
+         "block_costs": costs(), "fused_swiglu": fused()}
 
 WRONG = [
     Wrong("swiglu_width", "counts the parameters of modules it builds",
@@ -200,4 +239,39 @@ WRONG = [
           "are not counted"),
     Wrong("block_costs", "d_ff assumed to be 4 * d_model",
           costs(ffn_params="8 * d * d + 4 * d + d", ffn_flops="16 * t * d * d"), "use the d_ff argument"),
+    # Exercise 6
+    Wrong("fused_swiglu", "gate and up halves swapped in forward",
+          fused(forward="up, gate = self.gate_up_proj(x).chunk(2, dim=-1)\n        return self.down_proj(F.silu(gate) * up)"),
+          "gate and up are swapped"),
+    Wrong("fused_swiglu", "silu on the up half",
+          fused(forward="gate, up = self.gate_up_proj(x).chunk(2, dim=-1)\n        return self.down_proj(gate * F.silu(up))"),
+          "gate and up are swapped"),
+    Wrong("fused_swiglu", "halves taken as alternate features",
+          fused(forward="h = self.gate_up_proj(x)\n        return self.down_proj(F.silu(h[..., 0::2]) * h[..., 1::2])"),
+          "alternate features"),
+    Wrong("fused_swiglu", "silu on both halves",
+          fused(forward="gate, up = self.gate_up_proj(x).chunk(2, dim=-1)\n        "
+                        "return self.down_proj(F.silu(gate) * F.silu(up))"),
+          "silu is applied to both halves"),
+    Wrong("fused_swiglu", "two products on the halves of the weight",
+          fused(forward="w_gate, w_up = self.gate_up_proj.weight.chunk(2, dim=0)\n        "
+                        "return self.down_proj(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up))"),
+          "the gate and up halves are multiplied separately"),
+    Wrong("fused_swiglu", "up rows first in the fused weight",
+          fused(cat_weight='torch.cat([state["w3.weight"], state["w1.weight"]], dim=0)'), "has the up rows (w3) first"),
+    Wrong("fused_swiglu", "weights concatenated along dim 1",
+          fused(cat_weight='torch.cat([state["w1.weight"], state["w3.weight"]], dim=1)'), "concatenated along dim 1"),
+    Wrong("fused_swiglu", "torch.stack instead of torch.cat",
+          fused(cat_weight='torch.stack([state["w1.weight"], state["w3.weight"]])'), "torch.stack adds a dimension"),
+    Wrong("fused_swiglu", "biases dropped",
+          fused(cat_bias='None').replace('        fused["gate_up_proj.bias"] = None\n        fused["down_proj.bias"] = '
+                                         'state["w2.bias"]\n', "        pass\n"),
+          "expected exactly"),
+    Wrong("fused_swiglu", "unfuse splits along dim 1",
+          fused(split='gate, up = state[f"gate_up_proj.{kind}"].chunk(2, dim=-1)'), "unfuse_swiglu_state"),
+    Wrong("fused_swiglu", "unfuse swaps gate and up",
+          fused(split='up, gate = state[f"gate_up_proj.{kind}"].chunk(2, dim=0)'), "w1 is the first half"),
+    Wrong("fused_swiglu", "fuse removes the keys from the dict it is given",
+          fused(cat_weight='torch.cat([state.pop("w1.weight"), state.pop("w3.weight")], dim=0)'),
+          "changed the dict it was given"),
 ]
