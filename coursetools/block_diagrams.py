@@ -23,7 +23,7 @@ def _box(ax, x, y, label):
     colour = COLOURS["LN" if label.startswith("LN") else label.split()[0]]
     ax.add_patch(FancyBboxPatch((x - BOX_W / 2, y - BOX_H / 2), BOX_W, BOX_H, boxstyle="round,pad=0.04",
                                 facecolor=colour, edgecolor="black", linewidth=1, zorder=5))
-    ax.text(x, y, label, ha="center", va="center", fontsize=10, zorder=6)
+    ax.text(x, y, label, ha="center", va="center", fontsize=9, zorder=6)
 
 
 def _plus(ax, y):
@@ -60,20 +60,20 @@ def _frame(ax, title, top):
     ax.text(0, top + 0.3, "y", ha="center", va="center", fontsize=12, style="italic")
     ax.set_title(title, fontsize=11)
     ax.set_xlim(-0.9, 3.4)
-    ax.set_ylim(-0.7, 8.6)
     ax.set_aspect("equal")
     ax.axis("off")
 
 
-def pre_norm(ax):
+def pre_norm(ax) -> float:
     """x -> LN -> Attn -> + -> LN -> FFN -> +: the norms are on the branches, the stream is a straight sum."""
     _stream(ax, -0.15, 7.2)
     _branch(ax, 0.4, ["LN (norm1)", "Attn"], 3.0)
     _branch(ax, 3.6, ["LN (norm2)", "FFN"], 6.2)
     _frame(ax, "pre-norm (GPT-2, Llama)", 7.2)
+    return 7.2
 
 
-def post_norm(ax):
+def post_norm(ax) -> float:
     """x -> Attn -> + -> LN -> FFN -> + -> LN: each LayerNorm sits on the stream itself."""
     _stream(ax, -0.15, 8.0)
     _branch(ax, 0.4, ["Attn"], 2.0)
@@ -81,9 +81,10 @@ def post_norm(ax):
     _branch(ax, 3.6, ["FFN"], 5.2)
     _box(ax, 0, 6.1, "LN (norm2)")
     _frame(ax, "post-norm (2017 paper, BERT)", 8.0)
+    return 8.0
 
 
-def parallel(ax):
+def parallel(ax) -> float:
     """x -> one LN -> (Attn and FFN side by side) -> one +: both sublayers read the same normalized input."""
     _stream(ax, -0.15, 4.6)
     _arrow(ax, [(0, 0.4), (BRANCH_X, 0.4), (BRANCH_X, 1.2 - BOX_H / 2)])
@@ -94,15 +95,20 @@ def parallel(ax):
         _arrow(ax, [(x, 2.4 + BOX_H / 2), (x, 3.6), (0.17, 3.6)])
     _plus(ax, 3.6)
     _frame(ax, "parallel (GPT-J, PaLM)", 4.6)
+    return 4.6
 
 
 DRAW = {"pre-norm": pre_norm, "post-norm": post_norm, "parallel": parallel}
 
 
 def draw_blocks(*kinds: str, width: float = 3.6):
-    """One panel per kind ("pre-norm", "post-norm", "parallel"), side by side; returns the figure."""
+    """One panel per kind ("pre-norm", "post-norm", "parallel"), side by side, at one scale; returns the figure.
+
+    Each drawing function returns the height of its output ``y``, so that the panels share their y range.
+    """
     fig, axes = plt.subplots(1, len(kinds), figsize=(width * len(kinds), 5.2), squeeze=False)
-    for ax, kind in zip(axes[0], kinds, strict=True):
-        DRAW[kind](ax)
+    top = max(DRAW[kind](ax) for ax, kind in zip(axes[0], kinds, strict=True))
+    for ax in axes[0]:
+        ax.set_ylim(-0.7, top + 0.7)  # one scale for every panel
     fig.tight_layout()
     return fig
