@@ -24,6 +24,17 @@ outputs are O(1); PyTorch's fused in-projection sums in another order), gradient
 7.6e-6. The closest known mistake, one LayerNorm for both sublayers (the norms' weights are drawn
 with standard deviation 0.3), differed by at least 0.52. Invariances: atol 1e-5 (masked keys get
 exactly zero weight, so an unchanged output is recomputed from the same numbers).
+
+The parallel block (Exercise 6) has two oracles: Hugging Face's ``GPTJBlock`` (a tiny random
+``GPTJConfig``, eager attention, dropout 0, imported lazily here) with the student's weights copied in
+(``ln_1`` = norm1, ``mlp.fc_in``/``fc_out`` = ffn.fc1/fc2; GPT-J's attention projections have no biases,
+so those cases set the student's to zero; every ``position_ids`` is 0, where GPT-J's rotary embedding
+is the identity; the boolean mask becomes GPT-J's additive one), and, for cases with attention biases,
+``x + attn(norm1(x)) + ffn(norm1(x))`` composed here from the reference components, with gradients by
+autograd through each. Same tolerances as the other blocks. Measured over 60 cases (widths 8 and 12,
+relu, gelu and gelu_tanh, causal and no mask): the composition differs from ``GPTJBlock`` by at most
+7.2e-7 in outputs and 6.0e-6 in gradients; the closest known mistake (sequential sublayers, FFN on the
+attention's output, norm after the sum, ...) differed by at least 0.59.
 """
 
 from __future__ import annotations
@@ -42,7 +53,8 @@ PRE_NORM = Exercise("pre_norm_block", "Exercise 2: the pre-norm block", points=3
 POST_NORM = Exercise("post_norm_block", "Exercise 3: the post-norm block", points=3)
 ENCODER = Exercise("encoder_block", "Exercise 4: the encoder block with a padding mask", points=3)
 DECODER = Exercise("decoder_block", "Exercise 5: the decoder block", points=4)
-EXERCISES = [RESIDUAL, PRE_NORM, POST_NORM, ENCODER, DECODER]
+PARALLEL = Exercise("parallel_block", "Exercise 6: the parallel block (GPT-J, PaLM)", points=3)
+EXERCISES = [RESIDUAL, PRE_NORM, POST_NORM, ENCODER, DECODER, PARALLEL]
 
 TOL = {"atol": 1e-5, "rtol": 1e-4}
 GRAD = {"atol": 1e-4, "rtol": 1e-4}
@@ -644,3 +656,170 @@ def test_decoder_gradients(impl):
     for norm_first in (False, True):
         _decoder_case(impl, 8, 2, 24, "gelu", norm_first, (2, 5, 8), 6, 40 + norm_first, tgt_lengths=[5, 3],
                       memory_lengths=[6, 4], grads=True)
+
+
+# --- Exercise 6 --------------------------------------------------------------------------
+
+PARALLEL_NAMES = ("self.norm1 = norm(d_model), self.attn = attention(d_model, num_heads), self.ffn = "
+                  "feed_forward(d_model, d_ff, activation), and no other norm: one LayerNorm feeds both sublayers")
+_GPTJ_ACTIVATION = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}
+
+
+def parallel_state(d, d_ff, seed, attention_bias=True):
+    """norm1, attn, ffn; without attention biases (zeros) for GPT-J, whose q/k/v/out projections have none."""
+    state = {k: v for k, v in block_state(d, d_ff, seed).items() if not k.startswith("norm2")}
+    if not attention_bias:
+        state |= {k: torch.zeros_like(v) for k, v in state.items() if k.startswith("attn.") and k.endswith("bias")}
+    return state
+
+
+def gptj_oracle(state, x, heads, d_ff, activation, mask, grad_output=None):
+    """Hugging Face's ``GPTJBlock`` (tiny random config) with ``state`` copied in: x + attn(ln_1(x)) + mlp(ln_1(x)).
+
+    GPT-J rotates q and k by their positions (rotary, notebook 03); with every ``position_ids`` 0 the rotation
+    is the identity, so its attention is plain softmax attention. Its mask is additive (0 allowed, the float
+    minimum hidden), and its attention projections have no biases: ``state``'s must be zero.
+    """
+    from transformers.models.gptj.modeling_gptj import GPTJBlock
+
+    from autograder.reference.hf_llama import transformers_quiet
+
+    T = transformers_quiet()
+    d = x.shape[-1]
+    config = T.GPTJConfig(n_embd=d, n_head=heads, n_inner=d_ff, rotary_dim=d // heads, n_positions=max(64, x.shape[1]),
+                          activation_function=_GPTJ_ACTIVATION[activation], resid_pdrop=0.0, embd_pdrop=0.0,
+                          attn_pdrop=0.0, layer_norm_epsilon=1e-5)
+    config._attn_implementation = "eager"
+    block = GPTJBlock(config, layer_idx=0).train()
+    assert all(float(state[f"attn.{p}.bias"].abs().max()) == 0 for p in ("q_proj", "k_proj", "v_proj", "out_proj"))
+    copied = {"ln_1.weight": state["norm1.weight"], "ln_1.bias": state["norm1.bias"],
+              "mlp.fc_in.weight": state["ffn.fc1.weight"], "mlp.fc_in.bias": state["ffn.fc1.bias"],
+              "mlp.fc_out.weight": state["ffn.fc2.weight"], "mlp.fc_out.bias": state["ffn.fc2.bias"]}
+    copied |= {f"attn.{p}.weight": state[f"attn.{p}.weight"] for p in ("q_proj", "k_proj", "v_proj", "out_proj")}
+    block.load_state_dict({k: v.clone() for k, v in copied.items()}, strict=False)  # strict: the rotary buffer
+    additive = None
+    if mask is not None:
+        full = torch.broadcast_to(mask, (x.shape[0], 1, x.shape[1], x.shape[1]))
+        additive = torch.zeros(full.shape).masked_fill(~full, torch.finfo(torch.float32).min)
+    out = block(x, attention_mask=additive, position_ids=torch.zeros(x.shape[:2], dtype=torch.long))[0]
+    if grad_output is None:
+        return out.detach(), None
+    out.backward(grad_output)
+    names = {v: k for k, v in {"norm1.weight": "ln_1.weight", "norm1.bias": "ln_1.bias", "ffn.fc1.weight":
+             "mlp.fc_in.weight", "ffn.fc1.bias": "mlp.fc_in.bias", "ffn.fc2.weight": "mlp.fc_out.weight",
+             "ffn.fc2.bias": "mlp.fc_out.bias"}.items()}
+    grads = {names.get(n, n): p.grad for n, p in block.named_parameters()}
+    return out.detach(), grads
+
+
+def parallel_composed(parts, x, mask, kind="parallel"):
+    """The parallel block and its known mistakes, composed here from the reference components."""
+    ln, attn, ffn = parts.norms["norm1"], parts.attn, parts.ffn
+    h = ln(x)
+    if kind == "parallel":
+        return x + attn(h, mask) + ffn(h)
+    if kind == "sequential":
+        x = x + attn(h, mask)
+        return x + ffn(ln(x))
+    if kind == "no-residual":
+        return attn(h, mask) + ffn(h)
+    if kind == "ffn-of-attn":
+        a = attn(h, mask)
+        return x + a + ffn(a)
+    if kind == "norm-after":
+        return ln(x + attn(x, mask) + ffn(x))
+    if kind == "norm-after-too":
+        return ln(x + attn(h, mask) + ffn(h))
+    if kind == "ffn-unnormalized":
+        return x + attn(h, mask) + ffn(x)
+    if kind == "normed-residual":
+        return h + attn(h, mask) + ffn(h)
+    raise ValueError(kind)
+
+
+_PARALLEL_MISTAKES = {
+    "sequential": "the sublayers run one after the other (the pre-norm block): in the parallel block the FFN "
+                  "reads norm1(x) of the block's input, not the stream after attention; y = x + attn(h) + ffn(h) "
+                  "with h = norm1(x)",
+    "no-residual": "the residual is missing: y = x + attn(h, mask) + ffn(h), the block's input x added back",
+    "ffn-of-attn": "the FFN reads the attention's output; in the parallel block both sublayers read the same "
+                   "h = norm1(x): y = x + attn(h, mask) + ffn(h)",
+    "norm-after": "the norm is applied after the sum (post-norm order): the parallel block normalizes the input, "
+                  "h = norm1(x), and leaves the residual stream alone: y = x + attn(h, mask) + ffn(h)",
+    "norm-after-too": "the norm is applied after the sum as well: the residual stream is never normalized, "
+                      "y = x + attn(h, mask) + ffn(h)",
+    "ffn-unnormalized": "the FFN reads x unnormalized: both sublayers read h = norm1(x)",
+    "normed-residual": "the residual adds the normalized h = norm1(x) instead of x: y = x + attn(h, mask) + ffn(h)",
+}
+
+
+def _parallel_case(impl, d, heads, d_ff, activation, shape, seed, mask, oracle="gptj", grads=False):
+    state, x = parallel_state(d, d_ff, seed, attention_bias=oracle != "gptj"), _randn(shape, seed + 500)
+    grad_output = _randn(shape, seed + 600) if grads else None
+    got = impl.block_forward("ParallelBlock", [d, heads, d_ff], {"activation": activation}, state, [x],
+                             {"mask": mask}, grad_output)
+    parts = _Parts(state, d, heads, d_ff, activation)
+    with torch.no_grad():
+        mistakes = [(parallel_composed(parts, x, mask, kind), message) for kind, message in _PARALLEL_MISTAKES.items()]
+        mistakes.append((parallel_composed(parts, x, None), "the mask does not reach the attention: pass mask on "
+                         "to self.attn(h, mask)"))
+    what = (f"ParallelBlock({d}, {heads}, {d_ff}, activation={activation!r})(x, mask="
+            f"{'None' if mask is None else 'causal' if torch.equal(mask, causal(shape[1])) else 'random'}) "
+            f"for x of shape {list(shape)}")
+    if oracle == "gptj":
+        expected, expected_grads = gptj_oracle(state, x, heads, d_ff, activation, mask, grad_output)
+        hint = ("The oracle is Hugging Face's GPTJBlock, x + attn(ln_1(x)) + mlp(ln_1(x)), with your weights "
+                "copied in (attention biases zero, positions 0 so that its rotary embedding is the identity).")
+    else:
+        parts = _Parts(state, d, heads, d_ff, activation)
+        params = [p for m in (parts.attn, parts.ffn, parts.norms["norm1"]) for p in m.parameters()]
+        for p in params:
+            p.requires_grad_(grads)
+        out = parallel_composed(parts, x, mask)
+        expected, expected_grads = out.detach(), None
+        if grads:
+            out.backward(grad_output)
+            expected_grads = {f"{prefix}.{n}": p.grad for prefix, m in (("attn", parts.attn), ("ffn", parts.ffn),
+                              ("norm1", parts.norms["norm1"])) for n, p in m.named_parameters()}
+        hint = "The oracle is x + attn(norm1(x), mask) + ffn(norm1(x)) with the reference components."
+    expect.close(got["output"], expected, what, **TOL, alternatives=mistakes, hint=hint)
+    if grads:
+        _check_gradients(got, what, expected_grads)
+
+
+@PARALLEL.visible
+def test_parallel_parameters(impl):
+    "norm1, attn, ffn built from the components it is given, and one norm only (names and shapes)"
+    expected = {k: v for k, v in _block_parameters(8, 32).items() if not k.startswith("norm2")}
+    got = impl.block_summary("ParallelBlock", [8, 2, 32], {})
+    params = got.get("parameters", {})
+    extra_norms = sorted({n.split(".")[0] for n in set(params) - set(expected) if n.startswith("norm")})
+    expect.that(not extra_norms or set(params) - set(expected) != {f"{n}.{p}" for n in extra_norms
+                                                                    for p in ("weight", "bias")},
+                f"ParallelBlock(8, 2, 32) has a second norm ({', '.join(extra_norms)}): the parallel block of GPT-J and "
+                "PaLM has one LayerNorm, norm1, whose output h = norm1(x) feeds both attn and ffn (two norms is "
+                "GPT-NeoX's variant, not this exercise's)")
+    _check_block_parameters(impl, "ParallelBlock", [8, 2, 32], {}, expected, PARALLEL_NAMES)
+
+
+@PARALLEL.visible
+def test_parallel_forward(impl):
+    "ParallelBlock(8, 2, 32, 'gelu_tanh') with a causal mask equals Hugging Face's GPTJBlock with the same weights"
+    _parallel_case(impl, 8, 2, 32, "gelu_tanh", (2, 5, 8), 0, causal(5))
+
+
+@PARALLEL.hidden
+def test_parallel_options_and_shapes(impl):
+    "activation='relu' and 'gelu', no mask, a random mask, attention biases, other widths, heads and lengths"
+    _parallel_case(impl, 12, 3, 20, "relu", (3, 7, 12), 10, None)
+    _parallel_case(impl, 16, 4, 48, "gelu", (1, 9, 16), 20, (torch.rand(9, 9, generator=_gen(4)) > 0.4)
+                   | torch.eye(9, dtype=torch.bool))
+    _parallel_case(impl, 8, 2, 24, "relu", (2, 6, 8), 25, causal(6), oracle="composed")
+    _parallel_case(impl, 12, 4, 36, "gelu", (2, 5, 12), 27, None, oracle="composed")
+
+
+@PARALLEL.hidden
+def test_parallel_gradients(impl):
+    "parameter gradients equal autograd's through GPTJBlock and through x + attn(norm1(x)) + ffn(norm1(x))"
+    _parallel_case(impl, 8, 2, 24, "gelu_tanh", (2, 6, 8), 30, causal(6), grads=True)
+    _parallel_case(impl, 8, 2, 24, "gelu", (2, 6, 8), 35, causal(6), oracle="composed", grads=True)

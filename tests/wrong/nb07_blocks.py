@@ -102,8 +102,28 @@ def decoder(causal=CAUSAL, combine="self_mask & tgt_padding[:, None, None, :]", 
     return _DECODER.format(causal=causal, combine=combine, kv=kv, memory_mask=memory_mask, norm3=norm3, post=post)
 
 
+_PARALLEL = '''
+class ParallelBlock(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, activation="relu", *, attention=MultiHeadAttention,
+                 feed_forward=FeedForward, norm=LayerNorm):
+        super().__init__()
+        self.norm1 = norm(d_model)
+        self.attn = attention(d_model, num_heads){extra}
+        self.ffn = feed_forward(d_model, d_ff, activation)
+
+    def forward(self, x, mask=None):
+        {body}
+'''
+PARALLEL = "h = self.norm1(x)\n        return x + self.attn(h, mask) + self.ffn(h)"
+
+
+def parallel(body=PARALLEL, extra=""):
+    return _PARALLEL.format(body=body, extra=extra)
+
+
 RIGHT = {"residual": residual(), "pre_norm_block": block("PreNormBlock", PRE),
-         "post_norm_block": block("PostNormBlock", POST), "encoder_block": encoder(), "decoder_block": decoder()}
+         "post_norm_block": block("PostNormBlock", POST), "encoder_block": encoder(), "decoder_block": decoder(),
+         "parallel_block": parallel()}
 
 WRONG = [
     # The parts must be made by calling the constructor arguments (recording factories observe it).
@@ -186,4 +206,23 @@ WRONG = [
           decoder(post="x = self.norm1(x + self.cross_attn(x, {kv}, memory_mask))\n"
                   "        x = self.norm2(x + self.self_attn(x, self_mask))\n        return self.norm3(x + self.ffn(x))"),
           "the sublayers are in the wrong order"),
+    # Exercise 6
+    Wrong("parallel_block", "sequential: the FFN reads the stream after attention (the pre-norm order)",
+          parallel("x = x + self.attn(self.norm1(x), mask)\n        return x + self.ffn(self.norm1(x))"),
+          "the sublayers run one after the other"),
+    Wrong("parallel_block", "two separate norms (GPT-NeoX's variant)",
+          parallel("return x + self.attn(self.norm1(x), mask) + self.ffn(self.norm2(x))",
+                   extra="\n        self.norm2 = norm(d_model)"), "has a second norm (norm2)"),
+    Wrong("parallel_block", "residual missing", parallel("h = self.norm1(x)\n        return self.attn(h, mask) + self.ffn(h)"),
+          "the residual is missing"),
+    Wrong("parallel_block", "FFN applied to the attention's output",
+          parallel("a = self.attn(self.norm1(x), mask)\n        return x + a + self.ffn(a)"),
+          "the FFN reads the attention's output"),
+    Wrong("parallel_block", "norm applied after the sum",
+          parallel("return self.norm1(x + self.attn(x, mask) + self.ffn(x))"), "the norm is applied after the sum"),
+    Wrong("parallel_block", "FFN reads x unnormalized",
+          parallel("return x + self.attn(self.norm1(x), mask) + self.ffn(x)"), "the FFN reads x unnormalized"),
+    Wrong("parallel_block", "mask not passed to the attention",
+          parallel("h = self.norm1(x)\n        return x + self.attn(h) + self.ffn(h)"),
+          "the mask does not reach the attention"),
 ]
