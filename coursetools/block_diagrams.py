@@ -13,7 +13,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Circle, FancyBboxPatch
 
-COLOURS = {"LN": "#fde9a9", "Attn": "#f9c6a0", "FFN": "#b9d7f0"}
+from coursetools.architecture import COLORS
+
+# The same fills as the course map (coursetools.architecture), so a part looks the same in every picture.
+COLOURS = {"LN": COLORS["norm"], "Attn": COLORS["attention"], "FFN": COLORS["ffn"]}
 STREAM = "#7f7f7f"
 BOX_W, BOX_H = 1.3, 0.5
 BRANCH_X = 1.7  # x of the branch column; the stream is at x = 0
