@@ -15,7 +15,9 @@ position) with inputs in [-1, 1]: float32 rounds the angle m * theta to ~1.2e-7 
 so the error grows with m (measured near m = 2047: 8e-5 at d = 64, 1.5e-4 at d = 128,
 for both the cos/sin and the complex formulation; bound there: 1e-3); small exact cases 1e-5;
 bfloat16 outputs atol/rtol 2e-2 (values up to sqrt(2), bf16 keeps 8 bits).
-ALiBi: slopes rtol 1e-6 (a float32 power of two or its rounding, ~6e-8 relative); the bias atol 1e-6 + rtol 1e-6
+ALiBi: slopes rtol 1e-5 (HF BLOOM's float32 pow is up to 7e-7 off the exact values for n <= 127, measured; a float32
+running product of the ratio drifts by about n * 6e-8; every wrong rule diagnosed is off by 2^(8/n) - 1 > 4% for
+n <= 128); the bias atol 1e-6 + rtol 1e-6
 (one float32 slope times an exact integer distance); attention weights against BLOOM's atol 1e-5 (probabilities
 in [0, 1]; the two biases differ by up to ~12 per row, which float32 rounds at ~1e-6 before the softmax).
 """
@@ -333,8 +335,7 @@ def test_halves_permutation_converts_conventions(impl):
 # Oracles: the slopes in float64 from the paper's rule, written here as plain Python; Hugging Face's BLOOM
 # (``build_alibi_tensor``, an independent implementation: it stores slope * j per key and leaves the constant
 # -slope * i per query row to softmax's shift invariance); the bias by Python loops over (h, i, j); invariances.
-# Tolerances: slopes rtol 1e-6 (float32 keeps ~7 digits); the bias atol 1e-6 + rtol 1e-6 (one float32 slope
-# times an exact integer distance, so its error is the slope's relative rounding times the value).
+# Tolerances: see the module docstring.
 
 
 def alibi_slopes_oracle(n_heads: int) -> list[float]:
@@ -387,7 +388,7 @@ def test_alibi_slopes_powers_of_two(impl):
     for n in (8, 16):
         got = expect.tensor(impl.alibi_slopes(n), f"alibi_slopes({n})", shape=(n,), dtype=torch.float32)
         expected = torch.tensor(alibi_slopes_oracle(n), dtype=torch.float64)
-        expect.close(got, expected, f"alibi_slopes({n})", atol=0.0, rtol=1e-6, alternatives=_slope_mistakes(n)[:4])
+        expect.close(got, expected, f"alibi_slopes({n})", atol=0.0, rtol=1e-5, alternatives=_slope_mistakes(n)[:4])
 
 
 @SLOPES.hidden
@@ -396,8 +397,8 @@ def test_alibi_slopes_other_counts(impl):
     for n in (1, 2, 3, 6, 12, 20, 32, 112):
         got = expect.tensor(impl.alibi_slopes(n), f"alibi_slopes({n})", shape=(n,), dtype=torch.float32)
         expected = torch.tensor(alibi_slopes_oracle(n), dtype=torch.float64)
-        expect.close(bloom_slopes(n), expected, f"(the grader's two oracles) slopes for {n} heads", atol=0.0, rtol=1e-6)
-        expect.close(got, bloom_slopes(n), f"alibi_slopes({n}) against Hugging Face BLOOM's", atol=0.0, rtol=1e-6,
+        expect.close(bloom_slopes(n), expected, f"(the grader's two oracles) slopes for {n} heads", atol=0.0, rtol=1e-5)
+        expect.close(got, bloom_slopes(n), f"alibi_slopes({n}) against Hugging Face BLOOM's", atol=0.0, rtol=1e-5,
                      alternatives=_slope_mistakes(n))
 
 
@@ -408,10 +409,10 @@ def test_alibi_slopes_geometric(impl):
         slopes = expect.tensor(impl.alibi_slopes(n), f"alibi_slopes({n})", shape=(n,)).double()
         ratios = slopes[1:] / slopes[:-1]
         expect.close(ratios, torch.full((n - 1,), 2.0 ** (-8.0 / n), dtype=torch.float64),
-                     f"the ratios of neighbouring slopes for {n} heads", atol=0.0, rtol=1e-6,
+                     f"the ratios of neighbouring slopes for {n} heads", atol=0.0, rtol=1e-5,
                      hint=f"each slope is the previous one times 2^(-8/{n})")
         expect.close(slopes[:1], torch.tensor([2.0 ** (-8.0 / n)], dtype=torch.float64), f"the first of {n} slopes",
-                     atol=0.0, rtol=1e-6, hint="the first slope is 2^(-8/n) (h = 1)")
+                     atol=0.0, rtol=1e-5, hint="the first slope is 2^(-8/n) (h = 1)")
 
 
 def _bias_mistakes(n: int, q_len: int, k_len: int) -> list:
