@@ -1,8 +1,12 @@
-"""Adapters for notebook 03: rotary position embeddings."""
+"""Adapters for notebook 03: rotary position embeddings and ALiBi."""
 
 from __future__ import annotations
 
-from autograder.adapters import need, outcome, shapes_made, summary
+import math
+
+import torch
+
+from autograder.adapters import given, need, outcome, shapes_made, summary
 
 
 def rotation_matrix(ns, angle):
@@ -46,3 +50,21 @@ def rope_forward_outcome(ns, d_k: int, max_seq_len: int, x, token_positions):
 
 def halves_permutation(ns, d_k: int):
     return need(ns, "halves_permutation")(d_k)
+
+
+def alibi_slopes(ns, n_heads: int):
+    return need(ns, "alibi_slopes")(n_heads)
+
+
+def _course_alibi_slopes(n_heads: int):
+    """Exercise 6 as the paper defines it (float32), so Exercise 7 is graded on its own."""
+    m = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = [2.0 ** (-8.0 * h / m) for h in range(1, m + 1)]
+    slopes += [2.0 ** (-4.0 * h / m) for h in range(1, 2 * (n_heads - m), 2)]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(ns, n_heads: int, q_len: int, k_len: int):
+    """The student's ``alibi_bias``, with the course's ``alibi_slopes`` in their namespace while it runs."""
+    with given(ns, alibi_slopes=_course_alibi_slopes):
+        return need(ns, "alibi_bias")(n_heads, q_len, k_len)

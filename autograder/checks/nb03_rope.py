@@ -5,13 +5,21 @@ Oracles, built here without the student's code:
 - the rotation of pairs as multiplication by exp(i * m * theta) in complex numbers
   (``torch.view_as_complex``), in float64;
 - the split-halves convention written in the style of Hugging Face's ``rotate_half``;
-- invariances: relative positions only, norms kept, position 0 is the identity.
+- invariances: relative positions only, norms kept, position 0 is the identity;
+- ALiBi (exercises 6, 7): the slopes by the paper's rule in float64 (plain Python), Hugging Face BLOOM's
+  ``build_alibi_tensor`` (an independent implementation), the bias by loops over (h, i, j), and invariances
+  (only i - j matters, constant ratio between heads, a longer sequence extends the bias).
 
 Tolerances: float32 results against float64 oracles at atol 2e-4 + 4e-7 * (largest
 position) with inputs in [-1, 1]: float32 rounds the angle m * theta to ~1.2e-7 relative,
 so the error grows with m (measured near m = 2047: 8e-5 at d = 64, 1.5e-4 at d = 128,
 for both the cos/sin and the complex formulation; bound there: 1e-3); small exact cases 1e-5;
 bfloat16 outputs atol/rtol 2e-2 (values up to sqrt(2), bf16 keeps 8 bits).
+ALiBi: slopes rtol 1e-5 (HF BLOOM's float32 pow is up to 7e-7 off the exact values for n <= 127, measured; a float32
+running product of the ratio drifts by about n * 6e-8; every wrong rule diagnosed is off by 2^(8/n) - 1 > 4% for
+n <= 128); the bias atol 1e-6 + rtol 1e-6
+(one float32 slope times an exact integer distance); attention weights against BLOOM's atol 1e-5 (probabilities
+in [0, 1]; the two biases differ by up to ~12 per row, which float32 rounds at ~1e-6 before the softmax).
 """
 
 from __future__ import annotations
@@ -30,7 +38,9 @@ FREQUENCIES = Exercise("rope_frequencies", "Exercise 2: the frequencies", points
 MATRIX = Exercise("rope_matrix", "Exercise 3: RoPE as a block-diagonal matrix", points=2)
 ROPE = Exercise("rope", "Exercise 4: an efficient RoPE module", points=3)
 HALVES = Exercise("halves_permutation", "Exercise 5: interleaved vs split halves", points=2)
-EXERCISES = [ROTATION, FREQUENCIES, MATRIX, ROPE, HALVES]
+SLOPES = Exercise("alibi_slopes", "Exercise 6: ALiBi's slopes", points=2)
+ALIBI = Exercise("alibi_bias", "Exercise 7: the ALiBi bias", points=2)
+EXERCISES = [ROTATION, FREQUENCIES, MATRIX, ROPE, HALVES, SLOPES, ALIBI]
 
 SMALL = {"atol": 1e-5, "rtol": 1e-5}
 
@@ -319,3 +329,166 @@ def test_halves_permutation_converts_conventions(impl):
         expect.close(rope_halves_oracle(x[..., p], positions), rope_oracle(x, positions)[..., p],
                      f"split-halves RoPE of x[..., p] against interleaved RoPE of x, permuted (d_k={d_k})",
                      **_tolerance(100))
+
+
+# --- Exercises 6 and 7: ALiBi ----------------------------------------------------------------
+# Oracles: the slopes in float64 from the paper's rule, written here as plain Python; Hugging Face's BLOOM
+# (``build_alibi_tensor``, an independent implementation: it stores slope * j per key and leaves the constant
+# -slope * i per query row to softmax's shift invariance); the bias by Python loops over (h, i, j); invariances.
+# Tolerances: see the module docstring.
+
+
+def alibi_slopes_oracle(n_heads: int) -> list[float]:
+    """Press et al.'s slopes: 2^(-8h/n), h = 1..n for a power of two n; otherwise those of the largest power of
+    two m < n, then the slopes of 2m heads at h = 1, 3, 5, ... for the n - m heads left."""
+    m = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = [2.0 ** (-8.0 * h / m) for h in range(1, m + 1)]
+    slopes += [2.0 ** (-8.0 * h / (2 * m)) for h in range(1, 2 * (n_heads - m), 2)]
+    return slopes
+
+
+def bloom_slopes(n_heads: int) -> torch.Tensor:
+    """Hugging Face BLOOM's slopes, read off its ALiBi tensor: entry j of head h is slope_h * j, so j = 1 gives the slope."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    alibi = build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), n_heads, torch.float32)  # [heads, 1, 2]
+    return alibi[:, 0, 1]
+
+
+def alibi_bias_oracle(slopes, q_len: int, k_len: int) -> torch.Tensor:
+    """bias[h, r, j] = -slope_h * |i - j|, with i = k_len - q_len + r, by loops, in float64."""
+    out = torch.empty(len(slopes), q_len, k_len, dtype=torch.float64)
+    for h, slope in enumerate(slopes):
+        for r in range(q_len):
+            i = k_len - q_len + r
+            for j in range(k_len):
+                out[h, r, j] = -slope * abs(i - j)
+    return out
+
+
+
+def _slope_mistakes(n: int) -> list:
+    h = torch.arange(1, n + 1, dtype=torch.float64)
+    naive = 2.0 ** (-8.0 * h / n)
+    return [
+        (naive.flip(0), "the slopes are reversed: head 1 gets the largest slope, 2^(-8/n), and they shrink from there"),
+        (2.0 ** (-8.0 * (h - 1) / n), "h starts at 1, so the first slope is 2^(-8/n), not 1"),
+        (2.0 ** (-h / n), "the ratio between neighbouring slopes is 2^(-8/n), not 2^(-1/n)"),
+        (2.0 ** (8.0 * h / n), "the exponent is negative: slopes are 2^(-8h/n), all below 1"),
+        (naive, f"{n} is not a power of two: take the {2 ** int(math.floor(math.log2(n)))} slopes of the largest "
+                "power of two below it, then every other slope of twice that many heads (h = 1, 3, 5, ...)"),
+        (torch.tensor(sorted(alibi_slopes_oracle(n), reverse=True), dtype=torch.float64),
+         "the order: first the slopes of the largest power of two m below n, then the extra ones (not sorted together)"),
+    ]
+
+
+@SLOPES.visible
+def test_alibi_slopes_powers_of_two(impl):
+    "8 and 16 heads: 2^(-8h/n), h = 1..n; 12 heads: the 8-head slopes, then 2^(-0.5), 2^(-1.5), ...; float32"
+    for n in (8, 16, 12):
+        got = expect.tensor(impl.alibi_slopes(n), f"alibi_slopes({n})", shape=(n,), dtype=torch.float32)
+        expected = torch.tensor(alibi_slopes_oracle(n), dtype=torch.float64)
+        expect.close(got, expected, f"alibi_slopes({n})", atol=0.0, rtol=1e-5, alternatives=_slope_mistakes(n))
+
+
+@SLOPES.hidden
+def test_alibi_slopes_other_counts(impl):
+    "any number of heads: the paper's rule for non-powers of two, compared with Hugging Face BLOOM's slopes"
+    for n in (1, 2, 3, 6, 12, 20, 32, 112):
+        got = expect.tensor(impl.alibi_slopes(n), f"alibi_slopes({n})", shape=(n,), dtype=torch.float32)
+        expected = torch.tensor(alibi_slopes_oracle(n), dtype=torch.float64)
+        expect.close(bloom_slopes(n), expected, f"(the grader's two oracles) slopes for {n} heads", atol=0.0, rtol=1e-5)
+        expect.close(got, bloom_slopes(n), f"alibi_slopes({n}) against Hugging Face BLOOM's", atol=0.0, rtol=1e-5,
+                     alternatives=_slope_mistakes(n))
+
+
+@SLOPES.hidden
+def test_alibi_slopes_geometric(impl):
+    "for a power of two, each slope is the previous one times 2^(-8/n) (a geometric sequence)"
+    for n in (4, 64):
+        slopes = expect.tensor(impl.alibi_slopes(n), f"alibi_slopes({n})", shape=(n,)).double()
+        ratios = slopes[1:] / slopes[:-1]
+        expect.close(ratios, torch.full((n - 1,), 2.0 ** (-8.0 / n), dtype=torch.float64),
+                     f"the ratios of neighbouring slopes for {n} heads", atol=0.0, rtol=1e-5,
+                     hint=f"each slope is the previous one times 2^(-8/{n})")
+        expect.close(slopes[:1], torch.tensor([2.0 ** (-8.0 / n)], dtype=torch.float64), f"the first of {n} slopes",
+                     atol=0.0, rtol=1e-5, hint="the first slope is 2^(-8/n) (h = 1)")
+
+
+def _bias_mistakes(n: int, q_len: int, k_len: int) -> list:
+    slopes = alibi_slopes_oracle(n)
+    right = alibi_bias_oracle(slopes, q_len, k_len)
+    i = (k_len - q_len + torch.arange(q_len, dtype=torch.float64))[:, None]
+    j = torch.arange(k_len, dtype=torch.float64)[None, :]
+    s = torch.tensor(slopes, dtype=torch.float64)[:, None, None]
+    top_left = -s * (torch.arange(q_len, dtype=torch.float64)[:, None] - j).abs()
+    return [
+        (-right, "the sign: the bias is a penalty, -slope * distance, never positive"),
+        (-s * (j - i), "the distance is i - j for a key j before the query i (a penalty there); "
+                       "keys after the query get -slope * |i - j|"),
+        (-s * (i - j), "keys after the query (j > i) get -slope * |i - j| too, not a positive bias"),
+        (right.flip(0), "the heads are in reverse order: head 0 has the largest slope"),
+        (top_left, "the queries are the last q_len positions (i = k_len - q_len + r), as with a KV cache, "
+                   "not positions 0 .. q_len - 1"),
+    ]
+
+
+@ALIBI.visible
+def test_alibi_bias_square(impl):
+    "bias[h, i, j] = -slope_h * |i - j| for 4 heads and 6 positions, as float32 [heads, q_len, k_len]"
+    got = expect.tensor(impl.alibi_bias(4, 6, 6), "alibi_bias(4, 6, 6)", shape=(4, 6, 6), dtype=torch.float32)
+    expect.that(not torch.equal(got[0], got[-1]), "alibi_bias(4, 6, 6) gives every head the same bias: "
+                "head h has its own slope, alibi_slopes(n_heads)[h]")
+    expect.close(got, alibi_bias_oracle(alibi_slopes_oracle(4), 6, 6), "alibi_bias(4, 6, 6)", atol=1e-6, rtol=1e-6,
+                 alternatives=_bias_mistakes(4, 6, 6))
+
+
+@ALIBI.hidden
+def test_alibi_bias_cached_queries(impl):
+    "fewer queries than keys (a KV cache), and a number of heads that is not a power of two"
+    for n, q_len, k_len in [(8, 1, 9), (6, 3, 10), (12, 5, 5), (2, 7, 40)]:
+        got = expect.tensor(impl.alibi_bias(n, q_len, k_len), f"alibi_bias({n}, {q_len}, {k_len})",
+                            shape=(n, q_len, k_len), dtype=torch.float32)
+        expect.close(got, alibi_bias_oracle(alibi_slopes_oracle(n), q_len, k_len), f"alibi_bias({n}, {q_len}, {k_len})",
+                     atol=1e-6, rtol=1e-6, alternatives=_bias_mistakes(n, q_len, k_len))
+
+
+@ALIBI.hidden
+def test_alibi_bias_matches_bloom(impl):
+    "with a causal mask, softmax(scores + bias) equals the same with Hugging Face BLOOM's ALiBi tensor"
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    n, length = 8, 24
+    scores = _uniform((n, length, length), 50) * 4
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    bloom = build_alibi_tensor(torch.ones(1, length, dtype=torch.long), n, torch.float32)  # [heads, 1, length]
+    got = expect.tensor(impl.alibi_bias(n, length, length), f"alibi_bias({n}, {length}, {length})",
+                        shape=(n, length, length))
+    ours = (scores + got).masked_fill(~causal, float("-inf")).softmax(-1)
+    theirs = (scores + bloom).masked_fill(~causal, float("-inf")).softmax(-1)
+    expect.close(ours, theirs, "causal attention weights with your bias, against BLOOM's", atol=1e-5,
+                 hint="BLOOM adds slope_h * j; yours, -slope_h * (i - j), differs by -slope_h * i in each row, "
+                      "which softmax ignores, so the weights must agree")
+
+
+@ALIBI.hidden
+def test_alibi_bias_invariances(impl):
+    "depends only on i - j; zero on the diagonal; symmetric; a longer sequence extends it; constant head ratios"
+    n, length = 8, 33
+    bias = expect.tensor(impl.alibi_bias(n, length, length), f"alibi_bias({n}, {length}, {length})",
+                         shape=(n, length, length)).double()
+    expect.close(bias[:, 1:, 1:], bias[:, :-1, :-1], "the bias moved one step along its diagonals", atol=1e-6,
+                 hint="it must depend on i - j only")
+    expect.close(bias.diagonal(dim1=1, dim2=2), torch.zeros(n, length, dtype=torch.float64), "the diagonal (i = j)",
+                 atol=0.0, hint="a key at the query's own position has distance 0")
+    expect.close(bias.transpose(1, 2), bias, "the transposed bias", atol=1e-6,
+                 hint="keys after the query get -slope * |i - j|, the same as keys as far before it")
+    off = ~torch.eye(length, dtype=torch.bool)
+    ratios = bias[1:][:, off] / bias[:-1][:, off]
+    expect.close(ratios, torch.full_like(ratios, 2.0 ** (-8.0 / n)), "bias[h + 1] / bias[h] off the diagonal",
+                 atol=0.0, rtol=1e-5, hint="each head's bias is the previous head's times 2^(-8/n)")
+    longer = expect.tensor(impl.alibi_bias(n, 2 * length, 2 * length), f"alibi_bias({n}, {2 * length}, {2 * length})",
+                           shape=(n, 2 * length, 2 * length))
+    expect.close(longer[:, :length, :length], bias, f"the first {length} rows and columns of alibi_bias({n}, "
+                 f"{2 * length}, {2 * length}) against alibi_bias({n}, {length}, {length})", atol=1e-6,
+                 hint="a longer sequence must extend the bias, not change it")

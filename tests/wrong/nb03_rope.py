@@ -82,8 +82,37 @@ def halves(body="torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)])")
     return HALVES.format(body=body)
 
 
+SLOPES = '''
+def alibi_slopes(n_heads):
+    m = 2 ** math.floor(math.log2(n_heads))
+    slopes = [2.0 ** (-8.0 * h / m) for h in range({first})]
+    slopes += [2.0 ** (-8.0 * h / (2 * m)) for h in range(1, 2 * m + 1, 2)][: n_heads - m]
+    return torch.tensor({order}, dtype=torch.float32)
+'''
+
+
+def slopes(first="1, m + 1", order="slopes"):
+    return SLOPES.format(first=first, order=order)
+
+
+def _slopes_body(body):
+    return f"def alibi_slopes(n_heads):\n    h = torch.arange(1, n_heads + 1, dtype=torch.float64)\n    return ({body}).float()\n"
+
+
+ALIBI = '''
+def alibi_bias(n_heads, q_len, k_len):
+    i = torch.arange({queries})[:, None]
+    j = torch.arange(k_len)[None, :]
+    return {body}
+'''
+
+
+def alibi(queries="k_len - q_len, k_len", body="-alibi_slopes(n_heads)[:, None, None] * (i - j).abs().float()"):
+    return ALIBI.format(queries=queries, body=body)
+
+
 RIGHT = {"rotation_matrix": rotation(), "rope_frequencies": frequencies(), "rope_matrix": matrix(),
-         "rope": rope(), "halves_permutation": halves()}
+         "rope": rope(), "halves_permutation": halves(), "alibi_slopes": slopes(), "alibi_bias": alibi()}
 
 _MATRICES = ("R = torch.zeros(*cos.shape[:-1], self.d_k, self.d_k)\n"
              "        i = torch.arange(self.d_k // 2)\n"
@@ -131,4 +160,26 @@ WRONG = [
           "expected [0, 2, 4, 6, 1, 3, 5, 7]"),
     Wrong("halves_permutation", "returns floats", halves(body="torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)]).float()"),
           "LongTensor"),
+    Wrong("alibi_slopes", "reversed (smallest slope first)", slopes(order="slopes[::-1]"), "reversed"),
+    Wrong("alibi_slopes", "h starts at 0", slopes(first="0, m"), "h starts at 1"),
+    Wrong("alibi_slopes", "ratio 2^(-1/n) instead of 2^(-8/n)", _slopes_body("2.0 ** (-h / n_heads)"), "not 2^(-1/n)"),
+    Wrong("alibi_slopes", "positive exponent", _slopes_body("2.0 ** (8.0 * h / n_heads)"), "exponent is negative"),
+    Wrong("alibi_slopes", "2^(-8h/n) for every n, ignoring the rule for non-powers of two",
+          _slopes_body("2.0 ** (-8.0 * h / n_heads)"), "is not a power of two"),
+    Wrong("alibi_slopes", "all slopes sorted together", slopes(order="sorted(slopes, reverse=True)"), "not sorted together"),
+    Wrong("alibi_slopes", "returns float64", _slopes_body("2.0 ** (-8.0 * h / n_heads)").replace(".float()", ""),
+          "expected torch.float32"),
+    Wrong("alibi_bias", "sign flipped (a reward for distance)",
+          alibi(body="alibi_slopes(n_heads)[:, None, None] * (i - j).abs().float()"), "never positive"),
+    Wrong("alibi_bias", "j - i instead of i - j", alibi(body="-alibi_slopes(n_heads)[:, None, None] * (j - i).float()"),
+          "the distance is i - j"),
+    Wrong("alibi_bias", "keys after the query get a positive bias (no absolute value)",
+          alibi(body="-alibi_slopes(n_heads)[:, None, None] * (i - j).float()"), "keys after the query"),
+    Wrong("alibi_bias", "one slope for every head", alibi(body="-alibi_slopes(n_heads)[0] * (i - j).abs().float().expand(n_heads, -1, -1)"),
+          "same bias"),
+    Wrong("alibi_bias", "slopes not broadcast over the heads axis (heads last)",
+          alibi(body="-alibi_slopes(n_heads) * (i - j).abs().float()[..., None]"), "expected [4, 6, 6]"),
+    Wrong("alibi_bias", "heads in reverse order", alibi(body="-alibi_slopes(n_heads).flip(0)[:, None, None] * (i - j).abs().float()"),
+          "reverse order"),
+    Wrong("alibi_bias", "queries at positions 0 .. q_len - 1", alibi(queries="q_len"), "the last q_len positions"),
 ]
