@@ -54,3 +54,47 @@ def maps(ns, fields: dict, state: dict, tokens: torch.Tensor) -> dict:
     value = attention_maps(model, tokens)
     hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
     return {"maps": value, "hooks_left": hooks, "logits_unchanged": bool(torch.equal(model(tokens), before))}
+
+
+_DTYPES = {None: None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, optimizer_kwargs: dict,
+               dtype: str | None = None, scaler: dict | None = None, grad_clip: float | None = None) -> dict:
+    """The student's ``train_step`` on the reference decoder, once per entry of ``steps`` (a list of micro-batch lists).
+
+    Reports the parameters after every call, the optimizer's update count per parameter, the scaler's scale,
+    the returned losses, and, for every forward pass of the model, the autocast state it ran under and the
+    dtype of its logits. An error stops the calls and is reported with the call it happened in.
+    """
+    function = need(ns, "train_step")
+    model = LlamaDecoder(DecoderConfig(**fields))
+    model.load_state_dict(state)
+    kind = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[optimizer]
+    opt = kind(model.parameters(), **optimizer_kwargs)
+    grad_scaler = torch.amp.GradScaler("cpu", **scaler) if scaler is not None else None
+    forwards = []
+
+    def watch(module, args, output):
+        forwards.append({"autocast": torch.is_autocast_enabled("cpu"), "dtype": str(torch.get_autocast_dtype("cpu")),
+                         "logits": str(getattr(output, "dtype", None))})
+
+    model.register_forward_hook(watch)
+    result = {"losses": [], "states": [], "updates": [], "scales": [], "forwards": [], "raised": None}
+    for call, micro_batches in enumerate(steps):
+        forwards.clear()
+        try:
+            loss = function(model, [(x.clone(), y.clone()) for x, y in micro_batches], opt, dtype=_DTYPES[dtype],
+                            scaler=grad_scaler, grad_clip=grad_clip)
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001
+            result["raised"] = {"call": call, "type": type(error).__name__, "message": str(error)}
+            break
+        result["losses"].append(loss if isinstance(loss, int | float) else {"__unsupported__": type(loss).__qualname__})
+        result["states"].append({name: p.detach().clone() for name, p in model.named_parameters()})
+        result["updates"].append(sorted({int(opt.state[p]["step"]) for p in model.parameters()
+                                         if "step" in opt.state.get(p, {})}))
+        result["scales"].append(grad_scaler.get_scale() if grad_scaler is not None else None)
+        result["forwards"].append(list(forwards))
+    return result

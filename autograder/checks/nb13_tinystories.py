@@ -1,4 +1,5 @@
-"""Checks for notebook 13: bits per byte, FLOPs per token and MFU, the ranks' micro-batches, attention maps.
+"""Checks for notebook 13: bits per byte, FLOPs per token and MFU, the ranks' micro-batches, a GPU training step,
+attention maps.
 
 Oracles:
 
@@ -19,6 +20,18 @@ Oracles:
   are the batch; equal shapes; ValueError when not divisible), and gradient accumulation with DDP's mean
   over ranks: ``mean_r sum_i grad(loss(micro_{r,i}) / accumulation_steps)`` equals the full batch's
   gradient of a small embedding-and-linear model under ``F.cross_entropy``.
+- ``train_step``: ``torch.optim.SGD`` / ``AdamW`` steps, in float32 without autocast, on each call's
+  micro-batches concatenated (one ``F.cross_entropy`` over the whole batch, ``clip_grad_norm_`` where
+  clipping is asked for), on ``autograder.reference``'s decoder; two or three calls in a row, so gradients
+  left in ``.grad`` show. What the step did is observed, not its calls: the parameters after each call;
+  AdamW's ``step`` count (one per call); a forward hook on the model records ``torch.is_autocast_enabled``,
+  ``torch.get_autocast_dtype`` and the logits' dtype; a real ``torch.amp.GradScaler("cpu")`` with
+  ``growth_interval=1``, whose scale doubles after each clean step and halves after an overflow (float16
+  autocast on the CPU with a scale of 2^30 overflows the gradients: the step must leave the parameters
+  exactly as they were). With a scale of 2^12 in float32, scaling and unscaling by a power of two are exact,
+  so the scaled step equals the plain one. Known mistakes are recognised by rerunning the oracle with the
+  mistake (loss not divided by k, gradients zeroed before each micro-batch, a step per micro-batch,
+  gradients never zeroed, clipping at grad_clip / scale, i.e. clipping the scaled gradients).
 - ``attention_maps``: Hugging Face's ``LlamaForCausalLM`` (``attn_implementation="eager"``,
   ``output_attentions=True``) with random weights, loaded into ``autograder.reference``'s decoder through
   ``autograder.reference.hf_llama`` (q/k rows permuted per head, which leaves the scores unchanged), on
@@ -30,7 +43,10 @@ Tolerances (float32 on CPU, any BLAS): bits per byte rtol 1e-6 (measured 0 for t
 1e-7 relative against the base-2 sum); FLOPs exact (integers; 0.5 allowed for a float that holds one);
 MFU rtol 1e-9; micro-batches exact; gradients atol 1e-6 + rtol 1e-5 (measured below 2e-7); attention
 maps atol 1e-5 (measured below 1e-6 against HF), rows summing to 1 within 1e-5, weights above the
-diagonal at most 1e-9.
+diagonal at most 1e-9; train_step's parameters atol 1e-6 + rtol 1e-5 in float32
+(k small forwards against one big one: measured below 2e-7), atol 3e-3 under bfloat16 autocast (measured
+below 7e-4, for updates of about 0.1) and 5e-4 under float16 (measured below 6e-5); its returned loss to 1e-5 in
+float32 and 0.02 under autocast (measured below 1.3e-3).
 """
 
 from __future__ import annotations
@@ -52,8 +68,9 @@ BITS_PER_BYTE = Exercise("bits_per_byte", "Exercise 1: bits_per_byte", points=2)
 FLOPS = Exercise("flops_per_token", "Exercise 2: flops_per_token", points=3)
 MFU = Exercise("mfu", "Exercise 3: mfu", points=1)
 MICRO = Exercise("rank_micro_batches", "Exercise 4: rank_micro_batches", points=2)
-MAPS = Exercise("attention_maps", "Exercise 5: attention_maps", points=4)
-EXERCISES = [BITS_PER_BYTE, FLOPS, MFU, MICRO, MAPS]
+TRAIN_STEP = Exercise("train_step", "Exercise 5: train_step", points=5)
+MAPS = Exercise("attention_maps", "Exercise 6: attention_maps", points=4)
+EXERCISES = [BITS_PER_BYTE, FLOPS, MFU, MICRO, TRAIN_STEP, MAPS]
 
 LN2 = math.log(2.0)
 GRAD = {"atol": 1e-6, "rtol": 1e-5}
@@ -319,6 +336,220 @@ def test_gradient_accumulation_equals_the_full_batch(impl):
 
 
 # --- Exercise 5 --------------------------------------------------------------------------
+
+STEP_FIELDS = {"vocab_size": 29, "d_model": 16, "n_layers": 2, "n_heads": 2, "d_ff": 32, "max_seq_len": 32,
+               "n_kv_heads": None}
+EXACT = {"atol": 1e-6, "rtol": 1e-5}  # float32 both ways: k small forwards against one big one
+HALF = {"bfloat16": {"atol": 3e-3, "rtol": 0.0}, "float16": {"atol": 5e-4, "rtol": 0.0}}
+SGD = ("sgd", {"lr": 0.5})
+ADAMW = ("adamw", {"lr": 1e-2, "weight_decay": 0.1, "eps": 1e-3})
+
+
+def _step_setup(seed, fields=STEP_FIELDS):
+    torch.manual_seed(13100 + seed)
+    return {name: p.detach().clone() for name, p in LlamaDecoder(DecoderConfig(**fields)).state_dict().items()}
+
+
+def _micro_batches(seed, k, rows, length, vocab, calls=1):
+    g = _gen(100 + seed)
+    return [[(torch.randint(0, vocab, (rows, length), generator=g), torch.randint(0, vocab, (rows, length), generator=g))
+             for _ in range(k)] for _ in range(calls)]
+
+
+def _oracle(fields, state, steps, optimizer, *, grad_clip=None, mistake=None):
+    """torch.optim's steps on each call's micro-batches concatenated: the loss of the whole batch, in float32.
+
+    ``mistake`` gives what a known wrong step does instead: "undivided" (the loss of each micro-batch not divided
+    by k), "last" (gradients zeroed before each micro-batch: only the last one's, / k, remains), "every"
+    (a step after every micro-batch), "stale" (gradients never zeroed), or ("clip", s) (clipped while scaled by s).
+    """
+    model = LlamaDecoder(DecoderConfig(**fields))
+    model.load_state_dict(state)
+    name, kwargs = optimizer
+    opt = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[name](model.parameters(), **kwargs)
+    clip = grad_clip
+    if isinstance(mistake, tuple):
+        clip = grad_clip / mistake[1]
+
+    def loss_of(pairs):
+        x, y = torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
+        return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+    def update():
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+
+    states, losses = [], []
+    for micro in steps:
+        k = len(micro)
+        if mistake == "every":
+            for pair in micro:
+                (loss_of([pair]) / k).backward()
+                update()
+                opt.zero_grad()
+        elif mistake == "last":
+            (loss_of(micro[-1:]) / k).backward()
+            update()
+        else:
+            loss = loss_of(micro)
+            losses.append(loss.item())
+            (loss * (k if mistake == "undivided" else 1)).backward()
+            update()
+        if mistake != "stale":
+            opt.zero_grad()
+        states.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    return states, losses
+
+
+def _close_states(a: dict, b: dict, tol: dict) -> bool:
+    return all(torch.allclose(a[n], b[n], **tol) for n in b)
+
+
+def _step_case(impl, seed, *, k, rows=2, length=6, calls=1, optimizer=SGD, dtype=None, scaler=None, grad_clip=None,
+               fields=STEP_FIELDS):
+    state = _step_setup(seed, fields)
+    steps = _micro_batches(seed, k, rows, length, fields["vocab_size"], calls)
+    call = (f"train_step(model, {k} micro-batches of {rows} x {length} tokens, {optimizer[0]} optimizer"
+            f"{f', dtype=torch.{dtype}' if dtype else ''}{', scaler=GradScaler(...)' if scaler else ''}"
+            f"{f', grad_clip={grad_clip}' if grad_clip else ''})")
+    got = impl.train_step(fields, state, steps, optimizer=optimizer[0], optimizer_kwargs=optimizer[1], dtype=dtype,
+                          scaler=scaler, grad_clip=grad_clip)
+    if got["raised"]:
+        r = got["raised"]
+        hint = ""
+        if scaler and r["call"] > 0 and "unscale_" in r["message"]:
+            hint = (": the scaler's step was not followed by scaler.update(), so the next step's unscale_ finds "
+                    "this one's state")
+        expect.fail(f"{call}, call {r['call'] + 1} of {calls}, raised {r['type']}: {r['message']}{hint}")
+    for loss in got["losses"]:
+        what = loss["__unsupported__"] if isinstance(loss, dict) else type(loss).__name__
+        expect.that(isinstance(loss, float), f"{call} returned a {what}, expected the mean loss as a Python float "
+                    "(float(...) or .item())")
+    return state, steps, got, call
+
+
+def _compare_step(got, call, fields, state, steps, optimizer, *, grad_clip=None, tol=EXACT, scale=None):
+    expected, losses = _oracle(fields, state, steps, optimizer, grad_clip=grad_clip)
+    mistakes = [("undivided", "the loss of each micro-batch must be divided by the number of micro-batches k: "
+                 "the gradients add up over the k backward passes, so undivided they are k times the batch's"),
+                ("last", "only the last micro-batch's gradient is left: gradients were zeroed before each "
+                 "micro-batch; zero them once per step, so the k backward passes accumulate in .grad"),
+                ("every", "the optimizer stepped after every micro-batch; it steps once, after the last one"),
+                ("stale", "the previous step's gradients were still in .grad: zero the gradients once per step "
+                 "(optimizer.zero_grad())")]
+    if scale and grad_clip:
+        mistakes.append((("clip", scale), "the gradients were clipped while still scaled by the GradScaler: call "
+                         "scaler.unscale_(optimizer) before clip_grad_norm_"))
+    for i, (state_got, state_expected) in enumerate(zip(got["states"], expected, strict=True)):
+        if _close_states(state_got, state_expected, tol):
+            continue
+        for mistake, why in mistakes:
+            wrong, _ = _oracle(fields, state, steps[:i + 1], optimizer, grad_clip=grad_clip, mistake=mistake)
+            if _close_states(state_got, wrong[i], tol):
+                expect.fail(f"{call}: after call {i + 1}, {why}")
+        worst = max(float((state_got[n] - state_expected[n]).abs().max()) for n in state_expected)
+        expect.fail(f"{call}: after call {i + 1} the parameters differ from one {optimizer[0]} step on the whole "
+                    f"batch (the micro-batches concatenated) by up to {worst:.3g}")
+    for i, (loss, expected_loss) in enumerate(zip(got["losses"], losses, strict=True)):
+        allowed = 1e-5 * max(1.0, abs(expected_loss)) if tol is EXACT else 0.02
+        expect.that(abs(loss - expected_loss) <= allowed,
+                    f"{call} returned {loss:.6g} at call {i + 1}, expected the mean loss of its micro-batches, "
+                    f"{expected_loss:.6g}" + (f" (k = {len(steps[i])} times too large: each micro-batch's "
+                                              "loss is divided by k before adding)"
+                                              if math.isclose(loss, expected_loss * len(steps[i]), rel_tol=1e-3) else ""))
+
+
+def _forwards_under(got, call, dtype):
+    for i, forwards in enumerate(got["forwards"]):
+        expect.that(bool(forwards), f"{call} never called the model at call {i + 1}")
+        for f in forwards:
+            if dtype is None:
+                expect.that(not f["autocast"], f"{call} with dtype=None ran the model under autocast "
+                            f"({f['dtype']}): None means float32, no autocast")
+                continue
+            expect.that(f["autocast"], f"{call}: the model's forward ran without autocast: wrap the forward and the "
+                        f"loss in torch.autocast(device_type, dtype=dtype)")
+            expect.that(f["dtype"] == f"torch.{dtype}", f"{call}: the model's forward ran under autocast in "
+                        f"{f['dtype']}, but dtype=torch.{dtype} was asked for"
+                        + (" (float16 is the GPU's habit; on this call bfloat16 was requested)"
+                           if f["dtype"] == "torch.float16" else ""))
+            expect.that(f["logits"] == f"torch.{dtype}", f"{call}: the logits came out as {f['logits']} under "
+                        f"autocast in {dtype}")
+
+
+@TRAIN_STEP.visible
+def test_step_accumulation_equals_big_batch(impl):
+    "float32: k micro-batches, loss / k each, give one SGD or AdamW step on the whole batch; 2 steps in a row"
+    for seed, k, optimizer in ((0, 1, SGD), (1, 3, SGD), (2, 2, ADAMW)):
+        state, steps, got, call = _step_case(impl, seed, k=k, calls=2, optimizer=optimizer)
+        _forwards_under(got, call, None)
+        _compare_step(got, call, STEP_FIELDS, state, steps, optimizer)
+        if optimizer is ADAMW:
+            for i, updates in enumerate(got["updates"]):
+                expect.that(updates == [i + 1], f"{call}: after call {i + 1} AdamW has counted {updates} updates "
+                            f"per parameter, expected {i + 1}: step the optimizer once per call, after the "
+                            f"last micro-batch")
+
+
+@TRAIN_STEP.visible
+def test_step_autocast_bfloat16(impl):
+    "dtype=torch.bfloat16: the forward runs under autocast in bfloat16; the step is float32's within bf16 rounding"
+    for seed, k in ((3, 2), (4, 1)):
+        state, steps, got, call = _step_case(impl, seed, k=k, dtype="bfloat16")
+        _forwards_under(got, call, "bfloat16")
+        _compare_step(got, call, STEP_FIELDS, state, steps, SGD, tol=HALF["bfloat16"])
+
+
+@TRAIN_STEP.visible
+def test_step_grad_scaler(impl):
+    "a GradScaler: the update equals the unscaled one, clipping sees unscaled gradients, the scale grows each step"
+    for seed, k, clip in ((5, 2, 0.05), (6, 3, None)):
+        scaler = {"init_scale": 2.0 ** 12, "growth_interval": 1}
+        state, steps, got, call = _step_case(impl, seed, k=k, calls=2, scaler=scaler, grad_clip=clip)
+        _compare_step(got, call, STEP_FIELDS, state, steps, SGD, grad_clip=clip, scale=2.0 ** 12)
+        expect.that(got["scales"] == [2.0 ** 13, 2.0 ** 14], f"{call}: the scaler's scale went 2^12 -> "
+                    f"{got['scales']} over two steps, expected 2^13, 2^14 (growth_interval=1, no inf): call "
+                    "scaler.update() once per step, after scaler.step(optimizer)")
+
+
+@TRAIN_STEP.hidden
+def test_step_float16_overflow_skips(impl):
+    "float16 with a scale so large that the gradients overflow: no update, the scale halves; then a normal fp16 step"
+    state, steps, got, call = _step_case(impl, 7, k=2, dtype="float16",
+                                         scaler={"init_scale": 2.0 ** 30, "growth_interval": 1})
+    _forwards_under(got, call, "float16")
+    after = got["states"][0]
+    finite = all(bool(after[n].isfinite().all()) for n in after)
+    expect.that(finite, f"{call}: the parameters hold inf or nan after a step whose gradients overflowed: let "
+                "scaler.step(optimizer) decide, it skips the update when it finds inf or nan")
+    expect.that(all(torch.equal(after[n], state[n]) for n in after), f"{call}: the gradients overflowed in "
+                "float16, yet the parameters changed: scaler.step(optimizer) skips such a step; do not call "
+                "optimizer.step() yourself")
+    expect.that(got["scales"] == [2.0 ** 29], f"{call}: after an overflow the scale should halve from 2^30 to 2^29, "
+                f"got {got['scales']}: call scaler.update() after scaler.step(optimizer)")
+    state, steps, got, call = _step_case(impl, 8, k=2, dtype="float16", calls=2,
+                                         scaler={"init_scale": 2.0 ** 8, "growth_interval": 1})
+    _forwards_under(got, call, "float16")
+    _compare_step(got, call, STEP_FIELDS, state, steps, SGD, tol=HALF["float16"])
+
+
+@TRAIN_STEP.hidden
+def test_step_more_shapes(impl):
+    "AdamW with clipping, 4 micro-batches, grouped-query attention, bfloat16 with a scaler; float32 with clipping"
+    gqa = {**STEP_FIELDS, "d_model": 24, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 31}
+    state, steps, got, call = _step_case(impl, 9, k=4, rows=1, length=9, calls=3, optimizer=ADAMW, grad_clip=0.5,
+                                         fields=gqa)
+    _compare_step(got, call, gqa, state, steps, ADAMW, grad_clip=0.5)
+    expect.that(got["updates"] == [[1], [2], [3]], f"{call}: AdamW counted {got['updates']} updates after calls "
+                "1, 2, 3; expected 1, 2, 3")
+    state, steps, got, call = _step_case(impl, 10, k=2, dtype="bfloat16", calls=2, grad_clip=0.02,
+                                         scaler={"init_scale": 2.0 ** 10, "growth_interval": 1})
+    _forwards_under(got, call, "bfloat16")
+    _compare_step(got, call, STEP_FIELDS, state, steps, SGD, grad_clip=0.02, tol=HALF["bfloat16"], scale=2.0 ** 10)
+
+
+# --- Exercise 6 --------------------------------------------------------------------------
 
 def _maps_fields(seed, d=32, heads=4, kv=2, layers=2, base=10000.0):
     return {"vocab_size": 53 + seed, "d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": 48,

@@ -46,6 +46,33 @@ def rank_micro_batches(batch: torch.Tensor, rank: int, world_size: int, accumula
 
 '''
 
+TRAIN_STEP = '''
+def train_step(model: nn.Module, micro_batches: list, optimizer: torch.optim.Optimizer, *,
+               dtype: torch.dtype | None = None, scaler=None, grad_clip: float | None = None) -> float:
+    """One optimizer step on k micro-batches [(inputs, targets), ...] of token ids [batch, T]; returns the mean loss."""
+    device_type = next(model.parameters()).device.type
+    k = len(micro_batches)
+    total = 0.0
+    for inputs, targets in micro_batches:
+        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+            logits = model(inputs)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten()) / k
+        (scaler.scale(loss) if scaler is not None else loss).backward()  # gradients add up in .grad
+        total += loss.item()
+    if scaler is not None:
+        scaler.unscale_(optimizer)  # clipping must see the true gradients
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if scaler is not None:
+        scaler.step(optimizer)  # skipped when a gradient is inf or nan
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total
+
+'''
+
 MAPS = '''
 @torch.no_grad()
 def attention_maps(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
@@ -85,11 +112,24 @@ def _edit(code, *pairs):
 
 
 RIGHT = {"bits_per_byte": BITS_PER_BYTE, "flops_per_token": FLOPS, "mfu": MFU, "rank_micro_batches": MICRO,
-         "attention_maps": MAPS}
+         "train_step": TRAIN_STEP, "attention_maps": MAPS}
 
 _BPB = "return loss * tokens / (n_bytes * math.log(2))"
 _FORWARD = "forward = 2 * matmul_weights + 4 * config.n_layers * context_length * d"
 _MFU = "return tokens_per_second * flops_per_token / peak_flops"
+_LOSS = "loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten()) / k"
+_STEP = """    if scaler is not None:
+        scaler.step(optimizer)  # skipped when a gradient is inf or nan
+        scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+"""
+_AFTER = """    if scaler is not None:
+        scaler.unscale_(optimizer)  # clipping must see the true gradients
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+""" + _STEP
 _ROPE = "q, k = attn.rope(q, positions).float(), attn.rope(k, positions).float()"
 
 WRONG = [
@@ -136,6 +176,32 @@ WRONG = [
           _edit(MICRO, ("if n % (world_size * accumulation_steps):", "assert n % (world_size * accumulation_steps) == 0\n"
                         "    if False:")), "raised AssertionError"),
     # Exercise 5
+    Wrong("train_step", "loss not divided by k", _edit(TRAIN_STEP, (_LOSS, _LOSS.replace(" / k", ""))),
+          "divided by the number of micro-batches"),
+    Wrong("train_step", "zero_grad before every micro-batch",
+          _edit(TRAIN_STEP, ("    for inputs, targets in micro_batches:\n",
+                             "    for inputs, targets in micro_batches:\n        optimizer.zero_grad()\n")),
+          "only the last micro-batch"),
+    Wrong("train_step", "a step after every micro-batch",
+          _edit(TRAIN_STEP, (_AFTER, "".join("    " + line + "\n" for line in _AFTER.splitlines()))),
+          "stepped after every micro-batch"),
+    Wrong("train_step", "gradients never zeroed",
+          _edit(TRAIN_STEP, ("    optimizer.zero_grad(set_to_none=True)\n", "")), "previous step's gradients"),
+    Wrong("train_step", "scaler.step without scaler.update",
+          _edit(TRAIN_STEP, ("        scaler.update()\n", "")), "scaler.update()"),
+    Wrong("train_step", "clipping the scaled gradients",
+          _edit(TRAIN_STEP, ("        scaler.unscale_(optimizer)  # clipping must see the true gradients\n", "        pass\n")),
+          "clipped while still scaled"),
+    Wrong("train_step", "autocast hard-wired to float16",
+          _edit(TRAIN_STEP, ("dtype=dtype, enabled", "dtype=torch.float16, enabled")), "asked for"),
+    Wrong("train_step", "no autocast", _edit(TRAIN_STEP, ("enabled=dtype is not None", "enabled=False")),
+          "without autocast"),
+    Wrong("train_step", "optimizer.step() after unscale_, not scaler.step",
+          _edit(TRAIN_STEP, (_STEP, "    optimizer.step()\n    if scaler is not None:\n        scaler.update()\n"
+                                    "    optimizer.zero_grad(set_to_none=True)\n")), "skips"),
+    Wrong("train_step", "returns the last micro-batch's loss",
+          _edit(TRAIN_STEP, ("        total += loss.item()", "        total = loss.item() * k")), "expected the mean loss"),
+    # Exercise 6
     Wrong("attention_maps", "no causal mask",
           _edit(MAPS, ('scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)', "scores.softmax(dim=-1)")),
           "attends to a later one"),
