@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["RMSNorm", "RoPE", "silu", "swiglu_hidden_dim", "SwiGLU", "DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder", "get_batch", "cosine_lr", "greedy", "apply_temperature", "top_k_filter", "top_p_filter", "sample_next", "generate", "bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps"]
+__all__ = ["RMSNorm", "RoPE", "silu", "swiglu_hidden_dim", "SwiGLU", "DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder", "cosine_lr", "get_batch", "greedy", "apply_temperature", "top_k_filter", "top_p_filter", "sample_next", "generate", "bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps"]
 
 
 # --- 02_normalization ---
@@ -201,6 +201,16 @@ class ModernDecoder(nn.Module):
 
 
 # --- 10_training ---
+def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
+    """Linear warm-up to max_lr, cosine decay to min_lr at decay_steps, min_lr after."""
+    if step < warmup_steps:
+        return max_lr * step / warmup_steps
+    if step > decay_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (decay_steps - warmup_steps)
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
 def get_batch(tokens, batch_size: int, context_length: int, device="cpu", *,
               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows of the token stream: inputs and next-token targets, int64 [batch, context] on device."""
@@ -212,16 +222,6 @@ def get_batch(tokens, batch_size: int, context_length: int, device="cpu", *,
         rows = torch.from_numpy(np.asarray(tokens)[index.numpy()].astype(np.int64))
     rows = rows.to(device)
     return rows[:, :-1], rows[:, 1:]
-
-
-def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
-    """Linear warm-up to max_lr, cosine decay to min_lr at decay_steps, min_lr after."""
-    if step < warmup_steps:
-        return max_lr * step / warmup_steps
-    if step > decay_steps:
-        return min_lr
-    progress = (step - warmup_steps) / (decay_steps - warmup_steps)
-    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
 # --- 11_decoding ---

@@ -19,7 +19,7 @@ from torch import nn
 from autograder.adapters import need
 from autograder.reference import training as ref
 
-# --- Exercise 1 --------------------------------------------------------------------------
+# --- Exercise 6: get_batch ---------------------------------------------------------------
 
 
 def _describe_batch(value, with_values: bool) -> dict:
@@ -53,7 +53,7 @@ def batch(ns, tokens: torch.Tensor, batch_size: int, context_length: int, *, kin
     return _describe_batch(value, with_values=device != "meta")
 
 
-# --- Exercise 2 --------------------------------------------------------------------------
+# --- Exercise 1: cross_entropy -----------------------------------------------------------
 
 def loss(ns, logits: torch.Tensor, targets: torch.Tensor, kwargs: dict) -> dict:
     """``cross_entropy(logits, targets, **kwargs)`` and the gradient of the loss with respect to ``logits``."""
@@ -71,7 +71,7 @@ def loss(ns, logits: torch.Tensor, targets: torch.Tensor, kwargs: dict) -> dict:
     return result
 
 
-# --- Exercise 3 --------------------------------------------------------------------------
+# --- Exercise 2: AdamW -------------------------------------------------------------------
 
 
 def adamw(ns, initial: list, groups: list, defaults: dict, grads: list, *, resume_at: int | None = None,
@@ -106,6 +106,7 @@ def adamw(ns, initial: list, groups: list, defaults: dict, grads: list, *, resum
             given = [None if g is None else g.clone() for g in step_grads]
 
             def closure(given=given):
+                result["closure_grad_enabled"] = torch.is_grad_enabled()
                 for p, g in zip(params, given, strict=True):
                     p.grad = None if g is None else g.clone()
                 return torch.tensor(42.0)
@@ -123,7 +124,7 @@ def adamw(ns, initial: list, groups: list, defaults: dict, grads: list, *, resum
     return result
 
 
-# --- Exercises 4 and 5 -------------------------------------------------------------------
+# --- Exercises 3 and 4: the schedules ----------------------------------------------------
 
 
 def schedule(ns, name: str, steps: list, kwargs: dict) -> list:
@@ -131,7 +132,7 @@ def schedule(ns, name: str, steps: list, kwargs: dict) -> list:
     return [function(step, **kwargs) for step in steps]
 
 
-# --- Exercise 6 --------------------------------------------------------------------------
+# --- Exercise 5: clip_grad_norm ----------------------------------------------------------
 
 
 def clip(ns, grads: list, max_norm: float, *, as_generator: bool = False) -> dict:

@@ -5,9 +5,10 @@ its start; counts of 4,000 starts against the uniform count); ``F.cross_entropy`
 gradients by autograd, with ``ignore_index`` and ``label_smoothing``, logits up to 1000);
 ``torch.optim.AdamW(foreach=False)`` over 30 steps of fixed gradients, two parameter groups with
 different hyperparameters, a parameter without a gradient every third step, a ``state_dict()`` round
-trip through ``torch.save``/``torch.load(weights_only=True)`` mid-run; the schedules' closed forms
+trip through ``torch.save``/``torch.load(weights_only=True)`` mid-run, and a closure that records
+whether gradients are on when ``step`` calls it; the schedules' closed forms
 and ``torch.optim.lr_scheduler.LinearLR`` then ``CosineAnnealingLR`` stepped through;
-``torch.nn.utils.clip_grad_norm_``; for checkpoints, evaluation, the loop and overfitting, the
+``torch.nn.utils.clip_grad_norm_`` (also with no gradient at all: norm 0); for checkpoints, evaluation, the loop and overfitting, the
 neutral loop of ``autograder.reference.training`` (``torch.optim.AdamW``, ``F.cross_entropy``,
 ``clip_grad_norm_``) run here on a small model with dropout, the student's function being given
 PyTorch's parts (so these exercises never rest on the student's other answers).
@@ -43,15 +44,15 @@ from autograder.exercises import Exercise
 from autograder.reference import training as ref
 from autograder.rules import LOG_SOFTMAXES, Rule
 
-GET_BATCH = Exercise("get_batch", "Exercise 1: get_batch", points=3)
-CROSS_ENTROPY = Exercise("cross_entropy", "Exercise 2: cross_entropy", points=4, rules=(
+GET_BATCH = Exercise("get_batch", "Exercise 6: get_batch", points=3)
+CROSS_ENTROPY = Exercise("cross_entropy", "Exercise 1: cross_entropy", points=4, rules=(
     Rule("do not use F.cross_entropy, F.nll_loss, log_softmax or torch.logsumexp",
          ("torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss", "torch.nn.CrossEntropyLoss",
           "torch.nn.NLLLoss", *LOG_SOFTMAXES)),))
-ADAMW = Exercise("adamw", "Exercise 3: AdamW", points=5)
-INVERSE_SQRT = Exercise("inverse_sqrt_lr", "Exercise 4: inverse_sqrt_lr", points=2)
-COSINE = Exercise("cosine_lr", "Exercise 5: cosine_lr", points=3)
-CLIP = Exercise("clip_grad_norm", "Exercise 6: clip_grad_norm", points=3, rules=(
+ADAMW = Exercise("adamw", "Exercise 2: AdamW", points=5)
+INVERSE_SQRT = Exercise("inverse_sqrt_lr", "Exercise 3: inverse_sqrt_lr", points=2)
+COSINE = Exercise("cosine_lr", "Exercise 4: cosine_lr", points=3)
+CLIP = Exercise("clip_grad_norm", "Exercise 5: clip_grad_norm", points=3, rules=(
     Rule("do not call torch.nn.utils.clip_grad_norm_", ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm",
                                                         "torch.nn.utils.clip_grads_with_norm_",
                                                         "torch.nn.utils.get_total_norm")),))
@@ -59,7 +60,7 @@ CHECKPOINT = Exercise("checkpoint", "Exercise 7: save_checkpoint and load_checkp
 EVALUATE = Exercise("evaluate", "Exercise 8: evaluate", points=2)
 TRAIN = Exercise("train", "Exercise 9: train", points=5)
 OVERFIT = Exercise("overfit_one_batch", "Exercise 10: overfit_one_batch", points=2)
-EXERCISES = [GET_BATCH, CROSS_ENTROPY, ADAMW, INVERSE_SQRT, COSINE, CLIP, CHECKPOINT, EVALUATE, TRAIN, OVERFIT]
+EXERCISES = [CROSS_ENTROPY, ADAMW, INVERSE_SQRT, COSINE, CLIP, GET_BATCH, CHECKPOINT, EVALUATE, TRAIN, OVERFIT]
 
 LOSS = {"atol": 1e-5, "rtol": 1e-5}
 LOSS_GRAD = {"atol": 1e-6, "rtol": 1e-4}
@@ -70,7 +71,7 @@ HISTORY = {"atol": 1e-5, "rtol": 0.0}
 _gen, _randn = seeded(10000)
 
 
-# --- Exercise 1 --------------------------------------------------------------------------
+# --- Exercise 6: get_batch ---------------------------------------------------------------
 
 def _stream(length: int, seed: int, offset: int = 40000) -> torch.Tensor:
     """Distinct token ids (a shuffled range, above int16's maximum), so that a window shows where it starts."""
@@ -172,7 +173,7 @@ def test_batch_generator(impl):
                 "batch: draw the starts from the generator you are given")
 
 
-# --- Exercise 2 --------------------------------------------------------------------------
+# --- Exercise 1: cross_entropy -----------------------------------------------------------
 
 def _loss_oracle(logits, targets, ignore_index=-100, label_smoothing=0.0):
     x = logits.clone().requires_grad_()
@@ -258,7 +259,7 @@ def test_loss_options_together(impl):
     _loss_case(impl, (40, 3), 70, scale=4.0, ignored=0.2, label_smoothing=0.05)
 
 
-# --- Exercise 3 --------------------------------------------------------------------------
+# --- Exercise 2: AdamW -------------------------------------------------------------------
 
 GROUPS = [{"params": [0, 1], "lr": 1e-2, "weight_decay": 0.1},
           {"params": [2], "lr": 0.1, "weight_decay": 0.5, "betas": (0.8, 0.9), "eps": 1e-6}]
@@ -369,15 +370,18 @@ def test_adamw_state_dict_round_trip(impl):
 
 @ADAMW.hidden
 def test_adamw_defaults_and_closure(impl):
-    "the defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01); step(closure) returns its loss"
+    "the defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01); step(closure) runs it with gradients on, returns its loss"
     groups = [{"params": [0, 1, 2]}]
     got = _adam_case(impl, 200, groups=groups, defaults={}, closure_at=3, steps=8)
+    expect.that(got.get("closure_grad_enabled") is True, "step(closure) called the closure with gradients switched "
+                "off (step runs under torch.no_grad()), so its loss.backward() could not work: call it inside "
+                "with torch.enable_grad():")
     closure = got["closure"]
     expect.that(isinstance(closure, torch.Tensor) and float(closure) == 42.0,
                 f"step(closure) returned {closure!r}, expected the closure's loss (tensor(42.))")
 
 
-# --- Exercises 4 and 5 -------------------------------------------------------------------
+# --- Exercises 3 and 4: the schedules ----------------------------------------------------
 
 def _floats(values, what):
     for v in values:
@@ -490,7 +494,7 @@ def test_cosine_against_torch(impl):
     _cosine_case(impl, 3e-3, 3e-4, 5, 40, list(range(0, 60, 2)))
 
 
-# --- Exercise 6 --------------------------------------------------------------------------
+# --- Exercise 5: clip_grad_norm ----------------------------------------------------------
 
 def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False):
     grads = [None if s is None else _randn(s, seed + i, scale) for i, s in enumerate(shapes)]
@@ -530,10 +534,11 @@ def test_clip_large_and_small(impl):
 
 @CLIP.hidden
 def test_clip_none_and_generator(impl):
-    "parameters without gradients are skipped; a generator of parameters works"
+    "parameters without gradients are skipped; none at all gives the norm 0; a generator of parameters works"
     _clip_case(impl, [(4,), None, (2, 3), None], 3.0, 0.5, 20)
     _clip_case(impl, [(6, 2), (3,), (1,)], 1.5, 2.0, 30, as_generator=True)
     _clip_case(impl, [(3,), None], 0.1, 5.0, 40, as_generator=True)
+    _clip_case(impl, [None, None], 1.0, 1.0, 50)
 
 
 # --- Exercise 7 --------------------------------------------------------------------------

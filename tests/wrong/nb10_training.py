@@ -186,7 +186,7 @@ RIGHT = {"get_batch": GET_BATCH, "cross_entropy": CROSS_ENTROPY, "adamw": ADAMW,
 _STARTS = "torch.randint(0, len(tokens) - context_length, (batch_size,), generator=generator)"
 
 WRONG = [
-    # Exercise 1
+    # Exercise 6 (get_batch)
     Wrong("get_batch", "the last valid start is never drawn",
           _edit(GET_BATCH, (_STARTS, _STARTS.replace("len(tokens) - context_length", "len(tokens) - context_length - 1"))),
           "the last valid start"),
@@ -207,7 +207,7 @@ WRONG = [
                             "rows = torch.from_numpy(np.asarray(tokens)[index.numpy()])"),
                 ("rows = tokens[index].long()", "rows = tokens[index]")),
           "expected torch.int64"),
-    # Exercise 2
+    # Exercise 1 (cross_entropy)
     Wrong("cross_entropy", "softmax applied before the loss",
           _edit(CROSS_ENTROPY, ("logits = logits.reshape(-1, logits.shape[-1])",
                                 "logits = torch.softmax(logits.reshape(-1, logits.shape[-1]), dim=-1)")),
@@ -223,7 +223,7 @@ WRONG = [
           _edit(CROSS_ENTROPY, ("log_probs = shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))",
                                 "log_probs = torch.log(torch.exp(logits) / torch.exp(logits).sum(dim=-1, keepdim=True))")),
           "NaN or inf"),
-    # Exercise 3
+    # Exercise 2 (AdamW)
     Wrong("adamw", "L2 added to the gradient instead of decoupled decay",
           _edit(ADAMW, ("grad = p.grad\n                p.mul_(1 - lr * decay)", "grad = p.grad + decay * p")),
           "added to the gradient"),
@@ -237,7 +237,11 @@ WRONG = [
           "applied after the Adam step"),
     Wrong("adamw", "step counted per group", _edit(ADAMW, ('t = state["step"]', 't = group["count"]')),
           "counted per group"),
-    # Exercise 4
+    Wrong("adamw", "the closure called with gradients off",
+          _edit(ADAMW, ("            with torch.enable_grad():\n                loss = closure()",
+                        "            loss = closure()")),
+          "torch.enable_grad()"),
+    # Exercise 3 (inverse_sqrt_lr)
     Wrong("inverse_sqrt_lr", "warm-up off by one",
           _edit(INVERSE_SQRT, ("min(step ** -0.5, step * warmup_steps ** -1.5)",
                                "min((step + 1) ** -0.5, (step + 1) * warmup_steps ** -1.5)")), "off by one"),
@@ -248,7 +252,7 @@ WRONG = [
           _edit(INVERSE_SQRT, ("min(step ** -0.5", "max(step ** -0.5")), "max instead of min"),
     Wrong("inverse_sqrt_lr", "step 0 not handled", _edit(INVERSE_SQRT, ("    if step == 0:\n        return 0.0\n", "")),
           "ZeroDivisionError"),
-    # Exercise 5
+    # Exercise 4 (cosine_lr)
     Wrong("cosine_lr", "warm-up off by one", _edit(COSINE, ("max_lr * step / warmup_steps", "max_lr * (step + 1) / warmup_steps")),
           "off by one"),
     Wrong("cosine_lr", "cosine over the wrong span",
@@ -259,7 +263,7 @@ WRONG = [
     Wrong("cosine_lr", "decays to 0 instead of min_lr",
           _edit(COSINE, ("return min_lr + 0.5 * (max_lr - min_lr) *", "return 0.5 * max_lr *")),
           "ends at 0 instead of min_lr"),
-    # Exercise 6
+    # Exercise 5 (clip_grad_norm)
     Wrong("clip_grad_norm", "each parameter clipped by its own norm",
           _edit(CLIP, ("    for g in grads:\n        g.mul_(factor)",
                        "    for g in grads:\n        g.mul_(torch.clamp(max_norm / (g.norm() + 1e-6), max=1.0))")),
@@ -276,6 +280,8 @@ WRONG = [
                 ("torch.stack([torch.linalg.vector_norm(g) for g in grads])",
                  "torch.stack([g.norm() for g in grads])")),
           "NoneType"),
+    Wrong("clip_grad_norm", "crashes when no parameter has a gradient",
+          _edit(CLIP, ("    if not grads:\n        return torch.tensor(0.0)\n", "")), "non-empty"),
     # Exercise 7
     Wrong("checkpoint", "the optimizer is not saved",
           _edit(CHECKPOINT, ('    optimizer.load_state_dict(checkpoint["optimizer"])\n', "")), "optimizer's state"),
