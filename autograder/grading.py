@@ -6,6 +6,7 @@ preprocessor, so a self-check and the gradebook always agree.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,11 +118,15 @@ def grade(
     course_root: Path | None = None,
     private: list[Path] = (),
     record: bool = False,
+    exercises: Collection[str] | None = None,
+    hidden: bool = True,
 ) -> NotebookReport:
     """Run notebook ``nb`` (found in folder ``cwd``) in a sandboxed worker and check every exercise.
 
     ``course_root`` is shown to student code read-only, except ``private`` paths; with
-    ``record``, every code cell's outputs are kept in the report.
+    ``record``, every code cell's outputs are kept in the report. ``exercises`` (ids) checks only
+    those; ``hidden=False`` runs only the visible checks, as the notebook's test cells do (the
+    TinyStories program asks this of the parts it trains).
     """
     name = identify(nb)
     checks = checks_for(name)
@@ -142,10 +147,12 @@ def grade(
 
             results = []
             for exercise in checks.exercises:
+                if exercises is not None and exercise.id not in exercises:
+                    continue
                 index = answer_index.get(exercise.id)
                 source = nb.cells[index].source if index is not None else None
                 result = run_exercise(exercise, RemoteImpl(process), note=note(exercise), source=source,
-                                      context=[text for i, text in cells if i != index])
+                                      context=[text for i, text in cells if i != index], hidden=hidden)
                 # A restart while checking may have replayed the answer cell, and the replay may have failed.
                 result.note = result.note or (note(exercise) if not result.passed else "")
                 results.append(result)

@@ -68,11 +68,6 @@ def test_missing_token_file(trained, tmp_path):
         token_file.write_bytes(saved)
 
 
-def test_course_model_unfinished(tmp_path):
-    _one_line_error(cli("train", *tiny_args(tmp_path / "d", tmp_path / "o"), "--model", "course",
-                        "--course-dir", str(ROOT / "course")), "finish notebook 08")
-
-
 def test_gpu_benchmark_script_runs_tiny_on_cpu(tmp_path):
     """The exact script a GPU run uses, at a tiny size on the CPU: it trains and writes its JSON and Markdown."""
     import json

@@ -16,9 +16,6 @@ from tinystories_helpers import ROOT
 from autograder.reference.configs import DecoderConfig as ReferenceConfig
 from autograder.reference.decoders import LlamaDecoder
 from tinystories import course
-from tinystories.config import load_config
-from tinystories.errors import RunError
-from tinystories.model import build_model
 
 
 def _tool():
@@ -59,24 +56,3 @@ def test_exported_decoder_matches_the_reference(seed, n_kv_heads):
         torch.testing.assert_close(ours(tokens), reference(tokens), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(ours(tokens, padding)[padding], reference(tokens, padding)[padding],
                                    atol=1e-5, rtol=1e-5)
-
-
-def test_model_course_loads_the_notebook_code():
-    """--model course with solutions/ standing in for a student's finished course/."""
-    config = load_config("cpu_demo", ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64"])
-    torch.manual_seed(0)
-    theirs = build_model(config.model, 300, implementation="course", course_dir=ROOT / "solutions").eval()
-    ours = build_model(config.model, 300).eval()
-    assert type(theirs).__module__ != type(ours).__module__  # really the notebook's class
-    ours.load_state_dict(theirs.state_dict())
-    tokens = torch.randint(0, 300, (2, 9))
-    with torch.no_grad():
-        torch.testing.assert_close(theirs(tokens), ours(tokens))
-
-
-def test_model_course_says_which_exercise_to_finish(tmp_path):
-    config = load_config("cpu_demo")
-    with pytest.raises(RunError, match="finish notebook 08, exercise 5"):
-        build_model(config.model, 300, implementation="course", course_dir=ROOT / "course")
-    with pytest.raises(RunError, match="not there"):
-        build_model(config.model, 300, implementation="course", course_dir=tmp_path)

@@ -1,7 +1,8 @@
 """Train the course's modern decoder on TinyStories: `python -m tinystories train --config cpu_demo`.
 
-The model is the notebooks' own code (``tinystories.course``, exported from solutions/), or a
-student's finished notebook 08 with ``--model course``. The same command scales from a laptop CPU
+By default it trains the student's own parts (``tinystories.stack``: the model of notebook 08, the loss,
+optimizer, schedule, clipping and batches of notebook 10), each unfinished one replaced by the course's;
+``--stack reference`` trains the course's own (``tinystories.course``, exported from solutions/). The same command scales from a laptop CPU
 (``cpu_demo``) to one GPU (``gpu_h100``, ``gpu_t4``) and to several with
 ``torchrun --nproc_per_node=N -m tinystories train``.
 """

@@ -27,8 +27,10 @@ def _parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train (or, with --resume, continue) a run")
     common(train, config_default=None)
-    train.add_argument("--model", choices=("reference", "course"), default="reference",
-                       help="reference: the course's solution code; course: YOUR ModernDecoder from course/08")
+    train.add_argument("--stack", choices=("yours", "reference"), default="yours",
+                       help="yours (default): the model, loss, optimizer, schedule, clipping and batches of your "
+                            "notebooks 08 and 10, each unfinished one replaced by the course's; reference: the "
+                            "course's own parts")
     train.add_argument("--course-dir", default=None, help="the folder holding your notebooks (default course/)")
     train.add_argument("--resume", action="store_true", help="continue from out_dir/checkpoint.pt")
     train.add_argument("--stop-after", type=int, default=None, metavar="STEP",
@@ -68,10 +70,11 @@ def main(argv: list[str] | None = None) -> int:
 
             config = _config(args, resume=args.resume)  # before importing torch: a typo fails fast
             check_out_dir(config, args.resume)
+            from tinystories.stack import resolve
             from tinystories.train import run
 
-            run(config, implementation=args.model, resume=args.resume, progress=not args.quiet,
-                stop_after=args.stop_after, course_dir=args.course_dir)
+            run(config, stack=resolve(args.stack, args.course_dir), resume=args.resume, progress=not args.quiet,
+                stop_after=args.stop_after)
         elif args.command == "prepare":
             from tinystories.prepare import prepare
 

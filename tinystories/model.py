@@ -1,28 +1,15 @@
-"""The model of a run: the course's ModernDecoder, from the solutions (exported) or from your notebook.
+"""The model of a run: the ModernDecoder of its stack (tinystories.stack), yours or the course's.
 
-``build_model(config.model, vocab_size, implementation="reference")`` uses ``tinystories.course``,
-generated from solutions/ by ``make export``. ``implementation="course"`` runs the answer cells of
-your own ``course/08_decoder_models`` (and through its ``earlier`` cell your RMSNorm, RoPE and SwiGLU
-from notebooks 02, 03 and 06), so you train what you wrote. Both have the same parameter names, so a
-checkpoint of either loads into the other.
+Both have the same parameter names, so a checkpoint of either loads into the other.
 """
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
-import nbformat
 from torch import nn
 
 from tinystories.errors import RunError
-
-ROOT = Path(__file__).resolve().parent.parent
-COURSE = ROOT / "course"
-NOTEBOOK = "08_decoder_models"
-# The answer cells --model course needs finished: grade_id -> what a student sees in the notebook.
-NEEDED = {"rotary_gqa": "exercise 5 (RotaryGQA)", "modern_block": "exercise 6 (ModernBlock)",
-          "modern_decoder": "exercise 7 (ModernDecoder)"}
 
 
 def decoder_config(model_config, vocab_size: int, config_class):
@@ -34,41 +21,19 @@ def decoder_config(model_config, vocab_size: int, config_class):
                         rope_base=model_config.rope_theta)
 
 
-def _course_classes(folder: Path):
-    from coursetools.notebook_import import load_from_notebook
+def build_model(model_config, vocab_size: int, *, stack=None) -> nn.Module:
+    """A fresh ModernDecoder of ``stack`` (default: the course's reference)."""
+    from tinystories.stack import reference_stack
 
-    path = folder / NOTEBOOK / f"{NOTEBOOK}.ipynb"
-    if not path.is_file():
-        raise RunError(f"--model course needs your notebook {path}, which is not there")
-    for cell in nbformat.read(path, as_version=4).cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if grade_id in NEEDED and "raise NotImplementedError()" in cell.source:
-            raise RunError(f"--model course trains your ModernDecoder: finish notebook 08, {NEEDED[grade_id]} "
-                           f"in {path} first (it still says raise NotImplementedError())")
+    stack = stack or reference_stack()
+    config = decoder_config(model_config, vocab_size, stack.config_class)
     try:
-        # use_earlier looks for notebooks 02, 03 and 06 next to the current directory's folder.
-        with contextlib.chdir(path.parent):
-            return load_from_notebook(NOTEBOOK, "ModernDecoder", "DecoderConfig", folder=folder)
-    except Exception as error:  # noqa: BLE001 - any failure in the student's cells is one line for them
-        raise RunError(f"loading your ModernDecoder from {path} raised {type(error).__name__}: {error}") from None
-
-
-def build_model(model_config, vocab_size: int, *, implementation: str = "reference",
-                course_dir: str | Path | None = None) -> nn.Module:
-    """A fresh ModernDecoder: "reference" (the solutions' code) or "course" (your notebook 08)."""
-    if implementation == "reference":
-        from tinystories.course import DecoderConfig, ModernDecoder
-    elif implementation == "course":
-        ModernDecoder, DecoderConfig = _course_classes(Path(course_dir or COURSE).resolve())
-    else:
-        raise RunError(f"unknown model implementation {implementation!r}: use reference or course")
-    config = decoder_config(model_config, vocab_size, DecoderConfig)
-    try:
-        return ModernDecoder(config)
-    except Exception as error:  # noqa: BLE001
-        if implementation == "reference":
+        return stack.model(config)
+    except Exception as error:  # noqa: BLE001 - a failure in the student's class is one line for them
+        if stack.origins.get("model") != "yours":
             raise
-        raise RunError(f"building your ModernDecoder raised {type(error).__name__}: {error}") from None
+        raise RunError(f"building your ModernDecoder raised {type(error).__name__}: {error} "
+                       "(--stack reference trains the course's)") from None
 
 
 def count_parameters(model: nn.Module) -> int:

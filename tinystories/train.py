@@ -24,18 +24,14 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from tinystories.checkpoint import load_checkpoint
 from tinystories.config import as_dict, check_out_dir, to_toml
 from tinystories.course import (
-    DecoderConfig,
     bits_per_byte,
-    cosine_lr,
     flops_per_token,
     generate,
-    get_batch,
     mfu,
     rank_micro_batches,
     sample_next,
@@ -43,6 +39,7 @@ from tinystories.course import (
 from tinystories.errors import RunError
 from tinystories.model import build_model, count_parameters, decoder_config
 from tinystories.prepare import load_tokens, prepare
+from tinystories.stack import Stack, reference_stack
 
 # Peak dense tensor FLOP/s per GPU at 16-bit precision (vendor data sheets); MFU is omitted elsewhere.
 PEAK_FLOPS = {"H100": 989e12, "A100": 312e12, "L4": 121e12, "T4": 65e12}
@@ -177,7 +174,7 @@ def _samples(model, tokenizer_path: Path, config, eot_id: int, device) -> tuple[
     return texts, settings
 
 
-def _evaluate(model, tokens, config, d: _Dist, device, autocast, accumulation: int) -> float:
+def _evaluate(model, tokens, config, d: _Dist, device, autocast, accumulation: int, stack: Stack) -> float:
     """Mean validation loss over eval_batches fixed global batches (the same windows at every evaluation,
     for any number of processes: each rank takes its rows, in micro-batches, as in training)."""
     t = config.train
@@ -186,13 +183,13 @@ def _evaluate(model, tokens, config, d: _Dist, device, autocast, accumulation: i
     model.eval()
     with torch.no_grad():
         for _ in range(t.eval_batches):
-            x, y = get_batch(tokens, t.batch_size, config.model.context_length, generator=generator)
+            x, y = stack.batches(tokens, t.batch_size, config.model.context_length, generator=generator)
             xs = rank_micro_batches(x, d.rank, d.world, accumulation)
             ys = rank_micro_batches(y, d.rank, d.world, accumulation)
             for xb, yb in zip(xs, ys, strict=True):
                 with autocast():
                     logits = model(xb.to(device))
-                total += F.cross_entropy(logits.float().flatten(0, 1), yb.to(device).flatten()) / accumulation
+                total += stack.loss(logits.float().flatten(0, 1), yb.to(device).flatten()) / accumulation
     model.train()
     if d.world > 1:
         dist.all_reduce(total)
@@ -200,14 +197,16 @@ def _evaluate(model, tokens, config, d: _Dist, device, autocast, accumulation: i
     return float(total) / t.eval_batches
 
 
-def run(config, *, implementation: str = "reference", resume: bool = False, progress: bool = True,
-        stop_after: int | None = None, course_dir: str | Path | None = None) -> RunResult:
+def run(config, *, stack: Stack | None = None, resume: bool = False, progress: bool = True,
+        stop_after: int | None = None) -> RunResult:
     """Train as ``config`` says and write out_dir/{config.toml, metrics.jsonl, checkpoint.pt,
     loss_curve.png, samples.txt, tokenizer.json}.
 
+    ``stack``: the parts to train with (``tinystories.stack``: yours or the reference, the default).
     ``stop_after``: stop (with a checkpoint) after that step, as a job with a time limit would; resume
-    later with ``resume=True``. ``course_dir``: the folder holding your notebooks for "course".
+    later with ``resume=True``.
     """
+    stack = stack or reference_stack()
     t, m = config.train, config.model
     device_kind = _device(t)
     d = _init_distributed(device_kind)
@@ -226,7 +225,8 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
                        f"train.micro_batch_size ({t.micro_batch_size})")
 
     torch.manual_seed(t.seed)
-    raw_model = build_model(m, config.data.vocab_size, implementation=implementation, course_dir=course_dir).to(device)
+    say(stack.table())
+    raw_model = build_model(m, config.data.vocab_size, stack=stack).to(device)
 
     # Data: rank 0 builds it, the others then find it in the cache.
     if d.main:
@@ -245,8 +245,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
     decay = [p for p in raw_model.parameters() if p.dim() >= 2]
     no_decay = [p for p in raw_model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=t.max_lr, betas=(t.beta1, t.beta2),
-                                  **({"fused": True} if device.type == "cuda" else {}))
+    optimizer = stack.make_optimizer(groups, fused=device.type == "cuda", lr=t.max_lr, betas=(t.beta1, t.beta2))
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
     start, metrics = 0, []
@@ -278,7 +277,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
         from torch.nn.attention import SDPBackend, sdpa_kernel
         kernel = functools.partial(sdpa_kernel, SDPBackend.MATH)
 
-    per_token = flops_per_token(decoder_config(m, config.data.vocab_size, DecoderConfig), m.context_length)
+    per_token = flops_per_token(decoder_config(m, config.data.vocab_size, stack.config_class), m.context_length)
     peak = peak_flops(device) if precision in ("bf16", "fp16") else None
     tokens_per_step = t.batch_size * m.context_length
     val_stats = data.stats["val"]
@@ -288,7 +287,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
         shutil.copyfile(data.tokenizer, out / "tokenizer.json")
         with open(out / "metrics.jsonl", "w") as f:
             f.writelines(json.dumps(row) + "\n" for row in metrics)
-    say(f"model: {implementation} ModernDecoder, {count_parameters(raw_model):,} parameters; device {device}"
+    say(f"model: ModernDecoder ({stack.origins['model']}), {count_parameters(raw_model):,} parameters; device {device}"
         f"{f' x {d.world}' if d.world > 1 else ''}, {precision}, attention {t.attention}, compile {t.compile}; "
         f"{t.batch_size} x {m.context_length} tokens per step ({accumulation} micro-batch"
         f"{'es' if accumulation > 1 else ''} of {t.micro_batch_size} per process)")
@@ -298,7 +297,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
             return
         _save(checkpoint_path, {
             "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-            "step": step, "config": as_dict(config), "implementation": implementation,
+            "step": step, "config": as_dict(config), "stack": stack.name, "origins": stack.origins,
             "vocab_size": config.data.vocab_size, "eot_id": data.eot_id,
             "rng": {"torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state() if device.type == "cuda" else None}})
@@ -312,12 +311,12 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
     try:
         for step in range(start + 1, last + 1):
             began = time.perf_counter()
-            lr = cosine_lr(step, max_lr=t.max_lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps,
+            lr = stack.schedule(step, max_lr=t.max_lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps,
                            decay_steps=t.max_steps)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             generator = torch.Generator().manual_seed((t.seed << 32) + step)
-            x, y = get_batch(train_tokens, t.batch_size, m.context_length, generator=generator)
+            x, y = stack.batches(train_tokens, t.batch_size, m.context_length, generator=generator)
             xs = rank_micro_batches(x, d.rank, d.world, accumulation)
             ys = rank_micro_batches(y, d.rank, d.world, accumulation)
             loss_sum = torch.zeros((), device=device)
@@ -325,12 +324,11 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
                 sync = d.world == 1 or i == accumulation - 1
                 with (contextlib.nullcontext() if sync else model.no_sync()), autocast(), kernel():
                     logits = model(xb.to(device, non_blocking=True))
-                    loss = F.cross_entropy(logits.float().flatten(0, 1), yb.to(device).flatten()) / accumulation
+                    loss = stack.loss(logits.float().flatten(0, 1), yb.to(device).flatten()) / accumulation
                 scaler.scale(loss).backward()
                 loss_sum += loss.detach()
             scaler.unscale_(optimizer)
-            grad_norm = (torch.nn.utils.clip_grad_norm_(raw_model.parameters(), t.grad_clip)
-                         if t.grad_clip > 0 else None)
+            grad_norm = stack.clipping(list(raw_model.parameters()), t.grad_clip) if t.grad_clip > 0 else None
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
@@ -352,7 +350,7 @@ def run(config, *, implementation: str = "reference", resume: bool = False, prog
                 raise RunError(f"the training loss became {train_loss} at step {step}: lower train.max_lr")
             if step % t.eval_interval == 0 or step == t.max_steps:
                 with kernel():
-                    val_loss = _evaluate(model, val_tokens, config, d, device, autocast, accumulation)
+                    val_loss = _evaluate(model, val_tokens, config, d, device, autocast, accumulation, stack)
                 val_bpb = bits_per_byte(val_loss, val_stats["tokens"], val_stats["bytes"])
                 row.update(val_loss=val_loss, val_bpb=val_bpb)
                 say(f"step {step}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, "

@@ -1,0 +1,73 @@
+"""`python -m tinystories train` trains the student's own parts: which ones, and why not the others.
+
+The parity of the two stacks (same losses from the same seed) is in test_tinystories_train.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import nbformat
+import torch
+from tinystories_helpers import ROOT, cli, tiny_args
+
+from tinystories.config import load_config
+from tinystories.model import build_model
+from tinystories.stack import PARTS, reference_stack, student_stack
+
+SUMMED = '''def cross_entropy(logits, targets, *, ignore_index=-100, label_smoothing=0.0):
+    log_probs = logits - logits.logsumexp(-1, keepdim=True)
+    return -log_probs.gather(-1, targets.unsqueeze(-1)).sum()  # summed, not averaged
+'''
+
+
+def test_untouched_stubs_train_the_reference_and_say_so():
+    stack = student_stack(ROOT / "course")
+    assert set(stack.origins) == {p.key for p in PARTS}
+    for key, origin in stack.origins.items():
+        assert origin.startswith("reference (not started:") and "NotImplementedError" in origin, (key, origin)
+    assert stack.optimizer is torch.optim.AdamW and stack.model is reference_stack().model
+    assert "model: ModernDecoder      notebook 08  reference (not started: modern_block" in stack.table()
+
+
+def test_each_part_is_yours_unless_it_fails_its_visible_checks(tmp_path):
+    """Notebook 10 finished except a cross_entropy that sums instead of averaging; notebook 08 missing."""
+    shutil.copytree(ROOT / "solutions" / "10_training", tmp_path / "10_training")
+    path = tmp_path / "10_training" / "10_training.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "cross_entropy"]
+    cell.source = SUMMED
+    nbformat.write(nb, path)
+
+    stack = student_stack(tmp_path)
+    assert stack.origins["model"] == f"reference (no notebook {tmp_path / '08_decoder_models' / '08_decoder_models.ipynb'})"
+    assert stack.origins["loss"].startswith("reference (failing: cross_entropy: ")
+    assert stack.loss is torch.nn.functional.cross_entropy
+    for key in ("optimizer", "schedule", "clipping", "batches"):
+        assert stack.origins[key] == "yours", (key, stack.origins[key])
+    assert stack.optimizer.__module__ == "notebook_10_training"  # really the notebook's class
+
+
+def test_your_model_is_the_notebook_class_and_equals_the_reference():
+    """solutions/ standing in for a finished course/: the notebook's own class, the reference's numbers."""
+    config = load_config("cpu_demo", ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64"])
+    torch.manual_seed(0)
+    theirs = build_model(config.model, 300, stack=student_stack(ROOT / "solutions", check=False)).eval()
+    ours = build_model(config.model, 300).eval()
+    assert type(theirs).__module__ != type(ours).__module__
+    ours.load_state_dict(theirs.state_dict())
+    tokens = torch.randint(0, 300, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(tokens), ours(tokens))
+
+
+def test_the_command_prints_the_table_first(tmp_path):
+    default = cli("train", *tiny_args(tmp_path / "d", tmp_path / "a", "train.max_steps=3"),
+                  "--course-dir", str(ROOT / "course"))
+    assert default.returncode == 0, default.stderr
+    first = default.stdout.splitlines()[:len(PARTS) + 1]
+    assert first[0] == "the parts of this run (--stack yours):"
+    assert all("reference (not started:" in line for line in first[1:])
+    reference = cli("train", *tiny_args(tmp_path / "d", tmp_path / "b", "train.max_steps=3"), "--stack", "reference")
+    assert reference.returncode == 0, reference.stderr
+    assert reference.stdout.splitlines()[1].endswith("reference (--stack reference)")

@@ -1,0 +1,159 @@
+"""The parts a run trains with: yours, from your notebooks, or the course's reference.
+
+``python -m tinystories train`` trains YOUR code by default (``--stack yours``): the model of notebook 08
+(``ModernDecoder``, built from your RMSNorm, RoPE and SwiGLU through that notebook's ``earlier`` cell), and
+from notebook 10 the loss, the optimizer, the learning-rate schedule, gradient clipping and the batches.
+A part whose exercise is not started, fails the visible checks of its notebook's test cell, or cannot be
+loaded falls back to the course's reference, and the run starts by printing which is which and why.
+
+``--stack reference`` trains the course's own parts (instructors, CI, benchmarks): the model, schedule and
+batches exported from the solutions (``tinystories.course``) and PyTorch's ``F.cross_entropy``,
+``torch.optim.AdamW`` (fused on a GPU) and ``clip_grad_norm_``. The two stacks are one program: the same
+calls with the same arguments, so a run from the same seed gives the same losses to float32 rounding
+(``tests/test_tinystories_stack.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import torch
+import torch.nn.functional as F
+
+from tinystories.errors import RunError
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSE = ROOT / "course"
+STUB = "raise NotImplementedError()"
+
+
+@dataclass(frozen=True)
+class Part:
+    key: str  # the Stack attribute it fills
+    name: str  # the definition taken from the notebook
+    notebook: str
+    exercises: tuple[str, ...]  # grade ids whose visible checks must pass
+
+
+PARTS = (
+    Part("model", "ModernDecoder", "08_decoder_models", ("rotary_gqa", "modern_block", "modern_decoder")),
+    Part("loss", "cross_entropy", "10_training", ("cross_entropy",)),
+    Part("optimizer", "AdamW", "10_training", ("adamw",)),
+    Part("schedule", "cosine_lr", "10_training", ("cosine_lr",)),
+    Part("clipping", "clip_grad_norm", "10_training", ("clip_grad_norm",)),
+    Part("batches", "get_batch", "10_training", ("get_batch",)),
+)
+
+
+@dataclass
+class Stack:
+    """What a run calls. ``model`` is the ModernDecoder class, ``config_class`` its DecoderConfig;
+    ``origins`` says, for each part, "yours" or "reference (why)"."""
+
+    model: type
+    config_class: type
+    loss: object
+    optimizer: type
+    schedule: object
+    clipping: object
+    batches: object
+    name: str = "reference"
+    origins: dict[str, str] = field(default_factory=dict)
+
+    def make_optimizer(self, groups, *, fused: bool, **options) -> torch.optim.Optimizer:
+        """The optimizer over ``groups``; PyTorch's fused AdamW kernel where asked for and it is PyTorch's."""
+        if fused and self.optimizer is torch.optim.AdamW:
+            options["fused"] = True
+        return self.optimizer(groups, **options)
+
+    def table(self) -> str:
+        width = max(len(f"{p.key}: {p.name}") for p in PARTS)
+        lines = [f"the parts of this run (--stack {self.name}):"]
+        lines += [f"  {f'{p.key}: {p.name}':<{width}}  notebook {p.notebook[:2]}  {self.origins[p.key]}" for p in PARTS]
+        return "\n".join(lines)
+
+
+def reference_stack(reason: str = "--stack reference") -> Stack:
+    from tinystories import course
+
+    stack = Stack(model=course.ModernDecoder, config_class=course.DecoderConfig, loss=F.cross_entropy,
+                  optimizer=torch.optim.AdamW, schedule=course.cosine_lr, clipping=torch.nn.utils.clip_grad_norm_,
+                  batches=course.get_batch)
+    stack.origins = {p.key: f"reference ({reason})" for p in PARTS}
+    return stack
+
+
+def _stubs(path: Path) -> set[str]:
+    """Grade ids of the answer cells that still hold the stub."""
+    cells = nbformat.read(path, as_version=4).cells
+    return {cell.metadata["nbgrader"]["grade_id"] for cell in cells
+            if cell.metadata.get("nbgrader", {}).get("solution") and STUB in cell.source}
+
+
+def _visible_failures(path: Path, exercises: set[str]) -> dict[str, str]:
+    """{grade id: the first line of why} for the exercises whose visible checks fail, as the test cells run them."""
+    from autograder.grading import self_check
+
+    report, _ = self_check(path, exercises=exercises, hidden=False)
+    return {r.exercise.id: r.message.splitlines()[0] for r in report.exercises if not r.passed}
+
+
+def _load(path: Path, names: list[str]) -> dict:
+    from coursetools.notebook_import import load_from_notebook
+
+    with contextlib.chdir(path.parent):  # the notebook's `earlier` cell looks for notebooks beside it
+        values = load_from_notebook(path.parent.name, *names, folder=path.parent.parent)
+    return dict(zip(names, values if len(names) > 1 else [values], strict=True))
+
+
+def student_stack(course_dir: str | Path | None = None, *, check: bool = True) -> Stack:
+    """Your parts from ``course_dir`` (default course/), each replaced by the reference's where it is not
+    ready. ``check=False`` skips the visible checks (tests that already know the notebooks are right)."""
+    folder = Path(course_dir or COURSE).resolve()
+    stack = reference_stack()
+    stack.name, origins = "yours", {}
+    for notebook in dict.fromkeys(p.notebook for p in PARTS):
+        parts = [p for p in PARTS if p.notebook == notebook]
+        path = folder / notebook / f"{notebook}.ipynb"
+        if not path.is_file():
+            origins.update({p.key: f"reference (no notebook {path})" for p in parts})
+            continue
+        stubs = _stubs(path)
+        ready = [p for p in parts if not stubs & set(p.exercises)]
+        origins.update({p.key: f"reference (not started: {', '.join(sorted(stubs & set(p.exercises)))} still "
+                               f"say{'s' * (len(stubs & set(p.exercises)) == 1)} {STUB})" for p in parts if p not in ready})
+        if ready and check:
+            failures = _visible_failures(path, {e for p in ready for e in p.exercises})
+            for p in list(ready):
+                failed = [f"{e}: {failures[e]}" for e in p.exercises if e in failures]
+                if failed:
+                    origins[p.key] = f"reference (failing: {failed[0]})"
+                    ready.remove(p)
+        if not ready:
+            continue
+        names = [p.name for p in ready] + (["DecoderConfig"] if any(p.key == "model" for p in ready) else [])
+        try:
+            loaded = _load(path, names)
+        except Exception as error:  # noqa: BLE001 - any failure in the notebook is one line for the student
+            origins.update({p.key: f"reference (loading {path.name} raised {type(error).__name__}: {error})"
+                            for p in ready})
+            continue
+        for p in ready:
+            setattr(stack, p.key, loaded[p.name])
+            origins[p.key] = "yours"
+        if "DecoderConfig" in loaded:
+            stack.config_class = loaded["DecoderConfig"]
+    stack.origins = origins
+    return stack
+
+
+def resolve(name: str, course_dir: str | Path | None = None) -> Stack:
+    """``--stack yours`` or ``--stack reference``."""
+    if name == "reference":
+        return reference_stack()
+    if name == "yours":
+        return student_stack(course_dir)
+    raise RunError(f"unknown stack {name!r}: use yours or reference")
