@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+import sys
+import types
 from pathlib import Path
 
 import nbformat
@@ -83,7 +85,11 @@ def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
     path = (folder or Path.cwd().parent) / notebook / f"{notebook}.ipynb"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: load_from_notebook looks next to this notebook's folder")
-    namespace: dict = {"__name__": f"notebook_{notebook}"}
+    # A real module in sys.modules, not a bare dict: torch.compile (and pickle) look classes up by __module__.
+    module = types.ModuleType(f"notebook_{notebook}", f"The answer cells of {path}")
+    module.__file__ = str(path)
+    sys.modules[module.__name__] = module
+    namespace = module.__dict__
     cells = [
         cell for cell in nbformat.read(path, as_version=4).cells
         if cell.cell_type == "code"

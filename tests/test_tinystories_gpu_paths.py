@@ -1,0 +1,86 @@
+"""Every code path a GPU run takes, run on the CPU at a tiny size, so that CI (which has no GPU) breaks
+when one of them does: torch.compile of the model (the reference's and a student's), bf16 autocast, the
+fp16 gradient scaler, fused AdamW, SDPA against the unfused formula. DDP with two processes is
+test_tinystories_ddp.py.
+
+Each run is compared with the plain float32 run of the same config and seed (``straight``), over 6 steps
+with losses near 6. Tolerances: compiled and unfused-attention runs only reorder float32 sums, 1e-4 absolute
+(measured: at most 4.8e-7); bf16 and fp16 autocast round activations to 8 and 11 significant bits, 1e-2 and
+1e-3 absolute (measured: 2.0e-4 and 2.4e-5), and each must differ from float32 at all (autocast really ran).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tinystories_helpers import ROOT, tiny_config
+
+import tinystories.train as train_module
+from tinystories.stack import reference_stack, student_stack
+from tinystories.train import run
+
+
+def _losses(result) -> list[float]:
+    return [row["train_loss"] for row in result.metrics]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def straight(data_dir, tmp_path_factory):
+    return _losses(run(tiny_config(data_dir, tmp_path_factory.mktemp("straight")), progress=False))
+
+
+@pytest.mark.parametrize("stack", ["reference", "yours"])
+def test_torch_compile(stack, straight, data_dir, tmp_path):
+    """train.compile = true: inductor compiles the model (forward and backward) on the CPU."""
+    chosen = reference_stack() if stack == "reference" else student_stack(ROOT / "solutions", check=False)
+    result = run(tiny_config(data_dir, tmp_path, "train.compile=true"), stack=chosen, progress=False)
+    assert _losses(result) == pytest.approx(straight, abs=1e-4, rel=0)
+
+
+def test_sdpa_kernels_match_the_unfused_formula(straight, data_dir, tmp_path):
+    result = run(tiny_config(data_dir, tmp_path, "train.attention=math"), progress=False)
+    assert _losses(result) == pytest.approx(straight, abs=1e-4, rel=0)
+
+
+def test_bf16_autocast(straight, data_dir, tmp_path):
+    result = run(tiny_config(data_dir, tmp_path, "train.precision=bf16"), progress=False)
+    losses = _losses(result)
+    assert losses != straight  # autocast really ran in bfloat16
+    assert losses == pytest.approx(straight, abs=1e-2, rel=0)
+
+
+def test_fp16_with_the_gradient_scaler(straight, data_dir, tmp_path, monkeypatch):
+    """The path of a GPU without bf16 (a T4): fp16 autocast and a GradScaler, here on the CPU's fp16 kernels."""
+    monkeypatch.setattr(train_module, "_precision", lambda precision, device: "fp16")
+    result = run(tiny_config(data_dir, tmp_path), progress=False)
+    assert _losses(result) != straight and _losses(result) == pytest.approx(straight, abs=1e-3, rel=0)
+    scaler = torch.load(result.checkpoint, weights_only=True)["scaler"]
+    assert scaler["scale"] > 0 and scaler["_growth_tracker"] == 6  # enabled, and no step was skipped
+
+
+def test_fused_adamw_is_torchs_fused_kernel():
+    """make_optimizer(fused=True), as a CUDA run calls it, gives torch's fused AdamW; one step equals the
+    for-each implementation's to 1e-6 (fused AdamW runs on the CPU too in the pinned torch)."""
+    torch.manual_seed(0)
+    weights = [torch.randn(8, 4), torch.randn(4)]
+    steps = []
+    for fused in (True, False):
+        params = [torch.nn.Parameter(w.clone()) for w in weights]
+        optimizer = reference_stack().make_optimizer([{"params": params, "weight_decay": 0.1}], fused=fused,
+                                                     lr=1e-2, betas=(0.9, 0.95))
+        assert optimizer.defaults["fused"] is (True if fused else None)
+        for p in params:
+            p.grad = torch.ones_like(p)
+        optimizer.step()
+        steps.append(params)
+    for a, b in zip(*steps, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    # A student's AdamW has no fused kernel: it is called without the flag.
+    yours = student_stack(ROOT / "solutions", check=False)
+    optimizer = yours.make_optimizer([{"params": [torch.nn.Parameter(torch.zeros(2))]}], fused=True, lr=1e-3)
+    assert type(optimizer) is yours.optimizer
