@@ -1,4 +1,4 @@
-"""Command line: `python -m tinystories {train,prepare,sample}` (see `--help`).
+"""Command line: `python -m tinystories {train,preflight,prepare,sample}` (see `--help`).
 
 A user error (bad config, missing data, a checkpoint in the way, out of GPU memory) prints one line
 ``error: ...`` and exits with status 2, without a traceback.
@@ -35,6 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from out_dir/checkpoint.pt")
     train.add_argument("--stop-after", type=int, default=None, metavar="STEP",
                        help="stop with a checkpoint after STEP (to fit a time limit); --resume continues it")
+
+    preflight = commands.add_parser("preflight", help="on a GPU machine, before a long run: CUDA, bf16, compile, "
+                                                      "data, and a short timing with the run's estimated minutes")
+    common(preflight, config_default="gpu_h100")
+    preflight.add_argument("--steps", type=int, default=20, help="optimizer steps to time (default 20)")
+    preflight.add_argument("--stack", choices=("yours", "reference"), default="yours")
+    preflight.add_argument("--course-dir", default=None)
 
     prepare = commands.add_parser("prepare", help="download (if needed) the data and build tokenizer and tokens")
     common(prepare, config_default="cpu_demo")
@@ -75,6 +82,14 @@ def main(argv: list[str] | None = None) -> int:
 
             run(config, stack=resolve(args.stack, args.course_dir), resume=args.resume, progress=not args.quiet,
                 stop_after=args.stop_after)
+        elif args.command == "preflight":
+            from tinystories.preflight import preflight, report
+            from tinystories.stack import resolve
+
+            config = _config(args)
+            findings = preflight(config, name=args.config, steps=args.steps, stack=resolve(args.stack, args.course_dir))
+            print(report(findings))
+            return 0 if all(f.ok for f in findings) else 1
         elif args.command == "prepare":
             from tinystories.prepare import prepare
 
