@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/tinystories_gpu.py                      # on the GPU machine
     .venv/bin/python benchmarks/tinystories_gpu.py --set train.attention=math --output benchmarks/tinystories_gpu_math
+    .venv/bin/python benchmarks/tinystories_gpu.py --stack solutions --output benchmarks/tinystories_gpu_solutions
     .venv/bin/python benchmarks/tinystories_gpu.py --device cpu --tiny --steps 3 --output /tmp/x   # a smoke test
 
 It runs the real training loop (``tinystories.train.run``) with the gpu_h100 config for warm-up + N
@@ -21,10 +22,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import command, machine, now  # noqa: E402
 from tinystories.config import load_config  # noqa: E402
+from tinystories.stack import reference_stack, student_stack  # noqa: E402
 from tinystories.train import peak_flops, run  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64", "model.context_length=32",
@@ -39,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--tiny", action="store_true", help="a tiny model (a smoke test of this script on a CPU)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--stack", choices=("reference", "solutions"), default="reference",
+                        help="solutions: the parts a student who finished notebooks 08 and 10 trains (tinystories.stack)")
     parser.add_argument("--output", default="benchmarks/tinystories_gpu", help="writes OUTPUT.json and OUTPUT.md")
     args = parser.parse_args(argv)
 
@@ -50,13 +55,14 @@ def main(argv: list[str] | None = None) -> int:
                      f"train.device={args.device}", "sample.n=1", "sample.max_new_tokens=4",
                      f"out_dir={tmp}/run", *args.set]
         config = load_config(args.config, overrides)
-        result = run(config, progress=False)
+        stack = student_stack(ROOT / "solutions", check=False) if args.stack == "solutions" else reference_stack()
+        result = run(config, stack=stack, progress=False)
     timed = result.metrics[args.warmup:]
     device = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
     report = {
         "command": command(), "date": now(), "machine": machine(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "config": args.config, "overrides": overrides[len(TINY) if args.tiny else 0:],
+        "config": args.config, "stack": args.stack, "overrides": overrides[len(TINY) if args.tiny else 0:],
         "tokens_per_step": config.train.batch_size * config.model.context_length,
         "timed_steps": len(timed),
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
@@ -73,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     eta = 327_680_000 / report["tokens_per_s"] / 60
     memory = f"{report['peak_memory_gib']:.1f} GiB" if report["peak_memory_gib"] is not None else "n/a"
     out.with_suffix(".md").write_text(
-        f"# TinyStories training speed ({report['config']})\n\n"
+        f"# TinyStories training speed ({report['config']}, stack {report['stack']})\n\n"
         f"{report['date']}, {report['device']}; {report['machine']}\n\n"
         f"Command: `{report['command']}`\n\n"
         f"| tokens/s | ms/step | MFU | peak memory | 327.68M tokens would take |\n|---:|---:|---:|---:|---:|\n"

@@ -68,16 +68,18 @@ def test_missing_token_file(trained, tmp_path):
         token_file.write_bytes(saved)
 
 
-def test_gpu_benchmark_script_runs_tiny_on_cpu(tmp_path):
-    """The exact script a GPU run uses, at a tiny size on the CPU: it trains and writes its JSON and Markdown."""
+@pytest.mark.parametrize("stack", ["reference", "solutions"])
+def test_gpu_benchmark_script_runs_tiny_on_cpu(stack, tmp_path):
+    """The exact script a GPU run uses, at a tiny size on the CPU, for both stacks: it trains and writes its
+    JSON and Markdown."""
     import json
 
-    result = cli("--device", "cpu", "--tiny", "--steps", "3", "--warmup", "1", "--output", str(tmp_path / "bench"),
-                 module=(str(ROOT / "benchmarks" / "tinystories_gpu.py"),))
+    result = cli("--device", "cpu", "--tiny", "--steps", "3", "--warmup", "1", "--stack", stack,
+                 "--output", str(tmp_path / "bench"), module=(str(ROOT / "benchmarks" / "tinystories_gpu.py"),))
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "bench.json").read_text())
     assert report["timed_steps"] == 3 and report["tokens_per_s"] > 0 and report["mfu"] is None
-    assert "tokens/s" in (tmp_path / "bench.md").read_text()
+    assert report["stack"] == stack and f"stack {stack}" in (tmp_path / "bench.md").read_text()
 
 
 class _RunsCode:
