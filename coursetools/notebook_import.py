@@ -71,9 +71,10 @@ def use_earlier(notebook: str, name: str, fallback, *, folder: Path | None = Non
     return fallback
 
 
-# Cells run before the answer cells: the imports, the earlier notebooks' parts the answers build on, and
-# the given configuration classes (cells with ids ``configs`` or ``config-<name>``).
-PREAMBLE_CELLS = ("setup", "earlier")
+# Cells run with the answer cells, in notebook order: the imports, the earlier notebooks' parts the answers
+# build on, the given configuration classes (cells with ids ``configs`` or ``config-<name>``), and given
+# classes that a later answer builds on (notebook 11's CachedBlock, used by its CachedDecoder).
+PREAMBLE_CELLS = ("setup", "earlier", "cached-block")
 
 
 def _is_preamble(cell_id: str | None) -> bool:

@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("--max-new-tokens", type=int, default=None)
     sample.add_argument("--temperature", type=float, default=None)
     sample.add_argument("--top-k", type=int, default=None)
+    sample.add_argument("--stack", choices=("yours", "reference"), default="yours",
+                        help="yours: the sample_next and generate of your notebook 11 (the course's where unfinished)")
+    sample.add_argument("--course-dir", default=None)
     return parser
 
 
@@ -117,6 +120,7 @@ def _sample(args) -> None:
 
     from tinystories.checkpoint import load_checkpoint
     from tinystories.model import load_trained
+    from tinystories.stack import resolve
     from tinystories.train import _samples
 
     model, _, config = load_trained(args.out)
@@ -124,8 +128,11 @@ def _sample(args) -> None:
                "temperature": args.temperature, "top_k": args.top_k}
     config.sample = dataclasses.replace(config.sample, **{k: v for k, v in changes.items() if v is not None})
     checkpoint = load_checkpoint(Path(args.out) / "checkpoint.pt")
+    stack = resolve(args.stack, args.course_dir, keys=("sampling", "generation"))
+    if stack.name == "yours":
+        print("\n".join(line for line in stack.table().splitlines() if "not needed" not in line))
     texts, settings = _samples(model, Path(args.out) / "tokenizer.json", config, checkpoint["eot_id"],
-                               torch.device("cpu"))
+                               torch.device("cpu"), stack)
     print(f"# {settings}")
     for i, text in enumerate(texts):
         print(f"--- {i + 1} ---\n{text}")

@@ -1,8 +1,9 @@
 """The parts a run trains with: yours, from your notebooks, or the course's reference.
 
 ``python -m tinystories train`` trains YOUR code by default (``--stack yours``): the model of notebook 08
-(``ModernDecoder``, built from your RMSNorm, RoPE and SwiGLU through that notebook's ``earlier`` cell), and
-from notebook 10 the loss, the optimizer, the learning-rate schedule, gradient clipping and the batches.
+(``ModernDecoder``, built from your RMSNorm, RoPE and SwiGLU through that notebook's ``earlier`` cell),
+from notebook 10 the loss, the optimizer, the learning-rate schedule, gradient clipping and the batches,
+and from notebook 11 the sampling and generation loop that write the run's stories (``sample`` too).
 A part whose exercise is not started, fails the visible checks of its notebook's test cell, or cannot be
 loaded falls back to the course's reference, and the run starts by printing which is which and why.
 
@@ -45,6 +46,8 @@ PARTS = (
     Part("schedule", "cosine_lr", "10_training", ("cosine_lr",)),
     Part("clipping", "clip_grad_norm", "10_training", ("clip_grad_norm",)),
     Part("batches", "get_batch", "10_training", ("get_batch",)),
+    Part("sampling", "sample_next", "11_decoding", ("greedy_temperature", "top_k_filter", "top_p_filter", "sample_next")),
+    Part("generation", "generate", "11_decoding", ("generate",)),
 )
 
 
@@ -60,6 +63,8 @@ class Stack:
     schedule: object
     clipping: object
     batches: object
+    sampling: object
+    generation: object
     name: str = "reference"
     origins: dict[str, str] = field(default_factory=dict)
 
@@ -81,7 +86,7 @@ def reference_stack(reason: str = "--stack reference") -> Stack:
 
     stack = Stack(model=course.ModernDecoder, config_class=course.DecoderConfig, loss=F.cross_entropy,
                   optimizer=torch.optim.AdamW, schedule=course.cosine_lr, clipping=torch.nn.utils.clip_grad_norm_,
-                  batches=course.get_batch)
+                  batches=course.get_batch, sampling=course.sample_next, generation=course.generate)
     stack.origins = {p.key: f"reference ({reason})" for p in PARTS}
     return stack
 
@@ -109,14 +114,17 @@ def _load(path: Path, names: list[str]) -> dict:
     return dict(zip(names, values if len(names) > 1 else [values], strict=True))
 
 
-def student_stack(course_dir: str | Path | None = None, *, check: bool = True) -> Stack:
+def student_stack(course_dir: str | Path | None = None, *, check: bool = True, keys=None) -> Stack:
     """Your parts from ``course_dir`` (default course/), each replaced by the reference's where it is not
-    ready. ``check=False`` skips the visible checks (tests that already know the notebooks are right)."""
+    ready. ``check=False`` skips the visible checks (tests that already know the notebooks are right);
+    ``keys`` limits the work to those parts (``sample`` needs only the sampling ones), the others stay the
+    reference's."""
     folder = Path(course_dir or COURSE).resolve()
     stack = reference_stack()
-    stack.name, origins = "yours", {}
-    for notebook in dict.fromkeys(p.notebook for p in PARTS):
-        parts = [p for p in PARTS if p.notebook == notebook]
+    stack.name, origins = "yours", {p.key: "reference (not needed here)" for p in PARTS}
+    wanted = [p for p in PARTS if keys is None or p.key in keys]
+    for notebook in dict.fromkeys(p.notebook for p in wanted):
+        parts = [p for p in wanted if p.notebook == notebook]
         path = folder / notebook / f"{notebook}.ipynb"
         if not path.is_file():
             origins.update({p.key: f"reference (no notebook {path})" for p in parts})
@@ -150,10 +158,10 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True) -
     return stack
 
 
-def resolve(name: str, course_dir: str | Path | None = None) -> Stack:
+def resolve(name: str, course_dir: str | Path | None = None, keys=None) -> Stack:
     """``--stack yours`` or ``--stack reference``."""
     if name == "reference":
         return reference_stack()
     if name == "yours":
-        return student_stack(course_dir)
+        return student_stack(course_dir, keys=keys)
     raise RunError(f"unknown stack {name!r}: use yours or reference")

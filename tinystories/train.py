@@ -28,14 +28,7 @@ from tqdm.auto import tqdm
 
 from tinystories.checkpoint import load_checkpoint
 from tinystories.config import as_dict, check_out_dir, to_toml
-from tinystories.course import (
-    bits_per_byte,
-    flops_per_token,
-    generate,
-    mfu,
-    rank_micro_batches,
-    sample_next,
-)
+from tinystories.course import bits_per_byte, flops_per_token, mfu, rank_micro_batches
 from tinystories.errors import RunError
 from tinystories.model import build_model, count_parameters, decoder_config
 from tinystories.prepare import load_tokens, prepare
@@ -156,18 +149,18 @@ class _Cropped(torch.nn.Module):
         return self.model(tokens[:, -self.context_length:])
 
 
-def _samples(model, tokenizer_path: Path, config, eot_id: int, device) -> tuple[list[str], str]:
+def _samples(model, tokenizer_path: Path, config, eot_id: int, device, stack: Stack) -> tuple[list[str], str]:
     from tokenizers import Tokenizer
 
     s = config.sample
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     generator = torch.Generator(device=device).manual_seed(config.train.seed)
-    pick = functools.partial(sample_next, temperature=s.temperature, top_k=s.top_k or None, generator=generator)
+    pick = functools.partial(stack.sampling, temperature=s.temperature, top_k=s.top_k or None, generator=generator)
     prompt = torch.tensor(tokenizer.encode(s.prompt).ids, dtype=torch.long, device=device)
     cropped = _Cropped(model, config.model.context_length).eval()
     texts = []
     for _ in range(s.n):
-        ids = generate(cropped, prompt, max_new_tokens=s.max_new_tokens, eos_id=eot_id, pick=pick)
+        ids = stack.generation(cropped, prompt, max_new_tokens=s.max_new_tokens, eos_id=eot_id, pick=pick)
         texts.append(tokenizer.decode([i for i in ids.tolist() if i != eot_id]))
     settings = (f"prompt {s.prompt!r}, temperature {s.temperature}, top_k {s.top_k or 'off'}, "
                 f"max_new_tokens {s.max_new_tokens}, seed {config.train.seed}")
@@ -381,7 +374,7 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
             if val_rows:
                 val_loss, val_bpb = val_rows[-1]["val_loss"], val_rows[-1]["val_bpb"]
         with kernel():
-            samples, settings = _samples(raw_model, data.tokenizer, config, data.eot_id, device)
+            samples, settings = _samples(raw_model, data.tokenizer, config, data.eot_id, device, stack)
         text = f"# {settings}\n" + "".join(f"\n--- sample {i + 1} ---\n{s}\n" for i, s in enumerate(samples))
         (out / "samples.txt").write_text(text)
         say(f"\nSamples ({settings}):")
