@@ -1,4 +1,6 @@
-"""The training loop: one process, or one per GPU under torchrun (DDP).
+"""The training loop: one process, or one per GPU under torchrun (DDP), calling the parts of its stack
+(``tinystories.stack``: the student's, or the reference's) for the model, loss, optimizer, schedule,
+clipping, batches and samples.
 
 Determinism: the global batch of optimizer step t is drawn from a generator seeded by (seed, t); each
 rank takes its contiguous rows of it and splits them into micro-batches (``rank_micro_batches``). So a
