@@ -26,7 +26,7 @@ import nbformat
 import torch
 
 
-def _answer_cells(path: Path) -> list:
+def answer_cells(path: Path) -> list:
     return [cell for cell in nbformat.read(path, as_version=4).cells
             if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution")]
 
@@ -56,7 +56,7 @@ def use_earlier(notebook: str, name: str, fallback, *, folder: Path | None = Non
         reason = f"{path} is not there"
     else:
         try:
-            defining = [cell for cell in _answer_cells(path) if _defines(cell.source, name)]
+            defining = [cell for cell in answer_cells(path) if _defines(cell.source, name)]
             if any("raise NotImplementedError()" in cell.source for cell in defining):
                 reason = "its answer cell still says raise NotImplementedError()"
             else:

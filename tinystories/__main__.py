@@ -130,7 +130,7 @@ def _sample(args) -> None:
     checkpoint = load_checkpoint(Path(args.out) / "checkpoint.pt")
     stack = resolve(args.stack, args.course_dir, keys=("sampling", "generation"))
     if stack.name == "yours":
-        print("\n".join(line for line in stack.table().splitlines() if "not needed" not in line))
+        print(stack.table())
     texts, settings = _samples(model, Path(args.out) / "tokenizer.json", config, checkpoint["eot_id"],
                                torch.device("cpu"), stack)
     print(f"# {settings}")

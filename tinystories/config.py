@@ -198,7 +198,15 @@ def load_config(name_or_path: str = "cpu_demo", overrides: Sequence[str] = ()) -
         table = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as error:
         raise RunError(f"{path} is not valid TOML: {error}") from None
-    config = from_dict(table, source=path.name)
+    return _overridden(from_dict(table, source=path.name), overrides)
+
+
+def with_overrides(config: RunConfig, overrides: Sequence[str]) -> RunConfig:
+    """A copy of ``config`` with ``section.key=value`` overrides applied, validated (``config`` is unchanged)."""
+    return _overridden(from_dict(as_dict(config)), overrides)
+
+
+def _overridden(config: RunConfig, overrides: Sequence[str]) -> RunConfig:
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:

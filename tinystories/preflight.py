@@ -21,7 +21,6 @@ import io
 import statistics
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -88,26 +87,26 @@ def check_compile(config) -> Finding:
 
 
 def check_data(config, name: str = "NAME") -> Finding:
-    folder = Path(config.data.dir)
-    source = "sample" if config.data.source == "sample" else config.data.source
-    ready = sorted(folder.glob(f"{source}-v{config.data.vocab_size}-*/stats.json")) if folder.is_dir() else []
+    from tinystories.prepare import prepared_folders
+
+    source = config.data.source
+    ready = prepared_folders(config.data)
     if ready:
-        return Finding("data", True, f"prepared in {ready[-1].parent}")
-    return Finding("data", False, f"no {source} tokens of {config.data.vocab_size} tokens' vocabulary in {folder}",
+        return Finding("data", True, f"prepared in {ready[-1]}")
+    return Finding("data", False, f"no {source} tokens of {config.data.vocab_size} tokens' vocabulary in "
+                                  f"{config.data.dir}",
                    f"python -m tinystories prepare --config {name} first (the run would otherwise start "
                    f"by {'tokenizing the shipped sample' if source == 'sample' else 'downloading and tokenizing the data set'})")
 
 
 def check_timing(config, steps: int, stack=None) -> list[Finding]:
     """``steps`` optimizer steps of ``config`` (the first quarter untimed): speed, the run's minutes, memory."""
-    from tinystories.config import load_config, to_toml
+    from tinystories.config import with_overrides
     from tinystories.train import run
 
     warmup = max(1, steps // 4)
     with tempfile.TemporaryDirectory() as tmp:
-        saved = Path(tmp) / "config.toml"
-        saved.write_text(to_toml(config))
-        timed = load_config(str(saved), [
+        timed = with_overrides(config, [
             "data.source=sample", f"data.dir={tmp}/data", f"train.max_steps={steps}",
             f"train.warmup_steps={min(config.train.warmup_steps, steps - 1)}", f"train.eval_interval={steps}",
             "train.eval_batches=1", f"train.checkpoint_interval={steps}", "sample.n=1", "sample.max_new_tokens=4",

@@ -93,6 +93,20 @@ def _encode(tokenizer, batches, path: Path, eot_id: int, *, progress: bool, desc
             "bytes_per_token": n_bytes / max(tokens, 1)}
 
 
+def _folder_name(source: str, vocab_size: int, key: str) -> str:
+    return f"{source}-v{vocab_size}-{key}"
+
+
+def prepared_folders(data_config) -> list[Path]:
+    """The finished data folders for ``data_config``'s source and vocabulary, without reading or downloading the
+    text (whose sizes make the key): what preflight reports; ``prepare`` picks the one that fits the text."""
+    folder = Path(data_config.dir)
+    if not folder.is_dir():
+        return []
+    pattern = _folder_name(data_config.source, data_config.vocab_size, "*")
+    return sorted(stats.parent for stats in folder.glob(f"{pattern}/stats.json"))
+
+
 def load_tokens(path: Path) -> np.memmap:
     return np.memmap(path, dtype=np.uint16, mode="r")
 
@@ -104,7 +118,7 @@ def prepare(data_config, *, progress: bool = True) -> PreparedData:
     files, source = _sources(data_config.source)
     sizes = {name: path.stat().st_size for name, (path, _) in files.items()}
     key = hashlib.sha256(json.dumps([source, data_config.vocab_size, sizes], sort_keys=True).encode()).hexdigest()[:10]
-    folder = Path(data_config.dir) / f"{source}-v{data_config.vocab_size}-{key}"
+    folder = Path(data_config.dir) / _folder_name(source, data_config.vocab_size, key)
     stats_path = folder / "stats.json"
     result = PreparedData(folder / "train.bin", folder / "val.bin", folder / "tokenizer.json",
                           data_config.vocab_size, 0, {})

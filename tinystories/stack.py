@@ -20,7 +20,6 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
 import torch
 import torch.nn.functional as F
 
@@ -29,6 +28,7 @@ from tinystories.errors import RunError
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "course"
 STUB = "raise NotImplementedError()"
+NOT_NEEDED = "reference (not needed here)"
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,11 @@ class Stack:
         return self.optimizer(groups, **options)
 
     def table(self) -> str:
+        """One line per part this stack was resolved for (``student_stack(keys=...)`` leaves the others out)."""
         width = max(len(f"{p.key}: {p.name}") for p in PARTS)
         lines = [f"the parts of this run (--stack {self.name}):"]
-        lines += [f"  {f'{p.key}: {p.name}':<{width}}  notebook {p.notebook[:2]}  {self.origins[p.key]}" for p in PARTS]
+        lines += [f"  {f'{p.key}: {p.name}':<{width}}  notebook {p.notebook[:2]}  {self.origins[p.key]}"
+                  for p in PARTS if self.origins[p.key] != NOT_NEEDED]
         return "\n".join(lines)
 
 
@@ -93,9 +95,9 @@ def reference_stack(reason: str = "--stack reference") -> Stack:
 
 def _stubs(path: Path) -> set[str]:
     """Grade ids of the answer cells that still hold the stub."""
-    cells = nbformat.read(path, as_version=4).cells
-    return {cell.metadata["nbgrader"]["grade_id"] for cell in cells
-            if cell.metadata.get("nbgrader", {}).get("solution") and STUB in cell.source}
+    from coursetools.notebook_import import answer_cells
+
+    return {cell.metadata["nbgrader"]["grade_id"] for cell in answer_cells(path) if STUB in cell.source}
 
 
 def _visible_failures(path: Path, exercises: set[str]) -> dict[str, str]:
@@ -121,7 +123,7 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
     reference's."""
     folder = Path(course_dir or COURSE).resolve()
     stack = reference_stack()
-    stack.name, origins = "yours", {p.key: "reference (not needed here)" for p in PARTS}
+    stack.name, origins = "yours", {p.key: NOT_NEEDED for p in PARTS}
     wanted = [p for p in PARTS if keys is None or p.key in keys]
     for notebook in dict.fromkeys(p.notebook for p in wanted):
         parts = [p for p in wanted if p.notebook == notebook]

@@ -143,24 +143,33 @@ def lines_run(function, *args, **kwargs) -> dict:
     return {"value": value, "lines": count}
 
 
-def shapes_made(function, *args, **kwargs) -> dict:
-    """``function(*args, **kwargs)`` and the shape of every tensor a torch function made while it ran.
+def tensors_made(function, *args, **kwargs) -> tuple[object, list[tuple[str, list[int]]]]:
+    """``function(*args, **kwargs)`` and, for every tensor a torch function made while it ran, the function's
+    name and the tensor's shape.
 
-    Factories (``torch.zeros``), operations and methods all count, however the student reached them;
-    for rules on what code may build (notebook 03: no ``[d_k, d_k]`` matrices in ``forward``).
+    Factories (``torch.zeros``), operations and methods all count, however the student reached them
+    (``nn.Linear`` calls ``F.linear``, ``@`` is ``Tensor.matmul``); a torch-function mode sees the outermost
+    call only, so an ``einsum`` counts once.
     """
     from torch.overrides import TorchFunctionMode
 
-    shapes = []
+    made = []
 
     class Record(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             result = func(*args, **(kwargs or {}))
             for value in result if isinstance(result, tuple | list) else (result,):
                 if isinstance(value, torch.Tensor):
-                    shapes.append(list(value.shape))
+                    made.append((getattr(func, "__name__", ""), list(value.shape)))
             return result
 
     with Record():
         value = function(*args, **kwargs)
-    return {"value": value, "shapes": shapes}
+    return value, made
+
+
+def shapes_made(function, *args, **kwargs) -> dict:
+    """``function(*args, **kwargs)`` and the shape of every tensor a torch function made while it ran
+    (``tensors_made``); for rules on what code may build (notebook 03: no ``[d_k, d_k]`` matrices in ``forward``)."""
+    value, made = tensors_made(function, *args, **kwargs)
+    return {"value": value, "shapes": [shape for _, shape in made]}

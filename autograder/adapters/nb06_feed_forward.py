@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.adapters import forward_backward, given, load, need, outcome, summary
+from autograder.adapters import forward_backward, given, load, need, outcome, summary, tensors_made
 
 
 def activation(ns, name: str, x, grad_output=None):
@@ -75,29 +75,16 @@ def call(ns, name: str, args: list, kwargs: dict):
 _FUSED_GIVEN = {**_REFERENCE_ACTIVATIONS,
                 "swiglu_hidden_dim": lambda d_model, multiple_of=64: -(-8 * d_model // (3 * multiple_of)) * multiple_of}
 
-# Torch functions that multiply matrices, by name, however they are reached (nn.Linear calls F.linear, `@` is
-# Tensor.matmul; a torch-function mode sees the outermost call only, so einsum counts once).
+# Torch functions that multiply matrices, by name, however they are reached.
 _MATRIX_PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
                     "einsum", "tensordot", "mv", "addmv", "inner", "bilinear", "chain_matmul", "multi_dot"}
 
 
 def products_made(function, *args, **kwargs) -> dict:
     """``function(*args, **kwargs)`` and, for every matrix product a torch function ran, its name and output shape."""
-    from torch.overrides import TorchFunctionMode
-
-    products = []
-
-    class Record(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            result = func(*args, **(kwargs or {}))
-            name = getattr(func, "__name__", "")
-            if name in _MATRIX_PRODUCTS and isinstance(result, torch.Tensor):
-                products.append({"name": name, "shape": list(result.shape)})
-            return result
-
-    with Record():
-        value = function(*args, **kwargs)
-    return {"value": value, "products": products}
+    value, made = tensors_made(function, *args, **kwargs)
+    return {"value": value, "products": [{"name": name, "shape": shape} for name, shape in made
+                                         if name in _MATRIX_PRODUCTS]}
 
 
 def fused_summary(ns, args: list, kwargs: dict):
