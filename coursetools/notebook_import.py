@@ -96,11 +96,17 @@ def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
         if cell.cell_type == "code"
         and (_is_preamble(cell.get("id")) or cell.metadata.get("nbgrader", {}).get("solution"))
     ]
-    # Quietly, and without touching this notebook's random numbers (a setup cell seeds torch).
-    with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):
-        for cell in cells:
-            # dont_inherit: compile as a kernel does, without this module's `from __future__ import annotations`
-            exec(compile(cell.source, f"<{notebook}: cell {cell.get('id')}>", "exec", dont_inherit=True), namespace)
+    # Quietly, and without touching this process's random numbers (a setup cell seeds torch) or its thread
+    # count (notebook 11's setup cell pins one thread for its tiny models; a training run must keep its own).
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):
+            for cell in cells:
+                # dont_inherit: compile as a kernel does, without this module's `from __future__ import annotations`
+                exec(compile(cell.source, f"<{notebook}: cell {cell.get('id')}>", "exec", dont_inherit=True),
+                     namespace)
+    finally:
+        torch.set_num_threads(threads)
     missing = [name for name in names if name not in namespace]
     if missing:
         raise NameError(f"{path.name} defines no {', '.join(missing)}")

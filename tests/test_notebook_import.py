@@ -30,6 +30,17 @@ def test_leaves_the_callers_random_numbers_alone():
     torch.testing.assert_close(torch.rand(3), expected)
 
 
+def test_leaves_the_callers_thread_count_alone():
+    # Notebook 11's setup cell pins one thread; the TinyStories run that loads its generate must keep its own.
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        load_from_notebook("11_decoding", "generate", folder=ROOT / "solutions")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_says_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="03_rope.ipynb does not exist"):
         load_from_notebook("03_rope", "RoPE", folder=tmp_path)

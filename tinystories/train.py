@@ -37,7 +37,7 @@ from tinystories.prepare import load_tokens, prepare
 from tinystories.stack import Stack, reference_stack
 
 # Peak dense tensor FLOP/s per GPU at 16-bit precision (vendor data sheets); MFU is omitted elsewhere.
-PEAK_FLOPS = {"H100": 989e12, "A100": 312e12, "L4": 121e12, "T4": 65e12}
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "T4": 65e12}
 # The training arithmetic: a checkpoint resumes only with these unchanged.
 RESUME_KEYS = {"data": ("source", "vocab_size"), "model": None,
                "train": ("batch_size", "max_steps", "max_lr", "min_lr", "warmup_steps", "weight_decay",

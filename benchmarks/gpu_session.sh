@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Every GPU measurement of benchmarks/tinystories_gpu.md in one go, for a GPU lent for a few minutes.
+#
+#   bash benchmarks/gpu_session.sh OUTDIR [PYTHON]
+#
+# Writes OUTDIR/{reference,solutions,math}.{json,md} (benchmarks/tinystories_gpu.py) and OUTDIR/preflight.txt
+# (the student's first command on a rented GPU, on the shipped sample). Each step has its own time limit,
+# so one that hangs costs only itself. PYTHON defaults to python3 (the GPU machine's own torch).
+set -u
+out=${1:?usage: gpu_session.sh OUTDIR [PYTHON]}
+py=${2:-python3}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
+"$py" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" | tee -a "$out/gpu.txt"
+
+timeout 150 "$py" benchmarks/tinystories_gpu.py --output "$out/reference" | tail -4
+timeout 150 "$py" benchmarks/tinystories_gpu.py --stack solutions --output "$out/solutions" | tail -4
+timeout 120 "$py" benchmarks/tinystories_gpu.py --set train.attention=math --output "$out/math" | tail -4
+
+data=$(mktemp -d)
+timeout 60 "$py" -m tinystories prepare --config gpu_h100 --set data.source=sample --set "data.dir=$data" --quiet \
+  > /dev/null
+timeout 150 "$py" -m tinystories preflight --config gpu_h100 --stack reference --quiet --set data.source=sample \
+  --set "data.dir=$data" --out "$data/run" 2>&1 | tee "$out/preflight.txt"
