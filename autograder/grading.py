@@ -43,6 +43,15 @@ def student_cells(nb) -> list[tuple[int, str]]:
     ]
 
 
+def definition_cells(nb) -> list[tuple[int, str]]:
+    """The cells a later program loads from this notebook (``coursetools.notebook_import``): the preamble
+    (imports, earlier notebooks' parts, given configs and classes) and the answer cells, in order."""
+    from coursetools.notebook_import import is_preamble
+
+    return [(index, source) for index, source in student_cells(nb)
+            if is_preamble(nb.cells[index].get("id")) or _nbgrader(nb.cells[index]).get("solution")]
+
+
 def identify(nb) -> str:
     """The course notebook that ``nb`` is a copy of, from the ids of its graded cells.
 
@@ -120,22 +129,25 @@ def grade(
     record: bool = False,
     exercises: Collection[str] | None = None,
     hidden: bool = True,
+    definitions_only: bool = False,
 ) -> NotebookReport:
     """Run notebook ``nb`` (found in folder ``cwd``) in a sandboxed worker and check every exercise.
 
     ``course_root`` is shown to student code read-only, except ``private`` paths; with
     ``record``, every code cell's outputs are kept in the report. ``exercises`` (ids) checks only
     those; ``hidden=False`` runs only the visible checks, as the notebook's test cells do (the
-    TinyStories program asks this of the parts it trains).
+    TinyStories program asks this of the parts it trains). ``definitions_only`` runs only the cells
+    that a later program loads (``definition_cells``), not the demos: the program checks what it will use,
+    in seconds rather than the time of the whole notebook.
     """
     name = identify(nb)
     checks = checks_for(name)
+    cells = definition_cells(nb) if definitions_only else student_cells(nb)
     with Sandbox(Path(cwd), course_root, list(private), limits or Limits(), enabled=sandboxed) as sandbox:
-        process = StudentProcess(checks.adapter_module, student_cells(nb), sandbox, timeout, record)
+        process = StudentProcess(checks.adapter_module, cells, sandbox, timeout, record)
         try:
             outcomes = process.run_cells()
             answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")}
-            cells = student_cells(nb)
 
             def note(exercise) -> str:
                 index = answer_index.get(exercise.id)

@@ -77,7 +77,7 @@ def use_earlier(notebook: str, name: str, fallback, *, folder: Path | None = Non
 PREAMBLE_CELLS = ("setup", "earlier", "cached-block")
 
 
-def _is_preamble(cell_id: str | None) -> bool:
+def is_preamble(cell_id: str | None) -> bool:
     return cell_id in PREAMBLE_CELLS or (cell_id or "").startswith(("configs", "config-"))
 
 
@@ -94,7 +94,7 @@ def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
     cells = [
         cell for cell in nbformat.read(path, as_version=4).cells
         if cell.cell_type == "code"
-        and (_is_preamble(cell.get("id")) or cell.metadata.get("nbgrader", {}).get("solution"))
+        and (is_preamble(cell.get("id")) or cell.metadata.get("nbgrader", {}).get("solution"))
     ]
     # Quietly, and without touching this process's random numbers (a setup cell seeds torch) or its thread
     # count (notebook 11's setup cell pins one thread for its tiny models; a training run must keep its own).

@@ -25,20 +25,27 @@ def _blocks(source: str, begin: str, end: str):
     return kept, public
 
 
-def secret_lines(nb, kind: str) -> set[str]:
+def secret_lines(nb, kind: str, shown_before: str = "") -> set[str]:
     """Lines inside the ``kind`` blocks of a source notebook that it shows nowhere else.
 
     A line the notebook also shows in public (an exercise's instructions quote
-    ``x32 = x.float()``, say) gives nothing away, so it is not a secret.
+    ``x32 = x.float()``, say), or that an earlier notebook shows (``shown_before``, their
+    ``public_text``: notebook 11 gives a cached generation loop whose lines notebook 13's
+    answer reuses), gives nothing away, so it is not a secret.
     """
     begin, end = MARKERS[kind]
-    secret, public = set(), []
+    secret = set()
     for cell in nb.cells:
-        kept, visible = _blocks(cell.source, begin, end)
-        secret.update(kept)
-        public += visible
-    public_text = normalise("\n".join(public).replace("`", ""))  # as Markdown renders it: no backticks
-    return {line for line in secret if len(line) >= MIN_LENGTH and normalise(line) not in public_text}
+        secret.update(_blocks(cell.source, begin, end)[0])
+    shown = public_text(nb, kind) + " " + shown_before
+    return {line for line in secret if len(line) >= MIN_LENGTH and normalise(line) not in shown}
+
+
+def public_text(nb, kind: str) -> str:
+    """What a source notebook shows outside its ``kind`` blocks, as Markdown renders it (no backticks)."""
+    begin, end = MARKERS[kind]
+    public = [line for cell in nb.cells for line in _blocks(cell.source, begin, end)[1]]
+    return normalise("\n".join(public).replace("`", ""))
 
 
 def normalise(text: str) -> str:

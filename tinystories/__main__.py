@@ -81,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             config = _config(args, resume=args.resume)  # before importing torch: a typo fails fast
             check_out_dir(config, args.resume)
             from tinystories.stack import resolve
-            from tinystories.train import run
+            from tinystories.train import init_distributed, run
 
+            init_distributed(config.train)  # under torchrun: before the stack, which rank 0 alone checks
             run(config, stack=resolve(args.stack, args.course_dir), resume=args.resume, progress=not args.quiet,
                 stop_after=args.stop_after)
         elif args.command == "preflight":
@@ -128,7 +129,7 @@ def _sample(args) -> None:
                "temperature": args.temperature, "top_k": args.top_k}
     config.sample = dataclasses.replace(config.sample, **{k: v for k, v in changes.items() if v is not None})
     checkpoint = load_checkpoint(Path(args.out) / "checkpoint.pt")
-    stack = resolve(args.stack, args.course_dir, keys=("sampling", "generation"))
+    stack = resolve(args.stack, args.course_dir, keys=("sampling", "cached_model", "cache", "generation"))
     if stack.name == "yours":
         print(stack.table())
     texts, settings = _samples(model, Path(args.out) / "tokenizer.json", config, checkpoint["eot_id"],

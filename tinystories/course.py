@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["RMSNorm", "RoPE", "silu", "swiglu_hidden_dim", "SwiGLU", "DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder", "cosine_lr", "get_batch", "greedy", "apply_temperature", "top_k_filter", "top_p_filter", "sample_next", "generate", "bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps"]
+__all__ = ["RMSNorm", "RoPE", "silu", "swiglu_hidden_dim", "SwiGLU", "DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder", "cosine_lr", "get_batch", "greedy", "apply_temperature", "top_k_filter", "top_p_filter", "sample_next", "generate", "KVCache", "CachedRotaryGQA", "CachedBlock", "CachedDecoder", "bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps", "generate_with_cache"]
 
 
 # --- 02_normalization ---
@@ -291,6 +291,110 @@ def generate(model, prompt: torch.Tensor, *, max_new_tokens: int, eos_id: int | 
     return sequence
 
 
+class KVCache:
+    """Keys and values of every layer, [batch, kv_heads, length, head_dim], appended along dim 2."""
+
+    def __init__(self, n_layers: int):
+        """`keys` and `values`: lists with one entry per layer, None until that layer's first update."""
+        self.keys = [None] * n_layers
+        self.values = [None] * n_layers
+
+    @property
+    def length(self) -> int:
+        """The number of positions stored in layer 0 (0 before any update)."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[2]
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Append k, v [batch, kv_heads, new, head_dim] to `layer`'s store (dim 2); return everything stored."""
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=2)
+            v = torch.cat([self.values[layer], v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class CachedRotaryGQA(nn.Module):
+    """Notebook 08's rotary grouped-query attention with a KV cache that stores the ROTATED keys."""
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, rope: nn.Module):
+        """q_proj d_model -> d_model, k_proj and v_proj d_model -> num_kv_heads * head_dim, out_proj; no
+        biases; self.rope = rope."""
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, d_model // num_heads
+        self.rope = rope
+        self.q_proj = nn.Linear(d_model, num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
+        self.out_proj = nn.Linear(num_heads * self.head_dim, d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, token_positions: torch.Tensor | None = None,
+                cache=None, layer: int = 0) -> torch.Tensor:
+        """x [batch, new, d_model] -> [batch, new, d_model].
+
+        mask: broadcastable to [batch, heads, new, total], True = may attend; token_positions [new]
+        (None: 0..new-1); with a cache, k, v = cache.update(layer, rotated k, v) before attention."""
+        batch, new, _ = x.shape
+        if token_positions is None:
+            token_positions = torch.arange(new, device=x.device)
+
+        def heads(t, n):
+            return t.view(batch, new, n, self.head_dim).transpose(1, 2)
+
+        q = self.rope(heads(self.q_proj(x), self.num_heads), token_positions)
+        k = self.rope(heads(self.k_proj(x), self.num_kv_heads), token_positions)
+        v = heads(self.v_proj(x), self.num_kv_heads)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        group = self.num_heads // self.num_kv_heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out_proj(attended.transpose(1, 2).reshape(batch, new, -1))
+
+
+class CachedBlock(nn.Module):
+    # Pre-norm block: x + attn(norm1(x), mask, positions, cache, layer), then x + ffn(norm2(x)).
+
+    def __init__(self, config, rope: nn.Module, *, attention=CachedRotaryGQA, feed_forward=SwiGLU, norm=RMSNorm):
+        super().__init__()
+        self.norm1 = norm(config.d_model, eps=config.norm_eps)
+        self.attn = attention(config.d_model, config.n_heads, config.n_kv_heads or config.n_heads, rope)
+        self.norm2 = norm(config.d_model, eps=config.norm_eps)
+        self.ffn = feed_forward(config.d_model, config.d_ff)
+
+    def forward(self, x, mask=None, token_positions=None, cache=None, layer=0):
+        x = x + self.attn(self.norm1(x), mask, token_positions, cache=cache, layer=layer)
+        return x + self.ffn(self.norm2(x))
+
+
+class CachedDecoder(nn.Module):
+    """Notebook 08's ModernDecoder with a KV cache: one rope shared by every block."""
+
+    def __init__(self, config, *, block=CachedBlock, norm=RMSNorm, rope=RoPE):
+        """tok_emb, blocks = [block(config, shared_rope)] * n_layers, norm(d_model, eps), untied lm_head."""
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.tok_emb = nn.Embedding(config.vocab_size, d)
+        shared_rope = rope(d // config.n_heads, config.max_seq_len, config.rope_base)
+        self.blocks = nn.ModuleList([block(config, shared_rope) for _ in range(config.n_layers)])
+        self.norm = norm(d, eps=config.norm_eps)
+        self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
+
+    def forward(self, tokens: torch.Tensor, cache=None) -> torch.Tensor:
+        """tokens [batch, new] -> logits [batch, new, vocab].
+
+        Positions continue from cache.length (read before the blocks run); the mask is
+        ones(new, offset + new).tril(diagonal=offset); block i gets cache=cache, layer=i."""
+        new = tokens.shape[1]
+        offset = 0 if cache is None else cache.length
+        positions = torch.arange(offset, offset + new, device=tokens.device)
+        mask = torch.ones(new, offset + new, dtype=torch.bool, device=tokens.device).tril(diagonal=offset)
+        x = self.tok_emb(tokens)
+        for i, layer in enumerate(self.blocks):
+            x = layer(x, mask, positions, cache=cache, layer=i)
+        return self.lm_head(self.norm(x))
+
+
 # --- 13_tinystories ---
 def bits_per_byte(loss: float, tokens: int, n_bytes: int) -> float:
     """Mean cross-entropy `loss` (nats per token) over `tokens` tokens that encode `n_bytes` bytes -> bits per byte."""
@@ -349,3 +453,26 @@ def attention_maps(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
         scores = q @ k.transpose(-2, -1) / math.sqrt(attn.head_dim)
         maps.append(scores.masked_fill(~causal, float("-inf")).softmax(dim=-1))
     return torch.stack(maps)
+
+
+@torch.no_grad()
+def generate_with_cache(model, prompt: torch.Tensor, *, max_new_tokens: int, window: int, new_cache,
+                        eos_id: int | None = None, pick) -> torch.Tensor:
+    """prompt [length] -> the prompt followed by the new tokens, 1-D, with a KV cache of at most `window` positions.
+
+    First call: the prompt's last `window` tokens into new_cache(); then one token per call into the same cache;
+    when it holds `window` positions, a new cache with the last window // 2 tokens. pick(logits [1, vocab]) -> [1];
+    stops after max_new_tokens or at eos_id (kept)."""
+    sequence = prompt.clone()
+    cache, step_input = new_cache(), prompt[-window:]
+    for _ in range(max_new_tokens):
+        logits = model(step_input[None], cache=cache)[:, -1]
+        token = pick(logits)[0]
+        sequence = torch.cat([sequence, token.view(1).to(sequence.dtype)])
+        if eos_id is not None and int(token) == eos_id:
+            break
+        if cache.length >= window:  # full: start again from the recent half
+            cache, step_input = new_cache(), sequence[-(window // 2):]
+        else:
+            step_input = sequence[-1:]
+    return sequence

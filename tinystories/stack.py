@@ -3,7 +3,9 @@
 ``python -m tinystories train`` trains YOUR code by default (``--stack yours``): the model of notebook 08
 (``ModernDecoder``, built from your RMSNorm, RoPE and SwiGLU through that notebook's ``earlier`` cell),
 from notebook 10 the loss, the optimizer, the learning-rate schedule, gradient clipping and the batches,
-and from notebook 11 the sampling and generation loop that write the run's stories (``sample`` too).
+from notebook 11 the sampling, the cached decoder and its KV cache, and from notebook 13 each rank's
+micro-batches, the FLOPs per token and MFU the run reports, bits per byte, and the loop that writes the
+run's stories (``sample`` too).
 A part whose exercise is not started, fails the visible checks of its notebook's test cell, or cannot be
 loaded falls back to the course's reference, and the run starts by printing which is which and why.
 
@@ -46,14 +48,21 @@ PARTS = (
     Part("schedule", "cosine_lr", "10_training", ("cosine_lr",)),
     Part("clipping", "clip_grad_norm", "10_training", ("clip_grad_norm",)),
     Part("batches", "get_batch", "10_training", ("get_batch",)),
+    Part("micro_batches", "rank_micro_batches", "13_tinystories", ("rank_micro_batches",)),
+    Part("flops", "flops_per_token", "13_tinystories", ("flops_per_token",)),
+    Part("mfu", "mfu", "13_tinystories", ("mfu",)),
+    Part("bits_per_byte", "bits_per_byte", "13_tinystories", ("bits_per_byte",)),
     Part("sampling", "sample_next", "11_decoding", ("greedy_temperature", "top_k_filter", "top_p_filter", "sample_next")),
-    Part("generation", "generate", "11_decoding", ("generate",)),
+    Part("cached_model", "CachedDecoder", "11_decoding", ("kv_cache", "cached_attention", "cached_decoder")),
+    Part("cache", "KVCache", "11_decoding", ("kv_cache",)),
+    Part("generation", "generate_with_cache", "13_tinystories", ("generate_with_cache",)),
 )
 
 
 @dataclass
 class Stack:
     """What a run calls. ``model`` is the ModernDecoder class, ``config_class`` its DecoderConfig;
+    ``cached_model`` the CachedDecoder that holds the trained weights for sampling, ``cache`` its KVCache;
     ``origins`` says, for each part, "yours" or "reference (why)"."""
 
     model: type
@@ -63,7 +72,13 @@ class Stack:
     schedule: object
     clipping: object
     batches: object
+    micro_batches: object
+    flops: object
+    mfu: object
+    bits_per_byte: object
     sampling: object
+    cached_model: type
+    cache: type
     generation: object
     name: str = "reference"
     origins: dict[str, str] = field(default_factory=dict)
@@ -88,7 +103,9 @@ def reference_stack(reason: str = "--stack reference") -> Stack:
 
     stack = Stack(model=course.ModernDecoder, config_class=course.DecoderConfig, loss=F.cross_entropy,
                   optimizer=torch.optim.AdamW, schedule=course.cosine_lr, clipping=torch.nn.utils.clip_grad_norm_,
-                  batches=course.get_batch, sampling=course.sample_next, generation=course.generate)
+                  batches=course.get_batch, micro_batches=course.rank_micro_batches, flops=course.flops_per_token,
+                  mfu=course.mfu, bits_per_byte=course.bits_per_byte, sampling=course.sample_next, cached_model=course.CachedDecoder,
+                  cache=course.KVCache, generation=course.generate_with_cache)
     stack.origins = {p.key: f"reference ({reason})" for p in PARTS}
     return stack
 
@@ -101,10 +118,11 @@ def _stubs(path: Path) -> set[str]:
 
 
 def _visible_failures(path: Path, exercises: set[str]) -> dict[str, str]:
-    """{grade id: the first line of why} for the exercises whose visible checks fail, as the test cells run them."""
+    """{grade id: the first line of why} for the exercises whose visible checks fail, as the test cells run them,
+    on the cells the program loads (the demos are not run)."""
     from autograder.grading import self_check
 
-    report, _ = self_check(path, exercises=exercises, hidden=False)
+    report, _ = self_check(path, exercises=exercises, hidden=False, definitions_only=True)
     return {r.exercise.id: r.message.splitlines()[0] for r in report.exercises if not r.passed}
 
 
@@ -136,6 +154,8 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
         origins.update({p.key: f"reference (not started: {', '.join(sorted(stubs & set(p.exercises)))} still "
                                f"say{'s' * (len(stubs & set(p.exercises)) == 1)} {STUB})" for p in parts if p not in ready})
         if ready and check:
+            print(f"checking {', '.join(p.name for p in ready)} with notebook {notebook[:2]}'s visible checks ...",
+                  flush=True)
             failures = _visible_failures(path, {e for p in ready for e in p.exercises})
             for p in list(ready):
                 failed = [f"{e}: {failures[e]}" for e in p.exercises if e in failures]
@@ -161,9 +181,27 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
 
 
 def resolve(name: str, course_dir: str | Path | None = None, keys=None) -> Stack:
-    """``--stack yours`` or ``--stack reference``."""
+    """``--stack yours`` or ``--stack reference``.
+
+    Under torchrun (a process group of several ranks), rank 0 alone runs the visible checks and sends its
+    verdict to the others, which load the parts it found ready without checking them again: every process
+    trains the same parts, and the checks cost one process's time, not one per GPU."""
     if name == "reference":
         return reference_stack()
-    if name == "yours":
+    if name != "yours":
+        raise RunError(f"unknown stack {name!r}: use yours or reference")
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return student_stack(course_dir, keys=keys)
-    raise RunError(f"unknown stack {name!r}: use yours or reference")
+    group = dist.new_group(backend="gloo")  # objects travel on the CPU whatever the training backend
+    checked = student_stack(course_dir, keys=keys) if dist.get_rank() == 0 else None
+    verdict = [checked.origins if checked else None]
+    dist.broadcast_object_list(verdict, src=0, group=group)
+    dist.destroy_process_group(group)
+    if checked:
+        return checked
+    origins = verdict[0]
+    stack = student_stack(course_dir, check=False, keys=[key for key, origin in origins.items() if origin == "yours"])
+    stack.origins = origins
+    return stack

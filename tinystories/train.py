@@ -28,9 +28,9 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
+from tinystories import course
 from tinystories.checkpoint import load_checkpoint
 from tinystories.config import as_dict, check_out_dir, to_toml
-from tinystories.course import bits_per_byte, flops_per_token, mfu, rank_micro_batches
 from tinystories.errors import RunError
 from tinystories.model import build_model, count_parameters, decoder_config
 from tinystories.prepare import load_tokens, prepare
@@ -63,6 +63,11 @@ class _Dist:
     @property
     def main(self) -> bool:
         return self.rank == 0
+
+
+def init_distributed(train_config) -> None:
+    """Join torchrun's process group now (``run`` would join it later); nothing for one process."""
+    _init_distributed(_device(train_config))
 
 
 def _init_distributed(device_kind: str) -> _Dist:
@@ -140,18 +145,27 @@ def _plot(metrics: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-class _Cropped(torch.nn.Module):
-    """The model on the last context_length tokens: generation past the trained context slides a window."""
-
-    def __init__(self, model, context_length: int):
-        super().__init__()
-        self.model, self.context_length = model, context_length
-
-    def forward(self, tokens):
-        return self.model(tokens[:, -self.context_length:])
+def _cached_model(model, config, stack: Stack):
+    """The trained weights in the stack's CachedDecoder (the same parameters as the ModernDecoder), in eval
+    mode; the course's CachedDecoder, with one line saying why, when the student's cannot hold them."""
+    decoder = decoder_config(config.model, model.lm_head.out_features, stack.config_class)
+    try:
+        cached = stack.cached_model(decoder)
+        cached.load_state_dict(model.state_dict())
+    except Exception as error:  # noqa: BLE001 - the student's class: one line, then the course's
+        if stack.cached_model is course.CachedDecoder:
+            raise
+        print(f"your CachedDecoder cannot hold the trained weights ({type(error).__name__}: {error}); "
+              "sampling with the course's")
+        stack.cached_model, stack.cache = course.CachedDecoder, course.KVCache
+        stack.origins["cached_model"] = stack.origins["cache"] = f"reference (failed: {type(error).__name__})"
+        return _cached_model(model, config, stack)
+    return cached.to(next(model.parameters()).device).eval()
 
 
 def _samples(model, tokenizer_path: Path, config, eot_id: int, device, stack: Stack) -> tuple[list[str], str]:
+    """The config's samples, written by the stack's ``generation`` loop (notebook 13's ``generate_with_cache``)
+    with its KV cache, inside the trained context (``model.context_length`` positions)."""
     from tokenizers import Tokenizer
 
     s = config.sample
@@ -159,10 +173,12 @@ def _samples(model, tokenizer_path: Path, config, eot_id: int, device, stack: St
     generator = torch.Generator(device=device).manual_seed(config.train.seed)
     pick = functools.partial(stack.sampling, temperature=s.temperature, top_k=s.top_k or None, generator=generator)
     prompt = torch.tensor(tokenizer.encode(s.prompt).ids, dtype=torch.long, device=device)
-    cropped = _Cropped(model, config.model.context_length).eval()
+    cached = _cached_model(model, config, stack)
+    n_layers = config.model.n_layers
     texts = []
     for _ in range(s.n):
-        ids = stack.generation(cropped, prompt, max_new_tokens=s.max_new_tokens, eos_id=eot_id, pick=pick)
+        ids = stack.generation(cached, prompt, max_new_tokens=s.max_new_tokens, window=config.model.context_length,
+                               new_cache=lambda: stack.cache(n_layers), eos_id=eot_id, pick=pick)
         texts.append(tokenizer.decode([i for i in ids.tolist() if i != eot_id]))
     settings = (f"prompt {s.prompt!r}, temperature {s.temperature}, top_k {s.top_k or 'off'}, "
                 f"max_new_tokens {s.max_new_tokens}, seed {config.train.seed}")
@@ -179,8 +195,8 @@ def _evaluate(model, tokens, config, d: _Dist, device, autocast, accumulation: i
     with torch.no_grad():
         for _ in range(t.eval_batches):
             x, y = stack.batches(tokens, t.batch_size, config.model.context_length, generator=generator)
-            xs = rank_micro_batches(x, d.rank, d.world, accumulation)
-            ys = rank_micro_batches(y, d.rank, d.world, accumulation)
+            xs = stack.micro_batches(x, d.rank, d.world, accumulation)
+            ys = stack.micro_batches(y, d.rank, d.world, accumulation)
             for xb, yb in zip(xs, ys, strict=True):
                 with autocast():
                     logits = model(xb.to(device))
@@ -272,7 +288,7 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
         from torch.nn.attention import SDPBackend, sdpa_kernel
         kernel = functools.partial(sdpa_kernel, SDPBackend.MATH)
 
-    per_token = flops_per_token(decoder_config(m, config.data.vocab_size, stack.config_class), m.context_length)
+    per_token = stack.flops(decoder_config(m, config.data.vocab_size, stack.config_class), m.context_length)
     peak = peak_flops(device) if precision in ("bf16", "fp16") else None
     tokens_per_step = t.batch_size * m.context_length
     val_stats = data.stats["val"]
@@ -312,8 +328,8 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
                 group["lr"] = lr
             generator = torch.Generator().manual_seed((t.seed << 32) + step)
             x, y = stack.batches(train_tokens, t.batch_size, m.context_length, generator=generator)
-            xs = rank_micro_batches(x, d.rank, d.world, accumulation)
-            ys = rank_micro_batches(y, d.rank, d.world, accumulation)
+            xs = stack.micro_batches(x, d.rank, d.world, accumulation)
+            ys = stack.micro_batches(y, d.rank, d.world, accumulation)
             loss_sum = torch.zeros((), device=device)
             for i, (xb, yb) in enumerate(zip(xs, ys, strict=True)):
                 sync = d.world == 1 or i == accumulation - 1
@@ -340,13 +356,13 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
             if grad_norm is not None:
                 row["grad_norm"] = float(grad_norm)
             if peak:
-                row["mfu"] = mfu(row["tokens_per_s"] / d.world, per_token, peak)
+                row["mfu"] = stack.mfu(row["tokens_per_s"] / d.world, per_token, peak)
             if not math.isfinite(train_loss):
                 raise RunError(f"the training loss became {train_loss} at step {step}: lower train.max_lr")
             if step % t.eval_interval == 0 or step == t.max_steps:
                 with kernel():
                     val_loss = _evaluate(model, val_tokens, config, d, device, autocast, accumulation, stack)
-                val_bpb = bits_per_byte(val_loss, val_stats["tokens"], val_stats["bytes"])
+                val_bpb = stack.bits_per_byte(val_loss, val_stats["tokens"], val_stats["bytes"])
                 row.update(val_loss=val_loss, val_bpb=val_bpb)
                 say(f"step {step}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, "
                     f"{val_bpb:.3f} bits per byte")

@@ -1,7 +1,7 @@
 """Write tinystories/course.py from the solution notebooks' answer cells (`make export`).
 
 The training program must run the SAME model code the notebooks teach, not a second copy. This tool
-reads the answer cells (and the given ``configs`` cells) of ``solutions/NN/NN.ipynb`` with nbformat,
+reads the answer cells (and the given ``configs`` cells and those named in ``GIVEN``) of ``solutions/NN/NN.ipynb`` with nbformat,
 finds the requested top-level definitions with ``ast``, adds every definition they use by name (the
 dependency closure, resolved in the same notebook first, then in the nearest earlier one), strips the
 nbgrader ``### BEGIN/END SOLUTION`` marker lines and writes them in course order under a fixed import
@@ -33,8 +33,9 @@ EXPORTS: list[tuple[str, tuple[str, ...]]] = [
     ("06_feed_forward",         ("SwiGLU",)),
     ("08_decoder_models",       ("DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder")),
     ("10_training",             ("get_batch", "cosine_lr")),
-    ("11_decoding",             ("sample_next", "generate")),
-    ("13_tinystories",          ("bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps")),
+    ("11_decoding",             ("sample_next", "generate", "KVCache", "CachedDecoder")),
+    ("13_tinystories",          ("bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps",
+                                 "generate_with_cache")),
 ]
 
 HEADER = '''"""The course's own code, exported from the solution notebooks for the TinyStories program.
@@ -58,13 +59,18 @@ IMPORTED = {"math", "dataclass", "np", "torch", "nn", "F"}
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
+# Given cells (not exercises) whose definitions the exported code builds on: notebook 11's CachedBlock.
+GIVEN = ("cached-block",)
+
+
 def _code_cells(notebook: str) -> list[str]:
     path = ROOT / "solutions" / notebook / f"{notebook}.ipynb"
     cells = nbformat.read(path, as_version=4).cells
     return [
         cell.source for cell in cells
         if cell.cell_type == "code"
-        and (cell.metadata.get("nbgrader", {}).get("solution") or (cell.get("id") or "").startswith("configs"))
+        and (cell.metadata.get("nbgrader", {}).get("solution") or (cell.get("id") or "").startswith("configs")
+             or cell.get("id") in GIVEN)
     ]
 
 

@@ -1,7 +1,9 @@
-"""Adapters for notebook 13: bits per byte, FLOPs per token and MFU, the ranks' micro-batches, attention maps.
+"""Adapters for notebook 13: bits per byte, FLOPs per token and MFU, the ranks' micro-batches, attention maps,
+a training step, generation with a KV cache.
 
-``flops_per_token`` gets the reference ``DecoderConfig`` and ``attention_maps`` the reference decoder
-(``autograder.reference``), loaded with the checker's weights, so grading never rests on notebook 08.
+``flops_per_token`` gets the reference ``DecoderConfig``; ``attention_maps``, ``train_step`` and
+``generate_with_cache`` the reference decoder (``autograder.reference``, with its ``KVCache``), loaded with the
+checker's weights, so grading never rests on notebooks 08 and 11.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import torch
 from autograder.adapters import need, outcome
 from autograder.reference.configs import DecoderConfig
 from autograder.reference.decoders import LlamaDecoder
+from autograder.reference.kv_cache import KVCache
+from autograder.reference.sampling import sample_next
 
 
 def bits_per_byte(ns, loss: float, tokens: int, n_bytes: int):
@@ -98,3 +102,52 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
         result["scales"].append(grad_scaler.get_scale() if grad_scaler is not None else None)
         result["forwards"].append(list(forwards))
     return result
+
+
+class _Watched(torch.nn.Module):
+    """The reference decoder as a cached model, recording every call: how many positions the cache held
+    before it, how many tokens it was fed, and how many it held after."""
+
+    def __init__(self, model, calls: list):
+        super().__init__()
+        self.model, self.calls = model, calls
+
+    def forward(self, tokens, cache=None):
+        before = None if cache is None else getattr(cache, "length", None)
+        shape = list(tokens.shape) if isinstance(tokens, torch.Tensor) else None
+        logits = self.model(tokens, cache=cache)
+        self.calls.append({"cache": id(cache) if cache is not None else None, "before": before, "shape": shape,
+                           "after": None if cache is None else cache.length})
+        return logits
+
+
+@torch.no_grad()
+def generate_with_cache(ns, fields: dict, state: dict, prompt: torch.Tensor, *, max_new_tokens: int, window: int,
+                        eos_id: int | None = None, pick: dict | None = None) -> dict:
+    """The student's ``generate_with_cache`` on the reference decoder (float64) holding ``state``, with the
+    reference ``KVCache``: what it returned, every model call, the caches it asked for, and the picks it made.
+    ``pick``: None (greedy) or {"seed": s, "temperature": t, "top_k": k} (a sampler with its own generator)."""
+    function = need(ns, "generate_with_cache")
+    model = LlamaDecoder(DecoderConfig(**fields)).double().eval()
+    model.load_state_dict(state)
+    calls, caches, picks = [], [], []
+
+    def new_cache():
+        caches.append(KVCache(fields["n_layers"]))
+        return caches[-1]
+
+    generator = torch.Generator().manual_seed(pick["seed"]) if pick else None
+
+    def chooser(logits):
+        picks.append(list(logits.shape))
+        if pick is None:
+            return logits.argmax(dim=-1)
+        return sample_next(logits, temperature=pick["temperature"], top_k=pick["top_k"], generator=generator)
+
+    original = prompt.clone()
+    value = function(_Watched(model, calls), prompt, max_new_tokens=max_new_tokens, window=window,
+                     new_cache=new_cache, eos_id=eos_id, pick=chooser)
+    for call in calls:  # which cache, as its number in the order new_cache made them
+        call["cache"] = next((i for i, c in enumerate(caches) if id(c) == call["cache"]), None)
+    return {"tokens": value, "calls": calls, "caches": len(caches), "picks": picks,
+            "prompt_unchanged": bool(torch.equal(prompt, original))}

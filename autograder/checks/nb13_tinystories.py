@@ -1,5 +1,5 @@
 """Checks for notebook 13: bits per byte, FLOPs per token and MFU, the ranks' micro-batches, a GPU training step,
-attention maps.
+attention maps, generation with a KV cache inside the trained context.
 
 Oracles:
 
@@ -38,12 +38,19 @@ Oracles:
   which the student's function runs; GQA ratios 1, 2, 4 and 2 with 6 heads. Known mistakes are recognised on
   layer 0 (later layers see other hidden states): HF's maps with ``scaling = 1``, with RoPE's cos = 1 and
   sin = 0, and with the kv heads repeated 0 1 0 1 (an HF model without grouping whose k rows are tiled).
+- ``generate_with_cache``: brute force without a cache. Every token is picked from a full forward pass of
+  ``autograder.reference``'s decoder (float64, sharp random weights) over the tokens of the current segment:
+  the prompt's last ``window`` tokens, then, each time the segment would outgrow ``window``, the last
+  ``window // 2`` tokens. The student's loop runs on the same decoder with the reference ``KVCache``, behind
+  a wrapper that records every call (the cache it used, the positions that cache held before and after, the
+  tokens fed), so what the model is fed and what the cache holds are observed, not inferred from the tokens.
+  Sampling uses a seeded ``torch.Generator`` on both sides: one pick per new token gives the same draws.
 
 Tolerances (float32 on CPU, any BLAS): bits per byte rtol 1e-6 (measured 0 for the closed form, below
 1e-7 relative against the base-2 sum); FLOPs exact (integers; 0.5 allowed for a float that holds one);
 MFU rtol 1e-9; micro-batches exact; gradients atol 1e-6 + rtol 1e-5 (measured below 2e-7); attention
 maps atol 1e-5 (measured below 1e-6 against HF), rows summing to 1 within 1e-5, weights above the
-diagonal at most 1e-9; train_step's parameters atol 1e-6 + rtol 1e-5 in float32
+diagonal at most 1e-9; generated tokens exact (float64: cached and recomputed logits differ by about 1e-15); train_step's parameters atol 1e-6 + rtol 1e-5 in float32
 (k small forwards against one big one: measured below 2e-7), atol 3e-3 under bfloat16 autocast (measured
 below 7e-4, for updates of about 0.1) and 5e-4 under float16 (measured below 6e-5); its returned loss to 1e-5 in
 float32 and 0.02 under autocast (measured below 1.3e-3).
@@ -70,7 +77,8 @@ MFU = Exercise("mfu", "Exercise 3: mfu", points=1)
 MICRO = Exercise("rank_micro_batches", "Exercise 4: rank_micro_batches", points=2)
 TRAIN_STEP = Exercise("train_step", "Exercise 5: train_step", points=5)
 MAPS = Exercise("attention_maps", "Exercise 6: attention_maps", points=4)
-EXERCISES = [BITS_PER_BYTE, FLOPS, MFU, MICRO, TRAIN_STEP, MAPS]
+GENERATE = Exercise("generate_with_cache", "Exercise 7: generate_with_cache", points=4)
+EXERCISES = [BITS_PER_BYTE, FLOPS, MFU, MICRO, TRAIN_STEP, MAPS, GENERATE]
 
 LN2 = math.log(2.0)
 GRAD = {"atol": 1e-6, "rtol": 1e-5}
@@ -690,3 +698,172 @@ def test_maps_other_shapes(impl):
         hf, tokens, maps, got, call = _maps_case(impl, fields, seed, batch, length)
         _structure(maps, got, call)
         _compare_with_hf(hf, fields, tokens, maps, call)
+
+
+# --- Exercise 7 --------------------------------------------------------------------------
+
+def _generation_fields(seed, *, layers=2, d=32, heads=4, kv=2):
+    return {"vocab_size": 37 + seed, "d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": 48,
+            "max_seq_len": 64, "n_kv_heads": kv, "rope_base": 10000.0, "norm_eps": 1e-5}
+
+
+@torch.no_grad()
+def _generation_model(fields, seed):
+    """The reference decoder in float64 with sharp random weights: a peaked next-token distribution, so
+    greedy decoding does not fall into one repeated token at once."""
+    model = LlamaDecoder(DecoderConfig(**fields)).double().eval()
+    g = _gen(seed + 700)
+    for p in model.parameters():
+        if p.dim() > 1:
+            p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+    return model
+
+
+@torch.no_grad()
+def _segments_oracle(model, prompt, *, max_new_tokens, window, eos_id=None, pick=None):
+    """(all tokens, [(tokens fed, whether to a new cache) for each call]) by brute force: no cache, a full
+    forward pass per new token over the current segment (see the module docstring)."""
+    generator = torch.Generator().manual_seed(pick["seed"]) if pick else None
+    tokens = prompt.tolist()
+    start = cached = max(0, len(tokens) - window)  # the segment's first token; the cache holds tokens[start:cached]
+    feeds = []
+    for _ in range(max_new_tokens):
+        logits = model(torch.tensor(tokens[start:])[None])[:, -1]
+        feeds.append((len(tokens) - cached, cached == start))
+        cached = len(tokens)
+        if pick is None:
+            token = int(logits.argmax(dim=-1)[0])
+        else:
+            token = int(sample_next_oracle(logits, pick, generator)[0])
+        tokens.append(token)
+        if token == eos_id:
+            break
+        if cached - start >= window:  # the cache is full: a new segment with the recent half
+            start = cached = len(tokens) - window // 2
+    return tokens, feeds
+
+
+def sample_next_oracle(logits, pick, generator):
+    """Temperature, then top-k, then a draw: the sampler the adapter hands to the student's loop."""
+    from autograder.reference.sampling import sample_next
+
+    return sample_next(logits, temperature=pick["temperature"], top_k=pick["top_k"], generator=generator)
+
+
+def _generation_case(impl, seed, *, prompt_length, window, max_new_tokens, eos_from=None, pick=None, fields=None):
+    """Run the student's loop and the oracle; fail with what differs, named where the mistake is known."""
+    fields = fields or _generation_fields(seed)
+    model = _generation_model(fields, seed)
+    prompt = torch.randint(0, fields["vocab_size"], (prompt_length,), generator=_gen(seed + 800))
+    expected, feeds = _segments_oracle(model, prompt, max_new_tokens=max_new_tokens, window=window, pick=pick)
+    eos_id = None
+    if eos_from is not None:  # the token the loop picks at step eos_from ends the text there
+        eos_id = expected[prompt_length + eos_from]
+        expected, feeds = _segments_oracle(model, prompt, max_new_tokens=max_new_tokens, window=window,
+                                           eos_id=eos_id, pick=pick)
+    call = (f"generate_with_cache(model, prompt of {prompt_length} tokens, max_new_tokens={max_new_tokens}, "
+            f"window={window}{f', eos_id={eos_id}' if eos_id is not None else ''}"
+            f"{', pick=a seeded sampler' if pick else ', pick=greedy'})")
+    got = impl.generate_with_cache(fields, model.state_dict(), prompt.clone(), max_new_tokens=max_new_tokens,
+                                   window=window, eos_id=eos_id, pick=pick)
+    _check_calls(got["calls"], feeds, got["caches"], prompt_length, window, call)
+    tokens = expect.tensor(got["tokens"], call)
+    expect.that(tokens.dim() == 1 and tokens.dtype == prompt.dtype,
+                f"{call} returned shape {list(tokens.shape)} of {tokens.dtype}, expected a 1-D {prompt.dtype} tensor")
+    _check_tokens(tokens.tolist(), expected, prompt_length, eos_id, call)
+    shapes = {tuple(s) for s in got["picks"]}
+    expect.that(len(got["picks"]) == len(expected) - prompt_length and shapes <= {(1, fields["vocab_size"])},
+                f"{call} called pick {len(got['picks'])} times with logits of shapes {sorted(shapes)}, "
+                f"expected once per new token ({len(expected) - prompt_length}) with the last position's logits "
+                f"[1, {fields['vocab_size']}]")
+    expect.that(got["prompt_unchanged"], f"{call} changed the prompt tensor in place: build a new sequence")
+
+
+def _check_calls(calls, feeds, caches, prompt_length, window, call):
+    expect.that(all(c["cache"] is not None for c in calls),
+                f"{call} called the model without a cache: pass cache=new_cache() on the first call and the same "
+                "cache on the next ones")
+    bad = [c["shape"] for c in calls if c["shape"] is None or len(c["shape"]) != 2 or c["shape"][0] != 1]
+    expect.that(not bad, f"{call} fed the model tokens of shape {list(bad[0] or [])}, expected [1, n]" if bad else "")
+    fed = [c["shape"][1] for c in calls]
+    if calls:
+        expect.that(fed[0] == feeds[0][0], f"{call}: the first call fed {fed[0]} tokens, expected "
+                    f"{feeds[0][0]}: the prompt's last window tokens (all of a prompt of at most window)")
+    held = max(c["after"] for c in calls) if calls else 0
+    expect.that(held <= window, f"{call}: the cache grew to {held} positions, more than window={window}: when it "
+                "holds window positions, start a new cache (new_cache()) filled with the last window // 2 tokens")
+    if caches > len(calls) > 1 or (len(calls) > 2 and all(c["before"] == 0 for c in calls)):
+        expect.fail(f"{call} started a new cache for every call ({caches} caches for {len(calls)} calls): keep the "
+                    "cache between steps and feed it only the newest token")
+    for i, c in enumerate(calls[1:], start=1):
+        if c["before"]:
+            expect.that(fed[i] == 1, f"{call}: call {i + 1} fed {fed[i]} tokens to a cache that already held "
+                        f"{c['before']}: after the prefill, feed only the newest token")
+        else:
+            expect.that(fed[i] == window // 2, f"{call}: call {i + 1} filled a new cache with {fed[i]} tokens, "
+                        f"expected the last window // 2 = {window // 2}")
+    restarts = [i for i, c in enumerate(calls) if c["before"] == 0]
+    expected_restarts = [i for i, (_, new) in enumerate(feeds) if new]
+    if restarts != expected_restarts and len(calls) >= len(feeds):
+        first = next(i for i in range(len(calls)) if (i in restarts) != (i in expected_restarts))
+        before = calls[first]["before"]
+        expect.fail(f"{call}: call {first + 1} " + (
+            f"started a new cache while the old one held {calls[first - 1]['after']} of window={window} positions: "
+            "start again only when the cache is full" if first in restarts else
+            f"went on with a cache that held {before} of window={window} positions: when it is full, start a new "
+            "one with the last window // 2 tokens"))
+    expect.that(len(calls) == len(feeds), f"{call} made {len(calls)} model calls for {len(feeds)} new tokens: one "
+                "call per new token (the prefill gives the first); no call after the last token")
+
+
+def _check_tokens(got, expected, prompt_length, eos_id, call):
+    if got == expected:
+        return
+    if got[:prompt_length] != expected[:prompt_length]:
+        expect.fail(f"{call} does not begin with the prompt: return the prompt followed by the new tokens")
+    if eos_id is not None and got == expected[:-1]:
+        expect.fail(f"{call} stopped at eos_id but dropped it: keep the eos token, then stop")
+    if eos_id is not None and len(got) > len(expected) and got[:len(expected)] == expected:
+        expect.fail(f"{call} went on after eos_id {eos_id}: stop as soon as it is picked (it is kept)")
+    first = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected)))
+    expect.fail(f"{call} gave {len(got) - prompt_length} new tokens, expected {len(expected) - prompt_length}; the "
+                f"first difference is new token {first - prompt_length + 1} ({got[first] if first < len(got) else 'none'}"
+                f" instead of {expected[first] if first < len(expected) else 'none'}). The oracle recomputes every "
+                "token without a cache over the current window segment.")
+
+
+@GENERATE.visible
+def test_generation_equals_recomputation(impl):
+    "greedy tokens equal a full recomputation without a cache over each window segment (prompt 5, window 8, 20 tokens)"
+    _generation_case(impl, 0, prompt_length=5, window=8, max_new_tokens=20)
+
+
+@GENERATE.visible
+def test_generation_feeds_and_cache(impl):
+    "one model call per new token: the prompt first, then one token per call; a full cache restarts with window // 2"
+    _generation_case(impl, 1, prompt_length=3, window=6, max_new_tokens=16)
+
+
+@GENERATE.hidden
+def test_generation_long_prompts_and_odd_windows(impl):
+    "a prompt longer than the window, odd windows (7 keeps 3), the smallest window (2 keeps 1), other decoders"
+    _generation_case(impl, 2, prompt_length=12, window=8, max_new_tokens=14)
+    _generation_case(impl, 3, prompt_length=4, window=7, max_new_tokens=18, fields=_generation_fields(3, kv=1))
+    _generation_case(impl, 4, prompt_length=2, window=2, max_new_tokens=6, fields=_generation_fields(4, layers=3, kv=4))
+    _generation_case(impl, 5, prompt_length=1, window=16, max_new_tokens=10)
+
+
+@GENERATE.hidden
+def test_generation_stops(impl):
+    "eos_id ends the text and is kept (at the first token, mid-window, after a restart); 0 and 1 new tokens"
+    _generation_case(impl, 6, prompt_length=4, window=6, max_new_tokens=20, eos_from=0)
+    _generation_case(impl, 7, prompt_length=4, window=6, max_new_tokens=20, eos_from=2)
+    _generation_case(impl, 8, prompt_length=4, window=6, max_new_tokens=20, eos_from=9)
+    _generation_case(impl, 9, prompt_length=4, window=6, max_new_tokens=1)
+    _generation_case(impl, 10, prompt_length=4, window=6, max_new_tokens=0)
+
+
+@GENERATE.hidden
+def test_generation_samples(impl):
+    "with a seeded sampler (temperature 0.9, top-k 5) as pick: the same draws as the oracle, one pick per token"
+    _generation_case(impl, 11, prompt_length=5, window=8, max_new_tokens=24, pick={"seed": 3, "temperature": 0.9, "top_k": 5})

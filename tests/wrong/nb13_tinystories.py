@@ -104,6 +104,27 @@ def attention_maps(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 '''
 
 
+GENERATE = '''
+@torch.no_grad()
+def generate_with_cache(model, prompt: torch.Tensor, *, max_new_tokens: int, window: int, new_cache,
+                        eos_id: int | None = None, pick) -> torch.Tensor:
+    sequence = prompt.clone()
+    cache, step_input = new_cache(), prompt[-window:]
+    for _ in range(max_new_tokens):
+        logits = model(step_input[None], cache=cache)[:, -1]
+        token = pick(logits)[0]
+        sequence = torch.cat([sequence, token.view(1).to(sequence.dtype)])
+        if eos_id is not None and int(token) == eos_id:
+            break
+        if cache.length >= window:  # full: start again from the recent half
+            cache, step_input = new_cache(), sequence[-(window // 2):]
+        else:
+            step_input = sequence[-1:]
+    return sequence
+
+'''
+
+
 def _edit(code, *pairs):
     for old, new in pairs:
         assert old in code, old
@@ -112,7 +133,8 @@ def _edit(code, *pairs):
 
 
 RIGHT = {"bits_per_byte": BITS_PER_BYTE, "flops_per_token": FLOPS, "mfu": MFU, "rank_micro_batches": MICRO,
-         "train_step": TRAIN_STEP, "attention_maps": MAPS}
+         "train_step": TRAIN_STEP, "attention_maps": MAPS,
+         "generate_with_cache": GENERATE}
 
 _BPB = "return loss * tokens / (n_bytes * math.log(2))"
 _FORWARD = "forward = 2 * matmul_weights + 4 * config.n_layers * context_length * d"
@@ -130,6 +152,10 @@ _AFTER = """    if scaler is not None:
     if grad_clip:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
 """ + _STEP
+_RESTART = """        if cache.length >= window:  # full: start again from the recent half
+            cache, step_input = new_cache(), sequence[-(window // 2):]
+        else:
+            step_input = sequence[-1:]"""
 _ROPE = "q, k = attn.rope(q, positions).float(), attn.rope(k, positions).float()"
 
 WRONG = [
@@ -215,4 +241,37 @@ WRONG = [
           _edit(MAPS, ("        for handle in handles:\n            handle.remove()", "        pass")), "hooks on the model"),
     Wrong("attention_maps", "softmax over the queries",
           _edit(MAPS, (".softmax(dim=-1)", ".softmax(dim=-2)")), "rows sum to"),
+    # Exercise 7
+    Wrong("generate_with_cache", "no cache reuse: the whole window fed to a new cache every step",
+          _edit(GENERATE, (_RESTART, "        cache, step_input = new_cache(), sequence[-window:]")),
+          "new cache for every call"),
+    Wrong("generate_with_cache", "never restarts: the cache outgrows the window",
+          _edit(GENERATE, (_RESTART, "        step_input = sequence[-1:]")), "cache grew to"),
+    Wrong("generate_with_cache", "restarts into the same cache",
+          _edit(GENERATE, ("cache, step_input = new_cache(), sequence[-(window // 2):]",
+                           "step_input = sequence[-(window // 2):]")), "cache grew to"),
+    Wrong("generate_with_cache", "restarts with the whole window",
+          _edit(GENERATE, ("sequence[-(window // 2):]", "sequence[-window:]")), "expected the last window // 2"),
+    Wrong("generate_with_cache", "restarts one position late",
+          _edit(GENERATE, ("if cache.length >= window:", "if cache.length > window:")), "cache grew to"),
+    Wrong("generate_with_cache", "the prompt fed whole, not its last window tokens",
+          _edit(GENERATE, ("prompt[-window:]", "prompt")), "the prompt's last window tokens"),
+    Wrong("generate_with_cache", "eos dropped",
+          _edit(GENERATE, ("""        sequence = torch.cat([sequence, token.view(1).to(sequence.dtype)])
+        if eos_id is not None and int(token) == eos_id:
+            break""", """        if eos_id is not None and int(token) == eos_id:
+            break
+        sequence = torch.cat([sequence, token.view(1).to(sequence.dtype)])""")), "dropped it"),
+    Wrong("generate_with_cache", "a wasted call after the last token (the next logits computed ahead)",
+          _edit(GENERATE, ("""    cache, step_input = new_cache(), prompt[-window:]
+    for _ in range(max_new_tokens):
+        logits = model(step_input[None], cache=cache)[:, -1]
+""", """    cache = new_cache()
+    logits = model(prompt[-window:][None], cache=cache)[:, -1]
+    for _ in range(max_new_tokens):
+"""), (_RESTART, """        if cache.length >= window:
+            cache = new_cache()
+            logits = model(sequence[-(window // 2):][None], cache=cache)[:, -1]
+        else:
+            logits = model(sequence[-1:][None], cache=cache)[:, -1]""")), "model calls for"),
 ]
