@@ -193,13 +193,13 @@ def _evaluate(model, tokens, config, d: _Dist, device, autocast, accumulation: i
 
 
 def run(config, *, stack: Stack | None = None, resume: bool = False, progress: bool = True,
-        stop_after: int | None = None) -> RunResult:
+        stop_after: int | None = None, course_dir=None) -> RunResult:
     """Train as ``config`` says and write out_dir/{config.toml, metrics.jsonl, checkpoint.pt,
     loss_curve.png, samples.txt, tokenizer.json}.
 
     ``stack``: the parts to train with (``tinystories.stack``: yours or the reference, the default).
     ``stop_after``: stop (with a checkpoint) after that step, as a job with a time limit would; resume
-    later with ``resume=True``.
+    later with ``resume=True``. ``course_dir``: where notebook 12 is, for ``data.tokenizer = "yours"``.
     """
     stack = stack or reference_stack()
     t, m = config.train, config.model
@@ -225,11 +225,12 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
 
     # Data: rank 0 builds it, the others then find it in the cache.
     if d.main:
-        data = prepare(config.data, progress=progress)
+        data = prepare(config.data, progress=progress, course_dir=course_dir)
+        say(f"tokenizer: {data.origin}")
     if d.world > 1:
         dist.barrier()
     if not d.main:
-        data = prepare(config.data, progress=False)
+        data = prepare(config.data, progress=False, course_dir=course_dir)
     for path in (data.train, data.val):
         if not path.is_file():
             raise RunError(f"the token file {path} is missing: delete {path.parent} so it is rebuilt")
