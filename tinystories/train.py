@@ -39,7 +39,7 @@ from tinystories.stack import Stack, reference_stack
 # Peak dense tensor FLOP/s per GPU at 16-bit precision (vendor data sheets); MFU is omitted elsewhere.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "T4": 65e12}
 # The training arithmetic: a checkpoint resumes only with these unchanged.
-RESUME_KEYS = {"data": ("source", "vocab_size"), "model": None,
+RESUME_KEYS = {"data": ("source", "vocab_size", "tokenizer"), "model": None,
                "train": ("batch_size", "max_steps", "max_lr", "min_lr", "warmup_steps", "weight_decay",
                          "beta1", "beta2", "grad_clip", "seed")}
 
@@ -104,8 +104,10 @@ def _check_resumable(saved: dict, config) -> None:
     now = as_dict(config)
     for section, keys in RESUME_KEYS.items():
         for key in keys or now[section]:
-            if saved[section][key] != now[section][key]:
-                raise RunError(f"the checkpoint was trained with {section}.{key} = {saved[section][key]!r}, this "
+            default = getattr(type(getattr(config, section))(), key)  # a key newer than the checkpoint
+            was = saved[section].get(key, default)
+            if was != now[section][key]:
+                raise RunError(f"the checkpoint was trained with {section}.{key} = {was!r}, this "
                                f"config has {now[section][key]!r}: resume with the run's own config "
                                f"(omit --config), or choose a new --out")
 
