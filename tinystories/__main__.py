@@ -49,8 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("--tokenizer", choices=("fast", "yours"), default=None,
                          help="fast (the config's default): Hugging Face tokenizers; yours: train_bpe and "
                               "Tokenizer.encode_iterable of your notebook 12 (the fast one where unfinished). Yours is "
-                              "pure Python and SLOW: seconds on the sample, hours on the full 2.2 GB file; a smaller "
-                              "vocabulary trains faster (--set data.vocab_size=512). Sets data.tokenizer")
+                              "pure Python and SLOW: seconds on the sample, about an hour on the full 2.2 GB file; a "
+                              "smaller vocabulary trains faster (--set data.vocab_size=512). Sets data.tokenizer")
     prepare.add_argument("--course-dir", default=None, help="the folder holding your notebooks (default course/)")
 
     sample = commands.add_parser("sample", help="generate stories from a trained run")

@@ -9,8 +9,8 @@ without it is unfinished and is rebuilt.
 
 ``data.tokenizer`` picks who tokenizes. ``fast`` (the default): Hugging Face ``tokenizers`` (Rust).
 ``yours``: notebook 12's ``train_bpe`` trains the BPE and its ``Tokenizer.encode_iterable`` streams the
-stories through it, pure Python and slow (``tests/test_tinystories_tokenizer.py``; the sample at 2,048 tokens
-takes seconds, the 2.2 GB file hours). Its folder is ``<source>-v<vocab>-yours-<key>``, the key hashing
+stories through it, pure Python and slow (seconds on the shipped sample, about an hour of encoding for the
+2.2 GB file: ``benchmarks/tokenizer_prepare.md``). Its folder is ``<source>-v<vocab>-yours-<key>``, the key hashing
 your notebook-12 answer cells too, so the two tokenizers (or two versions of yours) never share data. Your
 vocabulary and merges are saved as a Hugging Face ``tokenizer.json`` (byte-level BPE, the same ids: checked
 on the validation stories before use), so training and sampling read it as they read the fast one. Where
