@@ -89,17 +89,29 @@ def test_an_unfinished_notebook_falls_back_with_the_reason(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == [p.name for p in prep.prepared_folders(_data(tmp_path))]
 
 
-def test_a_failing_tokenizer_falls_back(tmp_path, monkeypatch):
+@pytest.mark.parametrize("broken", ["train_bpe", "encode_iterable"])
+def test_a_failing_tokenizer_falls_back(tmp_path, monkeypatch, broken):
     """Code that passes the visible checks may still break on the data: one line, then the fast tokenizer."""
-
-    def broken(*args, **kwargs):
-        raise RuntimeError("out of patience")
-
     real = prep._student_bpe
 
     def loaded(path, code_hash, *, check):
         student = real(path, code_hash, check=False)
-        student.train_bpe = broken
+        if broken == "train_bpe":
+            def train_bpe(*args, **kwargs):
+                raise RuntimeError("out of patience")
+
+            student.train_bpe = train_bpe
+        else:
+            class Tokenizer(student.tokenizer_class):
+                calls = 0
+
+                def encode_iterable(self, lines):  # the check of tokenizer.json passes, the data then fails
+                    Tokenizer.calls += 1
+                    if Tokenizer.calls > 1:
+                        raise RuntimeError("out of patience")
+                    yield from super().encode_iterable(lines)
+
+            student.tokenizer_class = Tokenizer
         return student
 
     monkeypatch.setattr(prep, "_student_bpe", loaded)
@@ -107,6 +119,7 @@ def test_a_failing_tokenizer_falls_back(tmp_path, monkeypatch):
     assert data.origin == f"{prep.FAST}; yours is not used (it raised RuntimeError: out of patience)"
     assert data.stats["tokenizer"] == "fast" and np.asarray(prep.load_tokens(data.train)).size > 0
     assert prep.prepared_folders(_data(tmp_path, "data.tokenizer=yours")) == []
+    assert [p.name for p in tmp_path.iterdir()] == [data.train.parent.name]  # the unfinished folder is gone
 
 
 def test_failing_visible_checks_fall_back(tmp_path):

@@ -20,12 +20,12 @@ yours is not started, fails its visible checks, cannot be loaded or saved, the f
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,6 +252,14 @@ def _encode_yours(tokenizer, batches, path: Path, *, progress: bool, desc: str) 
             "bytes_per_token": counts["bytes"] / max(tokens, 1)}
 
 
+def _instead_of_yours(data_config, folder: Path, error: Exception, *, progress: bool) -> PreparedData:
+    """The fast tokenizer's data, after your code raised ``error`` while building ``folder`` (removed)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    fallback = prepare(dataclasses.replace(data_config, tokenizer="fast"), progress=progress)
+    fallback.origin = f"{FAST}; yours is not used (it raised {type(error).__name__}: {error})"
+    return fallback
+
+
 def prepare(data_config, *, progress: bool = True, course_dir: str | Path | None = None,
             check: bool = True) -> PreparedData:
     """Tokenizer and token files for ``data_config`` (source, vocab_size, dir, tokenizer), built once and cached.
@@ -317,11 +325,7 @@ def prepare(data_config, *, progress: bool = True, course_dir: str | Path | None
             mine, tokenizer, eot_id = _train_yours(student, (s for b in train_batches() for s in b), first_val,
                                                    data_config.vocab_size)
         except Exception as error:  # noqa: BLE001 - your code: one line, then the fast tokenizer
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-            fallback = prepare(dataclasses.replace(data_config, tokenizer="fast"), progress=progress)
-            fallback.origin = f"{FAST}; yours is not used (it raised {type(error).__name__}: {error})"
-            return fallback
+            return _instead_of_yours(data_config, folder, error, progress=progress)
         encode = lambda batches, out, desc: _encode_yours(mine, batches, out, progress=progress,  # noqa: E731
                                                           desc=desc)
     else:
@@ -337,9 +341,14 @@ def prepare(data_config, *, progress: bool = True, course_dir: str | Path | None
         # data.vocab_size rows (a few are never used), so its size and speed do not depend on the text.
         print(f"Note: the {source} text gives only {vocab} BPE tokens (data.vocab_size is {data_config.vocab_size}).")
     tokenizer.save(str(result.tokenizer))
-    stats = {"source": source, "vocab_size": vocab, "eot_id": eot_id, "tokenizer": choice, "origin": origin,
-             "train": encode(train_batches(), result.train, "train"),
-             "val": encode(val_batches(), result.val, "val")}
+    try:
+        stats = {"source": source, "vocab_size": vocab, "eot_id": eot_id, "tokenizer": choice, "origin": origin,
+                 "train": encode(train_batches(), result.train, "train"),
+                 "val": encode(val_batches(), result.val, "val")}
+    except Exception as error:
+        if student is None:
+            raise
+        return _instead_of_yours(data_config, folder, error, progress=progress)  # your encode_iterable raised
     tmp = stats_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(stats, indent=1))
     os.replace(tmp, stats_path)
