@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="yours (default): the model, loss, optimizer, schedule, clipping and batches of your "
                             "notebooks 08 and 10, each unfinished one replaced by the course's; reference: the "
                             "course's own parts")
-    train.add_argument("--course-dir", default=None, help="the folder holding your notebooks (default course/)")
+    train.add_argument("--course-dir", default=None, help="the folder holding your notebooks (default course/; "
+                                                          "with --set data.tokenizer=yours, notebook 12 too)")
     train.add_argument("--resume", action="store_true", help="continue from out_dir/checkpoint.pt")
     train.add_argument("--stop-after", type=int, default=None, metavar="STEP",
                        help="stop with a checkpoint after STEP (to fit a time limit); --resume continues it")
@@ -45,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
 
     prepare = commands.add_parser("prepare", help="download (if needed) the data and build tokenizer and tokens")
     common(prepare, config_default="cpu_demo")
+    prepare.add_argument("--tokenizer", choices=("fast", "yours"), default=None,
+                         help="fast (the config's default): Hugging Face tokenizers; yours: train_bpe and "
+                              "Tokenizer.encode_iterable of your notebook 12 (the fast one where unfinished). Yours is "
+                              "pure Python and SLOW: seconds on the sample, about an hour on the full 2.2 GB file; a "
+                              "smaller vocabulary trains faster (--set data.vocab_size=512). Sets data.tokenizer")
+    prepare.add_argument("--course-dir", default=None, help="the folder holding your notebooks (default course/)")
 
     sample = commands.add_parser("sample", help="generate stories from a trained run")
     sample.add_argument("--out", required=True, help="the run's folder")
@@ -63,6 +70,8 @@ def _config(args, *, resume: bool = False):
     from tinystories.config import load_config
 
     overrides = list(args.set)
+    if getattr(args, "tokenizer", None):
+        overrides.append(f"data.tokenizer={args.tokenizer}")
     if args.out:
         overrides.append(f"out_dir={args.out}")
     name = args.config
@@ -85,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
             init_distributed(config.train)  # under torchrun: before the stack, which rank 0 alone checks
             run(config, stack=resolve(args.stack, args.course_dir), resume=args.resume, progress=not args.quiet,
-                stop_after=args.stop_after)
+                stop_after=args.stop_after, course_dir=args.course_dir)
         elif args.command == "preflight":
             from tinystories.preflight import preflight, report
             from tinystories.stack import resolve
@@ -97,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "prepare":
             from tinystories.prepare import prepare
 
-            data = prepare(_config(args).data, progress=not args.quiet)
+            data = prepare(_config(args).data, progress=not args.quiet, course_dir=args.course_dir)
+            print(f"tokenizer: {data.origin}")
             print(f"tokenizer {data.tokenizer}; tokens {data.train}, {data.val}")
             for split in ("train", "val"):
                 s = data.stats[split]

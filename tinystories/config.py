@@ -24,6 +24,7 @@ class DataConfig:
     source: str = "sample"          # "sample" (shipped, offline) or "tinystories_v2" (download)
     vocab_size: int = 2048          # byte-level BPE vocabulary, "<|endoftext|>" included
     dir: str = "data/tinystories/prepared"  # tokenizer and token files (cached)
+    tokenizer: str = "fast"         # "fast": Hugging Face tokenizers; "yours": notebook 12's BPE (pure Python, slow)
 
 
 @dataclass
@@ -79,6 +80,7 @@ class RunConfig:
 
 CHOICES = {
     ("data", "source"): ("sample", "tinystories_v2"),
+    ("data", "tokenizer"): ("fast", "yours"),
     ("train", "precision"): ("bf16", "fp16", "fp32", "auto"),
     ("train", "attention"): ("fused", "math"),
     ("train", "device"): ("auto", "cpu", "cuda"),

@@ -93,9 +93,12 @@ def check_data(config, name: str = "NAME") -> Finding:
     ready = prepared_folders(config.data)
     if ready:
         return Finding("data", True, f"prepared in {ready[-1]}")
-    return Finding("data", False, f"no {source} tokens of {config.data.vocab_size} tokens' vocabulary in "
+    yours = " made by your tokenizer" if getattr(config.data, "tokenizer", "fast") == "yours" else ""
+    return Finding("data", False, f"no {source} tokens{yours} of {config.data.vocab_size} tokens' vocabulary in "
                                   f"{config.data.dir}",
-                   f"python -m tinystories prepare --config {name} first (the run would otherwise start "
+                   f"python -m tinystories prepare --config {name}"
+                   f"{' --tokenizer yours' if getattr(config.data, 'tokenizer', 'fast') == 'yours' else ''} first "
+                   "(the run would otherwise start "
                    f"by {'tokenizing the shipped sample' if source == 'sample' else 'downloading and tokenizing the data set'})")
 
 

@@ -39,7 +39,7 @@ from tinystories.stack import Stack, reference_stack
 # Peak dense tensor FLOP/s per GPU at 16-bit precision (vendor data sheets); MFU is omitted elsewhere.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "T4": 65e12}
 # The training arithmetic: a checkpoint resumes only with these unchanged.
-RESUME_KEYS = {"data": ("source", "vocab_size"), "model": None,
+RESUME_KEYS = {"data": ("source", "vocab_size", "tokenizer"), "model": None,
                "train": ("batch_size", "max_steps", "max_lr", "min_lr", "warmup_steps", "weight_decay",
                          "beta1", "beta2", "grad_clip", "seed")}
 
@@ -109,8 +109,10 @@ def _check_resumable(saved: dict, config) -> None:
     now = as_dict(config)
     for section, keys in RESUME_KEYS.items():
         for key in keys or now[section]:
-            if saved[section][key] != now[section][key]:
-                raise RunError(f"the checkpoint was trained with {section}.{key} = {saved[section][key]!r}, this "
+            default = getattr(type(getattr(config, section))(), key)  # a key newer than the checkpoint
+            was = saved[section].get(key, default)
+            if was != now[section][key]:
+                raise RunError(f"the checkpoint was trained with {section}.{key} = {was!r}, this "
                                f"config has {now[section][key]!r}: resume with the run's own config "
                                f"(omit --config), or choose a new --out")
 
@@ -209,13 +211,13 @@ def _evaluate(model, tokens, config, d: _Dist, device, autocast, accumulation: i
 
 
 def run(config, *, stack: Stack | None = None, resume: bool = False, progress: bool = True,
-        stop_after: int | None = None) -> RunResult:
+        stop_after: int | None = None, course_dir=None) -> RunResult:
     """Train as ``config`` says and write out_dir/{config.toml, metrics.jsonl, checkpoint.pt,
     loss_curve.png, samples.txt, tokenizer.json}.
 
     ``stack``: the parts to train with (``tinystories.stack``: yours or the reference, the default).
     ``stop_after``: stop (with a checkpoint) after that step, as a job with a time limit would; resume
-    later with ``resume=True``.
+    later with ``resume=True``. ``course_dir``: where notebook 12 is, for ``data.tokenizer = "yours"``.
     """
     stack = stack or reference_stack()
     t, m = config.train, config.model
@@ -241,11 +243,12 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
 
     # Data: rank 0 builds it, the others then find it in the cache.
     if d.main:
-        data = prepare(config.data, progress=progress)
+        data = prepare(config.data, progress=progress, course_dir=course_dir)
+        say(f"tokenizer: {data.origin}")
     if d.world > 1:
         dist.barrier()
     if not d.main:
-        data = prepare(config.data, progress=False)
+        data = prepare(config.data, progress=False, course_dir=course_dir)
     for path in (data.train, data.val):
         if not path.is_file():
             raise RunError(f"the token file {path} is missing: delete {path.parent} so it is rebuilt")

@@ -4,7 +4,8 @@ Replies must be plain data, so every ``bytes`` a student's function returns trav
 anything that is not ``bytes`` as ``"<not bytes: TYPE>"``, so that a check can say what came back). Each
 exercise is graded on its own: while ``train_bpe`` runs, the notebook's ``pretokenize``, ``count_pairs`` and
 ``merge_word`` are the course's (``autograder.reference.bpe``); while the ``Tokenizer`` runs, its
-``pretokenize`` and ``apply_merges`` are; the notebook's own are restored afterwards.
+``pretokenize`` and ``apply_merges`` are; the notebook's own are restored afterwards. ``encode_iterable`` runs
+on the student's ``Tokenizer`` whose ``encode`` is the course's (on a stand-in where the constructor fails).
 """
 
 from __future__ import annotations
@@ -102,3 +103,98 @@ def tokenizer_of(ns, vocab: dict, merges: list, special_tokens: list, texts: lis
         "decoded": [d if isinstance(d, str) or d is None else f"<not str: {type(d).__name__}>" for d in decoded],
         "decoded_given": [d if isinstance(d, str) else f"<not str: {type(d).__name__}>" for d in decoded_given],
     }
+
+
+class ReadTooMuch(Exception):
+    """Raised by an endless input after ``limit`` chunks, so that code that reads it all stops."""
+
+
+def _course_encode(vocab: dict, merges: list, special_tokens: list):
+    """The course's ``encode`` (the reference pre-tokenizer and ``apply_merges``), with a cache per text."""
+    ids = {token: i for i, token in vocab.items()}
+    ranks = {tuple(pair): rank for rank, pair in enumerate(merges)}
+    cache = {}
+
+    def encode(text: str) -> list:
+        if text not in cache:
+            out = []
+            for piece in bpe.pretokenize(text, special_tokens):
+                if piece in special_tokens:
+                    out.append(ids[piece.encode("utf-8")])
+                else:
+                    out.extend(ids[t] for t in bpe.apply_merges(piece.encode("utf-8"), ranks))
+            cache[text] = out
+        return list(cache[text])
+
+    return encode
+
+
+class _CourseTokenizer:
+    """Stands in for the student's Tokenizer when its constructor cannot run (Exercise 6 unfinished)."""
+
+    def __init__(self, vocab, merges, special_tokens):
+        self.vocab, self.merges, self.special_tokens = dict(vocab), list(merges), list(special_tokens)
+        self.ranks = {pair: rank for rank, pair in enumerate(self.merges)}
+        self.ids = {token: i for i, token in self.vocab.items()}
+        self.cache = {}
+
+
+def _streaming_tokenizer(ns, vocab, merges, special_tokens):
+    """The student's Tokenizer with the course's ``encode`` (so Exercise 6 costs only itself), or a stand-in."""
+    try:
+        tokenizer = ns["Tokenizer"](dict(vocab), [tuple(m) for m in merges], list(special_tokens))
+    except Exception:  # noqa: BLE001 - an unfinished Tokenizer: grade encode_iterable with the course's
+        tokenizer = _CourseTokenizer(vocab, [tuple(m) for m in merges], special_tokens)
+    tokenizer.encode = _course_encode(vocab, merges, special_tokens)
+    return tokenizer
+
+
+def encode_iterable_of(ns, vocab: dict, merges: list, special_tokens: list, inputs: list, *,
+                       endless: bool = False, limit: int = 0, take: int = 0) -> list:
+    """For each input (a list of chunks, or ``{"file": path}`` read line by line), what ``encode_iterable``
+    yielded and, for each id, how many chunks and how many bytes it had read when that id came out.
+
+    ``endless``: each input's chunks are repeated forever (``ReadTooMuch`` after ``limit`` chunks), and only
+    the first ``take`` ids are asked for.
+    """
+    function = need(ns, "encode_iterable")
+    results = []
+    with given(ns, pretokenize=bpe.pretokenize, apply_merges=bpe.apply_merges):
+        for spec in inputs:
+            tokenizer = _streaming_tokenizer(ns, vocab, merges, special_tokens)
+            read = {"chunks": 0, "bytes": 0, "done": False}
+            opened = open(spec["file"], encoding="utf-8") if isinstance(spec, dict) else None  # noqa: SIM115
+
+            def source(chunks=opened if opened is not None else spec, read=read):
+                while True:
+                    for chunk in chunks:
+                        if endless and read["chunks"] >= limit:
+                            raise ReadTooMuch
+                        read["chunks"] += 1
+                        read["bytes"] += len(chunk.encode("utf-8"))
+                        yield chunk
+                    if not endless:
+                        break
+                read["done"] = True
+
+            ids, trace, error, kind = [], [], None, None
+            try:
+                out = function(tokenizer, source())
+                kind = type(out).__name__
+                iterator = iter(out)
+                while not (endless and len(ids) >= take):
+                    try:
+                        i = next(iterator)
+                    except StopIteration:
+                        break
+                    ids.append(i if isinstance(i, int) else -1)
+                    trace.append([read["chunks"], read["bytes"], int(read["done"])])
+                if hasattr(out, "close"):
+                    out.close()
+            except ReadTooMuch:
+                error = "read too much"
+            finally:
+                if opened is not None:
+                    opened.close()
+            results.append({"ids": ids, "trace": trace, "type": kind, "error": error, "chunks": read["chunks"]})
+    return results

@@ -22,6 +22,14 @@ Oracles, written here or in ``autograder.reference.bpe`` and independent of the 
   runs, ``<|endoftext|>``) and on random Unicode strings from several seeds; ids equal to the reference
   encoder's; decoding of id lists that split characters, equal to ``bytes.decode(errors="replace")`` of all
   the bytes. Hidden: ids equal to a Hugging Face ``tokenizers`` BPE built from the same vocab and merges.
+- Streaming (exercise 7): the ids of ``encode_iterable(chunks)`` equal the reference encoder's on the joined
+  text, for chunkings that cut pre-tokens, contractions and ``<|endoftext|>`` in two, empty chunks, 1-character
+  chunks, random cuts of random strings (6 seeds) and the lines of a file. What the code does is observed
+  through the input: an endless input must give its first ids (laziness), and when each id comes out, the
+  bytes read minus the bytes of the ids already yielded (what is held back) must stay within
+  4 x the longest pre-token + 2 x the longest special token + 2 x the longest chunk (a streaming encoder needs
+  2 + 1 + 1 of them), far below a story's length. Mistakes are named by comparing with the ids that the
+  plausible wrong strategies give (each chunk encoded alone, one pre-token held back, ...), computed here.
 
 Everything here is exact (integers and strings): no tolerances.
 """
@@ -42,7 +50,8 @@ MERGE_WORD = Exercise("merge_word", "Exercise 3: merging a pair in a word", poin
 TRAIN = Exercise("train_bpe", "Exercise 4: training BPE", points=7)
 APPLY = Exercise("apply_merges", "Exercise 5: applying merges by rank", points=4)
 TOKENIZER = Exercise("bpe_tokenizer", "Exercise 6: the tokenizer", points=5)
-EXERCISES = [PRETOKENIZE, COUNT_PAIRS, MERGE_WORD, TRAIN, APPLY, TOKENIZER]
+STREAM = Exercise("encode_iterable", "Exercise 7: encoding a stream", points=4)
+EXERCISES = [PRETOKENIZE, COUNT_PAIRS, MERGE_WORD, TRAIN, APPLY, TOKENIZER, STREAM]
 
 EOT = "<|endoftext|>"
 TINY = Path(__file__).resolve().parents[2] / "data" / "tinystories" / "tinystories_tiny.txt"
@@ -484,3 +493,181 @@ def test_tokenizer_equals_hugging_face(impl):
                     f"BPE with the same merges gives {ids[:20]}")
 
 
+
+
+# --- Exercise 7 --------------------------------------------------------------------------
+
+STREAM_TEXT = (f"Once upon a time, they'll see it.\n\n'll go{EOT}The end.   It's 42, naïve 😀\n\n"
+               f"{EOT}{EOT}x  y")
+
+
+def _stream_tokenizer():
+    """A vocabulary where cutting a stream in the wrong place changes ids: "'ll", "'ve" and "\\n\\n" are tokens."""
+    extra = "".join(f" they'll we've I'm{EOT}\n\n'll x\n\n" for _ in range(30))
+    return bpe.train(TINY.read_text(encoding="utf-8")[:12_000] + extra, 420, (EOT,))
+
+
+def _piece_encoder(vocab, merges):
+    """The reference encoder, one pre-token at a time, cached (a text's ids are its pre-tokens' ids in order)."""
+    cache = {}
+
+    def ids_of(piece):
+        if piece not in cache:
+            cache[piece] = bpe.encode(piece, vocab, merges, (EOT,))
+        return cache[piece]
+
+    def encode(text):
+        return [i for piece in bpe.pretokenize(text, (EOT,)) for i in ids_of(piece)]
+
+    return ids_of, encode
+
+
+def _strategy(chunks, vocab, merges, *, hold=2, specials_held=True, per_piece=True):
+    """The ids of the streaming algorithm with one mistake written in: what a wrong strategy yields."""
+    ids_of, encode = _piece_encoder(vocab, merges)
+    out, buffer = [], ""
+    for chunk in chunks:
+        buffer += chunk
+        keep = 0
+        if specials_held:
+            keep = max((k for k in range(1, min(len(EOT), len(buffer) + 1)) if EOT.startswith(buffer[-k:])),
+                       default=0)
+        pieces = bpe.pretokenize(buffer[:len(buffer) - keep], (EOT,))
+        done = pieces[:-hold] if len(pieces) > hold else []
+        if per_piece:
+            out += [i for piece in done for i in ids_of(piece)]
+        else:
+            out += encode("".join(done))
+        buffer = "".join(pieces[len(done):]) + buffer[len(buffer) - keep:]
+    return out + encode(buffer)
+
+
+def _first_difference(got, expected):
+    return next((k for k, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected)))
+
+
+def _check_stream(impl, vocab, merges, cases):
+    """cases: [(label, chunks)], chunks a list of strings or {"file": path} (then label says which)."""
+    specs = [chunks if isinstance(chunks, list) else {"file": str(chunks)} for _, chunks in cases]
+    got = impl.encode_iterable_of(vocab, merges, [EOT], specs)
+    _, encode = _piece_encoder(vocab, merges)
+    for (label, chunks), result in zip(cases, got, strict=True):
+        if not isinstance(chunks, list):
+            chunks = Path(chunks).read_text(encoding="utf-8").splitlines(keepends=True)
+        text = "".join(chunks)
+        what = f"encode_iterable({label})"
+        ids, expected = result["ids"], encode(text)
+        if ids == expected:
+            continue
+        if -1 in ids:
+            expect.fail(f"{what} yielded something that is not an int id: yield the ids one by one, as ints")
+        if len(ids) < len(expected) and ids == expected[:len(ids)]:
+            expect.fail(f"{what} stopped {len(expected) - len(ids)} ids short: the text still held back when the input "
+                        f"ended ({b''.join(vocab[i] for i in expected[len(ids):])[:40].decode(errors='replace')!r}) "
+                        "never came out. After the loop over the chunks, encode what is left in the buffer")
+        if ids == [i for chunk in chunks for i in encode(chunk)]:
+            expect.fail(f"{what} encodes each chunk on its own: a pre-token (or {EOT}) that a chunk boundary cuts in "
+                        "two becomes two pre-tokens. Keep the text of the last pre-tokens in a buffer until the next "
+                        "chunk shows where they end")
+        if ids == _strategy(chunks, vocab, merges, specials_held=False):
+            expect.fail(f"{what}: {EOT} cut in two by a chunk boundary came out as ordinary pre-tokens ('<|', ...), "
+                        "not as its id. Hold back the end of the buffer that could be the beginning of a special "
+                        "token ('<|endof') until the next chunk decides")
+        if ids == _strategy(chunks, vocab, merges, hold=1):
+            expect.fail(f"{what} holds back only the last pre-token; the one before it can still change: a chunk "
+                        "ending in \"'l\" gives the pre-tokens \"'\", \"l\", and a next chunk starting with \"l\" "
+                        "makes them the single contraction \"'ll\". Hold back the last TWO pre-tokens")
+        if ids == _strategy(chunks, vocab, merges, per_piece=False):
+            expect.fail(f"{what} encodes the finished pre-tokens joined together, and encode splits that text "
+                        "again differently: two newlines before \"'ll\" are two pre-tokens, '\\n' and '\\n', but on "
+                        "their own they are one, '\\n\\n'. Encode each finished pre-token on its own")
+        k = _first_difference(ids, expected)
+        near = b"".join(vocab[i] for i in expected[max(0, k - 3):k + 3]).decode(errors="replace")
+        expect.fail(f"{what} gave ids that differ from encode(\"\".join(chunks)) at position {k} "
+                    f"(got {ids[k:k + 6]}, expected {expected[k:k + 6]}, around {near!r}): the ids must be those "
+                    "of the whole text, wherever the chunk boundaries fall")
+
+
+def _cut(text, *at):
+    bounds = [0, *at, len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+@STREAM.visible
+def test_encode_iterable_matches_encode(impl):
+    "the ids of encode(''.join(chunks)) for one chunk, lines, 1-character chunks, <|endoftext|> and 'll cut in two"
+    vocab, merges = _stream_tokenizer()
+    text = STREAM_TEXT
+    special, contraction = text.index(EOT) + 5, text.index("they'l") + 6
+    _check_stream(impl, vocab, merges, [
+        ("[the whole text]", [text]),
+        ("its lines", text.splitlines(keepends=True)),
+        ("1-character chunks", list(text)),
+        (f"{EOT} cut in two: [..., '<|endo', 'ftext|>...']", _cut(text, special)),
+        ("\"they'll\" cut after \"they'l\"", _cut(text, contraction)),
+        ("chunks of 4 characters with empty chunks between", [c for i in range(0, len(text), 4)
+                                                               for c in (text[i:i + 4], "")]),
+        ("[] (no chunks)", []),
+    ])
+
+
+def _endless(impl, vocab, merges, lines, take=12, limit=2000):
+    got = impl.encode_iterable_of(vocab, merges, [EOT], [lines], endless=True, limit=limit, take=take)[0]
+    what = f"encode_iterable(an endless input of {len(lines)} lines repeated)"
+    if got["error"]:
+        expect.fail(f"{what} read {got['chunks']:,} lines without yielding {take} ids: it is not lazy. It must yield "
+                    "the ids of each finished pre-token as soon as it has read it (a generator with yield), not "
+                    "read the whole input first (an input may be a 2 GB file, or never end)")
+    _, encode = _piece_encoder(vocab, merges)
+    expected = encode("".join(lines * 3))[:take]
+    expect.that(got["ids"] == expected, f"{what} began with {got['ids']}, expected {expected}")
+    return got
+
+
+@STREAM.visible
+def test_encode_iterable_is_lazy(impl):
+    "an endless input gives its first ids: each id comes out as soon as its pre-token is finished"
+    vocab, merges = _stream_tokenizer()
+    _endless(impl, vocab, merges, STREAM_TEXT.splitlines(keepends=True))
+
+
+@STREAM.hidden
+def test_encode_iterable_random(impl):
+    "random Unicode strings of 6 seeds cut at random places (some chunks empty), and the lines of a file"
+    vocab, merges = _stream_tokenizer()
+    cases = []
+    for seed in range(6):
+        rng = random.Random(12700 + seed)
+        text = _random_text(seed, 120) + "they'll we've I'm\n\n're " + _random_text(seed + 10, 60)
+        cuts = sorted(rng.choices(range(len(text) + 1), k=rng.randint(3, 25)))
+        cases.append((f"a random string (seed {seed}) cut at {cuts[:6]}...", _cut(text, *cuts)))
+    cases.append((f"open({TINY.name!r}) read line by line", TINY))
+    _check_stream(impl, vocab, merges, cases)
+
+
+@STREAM.hidden
+def test_encode_iterable_memory_is_bounded(impl):
+    "what is held back never exceeds a few pre-tokens plus one chunk, far less than a story, on 2 inputs"
+    vocab, merges = _stream_tokenizer()
+    text = TINY.read_text(encoding="utf-8")[:12_000]
+    longest = max(len(p.encode()) for p in bpe.pretokenize(text, (EOT,)) if p != EOT)
+    for size in (1, 7):
+        chunks = [text[i:i + size] for i in range(0, len(text), size)]
+        chunk_bytes = max(len(c.encode()) for c in chunks)
+        bound = 4 * longest + 2 * len(EOT) + 2 * chunk_bytes
+        got = impl.encode_iterable_of(vocab, merges, [EOT], [chunks])[0]
+        what = f"encode_iterable(12,000 characters of TinyStories in chunks of {size})"
+        ids = got["ids"]
+        expect.that(ids == _piece_encoder(vocab, merges)[1](text),
+                    f"{what} gave ids that differ from encode of the joined text")
+        covered, worst = 0, (0, 0)
+        for i, (_, read, _done) in zip(ids, got["trace"], strict=True):
+            held = read - covered
+            worst = max(worst, (held, covered))
+            covered += len(vocab[i])
+        held, at = worst
+        expect.that(held <= bound,
+                    f"{what} held back {held:,} bytes at one point (it had read {held + at:,} bytes and yielded the ids "
+                    f"of {at:,}): a streaming encoder needs to hold only the last two pre-tokens (here at most "
+                    f"{longest} bytes each), a possible start of {EOT} and one chunk; allowed {bound}. Yield the ids "
+                    "of each finished pre-token right away, not at the end of a line, a story or the input")

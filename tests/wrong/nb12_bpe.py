@@ -175,6 +175,30 @@ WRONG = [
     Wrong("bpe_tokenizer", "merges applied in reverse order",
           variant("bpe_tokenizer", ("self.ranks = {pair: rank for rank, pair in enumerate(merges)}",
                                     "self.ranks = {pair: -rank for rank, pair in enumerate(merges)}")), "gave"),
+    # Exercise 7
+    Wrong("encode_iterable", "reads the whole input first (not lazy)",
+          "def encode_iterable(self, lines):\n    yield from self.encode(''.join(lines))\n", "it is not lazy"),
+    Wrong("encode_iterable", "each chunk encoded on its own",
+          "def encode_iterable(self, lines):\n    for line in lines:\n        yield from self.encode(line)\n",
+          "encodes each chunk on its own"),
+    Wrong("encode_iterable", "what is left at the end is dropped",
+          variant("encode_iterable", ("    yield from self.encode(buffer)\n", "")), "never came out"),
+    Wrong("encode_iterable", "a special token cut by a chunk boundary is not held back",
+          variant("encode_iterable", ("        for special in self.special_tokens:\n",
+                                      "        for special in ():\n")), "beginning of a special token"),
+    Wrong("encode_iterable", "only the last pre-token held back",
+          variant("encode_iterable", ("pieces[:-2]", "pieces[:-1]"), ("pieces[-2:]", "pieces[-1:]")),
+          "Hold back the last TWO pre-tokens"),
+    Wrong("encode_iterable", "the finished pre-tokens encoded joined together",
+          variant("encode_iterable", ("        for piece in pieces[:-2]:  # finished: more text cannot change them\n"
+                                      "            yield from self.encode(piece)\n",
+                                      "        yield from self.encode(''.join(pieces[:-2]))\n")),
+          "Encode each finished pre-token on its own"),
+    Wrong("encode_iterable", "a story at a time: waits for <|endoftext|>",
+          "def encode_iterable(self, lines):\n    buffer = ''\n    for chunk in lines:\n        buffer += chunk\n"
+          "        *stories, buffer = buffer.split('<|endoftext|>')\n        for story in stories:\n"
+          "            yield from self.encode(story)\n            yield self.encode('<|endoftext|>')[0]\n"
+          "    yield from self.encode(buffer)\n", "held back"),
     # Right results, wrong way (last, so that the nbgrader class's wrong student is not a slow one):
     Wrong("train_bpe", "recounts every pair and merges every word at each step (right merges)", RECOUNT,
           "update the counts incrementally"),
