@@ -5,7 +5,8 @@
     python tools/repo_links.py check              # exit 1 if a doc links another repository or a missing file
 
 Links that carry the name: the Binder badge and launch links (mybinder.org/v2/gh/OWNER/NAME/...), the
-clone commands (github.com/OWNER/NAME) and Colab links (colab.research.google.com/github/OWNER/NAME/...).
+clone commands (github.com/OWNER/NAME) and Colab links (colab.research.google.com/github/OWNER/NAME/...), in
+README.md, docs/ and the notebooks (colab/, solutions/, course/: their cell sources).
 """
 
 from __future__ import annotations
