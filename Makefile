@@ -5,7 +5,27 @@ PIP_VERSION := 26.3
 BIN := $(VENV)/bin
 # nbgrader runs `alembic` and `jupyter` by name, so the venv's tools come first on PATH.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)
+# Which torch build (README, "Which torch"): TORCH=auto (default) takes the CUDA build on a Linux machine whose
+# `nvidia-smi -L` lists a GPU and the CPU build elsewhere; TORCH=cpu or TORCH=cuda chooses. The version is the
+# lock's either way. On Linux the CPU build is torch==VERSION+cpu from PyTorch's CPU index (the index that
+# binder/environment.yml names too); the CUDA build is PyPI's default Linux wheel; macOS has one build (PyPI's).
+TORCH ?= auto
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements.lock)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+OS := $(shell uname -s)
+ifeq ($(TORCH),auto)
+TORCH_BUILD := $(if $(filter Linux,$(OS)),$(if $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo yes),cuda,cpu),cpu)
+else ifneq ($(filter cpu cuda,$(TORCH)),)
+TORCH_BUILD := $(TORCH)
+else
+$(error TORCH=$(TORCH): use auto, cpu or cuda)
+endif
+TORCH_CPU_WHEEL := $(and $(filter cpu,$(TORCH_BUILD)),$(filter Linux,$(OS)))
+TORCH_INDEX := $(if $(TORCH_CPU_WHEEL),--extra-index-url $(TORCH_CPU_INDEX))
+# Only torch comes from PyTorch's index (--no-deps); the next step installs its dependencies at the lock's versions.
+TORCH_REQUIREMENT := $(if $(TORCH_CPU_WHEEL),--no-deps torch==$(TORCH_VERSION)+cpu $(TORCH_INDEX),-c requirements.lock torch==$(TORCH_VERSION))
+# The stamp names the build, so switching TORCH reinstalls torch.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | cksum | cut -d' ' -f1)-$(TORCH_BUILD)
 NOTEBOOKS := $(wildcard solutions/*/*.ipynb)
 ASSIGNMENTS := $(notdir $(patsubst %/,%,$(dir $(NOTEBOOKS))))
 # Open a browser only where there is a screen to show it on.
@@ -15,9 +35,13 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab test tinystories release export envfiles lock outputs lint clean
 
+# An installed CPU build satisfies torch==VERSION too, so it is uninstalled first when the CUDA build is wanted.
+export TORCH_IS_CPU_BUILD := import importlib.metadata as m, sys; sys.exit(not m.version("torch").endswith("+cpu"))
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
+	$(if $(filter cuda,$(TORCH_BUILD)),@$(BIN)/python -c "$$TORCH_IS_CPU_BUILD" 2>/dev/null && $(BIN)/python -m pip uninstall --quiet -y torch || true)
+	$(BIN)/python -m pip install --quiet $(TORCH_REQUIREMENT)
 	$(BIN)/python -m pip install --quiet -c requirements.lock -e .
 	@rm -f $(VENV)/.installed-*
 	@touch $@
@@ -64,7 +88,7 @@ envfiles: $(STAMP)
 lock:
 	rm -rf $(VENV) && $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e . $(TORCH_INDEX)
 	$(BIN)/python tools/envfiles.py lock
 	$(BIN)/python tools/envfiles.py write
 	@touch $(STAMP)

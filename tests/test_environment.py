@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tomllib
 
+import pytest
 import yaml
 from notebooks import ROOT
 
@@ -93,3 +94,58 @@ def test_binder_conda_side_is_what_repo2docker_reads():
     assert [d for d in conda if d.startswith("python=")] == [f"python={envfiles.PYTHON}"]
     # A package from both conda and pip would be installed twice, at versions the lock does not decide.
     assert not set(names) & set(envfiles.parse_pins(pip)), "installed by conda and by pip"
+
+
+def _make_dry_run(tmp_path, torch_choice, gpu_listing):
+    """The commands `make` would run to set up a new venv (make -n), with a stand-in nvidia-smi on PATH that
+    lists ``gpu_listing`` (None: it fails, as where there is no driver)."""
+    bin_dir = tmp_path / f"bin-{torch_choice}-{gpu_listing is not None}"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\necho '{gpu_listing}'\n" if gpu_listing else "#!/bin/sh\nexit 9\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    return subprocess.run(["make", "-n", f"VENV={tmp_path}/venv", f"TORCH={torch_choice}", "export"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def _torch_commands(output):
+    return [line for line in output.splitlines() if "torch" in line and "pip" in line]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the CPU/CUDA choice is Linux's (macOS has one build)")
+def test_make_installs_the_cpu_or_the_cuda_build_of_the_locked_torch(tmp_path):
+    version = envfiles.lock_pins()["torch"]
+    gpu = "GPU 0: Tesla T4 (UUID: GPU-0)"
+    for choice, listing, build in [("auto", None, "cpu"), ("auto", gpu, "cuda"), ("cpu", gpu, "cpu"),
+                                   ("cuda", None, "cuda")]:
+        result = _make_dry_run(tmp_path, choice, listing)
+        assert result.returncode == 0, result.stderr
+        commands = _torch_commands(result.stdout)
+        install = [c for c in commands if " install " in c]
+        assert install, result.stdout
+        if build == "cpu":
+            assert install[0].endswith(f"--no-deps torch=={version}+cpu --extra-index-url {envfiles.TORCH_CPU_INDEX}")
+            assert not any("uninstall" in c for c in commands)
+        else:  # PyPI's default Linux wheel; an installed CPU build (which satisfies ==version too) goes first
+            assert install[-1].endswith(f"-c requirements.lock torch=={version}"), install
+            assert any("uninstall --quiet -y torch" in c for c in commands)
+        stamp = [line for line in result.stdout.splitlines() if line.startswith("touch ")]
+        assert stamp and stamp[-1].endswith(f"-{build}"), "the stamp names the build, so a switch reinstalls"
+    wrong = _make_dry_run(tmp_path, "gpu", None)
+    assert wrong.returncode != 0 and "use auto, cpu or cuda" in wrong.stderr
+
+
+def test_torch_is_one_version_everywhere():
+    """The lock's torch is the one pyproject pins, both environment files install (Binder's CPU build), the
+    Makefile installs (it reads the lock) and the Colab notebook's package list names."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import colab_requirements
+
+    version = envfiles.lock_pins()["torch"]
+    assert envfiles.direct_pins()["torch"] == version
+    assert f"torch=={version}" in _pip_section(ROOT / "environment.yml")[2]
+    assert f"torch=={version}+cpu" in _pip_section(ROOT / "binder" / "environment.yml")[2]
+    assert "TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements.lock)" in (ROOT / "Makefile").read_text()
+    assert colab_requirements.pinned_torch() == version
+    assert not any(line.startswith("torch==") for line in colab_requirements.requirements())

@@ -35,9 +35,9 @@ def test_check_catches_a_stale_name_and_a_missing_notebook(tmp_path, monkeypatch
 def test_set_rewrites_pyproject_and_every_link(tmp_path, monkeypatch):
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     shutil.copy(ROOT / "README.md", tmp_path)
-    if (ROOT / "docs").is_dir():
-        shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    (tmp_path / "course").symlink_to(ROOT / "course")
+    for folder in ("docs", "course", "colab"):  # copies: set rewrites the notebooks' links too
+        if (ROOT / folder).is_dir():
+            shutil.copytree(ROOT / folder, tmp_path / folder)
     monkeypatch.setattr(repo_links, "ROOT", tmp_path)
     monkeypatch.setattr(repo_links, "PYPROJECT", tmp_path / "pyproject.toml")
     before = repo_links.repository()
@@ -45,3 +45,4 @@ def test_set_rewrites_pyproject_and_every_link(tmp_path, monkeypatch):
     assert repo_links.repository() == "my-school/transformers-2027"
     assert repo_links.problems() == []
     assert before not in (tmp_path / "README.md").read_text()
+    assert before not in (tmp_path / "colab" / "tinystories_colab.ipynb").read_text()

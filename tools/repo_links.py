@@ -5,11 +5,13 @@
     python tools/repo_links.py check              # exit 1 if a doc links another repository or a missing file
 
 Links that carry the name: the Binder badge and launch links (mybinder.org/v2/gh/OWNER/NAME/...), the
-clone commands (github.com/OWNER/NAME) and Colab links (colab.research.google.com/github/OWNER/NAME/...).
+clone commands (github.com/OWNER/NAME) and Colab links (colab.research.google.com/github/OWNER/NAME/...), in
+README.md, docs/ and the notebooks (colab/, solutions/, course/: their cell sources).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import tomllib
@@ -21,7 +23,7 @@ NAME = r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
 # Each pattern finds the OWNER/NAME of the course's repository in a link; `path` is the file it opens, if any.
 LINKS = [
     re.compile(rf"mybinder\.org/v2/gh/(?P<repo>{NAME})/(?P<ref>[^?\s)]+)(?:\?urlpath=lab/tree/(?P<path>[^\s)&]+))?"),
-    re.compile(rf"github\.com/(?P<repo>{NAME}?)(?:\.git)?(?=[\s)`/]|$)"),
+    re.compile(rf'github\.com/(?P<repo>{NAME}?)(?:\.git)?(?=[\s)`/"\\]|$)'),
     re.compile(rf"colab\.research\.google\.com/github/(?P<repo>{NAME})/blob/(?P<ref>[^/]+)/(?P<path>[^\s)]+)"),
 ]
 # Links to other projects, which are not the course's repository.
@@ -34,7 +36,10 @@ def repository() -> str:
 
 
 def documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    """The files whose links carry the name: the docs, and the notebooks (the Colab notebook clones the course
+    and opens with a badge, as notebook 13 links it)."""
+    notebooks = [path for folder in ("colab", "solutions", "course") for path in sorted((ROOT / folder).rglob("*.ipynb"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *notebooks]
 
 
 def links(text: str):
@@ -46,10 +51,17 @@ def links(text: str):
                 yield repo, match.groupdict().get("path")
 
 
+def written(doc: Path) -> str:
+    """What a document's authors wrote: a notebook's cell sources (its outputs quote other projects' code)."""
+    if doc.suffix != ".ipynb":
+        return doc.read_text()
+    return "\n".join("".join(cell["source"]) for cell in json.loads(doc.read_text())["cells"])
+
+
 def problems() -> list[str]:
     repo, found = repository(), []
     for doc in documents():
-        for linked, path in links(doc.read_text()):
+        for linked, path in links(written(doc)):
             where = doc.relative_to(ROOT)
             if linked != repo:
                 found.append(f"{where}: links {linked}, but the repository is {repo} (pyproject.toml)")
