@@ -196,7 +196,8 @@ def main(assignment: str, workers: int | None, csv: str | None, force: bool, opt
         outcomes, skipped = grade_class(assignment, workers, csv, force, options)
     except MissingEntry:
         print(f"error: no assignment {assignment!r} in the gradebook: run `nbgrader generate_assignment "
-              f"{assignment}` first", file=sys.stderr)
+              f"{assignment} --CourseDirectory.release_directory=build/release` first (it records the assignment "
+              "and leaves course/ as it is)", file=sys.stderr)
         return 2
     except SandboxUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
