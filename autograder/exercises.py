@@ -116,6 +116,24 @@ class ExerciseResult:
         return self.exercise.points if self.passed else 0
 
     @property
+    def state(self) -> str:
+        """"passed", "not started" (every failing check met the stub and none passed) or "failing"."""
+        if self.passed:
+            return "passed"
+        failed = [r for r in self.results if not r.passed]
+        ran = [r for r in self.results if r.check.function is not _follows_the_rules]  # a stub follows every rule
+        started = any(r.passed for r in ran) or not all(r.message.startswith(NOT_IMPLEMENTED) for r in failed)
+        return "failing" if started else "not started"
+
+    @property
+    def reason(self) -> str:
+        """The first line of why it fails ("" when it passes): the answer cell's error, else the first failed check's."""
+        failed = [r for r in self.results if not r.passed]
+        if not failed:
+            return ""
+        return (self.note or failed[0].message or failed[0].check.description).splitlines()[0]
+
+    @property
     def message(self) -> str:
         failed = [r for r in self.results if not r.passed]
         if not failed:

@@ -111,6 +111,8 @@ class NotebookReport:
                     "points": r.points,
                     "max_points": r.exercise.points,
                     "message": r.message,
+                    "state": r.state,
+                    "reason": r.reason,
                 }
                 for r in self.exercises
             ],

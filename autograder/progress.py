@@ -52,25 +52,39 @@ class Progress:
         return {"course": self.course, "score": self.score, "max_score": self.max_score, "notebooks": rows}
 
     def table(self) -> str:
+        """One line per notebook and a total; under a notebook that is under way, one indented line per
+        unfinished exercise: "not started", or "failing: " and the first line of why."""
         width = max([len(row.notebook) for row in self.rows] + [len("total")])
         lines = [f"{'notebook':<{width}}  {'score':>7}  exercises"]
         for row in self.rows:
             score = f"{row.score}/{row.max_score}" if row.status == "graded" else "-"
             lines.append(f"{row.notebook:<{width}}  {score:>7}  {_summary(row)}")
+            lines += [f"    {e['title']}: {_state(e)}" for e in _unfinished(row)]
         lines.append(f"{'total':<{width}}  {f'{self.score}/{self.max_score}':>7}")
         return "\n".join(lines)
+
+
+def _state(exercise: dict) -> str:
+    return "not started" if exercise["state"] == "not started" else f"failing: {exercise['reason']}"
+
+
+def _unfinished(row: Row) -> list[dict]:
+    """The exercises to list under the row: none when all passed, or when none is started (the row says so)."""
+    if row.status != "graded" or all(e["state"] == "not started" for e in row.exercises):
+        return []
+    return [e for e in row.exercises if not e["passed"]]
 
 
 def _summary(row: Row) -> str:
     if row.status != "graded":
         return row.message
     marks = "".join("✓" if e["passed"] else "✗" for e in row.exercises)
-    failing = [e["title"] for e in row.exercises if not e["passed"]]
-    if not failing:
+    if all(e["passed"] for e in row.exercises):
         return f"{marks}  all passed"
-    if len(failing) == len(row.exercises):
-        return f"{marks}  none passed yet"
-    return f"{marks}  to do: {'; '.join(failing)}"
+    if all(e["state"] == "not started" for e in row.exercises):
+        return f"{marks}  not started"
+    done = sum(e["passed"] for e in row.exercises)
+    return f"{marks}  {done} of {len(row.exercises)} passed"
 
 
 def find_course(start: Path | None = None) -> Path:

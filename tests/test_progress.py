@@ -92,17 +92,29 @@ def test_parallel_gives_the_serial_result(course, serial):
     assert progress(course, workers=2).to_json() == serial[0]
 
 
+def rows_by_path(report: dict) -> dict:
+    return {row["path"]: row for row in report["notebooks"]}
+
+
 def test_table_has_a_line_per_notebook_and_a_total(serial):
     report = serial[0]
     rows = [Row(**row) for row in report["notebooks"]]
-    lines = Progress(report["course"], rows).table().splitlines()
+    table = Progress(report["course"], rows).table().splitlines()
+    lines = [text for text in table if not text.startswith(" ")]
     assert len(lines) == 1 + len(rows) + 1
     line = {text.split()[0]: text for text in lines[1:-1]}
     assert line["01_tokens_embeddings"].split()[1:3] == ["10/10", "✓✓✓✓"]
     assert line["01_tokens_embeddings"].endswith("all passed")
     assert line["02_normalization"].split()[1:3] == ["3/6", "✗✓"]
-    assert line["02_normalization"].endswith("to do: " + checks_for("02_normalization").exercises[0].title)
-    assert line["06_feed_forward"].endswith("none passed yet")
+    assert line["02_normalization"].endswith("1 of 2 passed")
+    # Under a notebook under way, each unfinished exercise with the first line of why (the wrong LayerNorm's).
+    below = table[table.index(line["02_normalization"]) + 1]
+    layer_norm = next(e for e in rows_by_path(report)["02_normalization/02_normalization.ipynb"]["exercises"]
+                      if e["id"] == "layer_norm")
+    assert below == f"    {checks_for('02_normalization').exercises[0].title}: failing: {layer_norm['reason']}"
+    assert layer_norm["state"] == "failing" and layer_norm["reason"] and "\n" not in layer_norm["reason"]
+    assert line["06_feed_forward"].endswith("not started")  # untouched: one word, no line per exercise
+    assert not table[table.index(line["06_feed_forward"]) + 1].startswith(" ")
     assert line["03_rope"].split()[1] == "-" and "missing" in line["03_rope"]
     assert lines[-1].split() == ["total", f"13/{report['max_score']}"]
 
