@@ -11,17 +11,24 @@ from nbgrader.preprocessors import (
     ClearOutput,
     ClearSolutions,
     ComputeChecksums,
+    DeduplicateIds,
     GetGrades,
     IgnorePattern,
     IncludeHeaderFooter,
     InstantiateTests,
     LimitOutput,
     LockCells,
+    OverwriteKernelspec,
     SaveAutoGrades,
     SaveCells,
 )
 
-from autograder.nbgrader_plugin import FeedbackClearHiddenTests, TrustedVerdict, quiet_gradebook_warnings
+from autograder.nbgrader_plugin import (
+    FeedbackClearHiddenTests,
+    RestoreCells,
+    TrustedVerdict,
+    quiet_gradebook_warnings,
+)
 
 c = get_config()  # noqa: F821 - provided by nbgrader
 
@@ -51,8 +58,10 @@ c.GenerateAssignment.preprocessors = [
     CheckCellMetadata,
 ]
 
-# A deleted test cell comes back from the gradebook and is graded like any other.
+# A deleted test cell comes back from the gradebook and is graded like any other; RestoreCells is
+# nbgrader's OverwriteCells, and also gives each cell it puts back the cell id nbformat requires.
 c.OverwriteCells.add_missing_cells = True
+c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreCells, CheckCellMetadata]
 
 # Student code runs only in the sandboxed grading worker (see README, "Security model"):
 # TrustedVerdict replaces nbgrader's Execute, records the cells' outputs for the feedback,

@@ -14,12 +14,13 @@ Without a working sandbox it refuses to grade, unless the instructor sets
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
 from nbformat.notebooknode import NotebookNode, from_dict
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Int, List, Unicode
 
 from autograder.grading import DEFAULT_TIMEOUT, grade, is_test_cell
@@ -88,6 +89,32 @@ class FeedbackClearHiddenTests(ClearHiddenTests):
 
     display_data_priority = List(Unicode(), help="Unused; the HTML exporter sets it for every preprocessor.").tag(
         config=True)
+
+
+class RestoreCells(OverwriteCells):
+    """nbgrader's ``OverwriteCells``, and every cell it puts back gets a cell id.
+
+    With ``add_missing_cells``, a test cell that a student deleted comes back from the gradebook
+    without the id that nbformat 4.5 requires of every cell, and nbformat warned
+    "MissingIDFieldWarning: Cell is missing an id field" as the notebook was written. The restored
+    cell takes its grade id (made unique in the notebook).
+    """
+
+    def preprocess(self, nb, resources):
+        nb, resources = super().preprocess(nb, resources)
+        if (nb.nbformat, nb.nbformat_minor) < (4, 5):  # no cell ids before nbformat 4.5
+            return nb, resources
+        taken = {cell.get("id") for cell in nb.cells}
+        for cell in nb.cells:
+            if not cell.get("id"):
+                name = cell.metadata.get("nbgrader", {}).get("grade_id") or "restored"
+                base = re.sub(r"[^A-Za-z0-9_-]", "-", name)[:56]  # an id: 1 to 64 of these characters
+                cell.id, copies = base, 1
+                while cell.id in taken:
+                    copies += 1
+                    cell.id = f"{base}-{copies}"
+                taken.add(cell.id)
+        return nb, resources
 
 
 class TrustedVerdict(NbGraderPreprocessor):

@@ -294,14 +294,16 @@ class _GradedClassTests:
     def test_nbgrader_warns_only_of_what_students_did(self, course):
         """An untouched test cell (the stub's, everyone's) raises no tampering warning; an edited one does.
 
-        Each test cell is named once for each student who edited it, and for no one else. Nor does
-        nbgrader say anything else that is not about a submission: SQLAlchemy's warnings, options it
-        does not know, images without alternative text.
+        Each test cell is named once for each student who edited it (or deleted it), and for no one
+        else. Nor does nbgrader say anything that is not about a submission: SQLAlchemy's warnings,
+        a restored cell without an id, options it does not know, images without alternative text.
         """
-        changed = re.findall(r"Attribute 'checksum' for cell (\S+) has changed!", course.log)
-        editors = sum(student.edit == "edit" for student in course.students.values())
-        assert sorted(changed) == sorted([e.test_cell_id for e in checks_for(self.notebook).exercises] * editors), \
-            course.log[-3000:]
+        test_cells = [e.test_cell_id for e in checks_for(self.notebook).exercises]
+        for edit, said in (("edit", r"Attribute 'checksum' for cell (\S+) has changed!"),
+                           ("delete", r"Missing grade cell (\S+) encountered")):
+            students = sum(student.edit == edit for student in course.students.values())
+            assert sorted(re.findall(said, course.log)) == sorted(test_cells * students), course.log[-3000:]
+        # Python's warnings (SAWarning, nbformat's MissingIDFieldWarning for a restored cell) and traitlets' and nbconvert's
         for noise in ("Warning:", "not recognized", "Alternative text is missing"):
             assert noise not in course.log, course.log[-3000:]
 
