@@ -7,13 +7,28 @@ from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
     ClearHiddenTests,
+    ClearMarkScheme,
+    ClearOutput,
+    ClearSolutions,
+    ComputeChecksums,
+    DeduplicateIds,
     GetGrades,
     IgnorePattern,
+    IncludeHeaderFooter,
+    InstantiateTests,
     LimitOutput,
+    LockCells,
+    OverwriteKernelspec,
     SaveAutoGrades,
+    SaveCells,
 )
 
-from autograder.nbgrader_plugin import TrustedVerdict
+from autograder.nbgrader_plugin import (
+    FeedbackClearHiddenTests,
+    RestoreCells,
+    TrustedVerdict,
+    quiet_gradebook_warnings,
+)
 
 c = get_config()  # noqa: F821 - provided by nbgrader
 
@@ -22,8 +37,31 @@ c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "course"
 c.CourseDirectory.course_id = "transformer-from-scratch"
 
-# A deleted test cell comes back from the gradebook and is graded like any other.
+# The gradebook records each cell as released, hidden tests removed: nbgrader's default order saves
+# the cells before ClearHiddenTests, so every untouched test cell with a hidden test differed from its
+# record, and `autograde` warned "Attribute 'checksum' for cell *_test has changed!" for every
+# submission (jupyter/nbgrader#1961). Saved after, a clean submission autogrades without that warning
+# and a test cell a student edited still warns, and is put back as released. The hidden checks do not
+# depend on it: TrustedVerdict runs every exercise's hidden checks from autograder/checks, never the
+# test cells' source.
+c.GenerateAssignment.preprocessors = [
+    IncludeHeaderFooter,
+    InstantiateTests,
+    LockCells,
+    ClearSolutions,
+    ClearOutput,
+    CheckCellMetadata,
+    ClearHiddenTests,
+    ClearMarkScheme,
+    ComputeChecksums,
+    SaveCells,
+    CheckCellMetadata,
+]
+
+# A deleted test cell comes back from the gradebook and is graded like any other; RestoreCells is
+# nbgrader's OverwriteCells, and also gives each cell it puts back the cell id nbformat requires.
 c.OverwriteCells.add_missing_cells = True
+c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreCells, CheckCellMetadata]
 
 # Student code runs only in the sandboxed grading worker (see README, "Security model"):
 # TrustedVerdict replaces nbgrader's Execute, records the cells' outputs for the feedback,
@@ -45,5 +83,8 @@ c.Autograde.autograde_preprocessors = [
     CheckCellMetadata,
 ]
 
-# Feedback never shows the hidden tests' source.
-c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, ClearHiddenTests]
+# Feedback never shows the hidden tests' source (none reaches the autograded notebook now, but a
+# gradebook written before the order above still holds them).
+c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, FeedbackClearHiddenTests]
+
+quiet_gradebook_warnings()  # nbgrader's own harmless SQLAlchemy warnings (see the function)

@@ -58,13 +58,11 @@ _API = None  # this worker's NbGraderAPI
 def _start_worker(assignment: str, options: list[str], threads: int) -> None:
     global _API
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # the student's process reads it (autograder.sandbox)
-    import warnings
-
     from nbgrader.apps import AutogradeApp, NbGraderAPI
-    from sqlalchemy.exc import SAWarning
 
-    # nbgrader 0.9.6 on SQLAlchemy 2 warns "not in session" for every new submission; the grades are right.
-    warnings.filterwarnings("ignore", category=SAWarning)
+    from autograder.nbgrader_plugin import quiet_gradebook_warnings
+
+    quiet_gradebook_warnings()  # also where the course's nbgrader_config.py is not the one in use
     app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
     _API = NbGraderAPI(coursedir=app.coursedir, parent=app)
 

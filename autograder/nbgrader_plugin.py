@@ -14,12 +14,14 @@ Without a working sandbox it refuses to grade, unless the instructor sets
 
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 
 from nbformat.notebooknode import NotebookNode, from_dict
 from nbgrader.coursedir import CourseDirectory
-from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Bool, Float, Int, Unicode
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, OverwriteCells
+from traitlets import Bool, Float, Int, List, Unicode
 
 from autograder.grading import DEFAULT_TIMEOUT, grade, is_test_cell
 from autograder.sandbox import (
@@ -57,6 +59,62 @@ def private_paths(coursedir: CourseDirectory) -> list[Path]:
     if coursedir.db_url.startswith("sqlite:///"):  # an absolute path, or one relative to the course
         paths.append(root / coursedir.db_url.removeprefix("sqlite:///"))
     return paths
+
+
+def quiet_gradebook_warnings() -> None:
+    """Ignore the SQLAlchemy warnings that nbgrader's gradebook gives for every new submission, and only those.
+
+    nbgrader 0.9.6's ``Gradebook.add_submission`` links the new submission to its assignment and
+    student before adding it to the session, then reads the assignment's notebooks; SQLAlchemy 2's
+    autoflush then warns "Object of type <SubmittedAssignment> not in session, add operation along
+    'Assignment.submissions' will not proceed" (and the same for the notebooks). The method adds and
+    commits the whole submission right after, so the gradebook is right (the end-to-end tests read
+    every grade back). The fix belongs in nbgrader; until then this message from ``nbgrader.api``
+    is ignored, and every other warning still shows.
+    """
+    from sqlalchemy.exc import SAWarning
+
+    warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session, add operation along",
+                            category=SAWarning, module=r"nbgrader\.api")
+
+
+class FeedbackClearHiddenTests(ClearHiddenTests):
+    """nbgrader's ``ClearHiddenTests``, for the HTML feedback.
+
+    The HTML exporter sets ``NbConvertBase.display_data_priority`` for every preprocessor it runs, and
+    nbgrader's preprocessors declare that trait again without ``config=True``, so traitlets warned
+    "Config option `display_data_priority` not recognized by `ClearHiddenTests`" on every
+    ``generate_feedback``. Declared configurable here, it takes the exporter's value (and ignores it).
+    """
+
+    display_data_priority = List(Unicode(), help="Unused; the HTML exporter sets it for every preprocessor.").tag(
+        config=True)
+
+
+class RestoreCells(OverwriteCells):
+    """nbgrader's ``OverwriteCells``, and every cell it puts back gets a cell id.
+
+    With ``add_missing_cells``, a test cell that a student deleted comes back from the gradebook
+    without the id that nbformat 4.5 requires of every cell, and nbformat warned
+    "MissingIDFieldWarning: Cell is missing an id field" as the notebook was written. The restored
+    cell takes its grade id (made unique in the notebook).
+    """
+
+    def preprocess(self, nb, resources):
+        nb, resources = super().preprocess(nb, resources)
+        if (nb.nbformat, nb.nbformat_minor) < (4, 5):  # no cell ids before nbformat 4.5
+            return nb, resources
+        taken = {cell.get("id") for cell in nb.cells}
+        for cell in nb.cells:
+            if not cell.get("id"):
+                name = cell.metadata.get("nbgrader", {}).get("grade_id") or "restored"
+                base = re.sub(r"[^A-Za-z0-9_-]", "-", name)[:56]  # an id: 1 to 64 of these characters
+                cell.id, copies = base, 1
+                while cell.id in taken:
+                    copies += 1
+                    cell.id = f"{base}-{copies}"
+                taken.add(cell.id)
+        return nb, resources
 
 
 class TrustedVerdict(NbGraderPreprocessor):

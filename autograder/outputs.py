@@ -4,6 +4,9 @@ During ``nbgrader autograde`` the worker is the only process that runs a student
 cells, so it records their outputs for the feedback: printed text, the value of the
 last expression, ``display(...)`` calls and matplotlib figures (as PNG). Everything is
 capped, so a cell that prints megabytes cannot swamp the reply or the feedback.
+
+Every image gets alternative text (``metadata[mimetype]["alt"]``, which the feedback's HTML
+template writes into ``<img alt>``): a figure is described by its titles and axis labels.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import sys
 MAX_TEXT = 20_000  # characters kept per stream, per cell
 MAX_OUTPUTS = 30
 MAX_IMAGE = 2 * 2**20  # bytes of PNG
+MAX_ALT = 500  # characters of alternative text
+IMAGES = ("image/png", "image/jpeg", "image/gif", "image/webp")  # the ones nbconvert's HTML shows as <img>
+NO_DESCRIPTION = "An image this cell displayed (it came without a description)"
 
 
 def _capped(text: str) -> str:
@@ -42,6 +48,51 @@ def split_last_expression(source: str):
         last = ast.Expression(tree.body.pop().value)
         return tree, last
     return tree, None
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def describe_figure(figure) -> str:
+    """Alternative text for a matplotlib figure, from what it says of itself: its titles and axis labels."""
+    panels, count = [], 0
+    for ax in figure.get_axes():
+        if not ax.get_visible():
+            continue
+        if ax.get_label() == "<colorbar>":  # a colour bar says what its colours mean, through its label
+            label = _words(ax.get_ylabel() or ax.get_xlabel())
+            panels += [f"colour bar: {label}"] if label else []
+            continue
+        count += 1
+        title = " / ".join(t for t in (_words(ax.get_title(loc)) for loc in ("left", "center", "right")) if t)
+        labels = [f"{name}: {label}" for name, label in (("x", _words(ax.get_xlabel())), ("y", _words(ax.get_ylabel())))
+                  if label and ax.axison]
+        if title and labels:
+            panels.append(f"{title} ({', '.join(labels)})")
+        elif title or labels:
+            panels.append(title or ", ".join(labels))
+    text = "Figure" if count <= 1 else f"Figure with {count} panels"
+    said = [part for part in (_words(figure.get_suptitle()), "; ".join(panels)) if part]
+    text += ": " + "; ".join(said) if said else " without a title or axis labels"
+    return text if len(text) <= MAX_ALT else text[: MAX_ALT - 3] + "..."
+
+
+def _with_alt(data: dict, metadata: dict, alt: str) -> dict:
+    """``metadata`` with alternative text for each image in ``data`` that has none."""
+    metadata = dict(metadata or {})
+    for mimetype in IMAGES:
+        if mimetype in data:
+            own = dict(metadata.get(mimetype) or {})
+            if not own.get("alt") and not metadata.get("alt"):
+                own["alt"] = alt
+            metadata[mimetype] = own
+    return metadata
+
+
+def _is_figure(value) -> bool:
+    figure = getattr(sys.modules.get("matplotlib.figure"), "Figure", None)
+    return figure is not None and isinstance(value, figure)
 
 
 class Recorder:
@@ -71,12 +122,13 @@ class Recorder:
     def result(self, value, count: int) -> None:
         if value is not None and self.record:
             data, metadata = self.shell.display_formatter.format(value)
-            self._data("execute_result", data, metadata, execution_count=count)
+            alt = describe_figure(value) if _is_figure(value) else NO_DESCRIPTION
+            self._data("execute_result", data, metadata, alt=alt, execution_count=count)
 
-    def _data(self, kind: str, data: dict, metadata: dict, **extra) -> None:
+    def _data(self, kind: str, data: dict, metadata: dict, alt: str = NO_DESCRIPTION, **extra) -> None:
         data = {k: v for k, v in data.items() if isinstance(v, str) and len(v) <= MAX_IMAGE * 4 // 3}
         if data and len(self.outputs) < MAX_OUTPUTS:
-            self.outputs.append({"output_type": kind, "data": data, "metadata": dict(metadata or {}), **extra})
+            self.outputs.append({"output_type": kind, "data": data, "metadata": _with_alt(data, metadata, alt), **extra})
 
     def _figures(self) -> None:
         """Show and close the figures the cell left open, as the inline backend does."""
@@ -90,5 +142,6 @@ class Recorder:
             except Exception:  # noqa: BLE001 - a broken figure is the student's; skip it
                 continue
             png = base64.b64encode(buffer.getvalue()).decode()
-            self._data("display_data", {"image/png": png, "text/plain": "<Figure>"}, {})
+            self._data("display_data", {"image/png": png, "text/plain": "<Figure>"}, {},
+                       alt=describe_figure(plt.figure(number)))
         plt.close("all")

@@ -21,6 +21,7 @@ import csv
 import functools
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -196,6 +197,7 @@ class GradedClass:
     students: dict[str, Student]
     harms: list[str]  # what the attackers managed to do (must be nothing)
     untouched: bool  # the instructor's files and the submissions are byte for byte as before
+    log: str = ""  # what nbgrader said (warnings and errors) while releasing, grading, feeding back and exporting
 
 
 @functools.cache
@@ -206,7 +208,8 @@ def graded(notebook: str, scratch: Path) -> GradedClass:
     shutil.copy(ROOT / "nbgrader_config.py", folder)
     shutil.copytree(ROOT / "solutions" / notebook, folder / "solutions" / notebook)
     shutil.copytree(ROOT / "data" / "tinystories", folder / "data" / "tinystories")
-    assert nbgrader(folder, "generate_assignment", notebook).returncode == 0
+    said = [nbgrader(folder, "generate_assignment", notebook)]
+    assert said[-1].returncode == 0
     release = read(folder / "course" / notebook / f"{notebook}.ipynb")
     harm = attacks.Harm(folder=folder / "autograded")
     students = class_of(notebook, harm)
@@ -222,9 +225,11 @@ def graded(notebook: str, scratch: Path) -> GradedClass:
     done = nbgrader(folder, "autograde", notebook, f"--TrustedVerdict.timeout={TIMEOUT}",
                     f"--TrustedVerdict.max_file_size={attacks.FILE_SIZE_LIMIT}", env=harm.environment())
     assert done.returncode == 0, done.stderr[-3000:]
-    assert nbgrader(folder, "generate_feedback", notebook).returncode == 0
-    assert nbgrader(folder, "export", "--to", str(folder / "grades.csv")).returncode == 0
-    return GradedClass(notebook, folder, students, harm.check(), attacks.checksum(*instructor) == before)
+    said += [done, nbgrader(folder, "generate_feedback", notebook),
+             nbgrader(folder, "export", "--to", str(folder / "grades.csv"))]
+    assert said[-2].returncode == 0 and said[-1].returncode == 0
+    return GradedClass(notebook, folder, students, harm.check(), attacks.checksum(*instructor) == before,
+                       "".join(step.stdout + step.stderr for step in said))
 
 
 @pytest.fixture(scope="session")
@@ -286,6 +291,22 @@ class _GradedClassTests:
         assert rows == {name: sum(p for e, p in points(self.notebook).items() if e not in s.zero)
                         for name, s in course.students.items()}
 
+    def test_nbgrader_warns_only_of_what_students_did(self, course):
+        """An untouched test cell (the stub's, everyone's) raises no tampering warning; an edited one does.
+
+        Each test cell is named once for each student who edited it (or deleted it), and for no one
+        else. Nor does nbgrader say anything that is not about a submission: SQLAlchemy's warnings,
+        a restored cell without an id, options it does not know, images without alternative text.
+        """
+        test_cells = [e.test_cell_id for e in checks_for(self.notebook).exercises]
+        for edit, said in (("edit", r"Attribute 'checksum' for cell (\S+) has changed!"),
+                           ("delete", r"Missing grade cell (\S+) encountered")):
+            students = sum(student.edit == edit for student in course.students.values())
+            assert sorted(re.findall(said, course.log)) == sorted(test_cells * students), course.log[-3000:]
+        # Python's warnings (SAWarning, nbformat's MissingIDFieldWarning for a restored cell) and traitlets' and nbconvert's
+        for noise in ("Warning:", "not recognized", "Alternative text is missing"):
+            assert noise not in course.log, course.log[-3000:]
+
     def test_feedback_shows_no_solution_to_the_stub(self, course):
         """The untouched release gets feedback that says, per exercise, what to do, without a line of the solutions."""
         text = _feedback(course, "stub")
@@ -300,6 +321,7 @@ class TestClass01(_GradedClassTests):
         """The worker records the student's outputs for the feedback: text and figures."""
         html = (course.folder / "feedback" / "full" / self.notebook / f"{self.notebook}.html").read_text()
         assert "data:image/png;base64," in html
+        assert '<img alt="Figure' in html  # described by its titles and axis labels (autograder.outputs)
         assert "spam spam" in _feedback(course, "prints_megabytes")
         assert "standard deviation" in _feedback(course, "wrong")  # the wrong Embedding's init
 
