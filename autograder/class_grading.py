@@ -194,7 +194,7 @@ def main(assignment: str, workers: int | None, csv: str | None, force: bool, opt
         outcomes, skipped = grade_class(assignment, workers, csv, force, options)
     except MissingEntry:
         print(f"error: no assignment {assignment!r} in the gradebook: run `nbgrader generate_assignment "
-              f"{assignment} --CourseDirectory.release_directory=build/release` first (it records the assignment "
+              f"{assignment} --CourseDirectory.release_directory=build/release --force` first (it records the assignment "
               "and leaves course/ as it is)", file=sys.stderr)
         return 2
     except SandboxUnavailable as error:
