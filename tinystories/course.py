@@ -138,7 +138,7 @@ class RotaryGQA(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None) -> torch.Tensor:
+                token_positions: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         batch, length, _ = x.shape
         if token_positions is None:
             token_positions = torch.arange(length, device=x.device)
@@ -153,12 +153,12 @@ class RotaryGQA(nn.Module):
         v = heads(self.v_proj(x), self.num_kv_heads)  # values are not rotated
         group = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # kv heads 0 0 1 1 ...
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
         return self.out_proj(attended.transpose(1, 2).reshape(batch, length, -1))
 
 
 class ModernBlock(nn.Module):
-    """Pre-norm block: x + attn(norm1(x), mask, positions), then x + ffn(norm2(x))."""
+    """Pre-norm block: x + attn(norm1(x), mask, positions, is_causal), then x + ffn(norm2(x))."""
 
     def __init__(self, config: DecoderConfig, rope: nn.Module, *, attention=RotaryGQA, feed_forward=SwiGLU,
                  norm=RMSNorm):
@@ -169,8 +169,8 @@ class ModernBlock(nn.Module):
         self.ffn = feed_forward(config.d_model, config.d_ff)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), mask, token_positions)
+                token_positions: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), mask, token_positions, is_causal=is_causal)
         return x + self.ffn(self.norm2(x))
 
 
@@ -188,15 +188,15 @@ class ModernDecoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         length = tokens.shape[1]
-        causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
-        if padding_mask is None:
-            positions, mask = torch.arange(length, device=tokens.device), causal
+        if padding_mask is None:  # purely causal: no mask tensor, so SDPA may pick flash attention
+            positions, mask, is_causal = torch.arange(length, device=tokens.device), None, True
         else:
+            causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
             positions = (padding_mask.long().cumsum(-1) - 1).clamp(min=0)
-            mask = causal & padding_mask[:, None, None, :]
+            mask, is_causal = causal & padding_mask[:, None, None, :], False
         x = self.tok_emb(tokens)
         for layer in self.blocks:
-            x = layer(x, mask, positions)
+            x = layer(x, mask, positions, is_causal=is_causal)
         return self.lm_head(self.norm(x))
 
 
