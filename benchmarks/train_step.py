@@ -200,10 +200,6 @@ def main(argv: list[str] | None = None) -> int:
     if "compile" in modes and (why := compiler_note(device)):
         notes.append(f"torch.compile not measured: {why}")
         modes.remove("compile")
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        notes.append("TF32 matmuls allowed (as in the training program)")
     report = {"command": command(), "date": now(), "machine": machine(), "device": str(device),
               "accelerator": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
               "dtype": args.dtype, "torch": torch.__version__, "transformers": transformers.__version__,
