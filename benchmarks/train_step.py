@@ -143,8 +143,11 @@ def render(folder: Path) -> str:
     """train_step.md from every train_step*.json in ``folder``."""
     lines = ["# One training step: the course's ModernDecoder against Hugging Face's LlamaForCausalLM", "",
              "Written by `benchmarks/train_step.py` (its docstring says what a step is and how it is timed); "
-             "each section is one run of it. tokens/s are medians over the timed steps; the ratio is the "
-             "course's median over Hugging Face's (above 1: the course's model is faster).", ""]
+             "each section is one run of it. tokens/s: the median and the best of the timed steps. course / HF "
+             "(above 1: the course's model is faster): the ratio of the medians; the median of the paired "
+             "ratios (each course step over the HF step next to it in time, which cancels slow changes of the "
+             "machine's load); the ratio of the best steps (interference only slows a step down, so on a "
+             "shared machine the best step is the closest to the model's own speed).", ""]
     for path in sorted(folder.glob("train_step*.json")):
         report = json.loads(path.read_text())
         lines += [f"## {report['device']}, {report['dtype']} (`{path.name}`)", "",
@@ -156,13 +159,17 @@ def render(folder: Path) -> str:
                   "alternating", ""]
         lines += [f"- {note}" for note in report.get("notes", [])]
         lines += ["", "| shapes | mode | d_model, layers, heads, d_ff, vocab | batch x context | parameters "
-                  "| course tokens/s | HF tokens/s | course / HF |", "|---|---|---|---|---:|---:|---:|---:|"]
+                  "| course tokens/s: median, best | HF tokens/s: median, best | course / HF: medians, "
+                  "paired, best |", "|---|---|---|---|---:|---:|---:|---:|"]
         for run in report["runs"]:
-            s = run["shape"]
+            s, speeds = run["shape"], run["tokens_per_s"]
+            best = {key: max(values) for key, values in speeds.items()}
+            paired = statistics.median(c / h for c, h in zip(speeds["course"], speeds["hf"], strict=True))
             lines.append(f"| {run['config']} | {run['mode']} | {s['d_model']}, {s['n_layers']}, {s['n_heads']}, "
                          f"{s['d_ff']}, {s['vocab_size']} | {s['batch']} x {s['context_length']} | "
-                         f"{run['parameters']:,} | {run['median_tokens_per_s']['course']:,.0f} | "
-                         f"{run['median_tokens_per_s']['hf']:,.0f} | {run['course_over_hf']:.2f} |")
+                         f"{run['parameters']:,} | {run['median_tokens_per_s']['course']:,.0f}, {best['course']:,.0f} | "
+                         f"{run['median_tokens_per_s']['hf']:,.0f}, {best['hf']:,.0f} | {run['course_over_hf']:.2f}, "
+                         f"{paired:.2f}, {best['course'] / best['hf']:.2f} |")
         lines.append("")
     return "\n".join(lines)
 
