@@ -127,6 +127,35 @@ def measure(name: str, *, device, dtype, compile_: bool, batch: int | None, warm
             "tokens_per_s": speeds}
 
 
+def profile(name: str, *, device, dtype, batch: int | None, seed: int, path: Path) -> None:
+    """torch.profiler's table of the operators of 3 eager steps of each model (after 2 untimed), into ``path``."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    config = load_config(name)
+    m, vocab = config.model, config.data.vocab_size
+    batch = batch or (CPU_BATCH.get(name, 4) if device.type == "cpu" else config.train.micro_batch_size)
+    torch.manual_seed(seed)
+    rows = torch.randint(0, vocab, (batch, m.context_length + 1), generator=torch.Generator().manual_seed(seed))
+    rows = rows.to(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    text = [f"command: {command()}", f"date: {now()}", f"machine: {machine()}", f"load average: {load_average()}",
+            f"{name} shapes, batch {batch}, 3 profiled steps per model", ""]
+    for key, model in (("course", build_model(m, vocab)), ("hf", hf_llama(m, vocab))):
+        step = make_step(model.to(device).train(), device, dtype, hf=key == "hf")
+        for _ in range(2):
+            step(rows[:, :-1], rows[:, 1:])
+        synchronize(device)
+        with profiler(activities=activities) as prof:
+            for _ in range(3):
+                step(rows[:, :-1], rows[:, 1:])
+            synchronize(device)
+        text += [f"== {key}", prof.key_averages().table(sort_by=sort, row_limit=25), ""]
+    path.write_text("\n".join(text) + "\n")
+    print("\n".join(text))
+
+
 def compiler_note(device: torch.device) -> str | None:
     """Why torch.compile cannot run here, or None."""
     if device.type == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
@@ -171,6 +200,9 @@ def render(folder: Path) -> str:
                          f"{run['median_tokens_per_s']['hf']:,.0f}, {best['hf']:,.0f} | {run['course_over_hf']:.2f}, "
                          f"{paired:.2f}, {best['course'] / best['hf']:.2f} |")
         lines.append("")
+    notes = folder / "train_step_notes.md"
+    if notes.is_file():
+        lines += [notes.read_text().rstrip(), ""]
     return "\n".join(lines)
 
 
@@ -190,10 +222,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="benchmarks/train_step_cpu",
                         help="writes OUTPUT.json and re-renders train_step.md in OUTPUT's folder")
     parser.add_argument("--render", action="store_true", help="only re-render train_step.md in OUTPUT's folder")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of timing: torch.profiler's operator table of 3 eager steps of each model, for "
+                             "each config, into OUTPUT_profile_CONFIG.txt")
     args = parser.parse_args(argv)
     out = Path(args.output)
     if args.render:
         (out.parent / "train_step.md").write_text(render(out.parent))
+        return 0
+    if args.profile:
+        for name in args.configs:
+            profile(name, device=torch.device(args.device), dtype={"float32": None, "bf16": torch.bfloat16}[args.dtype],
+                    batch=args.batch, seed=args.seed, path=out.parent / f"{out.name}_profile_{name}.txt")
         return 0
 
     import transformers

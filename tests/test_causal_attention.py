@@ -116,3 +116,12 @@ def test_reference_cache_uses_the_offset_mask():
         cache = KVCache(2)
         steps = [model(tokens[:, :6], cache=cache)] + [model(tokens[:, i:i + 1], cache=cache) for i in range(6, 9)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full_logits, atol=ATOL, rtol=0)
+
+
+def test_the_solutions_decoder_is_one_graph_for_torch_compile():
+    """RoPE's range check reads the positions' values (a graph break, and a GPU synchronisation); it is skipped
+    while torch.compile traces, so the whole forward is one graph."""
+    model = _decoders()[1]
+    explanation = torch._dynamo.explain(model)(torch.randint(0, 50, (2, 9)))
+    assert explanation.graph_break_count == 0, [str(b.reason) for b in explanation.break_reasons]
+    assert explanation.graph_count == 1
