@@ -3,9 +3,9 @@
 #
 #   bash benchmarks/gpu_session.sh OUTDIR [PYTHON]
 #
-# Writes OUTDIR/{reference,solutions,math}.{json,md} (benchmarks/tinystories_gpu.py) and OUTDIR/preflight.txt
-# (the student's first command on a rented GPU, on the shipped sample). Each step has its own time limit,
-# so one that hangs costs only itself. PYTHON defaults to python3 (the GPU machine's own torch).
+# Writes OUTDIR/{reference,solutions,math}.{json,md} (benchmarks/tinystories_gpu.py), OUTDIR/preflight.txt
+# (the student's first command on a rented GPU, on the shipped sample) and OUTDIR/train_step_gpu_*.json
+# (benchmarks/train_step.py). Each step has its own time limit, so one that hangs costs only itself. PYTHON defaults to python3 (the GPU machine's own torch).
 set -u
 out=${1:?usage: gpu_session.sh OUTDIR [PYTHON]}
 py=${2:-python3}
@@ -23,3 +23,12 @@ timeout 60 "$py" -m tinystories prepare --config gpu_h100 --set data.source=samp
   > /dev/null
 timeout 150 "$py" -m tinystories preflight --config gpu_h100 --stack reference --quiet --set data.source=sample \
   --set "data.dir=$data" --out "$data/run" 2>&1 | tee "$out/preflight.txt"
+
+# One training step of the course's ModernDecoder against HF's LlamaForCausalLM (sdpa), same shapes, bf16
+# autocast, each config's own micro-batch (benchmarks/train_step.md): OUTDIR/train_step_gpu_{eager,compile}.json
+# and OUTDIR/train_step.md. Copy the two JSON files to benchmarks/ and run
+# `python benchmarks/train_step.py --render` to put them next to the CPU numbers.
+timeout 180 "$py" benchmarks/train_step.py --device cuda --dtype bf16 --modes eager \
+  --output "$out/train_step_gpu_eager" | grep -E "tokens/s|parameters"
+timeout 360 "$py" benchmarks/train_step.py --device cuda --dtype bf16 --modes compile \
+  --output "$out/train_step_gpu_compile" | grep -E "tokens/s|parameters"

@@ -33,8 +33,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
-        rms = torch.sqrt((x32 * x32).mean(dim=-1, keepdim=True) + self.eps)
-        out = x32 / rms * self.weight
+        inv_rms = torch.rsqrt((x32 * x32).mean(dim=-1, keepdim=True) + self.eps)  # 1 / rms, one per row
+        out = x32 * inv_rms * self.weight  # a product, not a division of every element: cheaper, forward and backward
         return out.to(x.dtype)
 
 
@@ -60,7 +60,9 @@ class RoPE(nn.Module):
     def forward(self, x: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.d_k:
             raise ValueError(f"expected the last axis of x to have size d_k={self.d_k}, got shape {tuple(x.shape)}")
-        if token_positions.numel() > 0 and (token_positions.min() < 0 or token_positions.max() >= self.max_seq_len):
+        # Reading the positions' values stops torch.compile's graph (and waits for a GPU): not while compiling.
+        if (not torch.compiler.is_compiling() and token_positions.numel() > 0
+                and (token_positions.min() < 0 or token_positions.max() >= self.max_seq_len)):
             raise IndexError(
                 f"token positions must lie in [0, max_seq_len) = [0, {self.max_seq_len}), "
                 f"got values from {token_positions.min().item()} to {token_positions.max().item()}"
@@ -138,7 +140,7 @@ class RotaryGQA(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None) -> torch.Tensor:
+                token_positions: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
         batch, length, _ = x.shape
         if token_positions is None:
             token_positions = torch.arange(length, device=x.device)
@@ -153,12 +155,12 @@ class RotaryGQA(nn.Module):
         v = heads(self.v_proj(x), self.num_kv_heads)  # values are not rotated
         group = self.num_heads // self.num_kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # kv heads 0 0 1 1 ...
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
         return self.out_proj(attended.transpose(1, 2).reshape(batch, length, -1))
 
 
 class ModernBlock(nn.Module):
-    """Pre-norm block: x + attn(norm1(x), mask, positions), then x + ffn(norm2(x))."""
+    """Pre-norm block: x + attn(norm1(x), mask, positions, is_causal), then x + ffn(norm2(x))."""
 
     def __init__(self, config: DecoderConfig, rope: nn.Module, *, attention=RotaryGQA, feed_forward=SwiGLU,
                  norm=RMSNorm):
@@ -169,8 +171,8 @@ class ModernBlock(nn.Module):
         self.ffn = feed_forward(config.d_model, config.d_ff)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), mask, token_positions)
+                token_positions: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), mask, token_positions, is_causal=is_causal)
         return x + self.ffn(self.norm2(x))
 
 
@@ -188,15 +190,15 @@ class ModernDecoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         length = tokens.shape[1]
-        causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
-        if padding_mask is None:
-            positions, mask = torch.arange(length, device=tokens.device), causal
+        if padding_mask is None:  # purely causal: no mask tensor, so SDPA may pick flash attention
+            positions, mask, is_causal = torch.arange(length, device=tokens.device), None, True
         else:
+            causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
             positions = (padding_mask.long().cumsum(-1) - 1).clamp(min=0)
-            mask = causal & padding_mask[:, None, None, :]
+            mask, is_causal = causal & padding_mask[:, None, None, :], False
         x = self.tok_emb(tokens)
         for layer in self.blocks:
-            x = layer(x, mask, positions)
+            x = layer(x, mask, positions, is_causal=is_causal)
         return self.lm_head(self.norm(x))
 
 

@@ -7,9 +7,10 @@ rank takes its contiguous rows of it and splits them into micro-batches (``rank_
 resumed run sees the same batches as an uninterrupted one, and N ranks see the rows one process would.
 
 Speed on a GPU: bf16 autocast (fp16 with a GradScaler where bf16 is missing), ``torch.compile``, fused
-AdamW, and PyTorch's fused ``scaled_dot_product_attention``. The course's RotaryGQA passes a boolean
-causal mask, and the flash kernel takes no explicit mask, so with train.attention = "fused" SDPA runs
-its memory-efficient kernel; "math" forces the unfused formula of notebook 04 (for comparison).
+AdamW, and PyTorch's fused ``scaled_dot_product_attention``. Training batches have no padding, so the
+course's ModernDecoder gives its attention no mask tensor and ``is_causal=True`` (notebook 08), which lets
+SDPA pick its flash kernel with train.attention = "fused" (a padded batch would pass a boolean mask, and
+then the memory-efficient kernel runs); "math" forces the unfused formula of notebook 04 (for comparison).
 """
 
 from __future__ import annotations

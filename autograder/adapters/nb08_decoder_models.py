@@ -41,6 +41,12 @@ def _logits(model, tokens, padding_mask):
     return model(tokens) if padding_mask is None else model(tokens, padding_mask)
 
 
+def _options(token_positions, is_causal) -> dict:
+    """The keyword arguments of an attention or block call: only those the check gives."""
+    options = {} if token_positions is None else {"token_positions": token_positions}
+    return options if is_causal is None else options | {"is_causal": is_causal}
+
+
 # --- Exercise 1 ------------------------------------------------------------------------
 
 def num_parameters(ns, fields: dict):
@@ -101,10 +107,9 @@ def rotary_gqa_attributes(ns, d_model: int, num_heads: int, num_kv_heads: int) -
 
 @torch.no_grad()
 def rotary_gqa_forward(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None,
-                       token_positions=None):
+                       token_positions=None, is_causal=None):
     module = load(_rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64), state).eval()
-    kwargs = {} if token_positions is None else {"token_positions": token_positions}
-    return module(x, mask, **kwargs)
+    return module(x, mask, **_options(token_positions, is_causal))
 
 
 # --- Exercise 6 ------------------------------------------------------------------------
@@ -121,10 +126,9 @@ def modern_block_summary(ns, fields: dict):
 
 
 @torch.no_grad()
-def modern_block_forward(ns, fields: dict, state: dict, x, mask=None, token_positions=None):
+def modern_block_forward(ns, fields: dict, state: dict, x, mask=None, token_positions=None, is_causal=None):
     module = load(_modern_block(ns, fields), state).eval()
-    kwargs = {} if token_positions is None else {"token_positions": token_positions}
-    return module(x, mask, **kwargs)
+    return module(x, mask, **_options(token_positions, is_causal))
 
 
 # --- Exercise 7 ------------------------------------------------------------------------
@@ -144,12 +148,14 @@ def decoder_logits(ns, fields: dict, state: dict, tokens, padding_mask=None):
 
 @torch.no_grad()
 def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
-    """What the blocks of a ``ModernDecoder`` are given: the rotary modules, and the positions in each forward.
+    """What the blocks of a ``ModernDecoder`` are given: the rotary modules, and the positions, the mask (its
+    shape, or None) and ``is_causal`` (False when not given) in each forward.
 
     Recording stand-ins for ``rope`` and ``block`` (reference parts underneath) observe what the logits do
-    not show: whether every block shares ONE rotary module, and which positions reach the blocks.
+    not show: whether every block shares ONE rotary module, which positions reach the blocks, and whether a
+    purely causal mask arrives as ``is_causal=True`` without a tensor.
     """
-    seen = {"ropes_made": 0, "block_ropes": [], "positions": []}
+    seen = {"ropes_made": 0, "block_ropes": [], "positions": [], "masks": [], "is_causal": []}
 
     def rope(*args, **kwargs):
         seen["ropes_made"] += 1
@@ -162,6 +168,8 @@ def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
 
         def recording_forward(x, mask=None, token_positions=None, *rest, **named):
             seen["positions"].append(token_positions)
+            seen["masks"].append(list(mask.shape) if isinstance(mask, torch.Tensor) else repr(mask)[:40])
+            seen["is_causal"].append(rest[0] if rest else named.get("is_causal", False))
             return forward(x, mask, token_positions, *rest, **named)
 
         module.forward = recording_forward
@@ -170,7 +178,8 @@ def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
     model = need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=block, norm=nn.RMSNorm, rope=rope)
     model(tokens) if padding_mask is None else model(tokens, padding_mask)
     return {"ropes_made": seen["ropes_made"], "blocks": len(seen["block_ropes"]),
-            "distinct_ropes": len(set(seen["block_ropes"])), "positions": seen["positions"]}
+            "distinct_ropes": len(set(seen["block_ropes"])), "positions": seen["positions"], "masks": seen["masks"],
+            "is_causal": [value if isinstance(value, bool) else repr(value)[:40] for value in seen["is_causal"]]}
 
 
 # --- Exercise 9 ------------------------------------------------------------------------
@@ -199,10 +208,9 @@ def fused_attributes(ns, d_model: int, num_heads: int, num_kv_heads: int) -> dic
 
 @torch.no_grad()
 def fused_forward(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None,
-                  token_positions=None):
+                  token_positions=None, is_causal=None):
     module = load(_fused(ns, d_model, num_heads, num_kv_heads), state).eval()
-    kwargs = {} if token_positions is None else {"token_positions": token_positions}
-    return module(x, mask, **kwargs)
+    return module(x, mask, **_options(token_positions, is_causal))
 
 
 @torch.no_grad()

@@ -662,6 +662,26 @@ def test_rotary_gqa_batched_positions(impl):
     _rotary_case(impl, 32, 4, 2, (3, 6), 30, lengths=[6, 3, 4])
 
 
+IS_CAUSAL_IGNORED = ("is_causal=True is ignored: with mask=None every query then sees every key. Pass it on: "
+                     "F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)")
+
+
+@ROTARY.hidden
+def test_rotary_gqa_is_causal(impl):
+    "is_causal=True with mask=None attends causally, as with the causal mask (SDPA's is_causal, no mask tensor)"
+    for seed, (d, heads, kv), (batch, length) in ((40, (32, 4, 2), (2, 6)), (41, (48, 6, 6), (1, 5))):
+        fields = _llama_fields(seed, d=d, heads=heads, kv=kv)
+        x = _randn((batch, length, d), seed + 500)
+        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        state, expected = hf_layer("attention", fields, seed, x, causal, None)
+        what = f"RotaryGQA({d}, {heads}, {kv}, rope)(x, mask=None, is_causal=True)"
+        got = expect.tensor(impl.rotary_gqa_forward(d, heads, kv, state, x, None, None, is_causal=True), what,
+                            shape=[batch, length, d])
+        expect.close(got, expected, what, **TOL, alternatives=[(gqa_math(state, x, heads, kv, None, None),
+                                                                IS_CAUSAL_IGNORED)],
+                     hint="The oracle is Hugging Face's LlamaAttention with the causal mask.")
+
+
 # --- Exercise 6 --------------------------------------------------------------------------
 
 MODERN_NAMES = ("norm1 = norm(d_model, eps=config.norm_eps), attn = attention(d_model, n_heads, n_kv_heads or "
@@ -790,6 +810,24 @@ def test_modern_block_positions(impl):
     _modern_block_case(impl, _llama_fields(3, kv=1), (2, 6), 30, positions=torch.tensor([0, 1, 2, 5, 6, 9]))
 
 
+@MODERN_BLOCK.hidden
+def test_modern_block_is_causal(impl):
+    "is_causal=True (mask=None) reaches the attention: the output equals the one with the causal mask"
+    fields = _llama_fields(4, kv=2)
+    batch, length, d = 2, 6, fields["d_model"]
+    x = _randn((batch, length, d), 540, 2.0)
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    state, expected = hf_layer("block", fields, 4, x, causal, None)
+    what = f"ModernBlock(DecoderConfig(d_model={d}, ...), rope)(x, None, is_causal=True)"
+    got = expect.tensor(impl.modern_block_forward(fields, state, x, None, None, is_causal=True), what,
+                        shape=[batch, length, d])
+    expect.close(got, expected, what, **TOL,
+                 alternatives=[(_composed_block(state, fields, x, None, None, "no-mask"),
+                                "is_causal does not reach the attention (every query sees every key): "
+                                "self.attn(h, mask, token_positions, is_causal=is_causal)")],
+                 hint="The oracle is Hugging Face's LlamaDecoderLayer with the causal mask.")
+
+
 # --- Exercises 7 and 8: the whole decoder ---------------------------------------------
 
 def hf_llama(fields, seed):
@@ -895,6 +933,25 @@ def test_decoder_shares_one_rope_and_counts_real_tokens(impl):
             positions = torch.broadcast_to(positions.reshape(-1, length), expected.shape)
         expect.close(positions.reshape(expected.shape), expected, what, atol=0,
                      hint="Positions count real tokens: the first real token of each row is position 0.")
+
+
+@DECODER.visible
+def test_decoder_is_causal_without_padding(impl):
+    "no padding: the blocks get mask=None and is_causal=True (flash attention possible); padding: the mask, is_causal False"
+    fields = _llama_fields(2, layers=2)
+    length = 6
+    tokens = _tokens(2, length, fields["vocab_size"], 7)
+    seen = impl.decoder_observed(fields, tokens, None)
+    for i, (mask, causal) in enumerate(zip(seen["masks"], seen["is_causal"], strict=True)):
+        expect.that(mask == "None" and causal is True,
+                    f"without padding block {i} got mask {mask} and is_causal={causal}; the mask is purely causal, so "
+                    "give no mask tensor and let SDPA build it: block(x, None, positions, is_causal=True)")
+    padding = _padding([6, 3], length, "left")
+    seen = impl.decoder_observed(fields, tokens, padding)
+    for i, (mask, causal) in enumerate(zip(seen["masks"], seen["is_causal"], strict=True)):
+        expect.that(causal is False, f"with padding block {i} got is_causal={causal}: a padded batch needs its "
+                    "explicit mask (causal & padding_mask[:, None, None, :]) and is_causal=False")
+        expect.that(mask != "None", f"with padding block {i} got no mask: pass causal & padding_mask[:, None, None, :]")
 
 
 @DECODER.hidden
@@ -1177,6 +1234,23 @@ def test_fused_forward(impl):
     "FusedRotaryGQA(32, 4, 2) with a causal mask equals HF's Phi3Attention and the separate q/k/v computation; one product"
     _fused_case(impl, 32, 4, 2, (2, 6), 0)
     _one_product(impl, 32, 4, 2, 2, 5)
+
+
+@FUSED.hidden
+def test_fused_is_causal(impl):
+    "is_causal=True with mask=None attends causally, as with the causal mask"
+    d, heads, kv, batch, length = 32, 4, 2, 2, 6
+    fields = _llama_fields(50, d=d, heads=heads, kv=kv)
+    x = _randn((batch, length, d), 550)
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    hf_state, expected = hf_phi3_attention(fields, 50, x, causal, None)
+    state = phi3_course_state(hf_state, heads, kv)
+    what = f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, mask=None, is_causal=True)"
+    got = expect.tensor(impl.fused_forward(d, heads, kv, state, x, None, None, is_causal=True), what,
+                        shape=[batch, length, d])
+    ignored = gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, None, None)
+    expect.close(got, expected, what, **TOL, alternatives=[(ignored, IS_CAUSAL_IGNORED)],
+                 hint="The oracle is Hugging Face's Phi3Attention with the causal mask.")
 
 
 @FUSED.hidden

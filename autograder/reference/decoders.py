@@ -14,7 +14,8 @@ converted state is judged by the logits it gives, not by how the conversion was 
 kv_cache``: ``KVCache`` for one growing batch, ``SlotCache`` for continuous batching), the cache says the
 positions of the new tokens and the mask over all the keys (``cache.positions_and_mask(tokens,
 padding_mask)``), every attention appends its keys and values to it, and ``cache.advance(length)`` runs
-after the last block. Without a cache nothing changes.
+after the last block. Without a cache nothing changes. Without a cache and without padding the blocks get
+``mask=None, is_causal=True`` (the causal mask without a tensor, so SDPA may pick a flash kernel).
 
 ``run(tokens, positions, mask)`` is the body of ``forward`` with the positions and the mask given,
 so a check can also compute what a known mistake (positions 0..seq-1 under padding, no causal mask)
@@ -75,13 +76,16 @@ class LlamaDecoder(nn.Module):
         self.norm = nn.RMSNorm(d, eps=config.norm_eps)
         self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
 
-    def run(self, tokens, positions, mask, cache=None):
+    def run(self, tokens, positions, mask, cache=None, is_causal=False):
         x = self.tok_emb(tokens)
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, positions) if cache is None else block(x, mask, positions, cache=cache, layer=i)
+            extra = {} if cache is None else {"cache": cache, "layer": i}
+            x = block(x, mask, positions, is_causal=is_causal, **extra)
         return self.lm_head(self.norm(x))
 
     def forward(self, tokens: torch.Tensor, padding_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        if cache is None and padding_mask is None:
+            return self.run(tokens, torch.arange(tokens.shape[1], device=tokens.device), None, is_causal=True)
         if cache is None:
             return self.run(tokens, *positions_and_mask(tokens, padding_mask))
         logits = self.run(tokens, *cache.positions_and_mask(tokens, padding_mask), cache=cache)

@@ -8,10 +8,14 @@ token_positions=None, cache=None, layer=0)``, mask boolean, True = may attend, `
 [batch, seq]. Given a ``cache`` (``autograder.reference.kv_cache``), the rotated keys and the values of ``x``
 are handed to ``cache.update(layer, k, v)``, which returns all the keys and values to attend to (the cached
 ones first); the caller gives the positions of the new tokens and a mask over all the keys.
+``is_causal=True`` (with ``mask=None``) is the causal mask without a mask tensor: SDPA gets ``is_causal=True``
+and may pick a flash kernel. SDPA's ``is_causal`` aligns the triangle top-left, which is right only when the
+queries and the keys are the same tokens; with a cache (fewer queries than keys) the queries are the LAST
+tokens, so the mask is built explicitly, ``ones(q_len, k_len).tril(k_len - q_len)``.
 
 ``ModernBlock(config, rope)``: pre-norm, ``norm1``, ``attn``, ``norm2``, ``ffn`` (RMSNorm, the
-attention above, SwiGLU), ``forward(x, mask=None, token_positions=None, cache=None, layer=0)`` (the cache and the layer index go to the
-attention only when a cache is given). ``config`` needs
+attention above, SwiGLU), ``forward(x, mask=None, token_positions=None, cache=None, layer=0, is_causal=False)``
+(the cache and the layer index go to the attention only when a cache is given, ``is_causal`` only when True). ``config`` needs
 ``d_model``, ``n_heads``, ``n_kv_heads``, ``d_ff`` and ``norm_eps``.
 """
 
@@ -37,7 +41,10 @@ class RotaryGroupedQueryAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None, cache=None, layer: int = 0) -> torch.Tensor:
+                token_positions: torch.Tensor | None = None, cache=None, layer: int = 0,
+                is_causal: bool = False) -> torch.Tensor:
+        if is_causal and mask is not None:
+            raise ValueError("is_causal=True stands for the causal mask: give mask=None with it")
         batch, length, _ = x.shape
         if token_positions is None:
             token_positions = torch.arange(length, device=x.device)
@@ -52,11 +59,14 @@ class RotaryGroupedQueryAttention(nn.Module):
         v = heads(self.v_proj(x), self.num_kv_heads)
         if cache is not None:
             k, v = cache.update(layer, k, v)
+        if is_causal and k.shape[-2] != length:  # cached keys come first: the new queries are the last tokens
+            mask = torch.ones(length, k.shape[-2], dtype=torch.bool, device=x.device).tril(k.shape[-2] - length)
+            is_causal = False
         empty = None
         if mask is not None:  # a query with no key to attend to: zero weights, not NaN
             empty = ~mask.any(-1, keepdim=True)
             mask = mask | empty
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=True)
         if empty is not None:
             out = out.masked_fill(empty, 0.0)
         return self.out_proj(out.transpose(1, 2).flatten(2))
@@ -72,9 +82,10 @@ class ModernBlock(nn.Module):
         self.ffn = feed_forward(config.d_model, config.d_ff)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None, cache=None, layer: int = 0) -> torch.Tensor:
-        if cache is None:
-            x = x + self.attn(self.norm1(x), mask, token_positions)
-        else:
-            x = x + self.attn(self.norm1(x), mask, token_positions, cache=cache, layer=layer)
+                token_positions: torch.Tensor | None = None, cache=None, layer: int = 0,
+                is_causal: bool = False) -> torch.Tensor:
+        extra = {} if cache is None else {"cache": cache, "layer": layer}
+        if is_causal:
+            extra["is_causal"] = True
+        x = x + self.attn(self.norm1(x), mask, token_positions, **extra)
         return x + self.ffn(self.norm2(x))

@@ -128,7 +128,7 @@ class RotaryGQA(nn.Module):
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=@BIAS@)
         self.out_proj = nn.Linear(d_model, d_model, bias=@BIAS@)
 
-    def forward(self, x, mask=None, token_positions=None):
+    def forward(self, x, mask=None, token_positions=None, is_causal=False):
         batch, length, _ = x.shape
         if @IGNORE@token_positions is None:
             token_positions = torch.arange(length)
@@ -141,7 +141,7 @@ class RotaryGQA(nn.Module):
         v = @V@
         group = self.num_heads // self.num_kv_heads
         k, v = @REPEAT@
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out = @ATTEND@
         return self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
 '''
 ROTARY_PARTS = {
@@ -150,6 +150,7 @@ ROTARY_PARTS = {
            "        k = self.rope(heads(self.k_proj(x), self.num_kv_heads), positions)"),
     "v": "heads(self.v_proj(x), self.num_kv_heads)",
     "repeat": "k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)",
+    "attend": "F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)",
 }
 
 
@@ -168,11 +169,11 @@ class ModernBlock(nn.Module):
         self.norm2 = @NORM2@
         self.ffn = feed_forward(config.d_model, config.d_ff)
 
-    def forward(self, x, mask=None, token_positions=None):
+    def forward(self, x, mask=None, token_positions=None, is_causal=False):
         @BODY@
 '''
 MODERN_BLOCK_PARTS = {"eps": ", eps=config.norm_eps", "norm2": "norm(config.d_model@EPS@)",
-                      "body": ("x = x + self.attn(self.norm1(x), mask, token_positions)\n"
+                      "body": ("x = x + self.attn(self.norm1(x), mask, token_positions, is_causal=is_causal)\n"
                                "        return x + self.ffn(self.norm2(x))")}
 
 
@@ -199,16 +200,17 @@ class ModernDecoder(nn.Module):
         length = tokens.shape[1]
         causal = torch.ones(length, length, dtype=torch.bool).tril()
         if padding_mask is None:
-            positions, mask = torch.arange(length), causal
+            positions, mask, is_causal = torch.arange(length), @PLAIN_MASK@
         else:
             positions = @POSITIONS@
-            mask = @MASK@
+            mask, is_causal = @MASK@, @PADDED_IS_CAUSAL@
         x = self.tok_emb(tokens)
         for block in self.blocks:
-            x = block(x, mask, positions)
+            x = block(x, mask, positions, is_causal=is_causal)
         return @OUT@
 '''
 DECODER_PARTS = {"base": ", config.rope_base", "tie": "pass", "mask": "causal & padding_mask[:, None, None, :]",
+                 "plain_mask": "None, True", "padded_is_causal": "False",
                  "positions": "(padding_mask.long().cumsum(-1) - 1).clamp(min=0)", "out": "self.lm_head(self.norm(x))"}
 
 
@@ -274,7 +276,7 @@ class FusedRotaryGQA(nn.Module):
         self.qkv_proj = nn.Linear(d_model, @ROWS@, bias=False)
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, x, mask=None, token_positions=None):
+    def forward(self, x, mask=None, token_positions=None, is_causal=False):
         batch, length, _ = x.shape
         if token_positions is None:
             token_positions = torch.arange(length)
@@ -287,11 +289,12 @@ class FusedRotaryGQA(nn.Module):
 
         q, k, v = self.rope(heads(q, h), positions), self.rope(heads(k, g), positions), heads(v, g)
         k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out = @ATTEND@
         return self.out_proj(out.transpose(1, 2).reshape(batch, length, -1))
 '''
 FUSED_PARTS = {"cat": "torch.cat([q, k, v], dim=0)", "rows": "(num_heads + 2 * num_kv_heads) * self.head_dim",
-               "qkv": "q, k, v = self.qkv_proj(x).split([h * hd, g * hd, g * hd], dim=-1)"}
+               "qkv": "q, k, v = self.qkv_proj(x).split([h * hd, g * hd, g * hd], dim=-1)",
+               "attend": "F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)"}
 
 
 def fused(**changes):
@@ -360,6 +363,8 @@ WRONG = [
                     "        k = heads(self.rope(self.k_proj(x), token_positions), self.num_kv_heads)"),
           "RoPE is applied across the whole d_model"),
     Wrong("rotary_gqa", "projections with biases", rotary(bias="True"), "have no bias"),
+    Wrong("rotary_gqa", "is_causal accepted but not passed on",
+          rotary(attend="F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"), "is_causal=True is ignored"),
     # Exercise 6
     Wrong("modern_block", "post-norm where pre-norm is required",
           modern_block(body="x = self.norm1(x + self.attn(x, mask, token_positions))\n"
@@ -373,11 +378,19 @@ WRONG = [
           modern_block(body="x = x + self.attn(self.norm1(x), mask)\n        return x + self.ffn(self.norm2(x))"),
           "token_positions does not reach the attention"),
     Wrong("modern_block", "norm_eps not passed", modern_block(eps=""), "config.norm_eps does not reach the norms"),
+    Wrong("modern_block", "is_causal not passed on",
+          modern_block(body="x = x + self.attn(self.norm1(x), mask, token_positions)\n"
+                            "        return x + self.ffn(self.norm2(x))"), "is_causal does not reach the attention"),
     # Exercise 7
     Wrong("modern_decoder", "head tied to the embedding", decoder(tie="self.lm_head.weight = self.tok_emb.weight"),
           "head is tied"),
     Wrong("modern_decoder", "padding mask ignored", decoder(mask="causal"), "padding_mask does not reach the attention"),
     Wrong("modern_decoder", "no final norm", decoder(out="self.lm_head(x)"), "the final norm is missing"),
+    # Invisible in the logits: what the recording blocks are given.
+    Wrong("modern_decoder", "the causal mask as a tensor without padding (no flash attention)",
+          decoder(plain_mask="causal, False"), "the mask is purely causal, so give no mask tensor"),
+    Wrong("modern_decoder", "is_causal=True with the padded mask too",
+          decoder(padded_is_causal="True"), "is_causal=True"),
     Wrong("modern_decoder", "rope_base not passed to RoPE", decoder(base=""), "config.rope_base does not reach RoPE"),
     # Invisible in the logits (RoPE depends on position differences only); the recording blocks see them.
     Wrong("modern_decoder", "one RoPE per block",
@@ -404,6 +417,8 @@ WRONG = [
           rotary().replace("        self.rope = rope\n", "        self.rope = type(rope)(self.head_dim, 64)\n"),
           "is not the rope it was given"),
     # Exercise 9
+    Wrong("fused_rotary_gqa", "is_causal accepted but not passed on",
+          fused(attend="F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"), "is_causal=True is ignored"),
     Wrong("fused_rotary_gqa", "fused in the order k, q, v", fused(cat="torch.cat([k, q, v], dim=0)"),
           "stacks the projections in another order"),
     Wrong("fused_rotary_gqa", "fused weight transposed (Conv1D layout)",
