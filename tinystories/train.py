@@ -270,9 +270,10 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
         raw_model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
-        torch.set_rng_state(state["rng"]["torch"])
+        # map_location put every tensor on the device; the generators take their states as CPU byte tensors.
+        torch.set_rng_state(state["rng"]["torch"].cpu())
         if device.type == "cuda" and state["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state(state["rng"]["cuda"])
+            torch.cuda.set_rng_state(state["rng"]["cuda"].cpu())
         start = state["step"]
         if (out / "metrics.jsonl").is_file():
             lines = (out / "metrics.jsonl").read_text().splitlines()
