@@ -54,7 +54,8 @@ def stub_name(tb) -> str | None:
         return None
     if linecache.getline(code.co_filename, last.tb_lineno).strip() != STUB_LINE:
         return None
-    return getattr(code, "co_qualname", code.co_name)
+    name = getattr(code, "co_qualname", code.co_name)
+    return name.removesuffix(".__init__")  # "your `Residual`" rather than "your `Residual.__init__`"
 
 
 def exercise_for(qualname: str, notebook: Path | None) -> str | None:
@@ -130,10 +131,14 @@ def _handler(shell, etype, value, tb, tb_offset=None):
         reason = f'"{exercise}"' if exercise else "an exercise"
         line = message(name, exercise)
     if reason is None:  # not an unfinished answer: the usual traceback
-        return shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        return None
     for made in _cell_names(tb):  # the cells after this one that need these names wait too
         _NOT_MADE[made] = reason
-    return [line]
+    # IPython shows nothing of a custom handler's own: show the error (still an error, so the cell
+    # counts as failed and only its raises-exception tag lets Run All go on) with this one line.
+    shell._showtraceback(etype, value, [line])
+    return None
 
 
 def explain_unfinished() -> None:
@@ -143,6 +148,7 @@ def explain_unfinished() -> None:
     except ImportError:
         return
     shell = get_ipython()
+    _NOT_MADE.clear()  # running the setup cell again starts afresh
     if shell is not None:
         shell.set_custom_exc((NotImplementedError, NameError), _handler)
 
@@ -150,7 +156,7 @@ def explain_unfinished() -> None:
 PROGRESS_SOLUTIONS = "This is the instructor's copy: the progress table reports on the notebooks in course/, run it there."
 
 
-def progress_button():
+def progress_button() -> None:
     """A "Show my progress" button: a click runs ``python -m autograder progress`` and shows its table.
 
     Run All only draws the button, so it stays fast; the table (a minute or two, since it grades every
@@ -164,7 +170,7 @@ def progress_button():
 
     if being_graded():
         print("The progress table is not computed while this notebook is being graded.")
-        return None
+        return
     import ipywidgets as widgets
     from IPython.display import display
 
@@ -194,6 +200,4 @@ def progress_button():
         threading.Thread(target=run, daemon=True).start()
 
     button.on_click(clicked)
-    box = widgets.VBox([button, output])
-    display(box)
-    return box
+    display(widgets.VBox([button, output]))
