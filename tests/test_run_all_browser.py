@@ -1,7 +1,7 @@
 """Run All in a real JupyterLab goes through an untouched notebook (issue 24).
 
-JupyterLab runs headless on a scratch copy of the untouched releases of notebooks 00 and 01, and
-Debian's Chromium runs ``Run > Run All Cells`` in each. Every code cell must get an execution count
+JupyterLab runs headless on a scratch copy of the untouched release of notebook 00 (``NOTEBOOKS``),
+and Debian's Chromium runs ``Run > Run All Cells`` in it. Every code cell must get an execution count
 (Run All did not stop at the first failing test cell: JupyterLab honours the ``raises-exception``
 tag), the test cells show their failed checks, a demonstration that needs an exercise shows the one
 line naming it, and a picture that needs none is drawn. In notebook 00 Run All only draws the
@@ -21,7 +21,7 @@ from test_student_session import _environment, _shot
 
 pytestmark = requires_browser
 
-NOTEBOOKS = ("00_welcome", "01_tokens_embeddings")
+NOTEBOOKS = ("00_welcome",)  # the others run through nbclient (tests/test_run_all.py): a browser costs more
 PROMPT = re.compile(r"^\[\d+\]:$")
 
 
@@ -91,7 +91,7 @@ def test_run_all_goes_through_untouched_notebooks(tmp_path):
                     assert button.count() == 1, "Run All draws the progress button"
                     button.scroll_into_view_if_needed()
                     button.click()
-                    table = _cells(page).filter(has=button).locator(".jp-OutputArea-output", has_text="01_tokens_embeddings")
+                    table = _cells(page).filter(has=button).locator(".jp-OutputArea-output", has_text="not started")
                     table.last.wait_for(timeout=180_000)
                     _shot(page, "run_all_progress_table")
             assert browsing.blocked == [], f"requests left this machine: {browsing.blocked}"
