@@ -211,6 +211,10 @@ def graded(notebook: str, scratch: Path) -> GradedClass:
     said = [nbgrader(folder, "generate_assignment", notebook)]
     assert said[-1].returncode == 0
     release = read(folder / "course" / notebook / f"{notebook}.ipynb")
+    # Run All goes on past a failing test cell (tools/run_all_tags.py); the students of ``zero`` prove
+    # that grading still scores such a cell 0.
+    assert all("raises-exception" in c.metadata.get("tags", []) for c in release.cells
+               if c.metadata.get("nbgrader", {}).get("grade")), "the release's test cells lost their tag"
     harm = attacks.Harm(folder=folder / "autograded")
     students = class_of(notebook, harm)
     for name, student in students.items():

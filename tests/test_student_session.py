@@ -34,8 +34,9 @@ INSTRUCTOR_PLUGINS = {
     "@jupyter/nbgrader:course-list",
 }
 NEWS_QUESTION = "Would you like to get notified about official Jupyter news?"
-# The answer typed wrong: RoPE rotates the queries but forgets the keys (its last exercise, so that Run All,
-# which stops at the first failing cell, has run every other verdict, plot and view before it).
+# The answer typed wrong: RoPE rotates the queries but forgets the keys (its last exercise; Run All goes on past
+# a failing test cell since tools/run_all_tags.py tags them, but waiting for this one's verdict then still
+# means that every other verdict, plot and view has run before it).
 WRONG_ID = "rotary_attention"
 RIGHT_LINE = "q, k = self.rope(q, token_positions), self.rope(k, token_positions)"
 WRONG_LINE = "q = self.rope(q, token_positions)"
