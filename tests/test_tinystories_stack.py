@@ -9,6 +9,7 @@ import re
 import shutil
 
 import nbformat
+import pytest
 import torch
 from tinystories_helpers import ROOT, cli, tiny_args
 
@@ -72,3 +73,16 @@ def test_the_command_prints_the_table_first(tmp_path):
     reference = cli("train", *tiny_args(tmp_path / "d", tmp_path / "b", "train.max_steps=3"), "--stack", "reference")
     assert reference.returncode == 0, reference.stderr
     assert reference.stdout.splitlines()[1].endswith("reference (--stack reference)")
+
+
+def test_reference_parts_take_the_courses_parts_all_the_same():
+    """--reference-parts: PyTorch's fused parts for speed, the student's others (here, only the schedule is theirs)."""
+    from tinystories.errors import RunError
+    from tinystories.stack import resolve
+
+    stack = resolve("yours", ROOT / "solutions", keys=("loss", "optimizer", "schedule"), reference_parts="loss, optimizer")
+    assert stack.optimizer is torch.optim.AdamW and stack.loss is reference_stack().loss
+    assert stack.origins["optimizer"] == stack.origins["loss"] == "reference (--reference-parts)"
+    assert stack.origins["schedule"] == "yours" and stack.schedule is not reference_stack().schedule
+    with pytest.raises(RunError, match="no part optimiser"):
+        resolve("yours", ROOT / "course", reference_parts="optimiser")

@@ -25,14 +25,22 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--out", help="the run's folder (config out_dir)")
         sub.add_argument("--quiet", action="store_true", help="no progress bars")
 
+    def stack_options(sub, *, course_help="the folder holding your notebooks (default course/)"):
+        from tinystories.stack import PARTS
+
+        sub.add_argument("--stack", choices=("yours", "reference"), default="yours",
+                         help="yours (default): the parts of your notebooks (08, 10, 11, 13), each unfinished one "
+                              "replaced by the course's; reference: the course's own parts")
+        sub.add_argument("--course-dir", default=None, help=course_help)
+        sub.add_argument("--reference-parts", default="", metavar="PART,PART",
+                         help="with --stack yours, take these parts from the course all the same, e.g. "
+                              "loss,optimizer,clipping: PyTorch's fused versions, for speed on a GPU. Parts: "
+                              + ", ".join(p.key for p in PARTS))
+
     train = commands.add_parser("train", help="train (or, with --resume, continue) a run")
     common(train, config_default=None)
-    train.add_argument("--stack", choices=("yours", "reference"), default="yours",
-                       help="yours (default): the model, loss, optimizer, schedule, clipping and batches of your "
-                            "notebooks 08 and 10, each unfinished one replaced by the course's; reference: the "
-                            "course's own parts")
-    train.add_argument("--course-dir", default=None, help="the folder holding your notebooks (default course/; "
-                                                          "with --set data.tokenizer=yours, notebook 12 too)")
+    stack_options(train, course_help="the folder holding your notebooks (default course/; with --set "
+                                     "data.tokenizer=yours, notebook 12 too)")
     train.add_argument("--resume", action="store_true", help="continue from out_dir/checkpoint.pt")
     train.add_argument("--stop-after", type=int, default=None, metavar="STEP",
                        help="stop with a checkpoint after STEP (to fit a time limit); --resume continues it")
@@ -41,8 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                                                       "data, and a short timing with the run's estimated minutes")
     common(preflight, config_default="gpu_h100")
     preflight.add_argument("--steps", type=int, default=20, help="optimizer steps to time (default 20)")
-    preflight.add_argument("--stack", choices=("yours", "reference"), default="yours")
-    preflight.add_argument("--course-dir", default=None)
+    stack_options(preflight)
 
     prepare = commands.add_parser("prepare", help="download (if needed) the data and build tokenizer and tokens")
     common(prepare, config_default="cpu_demo")
@@ -60,9 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("--max-new-tokens", type=int, default=None)
     sample.add_argument("--temperature", type=float, default=None)
     sample.add_argument("--top-k", type=int, default=None)
-    sample.add_argument("--stack", choices=("yours", "reference"), default="yours",
-                        help="yours: the sample_next and generate of your notebook 11 (the course's where unfinished)")
-    sample.add_argument("--course-dir", default=None)
+    stack_options(sample)
     return parser
 
 
@@ -93,14 +98,14 @@ def main(argv: list[str] | None = None) -> int:
             from tinystories.train import init_distributed, run
 
             init_distributed(config.train)  # under torchrun: before the stack, which rank 0 alone checks
-            run(config, stack=resolve(args.stack, args.course_dir), resume=args.resume, progress=not args.quiet,
+            run(config, stack=resolve(args.stack, args.course_dir, reference_parts=args.reference_parts), resume=args.resume, progress=not args.quiet,
                 stop_after=args.stop_after, course_dir=args.course_dir)
         elif args.command == "preflight":
             from tinystories.preflight import preflight, report
             from tinystories.stack import resolve
 
             config = _config(args)
-            findings = preflight(config, name=args.config, steps=args.steps, stack=resolve(args.stack, args.course_dir))
+            findings = preflight(config, name=args.config, steps=args.steps, stack=resolve(args.stack, args.course_dir, reference_parts=args.reference_parts))
             print(report(findings))
             return 0 if all(f.ok for f in findings) else 1
         elif args.command == "prepare":
@@ -139,7 +144,8 @@ def _sample(args) -> None:
                "temperature": args.temperature, "top_k": args.top_k}
     config.sample = dataclasses.replace(config.sample, **{k: v for k, v in changes.items() if v is not None})
     checkpoint = load_checkpoint(Path(args.out) / "checkpoint.pt")
-    stack = resolve(args.stack, args.course_dir, keys=("sampling", "cached_model", "cache", "generation"))
+    stack = resolve(args.stack, args.course_dir, keys=("sampling", "cached_model", "cache", "generation"),
+                    reference_parts=args.reference_parts)
     if stack.name == "yours":
         print(stack.table())
     texts, settings = _samples(model, Path(args.out) / "tokenizer.json", config, checkpoint["eot_id"],

@@ -180,16 +180,32 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
     return stack
 
 
-def resolve(name: str, course_dir: str | Path | None = None, keys=None) -> Stack:
-    """``--stack yours`` or ``--stack reference``.
-
-    Under torchrun (a process group of several ranks), rank 0 alone runs the visible checks and sends its
-    verdict to the others, which load the parts it found ready without checking them again: every process
-    trains the same parts, and the checks cost one process's time, not one per GPU."""
+def resolve(name: str, course_dir: str | Path | None = None, keys=None, reference_parts: str = "") -> Stack:
+    """``--stack yours`` or ``--stack reference``; ``reference_parts`` ("loss,optimizer"): parts to take from the
+    course all the same (``--reference-parts``), without loading or checking yours."""
     if name == "reference":
         return reference_stack()
     if name != "yours":
         raise RunError(f"unknown stack {name!r}: use yours or reference")
+    forced = [key.strip() for key in reference_parts.split(",") if key.strip()]
+    unknown = sorted(set(forced) - {p.key for p in PARTS})
+    if unknown:
+        raise RunError(f"--reference-parts: no part {', '.join(unknown)}; the parts are "
+                       f"{', '.join(p.key for p in PARTS)}")
+    stack = _resolve_yours(course_dir, [p.key for p in PARTS if (keys is None or p.key in keys) and p.key not in forced])
+    reference = reference_stack()
+    for key in [key for key in forced if keys is None or key in keys]:
+        setattr(stack, key, getattr(reference, key))
+        stack.origins[key] = "reference (--reference-parts)"
+        if key == "model":
+            stack.config_class = reference.config_class
+    return stack
+
+
+def _resolve_yours(course_dir, keys) -> Stack:
+    """``student_stack`` for ``keys``. Under torchrun (a process group of several ranks), rank 0 alone runs the
+    visible checks and sends its verdict to the others, which load the parts it found ready without checking
+    them again: every process trains the same parts, and the checks cost one process's time, not one per GPU."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
