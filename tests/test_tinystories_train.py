@@ -154,3 +154,34 @@ def test_your_stack_and_the_reference_are_one_program(straight, data_dir, tmp_pa
     assert result.final_val_loss == pytest.approx(straight.final_val_loss, abs=1e-4, rel=0)
     saved = torch.load(result.checkpoint, weights_only=True)
     assert saved["stack"] == "yours" and saved["origins"]["optimizer"] == "yours"
+
+
+def test_samples_come_from_the_stacks_loop_and_survive_its_failure(straight, capsys):
+    """The run's stories are the stack's generate_with_cache on the trained weights; a student's loop that
+    raises on the trained model costs one line, and the course's parts write the stories."""
+    from tinystories.checkpoint import load_checkpoint
+    from tinystories.stack import reference_stack
+    from tinystories.train import _samples
+
+    model, _, config = load_trained(straight.out_dir)
+    eot = load_checkpoint(straight.out_dir / "checkpoint.pt")["eot_id"]
+    tokenizer = straight.out_dir / "tokenizer.json"
+    calls = []
+
+    def recording(model, prompt, **options):
+        calls.append(options["window"])
+        return reference_stack().generation(model, prompt, **options)
+
+    stack = reference_stack()
+    stack.generation = recording
+    texts, _ = _samples(model, tokenizer, config, eot, torch.device("cpu"), stack)
+    assert texts == straight.samples and calls == [config.model.context_length] * config.sample.n
+
+    def broken(model, prompt, **options):
+        raise IndexError("position 32 is out of range")
+
+    stack = reference_stack()
+    stack.generation, stack.origins["generation"] = broken, "yours"
+    texts, _ = _samples(model, tokenizer, config, eot, torch.device("cpu"), stack)
+    assert texts == straight.samples and stack.origins["generation"].startswith("reference (raised IndexError")
+    assert "your sampling parts raised IndexError: position 32 is out of range" in capsys.readouterr().out

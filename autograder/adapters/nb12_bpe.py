@@ -10,6 +10,8 @@ on the student's ``Tokenizer`` whose ``encode`` is the course's (on a stand-in w
 
 from __future__ import annotations
 
+import tempfile
+
 from autograder.adapters import given, need
 from autograder.reference import bpe
 
@@ -149,9 +151,19 @@ def _streaming_tokenizer(ns, vocab, merges, special_tokens):
     return tokenizer
 
 
+def _scratch_file(text: str):
+    """``text`` in a temporary file, opened for reading: the grader's data folder may be out of the sandbox's
+    sight, so the checks send the text and this side writes it (where the sandbox lets a process write)."""
+    handle = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")
+    handle.write(text)
+    handle.seek(0)
+    return handle
+
+
 def encode_iterable_of(ns, vocab: dict, merges: list, special_tokens: list, inputs: list, *,
                        endless: bool = False, limit: int = 0, take: int = 0) -> list:
-    """For each input (a list of chunks, or ``{"file": path}`` read line by line), what ``encode_iterable``
+    """For each input (a list of chunks, or ``{"file_text": text}``: a real file holding ``text``, written to this
+    process's scratch folder and read line by line), what ``encode_iterable``
     yielded and, for each id, how many chunks and how many bytes it had read when that id came out.
 
     ``endless``: each input's chunks are repeated forever (``ReadTooMuch`` after ``limit`` chunks), and only
@@ -163,7 +175,7 @@ def encode_iterable_of(ns, vocab: dict, merges: list, special_tokens: list, inpu
         for spec in inputs:
             tokenizer = _streaming_tokenizer(ns, vocab, merges, special_tokens)
             read = {"chunks": 0, "bytes": 0, "done": False}
-            opened = open(spec["file"], encoding="utf-8") if isinstance(spec, dict) else None  # noqa: SIM115
+            opened = _scratch_file(spec["file_text"]) if isinstance(spec, dict) else None
 
             def source(chunks=opened if opened is not None else spec, read=read):
                 while True:

@@ -547,8 +547,10 @@ def _first_difference(got, expected):
 
 
 def _check_stream(impl, vocab, merges, cases):
-    """cases: [(label, chunks)], chunks a list of strings or {"file": path} (then label says which)."""
-    specs = [chunks if isinstance(chunks, list) else {"file": str(chunks)} for _, chunks in cases]
+    """cases: [(label, chunks)], chunks a list of strings or a path (read as a real file, line by line, on the
+    student's side: label says which)."""
+    specs = [chunks if isinstance(chunks, list) else {"file_text": Path(chunks).read_text(encoding="utf-8")}
+             for _, chunks in cases]
     got = impl.encode_iterable_of(vocab, merges, [EOT], specs)
     _, encode = _piece_encoder(vocab, merges)
     for (label, chunks), result in zip(cases, got, strict=True):
