@@ -106,7 +106,7 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
 
 class _Watched(torch.nn.Module):
     """The reference decoder as a cached model, recording every call: how many positions the cache held
-    before it, how many tokens it was fed, and how many it held after."""
+    before it, how many tokens it was fed, how many it held after, and whether gradients were on."""
 
     def __init__(self, model, calls: list):
         super().__init__()
@@ -117,15 +117,15 @@ class _Watched(torch.nn.Module):
         shape = list(tokens.shape) if isinstance(tokens, torch.Tensor) else None
         logits = self.model(tokens, cache=cache)
         self.calls.append({"cache": id(cache) if cache is not None else None, "before": before, "shape": shape,
-                           "after": None if cache is None else cache.length})
+                           "after": None if cache is None else cache.length, "grad": torch.is_grad_enabled()})
         return logits
 
 
-@torch.no_grad()
 def generate_with_cache(ns, fields: dict, state: dict, prompt: torch.Tensor, *, max_new_tokens: int, window: int,
                         eos_id: int | None = None, pick: dict | None = None) -> dict:
     """The student's ``generate_with_cache`` on the reference decoder (float64) holding ``state``, with the
     reference ``KVCache``: what it returned, every model call, the caches it asked for, and the picks it made.
+    Gradients are left as they are (no ``no_grad`` here): turning them off is the student's job, and observed.
     ``pick``: None (greedy) or {"seed": s, "temperature": t, "top_k": k} (a sampler with its own generator)."""
     function = need(ns, "generate_with_cache")
     model = LlamaDecoder(DecoderConfig(**fields)).double().eval()

@@ -783,6 +783,9 @@ def _check_calls(calls, feeds, caches, prompt_length, window, call):
     expect.that(all(c["cache"] is not None for c in calls),
                 f"{call} called the model without a cache: pass cache=new_cache() on the first call and the same "
                 "cache on the next ones")
+    expect.that(not any(c["grad"] for c in calls),
+                f"{call} ran the model with gradients on: decorate it with @torch.no_grad(), or every step's "
+                "autograd graph stays alive in the cache")
     bad = [c["shape"] for c in calls if c["shape"] is None or len(c["shape"]) != 2 or c["shape"][0] != 1]
     expect.that(not bad, f"{call} fed the model tokens of shape {list(bad[0] or [])}, expected [1, n]" if bad else "")
     fed = [c["shape"][1] for c in calls]

@@ -256,6 +256,8 @@ WRONG = [
           _edit(GENERATE, ("if cache.length >= window:", "if cache.length > window:")), "cache grew to"),
     Wrong("generate_with_cache", "the prompt fed whole, not its last window tokens",
           _edit(GENERATE, ("prompt[-window:]", "prompt")), "the prompt's last window tokens"),
+    Wrong("generate_with_cache", "gradients left on (no @torch.no_grad())",
+          _edit(GENERATE, ("@torch.no_grad()\ndef generate_with_cache", "def generate_with_cache")), "gradients on"),
     Wrong("generate_with_cache", "eos dropped",
           _edit(GENERATE, ("""        sequence = torch.cat([sequence, token.view(1).to(sequence.dtype)])
         if eos_id is not None and int(token) == eos_id:
