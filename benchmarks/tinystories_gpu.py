@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--stack", choices=("reference", "solutions"), default="reference",
                         help="solutions: the parts a student who finished notebooks 08 and 10 trains (tinystories.stack)")
+    parser.add_argument("--reference-parts", default="", metavar="PART,PART",
+                        help="with --stack solutions: parts taken from the course all the same (loss,optimizer,...), "
+                             "to see which of a student's parts costs the time")
     parser.add_argument("--output", default="benchmarks/tinystories_gpu", help="writes OUTPUT.json and OUTPUT.md")
     args = parser.parse_args(argv)
 
@@ -56,13 +59,18 @@ def main(argv: list[str] | None = None) -> int:
                      f"out_dir={tmp}/run", *args.set]
         config = load_config(args.config, overrides)
         stack = student_stack(ROOT / "solutions", check=False) if args.stack == "solutions" else reference_stack()
+        reference = reference_stack()
+        for key in filter(None, (key.strip() for key in args.reference_parts.split(","))):
+            getattr(reference, key)  # an unknown part raises here, before any training
+            setattr(stack, key, getattr(reference, key))
         result = run(config, stack=stack, progress=False)
     timed = result.metrics[args.warmup:]
     device = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
     report = {
         "command": command(), "date": now(), "machine": machine(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "config": args.config, "stack": args.stack, "overrides": overrides[len(TINY) if args.tiny else 0:],
+        "config": args.config, "stack": args.stack,
+        "reference_parts": args.reference_parts, "overrides": overrides[len(TINY) if args.tiny else 0:],
         "tokens_per_step": config.train.batch_size * config.model.context_length,
         "timed_steps": len(timed),
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
