@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autograder.exercises import ExerciseResult, find_exercise, run_exercise
 from autograder.impl import LocalImpl
+from coursetools import cell_sources
 
 
 class ChecksFailed(AssertionError):
@@ -24,12 +25,37 @@ def render(result: ExerciseResult) -> str:
     return "\n".join(lines)
 
 
+def shown_by_test_cell(result: ExerciseResult) -> ExerciseResult:
+    """Of a run of every check (``run_exercise``), what an exercise's test cell (``check``) shows in JupyterLab:
+    the visible checks (with the static half of the rules, read from the answer cell's source) alone when one of
+    them fails, since the hidden ones then do not run, else all of them."""
+    visible = [r for r in result.results if not r.check.hidden]
+    return ExerciseResult(result.exercise, result.results if all(r.passed for r in visible) else visible, result.note)
+
+
 def check(exercise_id: str, namespace: dict, hidden: bool = False) -> None:
-    """Run an exercise's visible (or, for instructors, hidden) checks on this notebook's code."""
+    """Run an exercise's checks on this notebook's code, as its test cell does.
+
+    First the visible checks; once they all pass, the hidden ones too, which grade the exercise: a mistake that
+    only a hidden check catches (another shape, dtype or seed) is named here, in the notebook, not first in the
+    grade. Most runs of a test cell meet a failing visible check and stop there, so the extra time is paid once
+    the exercise looks done. ``hidden=True`` (the instructors' hidden-test line) runs the hidden checks alone.
+    """
     exercise, adapters = find_exercise(exercise_id)
-    result = run_exercise(exercise, LocalImpl(namespace, adapters), visible=not hidden, hidden=hidden)
+    impl = LocalImpl(namespace, adapters)
+    answer = cell_sources.answer_source()  # in JupyterLab: the rules are read from the answer cell too
+    result = run_exercise(exercise, impl, visible=not hidden, hidden=hidden,
+                          source=answer[0] if answer else None, context=answer[1] if answer else ())
+    if not hidden and result.passed and any(c.hidden for c in exercise.checks):
+        graded = run_exercise(exercise, impl, visible=False, hidden=True)
+        result = ExerciseResult(exercise, result.results + graded.results, result.note)
     print(render(result))
+    counts = {kind: sum(r.check.hidden == (kind == "hidden") for r in result.results) for kind in ("visible", "hidden")}
     if not result.passed:
-        failed = sum(not r.passed for r in result.results)
-        raise ChecksFailed(f"{exercise.title}: {failed} of {len(result.results)} checks failed (see above).")
-    print(f"All {len(result.results)} {'hidden' if hidden else 'visible'} checks passed.")
+        failed = [r for r in result.results if not r.passed]
+        if not hidden and all(r.check.hidden for r in failed):
+            raise ChecksFailed(f"{exercise.title}: the visible checks pass, but {len(failed)} of the "
+                               f"{counts['hidden']} hidden checks, which grade it too, fail (see above).")
+        raise ChecksFailed(f"{exercise.title}: {len(failed)} of {len(result.results)} checks failed (see above).")
+    said = " and ".join(f"{n} {kind}" for kind, n in counts.items() if n)
+    print(f"All {said} checks passed.")

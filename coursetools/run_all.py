@@ -23,6 +23,8 @@ import os
 import re
 from pathlib import Path
 
+from coursetools import cell_sources
+
 STUB_LINE = "raise NotImplementedError()"
 
 
@@ -151,6 +153,7 @@ def explain_unfinished() -> None:
     _NOT_MADE.clear()  # running the setup cell again starts afresh
     if shell is not None:
         shell.set_custom_exc((NotImplementedError, NameError), _handler)
+        cell_sources.remember(shell)  # for the rules the test cells apply (autograder.check)
 
 
 PROGRESS_SOLUTIONS = "This is the instructor's copy: the progress table reports on the notebooks in course/, run it there."

@@ -48,6 +48,9 @@ def test_each_exercise_has_an_answer_cell_then_its_test_cell(notebook):
         assert nb.cells[index].source == TEST_CELL.format(id=exercise.id)
         assert all(c.cell_type == "markdown" for c in nb.cells[answers[exercise.id] + 1 : index]), \
             "only explanations may stand between an answer cell and its test cell"
+        # the test cell finds its answer cell's source by these ids (coursetools.cell_sources)
+        assert nb.cells[index].id.endswith("-test"), nb.cells[index].id
+        assert nb.cells[answers[exercise.id]].id == nb.cells[index].id.removesuffix("-test") + "-answer"
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)

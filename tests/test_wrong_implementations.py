@@ -12,6 +12,7 @@ from notebooks import NOTEBOOKS
 from wrong import PRELUDE
 
 from autograder.exercises import checks_for, find_exercise, run_exercise
+from autograder.feedback import render, shown_by_test_cell
 from autograder.impl import LocalImpl
 
 MODULES = {notebook: importlib.import_module(f"wrong.nb{notebook}") for notebook in NOTEBOOKS}
@@ -44,6 +45,13 @@ class _WrongImplementations:
         result = _grade(solution_namespaces, self.notebook, wrong.exercise, wrong.code)
         assert not result.passed, f"{wrong.mistake!r} passed every check"
         assert wrong.says in result.message, result.message
+
+    def test_the_test_cell_names_the_mistake(self, wrong, solution_namespaces):
+        """The notebook's own test cell, not only the grade, names every catalogued mistake (issue 24): what it
+        shows (its visible checks, then, once they pass, the hidden ones) says what is wrong."""
+        shown = shown_by_test_cell(_grade(solution_namespaces, self.notebook, wrong.exercise, wrong.code))
+        assert not shown.passed, f"{wrong.mistake!r}: the test cell shows no failure"
+        assert wrong.says in render(shown), render(shown)
 
     def test_the_templates_are_right_when_unbroken(self, solution_namespaces):
         """The wrong versions differ from a right one only by the mistake."""

@@ -934,9 +934,9 @@ def _count_mistakes(f) -> dict:
         (expected - (n_enc * 2 + n_dec * 3 + 2) * d, "each LayerNorm has a weight AND a bias (2 * d_model)"),
         (expected + (n_dec - n_enc) * (attention + 2 * d), "n_encoder_layers and n_decoder_layers are swapped")]
     mistakes = {}
-    for value, message in pairs:
+    for value, message in pairs:  # two mistakes that give the same count (in one configuration) are both named
         if value != expected:
-            mistakes.setdefault(value, message)
+            mistakes[value] = f"{mistakes[value]}; or {message}" if value in mistakes else message
     return mistakes
 
 

@@ -451,6 +451,9 @@ def _cosine_mistakes(max_lr, min_lr, w, d):
          "there is no floor after decay_steps: the cosine comes back up; return min_lr for step > decay_steps"),
         (lambda s: max_lr * s / w if s < w else max_lr * 0.5 * (1 + math.cos(math.pi * min(s - w, d - w) / (d - w))),
          "the decay ends at 0 instead of min_lr: min_lr + (max_lr - min_lr) · (1 + cos(π · progress)) / 2"),
+        (lambda s: max_lr * s / w if s < w else max_lr * 0.5 * (1 + math.cos(math.pi * (s - w) / (d - w))) if s <= d
+         else min_lr,  # the same, with the floor after decay_steps right
+         "the decay ends at 0 instead of min_lr: min_lr + (max_lr - min_lr) · (1 + cos(π · progress)) / 2"),
     ]
 
 
@@ -820,12 +823,15 @@ def _overfit_case(impl, seed, steps, lr, shape=(4, 8), final=None):
     expect.that(len(got) == steps, f"{what} returned {len(got)} losses, expected {steps}, one per step "
                 "(history['train_loss'])")
     expect.that(all(isinstance(v, float) for v in got), f"{what} returned a list holding other things than floats")
-    if final is not None:
-        expect.that(got[-1] < final, f"{what}: the last loss is {got[-1]:.4f}, expected below {final}")
     expected = overfit_oracle(state, inputs, targets, steps, lr)
     mistakes = [(torch.tensor(overfit_oracle(state, inputs, targets, steps, 1e-3)),
                  "the learning rate is not the optimizer's: the schedule must return "
                  "optimizer.param_groups[0]['lr'] at every step")]
+    if final is not None and not got[-1] < final:  # a known mistake first: it says more than the last loss
+        for wrong, diagnosis in mistakes:
+            if torch.allclose(torch.tensor(got, dtype=torch.float64), wrong.double(), **HISTORY):
+                expect.fail(f"{what} is wrong: {diagnosis}")
+        expect.fail(f"{what}: the last loss is {got[-1]:.4f}, expected below {final}")
     expect.close(torch.tensor(got), torch.tensor(expected), what, **HISTORY, alternatives=mistakes,
                  hint="The oracle calls the loop with a get_batch that always returns (inputs, targets) and a constant "
                       "schedule.")

@@ -51,6 +51,7 @@ import torch
 
 from autograder import expect
 from autograder.checks._seeds import seeded
+from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.reference.configs import DecoderConfig
 from autograder.reference.decoders import LlamaDecoder
@@ -232,13 +233,25 @@ def _top_k_mistakes(logits, k):
              "lower id stays (torch.sort(..., descending=True, stable=True))")]
 
 
+def _top_k_of(impl, logits, k):
+    """The filter's result; where it raises for a k above the vocabulary size, a message that says why."""
+    try:
+        return impl.filter_of("top_k_filter", logits, k)
+    except StudentCodeError as error:
+        if k <= logits.shape[-1]:
+            raise
+        expect.fail(f"top_k_filter(logits of shape {list(logits.shape)}, {k}) raised {error}: a k above the vocabulary "
+                    f"size ({logits.shape[-1]}) is not out of range here; it keeps every token (use min(k, vocab))")
+
+
 @TOP_K.visible
 def test_top_k_keeps_exactly_k(impl):
-    "top_k_filter keeps exactly k tokens (ties at the boundary: the lower id), the others -inf"
-    for logits, k in ((_randn((2, 10), 10), 3), (_tie_logits(), 3), (_tie_logits(), 2)):
-        got = impl.filter_of("top_k_filter", logits, k)
+    "top_k_filter keeps exactly k tokens (ties at the boundary: the lower id; k above the vocabulary: all), the others -inf"
+    for logits, k in ((_randn((2, 10), 10), 3), (_tie_logits(), 3), (_tie_logits(), 2), (_randn((2, 6), 16), 8)):
+        got = _top_k_of(impl, logits, k)
         rows = f" for the rows {logits.tolist()}" if logits.shape[-1] == 6 else ""
-        _check_filter(got, f"top_k_filter(logits, {k}){rows}", logits, kept_top_k(logits, k), _top_k_mistakes(logits, k))
+        _check_filter(got, f"top_k_filter(logits, {k}){rows}", logits, kept_top_k(logits, k),
+                      _top_k_mistakes(logits, k) if k < logits.shape[-1] else ())
 
 
 @TOP_K.hidden
@@ -248,7 +261,7 @@ def test_top_k_edge_cases_and_hugging_face(impl):
 
     for logits, k in ((_randn((3, 7), 11), 1), (_randn((2, 7), 12), 7), (_randn((2, 7), 13), 20),
                       (_randn((2, 3, 11), 14), 4)):
-        got = impl.filter_of("top_k_filter", logits, k)
+        got = _top_k_of(impl, logits, k)
         _check_filter(got, f"top_k_filter(logits of shape {list(logits.shape)}, {k})", logits, kept_top_k(logits, k),
                       _top_k_mistakes(logits, min(k, logits.shape[-1] - 1)) if k < logits.shape[-1] else ())
     logits = _randn((4, 50), 15)
@@ -663,6 +676,18 @@ def _beam_case(impl, table, prompt, beam_size, max_new_tokens, eos_id, alpha, ex
                         f"length: sum of log-probs / n^{alpha}, n the number of new tokens (EOS included)")
         if new == list(by_total_length) and list(by_total_length) != expected:
             expect.fail(f"{what} returned {new}: the length in the score counts the NEW tokens only, not the prompt")
+        # Two mistakes that can give the same tokens: EOS never ending a hypothesis (the best of the full-length
+        # continuations, EOS an ordinary token), and a search that keeps a single beam (the greedy continuation).
+        unfinished = {tuple(t): total for t, total in enumerate_hypotheses(table, prompt, max_new_tokens, eos_id=-1)}
+        named = [diagnosis for found, diagnosis in (
+            (list(max(unfinished, key=lambda t: unfinished[t] / len(t) ** alpha)),
+             "the search went on from hypotheses ending with EOS (a hypothesis that ends with EOS is finished; set "
+             "it aside and never extend it)"),
+            (greedy_oracle(table, prompt, max_new_tokens, eos_id)[n:] if beam_size > 1 else None,
+             f"it kept one beam, the greedy continuation (keep the {beam_size} best hypotheses at every step)"))
+            if new == found]
+        if named:
+            expect.fail(f"{what} returned {new}, expected {expected}: {'; or '.join(named)}")
         expect.fail(f"{what} returned {new} after the prompt, expected {expected} (score {expected_score:.4f})")
     expect.that(abs(got["score"] - expected_score) <= 1e-4, f"{what} found {new} but gave it the score "
                 f"{got['score']:.6f}, expected {expected_score:.6f}: score = (sum of the log-probabilities of the new "

@@ -76,9 +76,11 @@ WRONG = [
           "keeps every token tied with the k-th"),
     Wrong("top_k_filter", "keeps the wrong end (the k lowest)",
           variant("top_k_filter", ("descending=True", "descending=False")), "keeps the k lowest logits"),
-    Wrong("top_k_filter", "torch.topk without a bound on k",
+    Wrong("top_k_filter", "no bound on k (narrow raises for k above the vocabulary)",
+          variant("top_k_filter", ("order[..., :k]", "order.narrow(-1, 0, k)")), "not out of range here"),
+    Wrong("top_k_filter", "torch.topk's threshold: no bound on k, and it keeps the ties",
           "def top_k_filter(logits, k):\n    kth = torch.topk(logits, k, dim=-1).values[..., -1:]\n"
-          "    return logits.masked_fill(logits < kth, float('-inf'))\n", "out of range"),
+          "    return logits.masked_fill(logits < kth, float('-inf'))\n", "tied with the k-th"),
     Wrong("top_k_filter", "keeps k + 1 tokens", variant("top_k_filter", ("order[..., :k]", "order[..., :k + 1]")),
           "keeps k + 1"),
     # Exercise 3
@@ -162,7 +164,7 @@ WRONG = [
         "return torch.cat([prompt, torch.tensor(best, dtype=prompt.dtype)]), best_score",
         "return torch.tensor(best, dtype=prompt.dtype), best_score")), "the prompt followed by the best hypothesis"),
     Wrong("beam_search", "keeps one beam whatever beam_size", variant("beam_search", (
-        "candidates[:beam_size]", "candidates[:1]")), "after the prompt, expected"),
+        "candidates[:beam_size]", "candidates[:1]")), "it kept one beam"),
     # Exercise 8
     Wrong("kv_cache", "appends along the heads axis", variant("kv_cache", (
         "torch.cat([self.keys[layer], k], dim=2)", "torch.cat([self.keys[layer], k], dim=1)")),
