@@ -109,8 +109,7 @@ class ClassReport:
         A score falls in the bin with ``low <= score < high``; the last bin also holds the maximum.
         """
         top = self.max_score or max(self.scores.values(), default=0.0) or 1.0
-        width = 1.0 if top <= 20 else top / 10
-        bins = max(1, math.ceil(top / width)) + (width == 1.0)  # one point each, the maximum its own bin
+        width, bins = (1.0, math.floor(top) + 1) if top <= 20 else (top / 10, 10)  # up to 20: the maximum its own bin
         counts = [0] * bins
         for score in self.scores.values():
             counts[min(bins - 1, max(0, int(score // width)))] += 1
@@ -180,7 +179,10 @@ def _verdicts(path: Path) -> dict[str, str]:
     """
     import nbformat
 
-    nb = nbformat.read(path, as_version=4)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (OSError, ValueError, nbformat.reader.NotJSONError):  # not submitted, so not graded: no verdicts
+        return {}
     found = {}
     for cell in nb.cells:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
