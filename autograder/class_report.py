@@ -21,15 +21,16 @@ Where it reads:
   cell's error if it raised one. The gradebook keeps only scores, and nothing else records which
   checks failed, so the report reads those lines back, recognising each check by its description
   in the exercise's registry (``autograder.exercises``; a message may itself span several lines).
-  Each failed exercise of each student counts once, by what ``ExerciseResult.reason`` gives: the
-  answer cell's error if it raised one, else the first failed check, so the symptoms that follow
-  from one mistake in the later checks are not counted as more mistakes. A mistake is that check's
-  description and the first line of its message, which names the mistake the check recognised ("eps
-  is added outside the square root") with the student's own numbers: digits are replaced by ``#``,
-  so the same named mistake groups together across students. The course keeps no list of mistakes
-  to match (its catalogue of wrong implementations lives with the tests, which are not shipped), and
-  a list would go stale as checks change; grouping the checks' own words needs none. An untouched stub ("not implemented yet") and a
-  check that was not run are not mistakes, and are left out.
+  Each failed exercise of each student counts once, by its reason as ``ExerciseResult.reason``
+  gives it: the answer cell's error if it raised one, else the first failed check, so the symptoms
+  that follow from one mistake in the later checks are not counted as more mistakes. A check that
+  met the untouched stub ("not implemented yet") or was not run is no mistake and is passed over;
+  an exercise failed only by such checks counts as not started. A mistake is that check's
+  description and the first line of its message, which names the mistake the check recognised
+  ("eps is added outside the square root") with the student's own numbers: digits are replaced by
+  ``#``, so the same named mistake groups together across students. The course keeps no list of
+  mistakes to match (its catalogue of wrong implementations lives with the tests, which are not
+  shipped), and a list would go stale as checks change; grouping the checks' own words needs none.
 - **Submissions that could not be graded**: those in ``submitted/`` without a complete autograded
   result, as ``grade-class`` decides what is left to grade (``class_grading.not_graded_because``);
   nbgrader removes the autograded folder of a submission it failed on. The reason is the error of
@@ -254,7 +255,7 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
                     row.not_started += 1
                     continue
                 row.failing += 1
-                check, text = counted[0] if counted else (ANSWER_CELL, "failed without a message")
+                check, text = counted[0] if counted else ("-", "no failed check in its verdict (a score given by hand?)")
                 key = (row.title, check, normalise(text))
                 mistakes.setdefault(key, Mistake(*key)).students.add(student)
     order = {title: index for index, title in enumerate(row.title for row in exercises.values())}
@@ -334,8 +335,9 @@ def _html(report: ClassReport) -> str:
     shown = report.mistakes[:report.top]
     out.append("<h2>Mistakes the class made most</h2>")
     if shown:
-        out += ["<p>Failed checks, grouped by the check and the first line of its message (numbers shown as #). "
-                "An untouched exercise is not counted.</p>", "<table>",
+        out += ["<p>Each failed exercise of each student counts once: its answer cell's error if it raised one, "
+                "else its first failed check, grouped by the check and the first line of its message (numbers "
+                "shown as #). An untouched exercise is not counted.</p>", "<table>",
                 f"<caption>The {len(shown)} most frequent of {len(report.mistakes)} distinct mistakes</caption>",
                 '<thead><tr><th scope="col" class="num">Students</th><th scope="col">Exercise</th>'
                 '<th scope="col">Check</th><th scope="col">What it said</th></tr></thead>', "<tbody>"]
