@@ -1,10 +1,12 @@
-"""Command line: ``python -m autograder check NOTEBOOK.ipynb [--json]``, ``progress``, ``grade-class``.
+"""Command line: ``python -m autograder check NOTEBOOK.ipynb [--json]``, ``progress``, ``grade-class``, ``report``.
 
 ``check`` runs the notebook's code in a separate, sandboxed process and every check (visible and
 hidden) in this one; prints per-exercise results and exits 1 if anything failed, 2 if
 the file is not one of the course's notebooks. ``progress`` does the same for every notebook of
 the course folder (``autograder.progress``); ``grade-class`` autogrades a class with nbgrader,
-several submissions at once (``autograder.class_grading``).
+several submissions at once (``autograder.class_grading``); ``report`` writes an HTML page on how a
+graded class did: pass rates, the mistakes made most, the scores, who could not be graded
+(``autograder.class_report``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ def _workers(text: str) -> int:
     return int(text)
 
 
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r} (write 1 or more)")
+    return int(text)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -56,11 +64,19 @@ def main(argv=None) -> int:
                          help="submissions graded at once (default: every core, as memory allows)")
     classes.add_argument("--csv", default="grades.csv", help="where to export the grades (default %(default)s)")
     classes.add_argument("--force", action="store_true", help="regrade submissions already autograded")
+    report = commands.add_parser("report", help="a graded class on one HTML page: pass rates, mistakes, scores")
+    report.add_argument("assignment", help="the autograded assignment, e.g. 02_normalization")
+    report.add_argument("--output", help="the HTML file to write (default: reports/ASSIGNMENT.html in the course root)")
+    report.add_argument("--top", type=_count, default=10, help="mistakes to list (default %(default)s)")
     args, nbgrader_options = parser.parse_known_args(argv)
     if args.command == "grade-class":
         from autograder.class_grading import main as grade_class
 
         return grade_class(args.assignment, args.workers, args.csv, args.force, nbgrader_options)
+    if args.command == "report":
+        from autograder.class_report import main as class_report
+
+        return class_report(args.assignment, args.output, args.top, nbgrader_options)
     if nbgrader_options:
         parser.error(f"unrecognized arguments: {' '.join(nbgrader_options)}")
 

@@ -102,24 +102,39 @@ def submitted_students(coursedir, assignment: str) -> list[str]:
 
 def already_graded(coursedir, gradebook, assignment: str, student: str) -> bool:
     """The gradebook holds the submission, and each of its notebooks was autograded after it was submitted."""
+    return not_graded_because(coursedir, gradebook, assignment, student) is None
+
+
+def not_graded_because(coursedir, gradebook, assignment: str, student: str) -> str | None:
+    """Why the submission has no complete autograded result (None: it has one), in a few words.
+
+    ``already_graded`` for ``grade-class``, which regrades such a submission, and ``report``, which
+    lists it: autograding failed (nbgrader removes the autograded folder of a submission it could not
+    grade), never ran, was stopped, or ran before the student submitted again.
+    """
     from nbgrader.api import MissingEntry
 
     try:
         gradebook.find_submission(assignment, student)
     except MissingEntry:
-        return False
+        return "not autograded"
     submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment))
     autograded = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment))
     new, old = (coursedir.get_existing_timestamp(str(folder)) for folder in (submitted, autograded))
     if new is not None and (old is None or old < new):
-        return False
+        return "submitted again after it was autograded"
     names = {notebook.name for notebook in gradebook.find_assignment(assignment).notebooks}
     for notebook in submitted.glob("*.ipynb"):
         graded = autograded / notebook.name
-        if notebook.stem in names and (not graded.is_file() or graded.stat().st_mtime < notebook.stat().st_mtime
-                                       or not _complete(graded)):
-            return False
-    return True
+        if notebook.stem not in names:
+            continue
+        if not graded.is_file():
+            return "no autograded notebook (autograding failed or has not run)"
+        if graded.stat().st_mtime < notebook.stat().st_mtime:
+            return "submitted again after it was autograded"
+        if not _complete(graded):
+            return "autograding did not finish"
+    return None
 
 
 def _complete(path: Path) -> bool:

@@ -54,8 +54,9 @@ def private_paths(coursedir: CourseDirectory) -> list[Path]:
     root = Path(coursedir.root)
     paths = [root / getattr(coursedir, f"{step}_directory")
              for step in ("source", "submitted", "autograded", "feedback", "solution", "source_with_tests")]
-    # grades.csv: where `nbgrader export` and `grade-class` write the whole class's grades by default
-    paths += [root / ".nbgrader.log", root / "nbgrader_config.py.bak", root / "grades.csv"]
+    # grades.csv: where `nbgrader export` and `grade-class` write the whole class's grades by default;
+    # reports/: where `report` writes the class's pass rates, mistakes and scores
+    paths += [root / ".nbgrader.log", root / "nbgrader_config.py.bak", root / "grades.csv", root / "reports"]
     if coursedir.db_url.startswith("sqlite:///"):  # an absolute path, or one relative to the course
         paths.append(root / coursedir.db_url.removeprefix("sqlite:///"))
     return paths
