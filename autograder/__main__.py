@@ -15,10 +15,9 @@ import argparse
 import json
 import sys
 
-import nbformat
-
 from autograder.errors import GradingError
 from autograder.grading import DEFAULT_TIMEOUT, self_check, unsandboxed_note
+from autograder.notebook_format import nbformat
 from autograder.sandbox import DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCESSES, Limits
 
 

@@ -10,10 +10,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from autograder.exercises import ExerciseResult, checks_for, run_exercise
 from autograder.impl import RemoteImpl
+from autograder.notebook_format import nbformat
 from autograder.process import CellOutcome, StudentProcess
 from autograder.sandbox import Limits, Sandbox, SandboxUnavailable, unavailable_reason
 
