@@ -13,7 +13,7 @@ from pathlib import Path
 from autograder.exercises import ExerciseResult, checks_for, run_exercise
 from autograder.impl import RemoteImpl
 from autograder.notebook_format import nbformat
-from autograder.process import CellOutcome, StudentProcess
+from autograder.process import CellOutcome, StudentProcess, Worker
 from autograder.sandbox import Limits, Sandbox, SandboxUnavailable, unavailable_reason
 
 DEFAULT_TIMEOUT = 30.0  # seconds per cell and per call into student code
@@ -141,11 +141,18 @@ def grade(
     that a later program loads (``definition_cells``), not the demos: the program checks what it will use,
     in seconds rather than the time of the whole notebook.
     """
-    name = identify(nb)
-    checks = checks_for(name)
-    cells = definition_cells(nb) if definitions_only else student_cells(nb)
     with Sandbox(Path(cwd), course_root, list(private), limits or Limits(), enabled=sandboxed) as sandbox:
-        process = StudentProcess(checks.adapter_module, cells, sandbox, timeout, record)
+        # The worker starts first: it imports torch and IPython while this process imports the checks (and
+        # torch), which ``identify`` does; on two cores that halves the wait before the first cell runs.
+        starting = Worker(sandbox)
+        try:
+            name = identify(nb)
+            checks = checks_for(name)
+        except BaseException:
+            starting.kill()
+            raise
+        cells = definition_cells(nb) if definitions_only else student_cells(nb)
+        process = StudentProcess(checks.adapter_module, cells, sandbox, timeout, record, starting=starting)
         try:
             outcomes = process.run_cells()
             answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")}

@@ -50,17 +50,22 @@ class _Tail(threading.Thread):
 
 
 class Worker:
-    """One worker process and the two pipes to it."""
+    """One worker process and the two pipes to it.
 
-    def __init__(self, adapter_module: str, sandbox: Sandbox):
+    ``Worker(sandbox)`` starts the process and returns at once: it imports torch and IPython while the
+    checker imports its checks; ``ready(adapter_module)`` then names the notebook's adapters and waits
+    until the worker has imported them.
+    """
+
+    def __init__(self, sandbox: Sandbox):
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
-        info_read, info_write = os.pipe()  # bubblewrap says there which process is the sandbox's init
+        self._info_read, info_write = os.pipe()  # bubblewrap says there which process is the sandbox's init
         # -I (isolated): neither the working directory, which is the student's folder, nor PYTHON* variables
         # shape what the worker imports before it has given up root and set its limits (a json.py beside
         # the notebook must never run as grader code); -B: the environment's PYTHONDONTWRITEBYTECODE, which
         # -I ignores. The worker puts the folder on sys.path itself, once it runs student code.
-        argv = [sys.executable, "-I", "-B", "-m", "autograder.worker", adapter_module,
+        argv = [sys.executable, "-I", "-B", "-m", "autograder.worker",
                 str(request_read), str(reply_write), json.dumps(sandbox.settings())]
         self.process = subprocess.Popen(
             sandbox.wrap(argv, info_fd=info_write),
@@ -72,17 +77,32 @@ class Worker:
             os.close(fd)
         self.tail = _Tail(self.process.stdout)
         self.tail.start()
+        self._sandboxed = sandbox.enabled
         self._sandbox_init = None
+        self.warnings: list[str] = []
+
+    def ready(self, adapter_module: str) -> Worker:
+        """Name the adapters; return once the worker has imported them and is ready for cells."""
         try:
+            try:
+                wire.send(self._request_write, pickle.dumps({"adapters": adapter_module}))
+            except OSError:  # it has ended already (a limit it could not set): its reply says why
+                pass
             ready = self._await(None, START_TIMEOUT, "starting Python")
             if not ready["ok"]:  # a limit could not be set: nothing of the student's may run
                 self.kill()
                 raise GradingError(f"cannot grade here: {ready['error']}")
-            self.warnings: list[str] = ready["value"]["warnings"]
-            if sandbox.enabled and select.select([info_read], [], [], 5)[0]:
-                self._sandbox_init = json.loads(os.read(info_read, 4096))["child-pid"]
+            self.warnings = ready["value"]["warnings"]
+            if self._sandboxed and select.select([self._info_read], [], [], 5)[0]:
+                self._sandbox_init = json.loads(os.read(self._info_read, 4096))["child-pid"]
         finally:
-            os.close(info_read)
+            self._close_info()
+        return self
+
+    def _close_info(self) -> None:
+        if self._info_read != -1:
+            os.close(self._info_read)
+            self._info_read = -1
 
     def request(self, message: dict, timeout: float, doing: str):
         message = dict(message, nonce=secrets.token_hex(8))
@@ -136,6 +156,7 @@ class Worker:
                 except (ProcessLookupError, PermissionError):
                     pass
         self.process.wait()
+        self._close_info()
         for fd in (self._request_write, self._reply_read):
             try:
                 os.close(fd)
@@ -155,6 +176,7 @@ class StudentProcess:
     record: bool = False  # keep each cell's outputs (for nbgrader's feedback)
     outcomes: dict[int, CellOutcome] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # limits an unsandboxed worker could not set
+    starting: Worker | None = None  # started before the adapters were known (grading.grade); readied at first use
     _worker: Worker | None = None
 
     def run_cells(self) -> dict[int, CellOutcome]:
@@ -197,7 +219,9 @@ class StudentProcess:
         cell failed, so this ends, and a submission always gets its report.
         """
         while self._worker is None or self._worker.process.poll() is not None:
-            self._worker = Worker(self.adapter_module, self.sandbox)
+            starting, self.starting = self.starting, None
+            self._worker = None  # until the new one is ready: a failed start leaves no worker behind
+            self._worker = (starting or Worker(self.sandbox)).ready(self.adapter_module)
             self.warnings += [w for w in self._worker.warnings if w not in self.warnings]
             for index, source in self.cells:
                 outcome = self.outcomes.get(index)
@@ -229,6 +253,9 @@ class StudentProcess:
 
     def close(self):
         """End the worker; the sandbox's scratch folder belongs to whoever entered the sandbox."""
+        if self.starting is not None:
+            self.starting.kill()
+            self.starting = None
         if self._worker is not None:
             self._worker.kill()
             self._worker = None

@@ -6,8 +6,11 @@ it only sends back what the student's code computed for the inputs it was given,
 what the cells showed. Before any student code runs it gives up root (when started
 by root, inside the sandbox) and applies the resource limits.
 
-Usage: python -I -B -m autograder.worker ADAPTER_MODULE REQUEST_FD REPLY_FD SETTINGS_JSON
+Usage: python -I -B -m autograder.worker REQUEST_FD REPLY_FD SETTINGS_JSON
 (``-I``: the working directory, the student's folder, is not on ``sys.path`` until student code runs.)
+The first request names the adapter module (``{"adapters": "autograder.adapters.nb..."}``): the checker
+starts the worker before it knows which notebook it grades, so that the worker imports torch and IPython
+while the checker imports its checks; the worker says it is ready once it has imported the adapters.
 """
 
 from __future__ import annotations
@@ -40,20 +43,21 @@ def confine(settings: dict) -> tuple[Limits, list[str]]:
 
 
 def main() -> None:
-    adapter_module, request_fd, reply_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    settings = json.loads(sys.argv[4])
+    request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
+    settings = json.loads(sys.argv[3])
     limits, unset = confine(settings)
     if unset and settings["sandboxed"]:  # grading: no student code runs with a limit missing
         wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": False, "error": "; ".join(unset)}))
         return
     # Everything the worker needs is imported before any student code runs.
+    import torch  # noqa: F401 - the replies' format (autograder.wire) and every adapter need it
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
-    adapters = importlib.import_module(adapter_module)
     shell = InteractiveShell.instance(config=Config({"HistoryManager": {"enabled": False}}))
     namespace = shell.user_ns
     shell.transform_cell("pass")  # the transformers' own lazy imports, before the student's folder is on the path
+    adapters = importlib.import_module(pickle.loads(wire.receive(request_fd))["adapters"])
     # Started with -I, so the folder is not on sys.path yet; as in a Jupyter kernel, the student's own modules
     # beside the notebook import from here on (a module already imported, such as json, stays the grader's).
     sys.path.insert(0, os.getcwd())
