@@ -33,7 +33,7 @@ class Payload:
     def __reduce__(self):
         return (os.system, ("touch {marker}",))
 frame = pickle.dumps({{"nonce": None, "ok": True, "value": Payload()}})
-os.write(int(sys.argv[3]), struct.pack("!Q", len(frame)) + frame)
+os.write(int(sys.argv[2]), struct.pack("!Q", len(frame)) + frame)
 '''
 
 
