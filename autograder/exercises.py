@@ -65,6 +65,7 @@ class NotebookChecks:
     notebook: str  # file stem, e.g. "01_tokens_embeddings"
     exercises: list[Exercise]
     adapter_module: str
+    oracle_imports: tuple[str, ...] = ()  # slow imports the checks will need (the module's ORACLE_IMPORTS)
 
 
 def module_name(notebook: str) -> str:
@@ -78,7 +79,8 @@ def checks_for(notebook: str) -> NotebookChecks:
     except ModuleNotFoundError:
         raise LookupError(f"no checks for a notebook named {notebook!r}") from None
     return NotebookChecks(
-        notebook, list(module.EXERCISES), f"autograder.adapters.{module_name(notebook)}"
+        notebook, list(module.EXERCISES), f"autograder.adapters.{module_name(notebook)}",
+        tuple(getattr(module, "ORACLE_IMPORTS", ())),
     )
 
 

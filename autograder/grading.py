@@ -6,10 +6,13 @@ preprocessor, so a self-check and the gradebook always agree.
 
 from __future__ import annotations
 
+import importlib
+import threading
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder import wire
 from autograder.exercises import ExerciseResult, checks_for, run_exercise
 from autograder.impl import RemoteImpl
 from autograder.notebook_format import nbformat
@@ -69,6 +72,15 @@ def identify(nb) -> str:
     if best == 0 or len(matches) > 1:
         raise LookupError("none of its cells carries the id of an exercise of this course")
     return matches[0]
+
+
+def _import_quietly(modules: tuple[str, ...]) -> None:
+    """Import ``modules`` ahead of the checks; a failure is left for the check that imports it to report."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001, S110 - the check importing it says what went wrong
+            pass
 
 
 def find_course_root(folder: Path) -> Path | None:
@@ -154,7 +166,16 @@ def grade(
         cells = definition_cells(nb) if definitions_only else student_cells(nb)
         process = StudentProcess(checks.adapter_module, cells, sandbox, timeout, record, starting=starting)
         try:
-            outcomes = process.run_cells()
+            # The checks' slow oracle imports (transformers) run here while the worker runs the cells, and
+            # are done before any check runs: no two threads ever import at once while checking. Reading a reply
+            # (torch.load) imports what it needs once, here, before the other thread starts.
+            wire.load_reply(wire.dump_reply({"ok": True}))
+            prefetch = threading.Thread(target=_import_quietly, args=(checks.oracle_imports,), daemon=True)
+            prefetch.start()
+            try:
+                outcomes = process.run_cells()
+            finally:
+                prefetch.join()
             answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")}
 
             def note(exercise) -> str:
