@@ -2,7 +2,9 @@
 
 Run by a tree's own Python in that tree (``TREE/.venv/bin/python benchmarks/_check_phases.py NB SANDBOXED``), so
 the same driver times the code before and after a change. It wraps, without changing what they do:
-``Worker.__init__`` (the worker starting: bubblewrap, Python, its imports), ``StudentProcess.run_cells`` (the
+``Worker.__init__`` (the worker starting: bubblewrap, Python, its imports; once the worker starts before
+the checks are imported, ``__init__`` only starts it and ``Worker.ready`` is the wait for what is left of its
+start, while the imports of the checks, which overlap it, fall in ``other``), ``StudentProcess.run_cells`` (the
 notebook's own cells, less the worker's start when it happens inside), each check (``autograder.exercises.run_check``, visible and hidden apart),
 ``StudentProcess.close`` and ``Sandbox.cleanup`` (teardown). Prints one JSON line of seconds.
 """
@@ -18,7 +20,7 @@ import autograder.__main__  # noqa: E402, F401 - the command line's own imports,
 from autograder import exercises, grading, process, sandbox  # noqa: E402
 
 IMPORTED = time.perf_counter()
-phases = {"worker_start": 0.0, "cells": 0.0, "visible": 0.0, "hidden": 0.0, "close": 0.0, "cleanup": 0.0}
+phases = {"identify": 0.0, "worker_start": 0.0, "cells": 0.0, "visible": 0.0, "hidden": 0.0, "close": 0.0, "cleanup": 0.0}
 
 
 def timed(owner, name, phase):
@@ -36,7 +38,10 @@ def timed(owner, name, phase):
 
 
 timed(process.Worker, "__init__", "worker_start")
+if hasattr(process.Worker, "ready"):  # after the change: __init__ only starts it, ready() waits for it
+    timed(process.Worker, "ready", "worker_start")
 timed(process.StudentProcess, "run_cells", "cells")
+timed(grading, "identify", "identify")  # which notebook: imports every checks module, and so torch
 timed(exercises, "run_check", lambda check, impl: "hidden" if check.hidden else "visible")
 timed(process.StudentProcess, "close", "close")
 timed(sandbox.Sandbox, "cleanup", "cleanup")
