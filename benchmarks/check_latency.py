@@ -11,6 +11,11 @@ each number is a median over rounds, with the 1-minute load average taken at eac
 
     .venv/bin/python benchmarks/check_latency.py --tree before=/path/to/worktree-of-main --tree after=. \\
         --repeats 3 --json benchmarks/check_latency.json
+    .venv/bin/python benchmarks/check_latency.py --baseline --repeats 1 --load-json benchmarks/check_latency.json \\
+        --json benchmarks/check_latency.json --write benchmarks/check_latency_tables.md
+
+``--baseline`` also times each notebook's cells alone, without the grader (``_run_cells.py``), and compares the
+unsandboxed ``check`` with it; ``--load-json`` adds the runs of an earlier call to the tables.
 """
 
 from __future__ import annotations
@@ -29,11 +34,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = Path(__file__).resolve().parent / "_check_phases.py"
+BASELINE = Path(__file__).resolve().parent / "_run_cells.py"
 PHASES = ["imports", "identify", "worker_start", "cells", "visible", "hidden", "close", "cleanup", "other", "total"]
 
 
 def notebooks(tree: Path, kind: str) -> list[Path]:
     return sorted(p for p in (tree / kind).glob("*/*.ipynb") if p.stem == p.parent.name)
+
+
+def run_cells_only(notebook: Path) -> dict:
+    """The baseline: the notebook's cells in one fresh Python without any grader (``_run_cells.py``)."""
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(BASELINE), str(notebook)], capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
+    if done.returncode != 0:
+        sys.exit(f"{notebook} (cells only) failed:\n{done.stderr[-3000:]}")
+    return {"total": time.perf_counter() - start, "load": load, **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
 def run_once(tree: Path, notebook: Path, sandboxed: bool) -> dict:
@@ -84,13 +101,58 @@ def table(results: dict, labels: list[str], kind: str, sandboxed: bool) -> list[
     return lines
 
 
+def summary(results: dict, labels: list[str], kinds: list[str]) -> list[str]:
+    """Per notebook set and mode: each tree's median over the notebooks of total, cells + checks, and the rest."""
+    lines = ["\n### Summary: median over the 14 notebooks (seconds)\n",
+             "| notebooks | mode | tree | total | cells + checks | total − cells − checks | slowest total | load 1-min |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for kind in kinds:
+        for sandboxed in (True, False):
+            for label in labels:
+                rows = [r for k, r in results.items() if k[0] == label and k[1] == kind and k[3] == sandboxed]
+                if not rows:
+                    continue
+                work = [r["cells"] + r["visible"] + r["hidden"] for r in rows]
+                cells = [
+                    f"{statistics.median(r['total'] for r in rows):.2f}", f"{statistics.median(work):.2f}",
+                    f"{statistics.median(r['total'] - w for r, w in zip(rows, work, strict=True)):.2f}",
+                    f"{max(r['total'] for r in rows):.2f}", f"{statistics.median(r['load'] for r in rows):.1f}",
+                ]
+                mode = "sandboxed" if sandboxed else "unsandboxed"
+                lines.append(f"| {kind}/ | {mode} | {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def versus_cells(results: dict, labels: list[str], kinds: list[str], baseline: dict) -> list[str]:
+    """Unsandboxed ``check`` against running the notebook's cells alone: what grading adds besides the checks."""
+    if not baseline:
+        return []
+    lines = ["\n### Unsandboxed check against the cells alone (seconds; medians over the notebooks)\n",
+             "`cells alone`: `_run_cells.py`, the notebook's code cells in one fresh Python (its imports included), "
+             "no grader. `added`: check's total − its checks (visible + hidden) − cells alone.\n",
+             "| notebooks | tree | cells alone | check total | added | largest added |", "|---|---|---:|---:|---:|---:|"]
+    for kind in kinds:
+        for label in labels:
+            pairs = [(statistics.median(baseline[kind, k[2]]), r) for k, r in results.items()
+                     if k[0] == label and k[1] == kind and k[3] is False and (kind, k[2]) in baseline]
+            if not pairs:
+                continue
+            added = [r["total"] - r["visible"] - r["hidden"] - alone for alone, r in pairs]
+            lines.append(f"| {kind}/ | {label} | {statistics.median(a for a, _ in pairs):.2f} | "
+                         f"{statistics.median(r['total'] for _, r in pairs):.2f} | {statistics.median(added):.2f} | "
+                         f"{max(added):.2f} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", action="append", required=True, metavar="LABEL=PATH",
+    parser.add_argument("--tree", action="append", default=[], metavar="LABEL=PATH",
                         help="a code tree with its own .venv, e.g. before=../main-worktree (repeatable)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kinds", default="course,solutions", help="notebook sets (default %(default)s)")
     parser.add_argument("--only", help="comma-separated notebook stems to time (default: all)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="also time each notebook's cells alone, in a fresh Python without the grader")
     parser.add_argument("--json", type=Path, help="write every run here")
     parser.add_argument("--load-json", type=Path, action="append", default=[],
                         help="also tabulate runs from an earlier --json (e.g. a 'before' run)")
@@ -115,6 +177,11 @@ def main() -> None:
             for notebook in notebooks(ROOT, kind):
                 if only and notebook.stem not in only:
                     continue
+                if args.baseline:
+                    run = run_cells_only(notebook)
+                    run.update(label="cells only", kind=kind, notebook=notebook.stem, sandboxed=None, repeat=repeat)
+                    runs.append(run)
+                    print(f"{repeat} cells only {kind} {notebook.stem}: {run['total']:.2f} s", file=sys.stderr)
                 order = [(label, sandboxed) for label in trees for sandboxed in (True, False)]
                 for label, sandboxed in order if repeat % 2 == 0 else order[::-1]:
                     path = trees[label] / kind / notebook.parent.name / notebook.name
@@ -126,12 +193,17 @@ def main() -> None:
                     if args.json:
                         args.json.write_text(json.dumps({"header": header, "runs": runs}, indent=1))
     header.append(f"- load average at end (1, 5, 15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    grouped: dict[tuple, list[dict]] = {}
+    baseline: dict[tuple, list[float]] = {}
     for run in runs:
+        if run["label"] == "cells only":
+            baseline.setdefault((run["kind"], run["notebook"]), []).append(run["total"])
+    grouped: dict[tuple, list[dict]] = {}
+    for run in (r for r in runs if r["label"] != "cells only"):
         grouped.setdefault((run["label"], run["kind"], run["notebook"], run["sandboxed"]), []).append(run)
     results = {key: median_row(group) for key, group in grouped.items()}
     labels = list(dict.fromkeys(run["label"] for run in runs))
-    lines = list(header)
+    labels = [label for label in labels if label != "cells only"]
+    lines = [*header, *summary(results, labels, kinds), *versus_cells(results, labels, kinds, baseline)]
     for kind in kinds:
         for sandboxed in (True, False):
             lines += table(results, labels, kind, sandboxed)
