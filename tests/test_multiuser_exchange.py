@@ -277,8 +277,6 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
     collected = nbgrader(inst, "collect", NOTEBOOK, cwd=course)
     assert f"Not collected: {forged} is named as {stu1}'s submission but belongs to {stu2}" in collected.stderr
     assert (course / "submitted" / stu1 / NOTEBOOK / "timestamp.txt").read_text() == (submission / "timestamp.txt").read_text()
-    # nbgrader leaves what it collects open to everyone: only the course folder's own mode (700) keeps it private.
-    assert stat.S_IMODE((course / "submitted" / stu1 / NOTEBOOK).stat().st_mode) == 0o777
     nbgrader(inst, "autograde", NOTEBOOK, cwd=course)
     from nbgrader.api import Gradebook
 
