@@ -66,8 +66,6 @@ def attempt(what, path):
         elif what == "create":
             with open(path, "x"):
                 pass
-        elif what == "mkdir":
-            os.mkdir(path)
         elif what == "rename":
             os.rename(path, path + ".mine")
     except OSError as error:
@@ -127,8 +125,11 @@ class Accounts:
     def delete(self) -> list[str]:
         failed = []
         for name in self.made:
+            folder = home(name)
             done = subprocess.run([shutil.which("userdel"), "--remove", name], capture_output=True, text=True)
-            if done.returncode not in (0, 12):  # 12: the home could not be removed (mail spool missing, etc.)
+            if done.returncode == 12:  # the account is gone, its home could not be removed
+                shutil.rmtree(folder, ignore_errors=True)
+            elif done.returncode != 0:
                 failed.append(f"{name}: {done.stderr.strip()}")
         return failed
 
@@ -156,7 +157,7 @@ def nbgrader(user: str, *args: str, cwd: Path | None = None, check: bool = True)
 
 
 def probe(user: str, attempts: dict[str, tuple[str, Path]]) -> dict[str, str]:
-    """Each attempt (``list``/``read``/``write``/``create``/``mkdir``/``rename`` of a path) made as ``user``."""
+    """Each attempt (``list``/``read``/``write``/``create``/``rename`` of a path) made as ``user``."""
     plan = json.dumps({key: (what, str(path)) for key, (what, path) in attempts.items()})
     return json.loads(as_user(user, sys.executable, "-c", PROBE, plan).stdout)
 
@@ -213,7 +214,8 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
 
     # Step 4: the instructor's course folder, private to them.
     course = home(inst) / "transformer-course"
-    as_user(inst, "mkdir", "-m", "700", "-p", str(course / "solutions"))
+    as_user(inst, "mkdir", "-m", "700", str(course))
+    as_user(inst, "mkdir", str(course / "solutions"))
     as_user(inst, "cp", str(ROOT / "nbgrader_config.py"), str(course))
     as_user(inst, "cp", "-r", str(solution_path(NOTEBOOK).parent), str(course / "solutions"))
 
@@ -278,6 +280,7 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
     assert f"Not collected: {forged} is named as {stu1}'s submission but belongs to {stu2}" in collected.stderr
     assert (course / "submitted" / stu1 / NOTEBOOK / "timestamp.txt").read_text() == (submission / "timestamp.txt").read_text()
     nbgrader(inst, "autograde", NOTEBOOK, cwd=course)
+    assert stat.S_IMODE(course.stat().st_mode) == 0o700 and course.owner() == inst  # nbgrader left it private
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
