@@ -13,7 +13,8 @@ step") gives, in the same order, run as the account that would run it.
 
 It creates and deletes accounts (``useradd``/``userdel``), so it runs only as root (CI runs the
 suite as root) and skips elsewhere, saying why; the accounts run this checkout's Python, so it
-also skips where other users cannot read it (a Python installed under /root, for example).
+also skips where other users cannot read it (a Python installed under /root, for example). The
+last two tests run everywhere, as one user: autograder/exchange.py's two classes on their own.
 """
 
 from __future__ import annotations
@@ -298,3 +299,57 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
         })
         assert set(tried.values()) == {"PermissionError"}, (student, tried)
     print(f"\nthe class took {time.monotonic() - started:.1f} s")
+
+
+# autograder/exchange.py as one user (any user, root too): the two classes on their own, through nbgrader's API.
+
+
+def _exchange(cls, tmp_path: Path):
+    from nbgrader.auth import Authenticator
+    from nbgrader.coursedir import CourseDirectory
+
+    coursedir = CourseDirectory(root=str(tmp_path / "course"), course_id=COURSE_ID, assignment_id=NOTEBOOK)
+    return cls(coursedir=coursedir, authenticator=Authenticator(), root=str(tmp_path / "exchange"),
+               cache=str(tmp_path / "cache"), assignment_dir=str(tmp_path / "work"))
+
+
+def _submission(inbound: Path, name: str, when: str) -> Path:
+    folder = inbound / f"{name}+{NOTEBOOK}+2026-01-0{when} 00:00:00.000000 UTC+{secrets.token_urlsafe(9)}"
+    folder.mkdir(parents=True)
+    (folder / f"{NOTEBOOK}.ipynb").write_text("{}")
+    (folder / "timestamp.txt").write_text(f"2026-01-0{when} 00:00:00.000000 UTC")
+    return folder
+
+
+def test_collect_leaves_out_a_submission_made_in_someone_elses_name(tmp_path, caplog, monkeypatch):
+    from autograder.exchange import OwnerCheckedCollect
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # the gradebook runs alembic
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    inbound = tmp_path / "exchange" / COURSE_ID / "inbound"
+    _submission(inbound, me, "1")
+    _submission(inbound, me, "2")
+    forged = _submission(inbound, f"not{me}", "3")  # named for someone else, but mine
+    (tmp_path / "course").mkdir()
+    collect = _exchange(OwnerCheckedCollect, tmp_path)
+    collect.start()
+    assert (tmp_path / "course" / "submitted" / me / NOTEBOOK / "timestamp.txt").read_text().startswith("2026-01-02")
+    assert not (tmp_path / "course" / "submitted" / f"not{me}").exists()
+    assert f"Not collected: {forged} is named as not{me}'s submission but belongs to {me}" in caplog.text
+
+
+def test_submit_closes_the_submission_to_everyone_but_its_owner_and_the_inbound_group(tmp_path):
+    from autograder.exchange import PrivateSubmit
+
+    course = tmp_path / "exchange" / COURSE_ID
+    (course / "outbound" / NOTEBOOK).mkdir(parents=True)
+    (course / "outbound" / NOTEBOOK / f"{NOTEBOOK}.ipynb").write_text("{}")
+    (course / "inbound").mkdir()
+    (course / "inbound").chmod(0o2733)  # as release_assignment makes it
+    (tmp_path / "work" / NOTEBOOK).mkdir(parents=True)
+    (tmp_path / "work" / NOTEBOOK / f"{NOTEBOOK}.ipynb").write_text("{}")
+    _exchange(PrivateSubmit, tmp_path).start()
+    (submitted,) = (course / "inbound").iterdir()
+    assert stat.S_IMODE(submitted.stat().st_mode) == 0o770  # nbgrader's own submit leaves it 0777
+    assert (submitted / f"{NOTEBOOK}.ipynb").read_text() == "{}"
