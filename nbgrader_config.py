@@ -87,11 +87,4 @@ c.Autograde.autograde_preprocessors = [
 # gradebook written before the order above still holds them).
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, FeedbackClearHiddenTests]
 
-# The exchange on a shared machine (docs/instructors.md, "A class on one machine, step by step";
-# autograder/exchange.py): a submission's folder stays its student's and yours, and `collect` leaves out a
-# submission made in a classmate's name instead of collecting it in their place. Students' nbgrader
-# needs the submit line in its own configuration (the hub's /etc/jupyter/nbgrader_config.py).
-c.ExchangeFactory.submit = "autograder.exchange.PrivateSubmit"
-c.ExchangeFactory.collect = "autograder.exchange.OwnerCheckedCollect"
-
 quiet_gradebook_warnings()  # nbgrader's own harmless SQLAlchemy warnings (see the function)

@@ -14,10 +14,13 @@ Students cannot list ``inbound`` (mode 2733), but:
   ``OwnerCheckedCollect`` leaves out every submission whose folder does not belong to the student
   it names, says so as an error, and collects that student's own newest submission.
 
-Set them in the configuration every user's nbgrader reads (docs/instructors.md, "A class on one
-machine, step by step"): ``c.ExchangeFactory.submit = "autograder.exchange.PrivateSubmit"``, and in the
-instructor's ``c.ExchangeFactory.collect = "autograder.exchange.OwnerCheckedCollect"``
-(``nbgrader_config.py`` sets both).
+Set both in the configuration every user's nbgrader reads (docs/instructors.md, "A class on one
+machine, step by step"): ``c.ExchangeFactory.submit = "autograder.exchange.PrivateSubmit"`` and
+``c.ExchangeFactory.collect = "autograder.exchange.OwnerCheckedCollect"``. They are for hubs where each
+person is their own Unix account. Where every user runs as the same account (``jovyan`` in the
+containers of DockerSpawner or KubeSpawner), ownership tells students apart no more than permissions
+do: there ``OwnerCheckedCollect`` would leave out every submission, so the course's own
+``nbgrader_config.py`` does not set them.
 """
 
 from __future__ import annotations
