@@ -188,7 +188,7 @@ def accounts():
 @pytest.fixture
 def exchange():
     """A fresh exchange root, as the recipe makes it: everyone may write, the sticky bit set."""
-    root = Path(tempfile.mkdtemp(prefix="ts-exchange-"))
+    root = Path(tempfile.mkdtemp(prefix="ts-exchange-", dir="/tmp"))  # not $TMPDIR, which may be private
     root.chmod(0o1777)
     try:
         yield root
