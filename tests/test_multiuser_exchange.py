@@ -12,8 +12,9 @@ or the gradebook. Every command is one that docs/instructors.md ("A class on one
 step") gives, in the same order, run as the account that would run it.
 
 It creates and deletes accounts (``useradd``/``userdel``), so it runs only as root (CI runs the
-suite as root) and skips elsewhere, saying why; the accounts run this checkout's Python, so it
-also skips where other users cannot read it (a Python installed under /root, for example). The
+suite as root) and skips elsewhere, saying why. The accounts run this checkout's Python; where it is
+installed in a folder they cannot enter (pyenv under /root), each command runs in a private mount namespace
+that lends them the Python installation alone (``_with_python_lent``). The
 last two tests run everywhere, as one user: autograder/exchange.py's two classes on their own.
 """
 
@@ -96,15 +97,40 @@ def _skip_reason() -> str | None:
     missing = [tool for tool in (*TOOLS, "bwrap") if shutil.which(tool) is None]
     if missing:
         return f"needs {', '.join(missing)} (apt-get install passwd util-linux bubblewrap)"
-    # The accounts run this checkout's Python, its autograder and its solutions.
+    # The accounts run this checkout's Python, its autograder and its solutions. A Python installed in a
+    # private folder (pyenv under /root, this project's CI machines) is lent to them (``_lent_python``).
     import nbgrader
 
     for path in (ROOT / "nbgrader_config.py", solution_path(NOTEBOOK), Path(sys.executable),
                  Path(nbgrader.__file__), Path(sys.base_prefix) / "lib"):
         closed = _closed_to_others(path)
-        if closed:
+        if closed and not (_lent_python() and shutil.which("unshare")):
             return f"other users cannot read this checkout or its Python: {closed}"
     return None
+
+
+def _lent_python() -> tuple[Path, Path] | None:
+    """(a private folder, the Python installation inside it) when this Python lies in a folder other users
+    cannot enter, as pyenv's under /root does; None when they can reach it."""
+    base = Path(sys.base_prefix).resolve()
+    for folder in base.parents:
+        if folder != Path("/") and not folder.stat().st_mode & stat.S_IXOTH:
+            return folder, base
+    return None
+
+
+def _with_python_lent(argv: list[str]) -> list[str]:
+    """``argv`` in a private mount namespace where the private folder holding Python is an empty, enterable
+    tmpfs with only the Python installation bound back in: the account can run Python, and nothing else of
+    that folder shows (nothing changes outside the namespace)."""
+    lent = _lent_python()
+    if lent is None:
+        return argv
+    folder, base = lent
+    script = ('set -e; keep=$(mktemp -d); mount --bind "$2" "$keep"; mount -t tmpfs -o mode=0755 tmpfs "$1"; '
+              'mkdir -p "$2"; mount --bind "$keep" "$2"; umount "$keep"; rmdir "$keep"; shift 2; exec "$@"')
+    return [shutil.which("unshare"), "--mount", "--propagation", "private", "/bin/sh", "-c", script, "lend",
+            str(folder), str(base), *argv]
 
 
 class Accounts:
@@ -146,7 +172,7 @@ def as_user(user: str, *argv: str, cwd: Path | None = None, stdin: str | None = 
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
         "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
     }
-    done = subprocess.run([shutil.which("runuser"), "-u", user, "--", *argv], cwd=cwd or home(user), env=env,
+    done = subprocess.run(_with_python_lent([shutil.which("runuser"), "-u", user, "--", *argv]), cwd=cwd or home(user), env=env,
                           input=stdin, capture_output=True, text=True, timeout=600)
     if check:
         assert done.returncode == 0, f"{user}: {' '.join(argv)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
