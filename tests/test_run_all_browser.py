@@ -38,6 +38,7 @@ import run_all_tags  # noqa: E402
 
 WAITING = run_all_tags.load_waiting()
 PROMPT = re.compile(r"^\[\d+\]:$")
+IDLE = "(ipykernel) | Idle"  # the status bar, once the notebook's kernel has started and is idle
 RUN_ALL_TIMEOUT = 300  # seconds for one notebook's Run All; each takes 5-35 s on a busy 2-core machine
 # Notebook 00 sits in a course folder of its own, so that its progress button grades it alone.
 WELCOME = "00_welcome"
@@ -92,7 +93,7 @@ def _cells(page):
 
 
 def _wait_idle(page, timeout_ms: int = RUN_ALL_TIMEOUT * 1000) -> None:
-    page.locator("#jp-main-statusbar", has_text="| Idle").wait_for(timeout=timeout_ms)
+    page.locator("#jp-main-statusbar", has_text=IDLE).wait_for(timeout=timeout_ms)
 
 
 def _api(lab, method: str, path: str):
@@ -203,7 +204,7 @@ def run_all_in_the_lab(notebook: str, lab, browsing) -> None:
         _cells(page).first.wait_for(timeout=60_000)
         # A notebook opened after another may ask which kernel to start: the default.
         accept = page.locator(".jp-Dialog", has_text="Select Kernel").locator(".jp-mod-accept")
-        idle = page.locator("#jp-main-statusbar", has_text="| Idle")
+        idle = page.locator("#jp-main-statusbar", has_text=IDLE)  # a kernel, started and idle
         accept.or_(idle).first.wait_for(timeout=120_000)
         if accept.count():
             accept.click()
@@ -214,6 +215,7 @@ def run_all_in_the_lab(notebook: str, lab, browsing) -> None:
         _check_alt_text(page, notebook, saved)
         if notebook == WELCOME:
             _cells(page).nth(waiting[0]).scroll_into_view_if_needed()
+            _cells(page).nth(waiting[0]).locator(".jp-OutputArea-output").first.wait_for(state="visible")
             _shot(page, f"run_all_{notebook}")
             _progress_click(page)
         # Only what the notebook's own text links (the Colab badge of notebook 13) may have been asked for.
