@@ -19,6 +19,7 @@ classes on its two workers at once; the split balances their measured times.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -137,18 +138,35 @@ def check_untouched_run(notebook: str, nb) -> None:
 
 
 def _run_all(page, notebook: str, cells) -> None:
-    """Run > Run All Cells, then wait until the last code cell has run and the kernel is idle."""
-    code = [i for i, c in enumerate(cells) if c.cell_type == "code"]
+    """Run > Run All Cells, then wait until every code cell has run and the kernel is idle.
+
+    Fails at once, naming the cells, when Run All stops early (no cell waits to run any more, the
+    kernel is idle and a code cell has not run), and after ``RUN_ALL_TIMEOUT`` when it never ends.
+    """
+    code = [c.id for c in cells if c.cell_type == "code"]
     page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="Run").click()
     page.locator(".lm-Menu .lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-    last = _cells(page).nth(code[-1]).locator(".jp-InputPrompt")
-    deadline = time.monotonic() + RUN_ALL_TIMEOUT
-    while not PROMPT.match(last.text_content().strip()):  # a locator: cells may be re-rendered
-        if time.monotonic() > deadline:
-            prompts = [_cells(page).nth(i).locator(".jp-InputPrompt").text_content().strip() for i in code]
-            stuck = next((cells[i].id for i, p in zip(code, prompts, strict=True) if not PROMPT.match(p)), "?")
-            pytest.fail(f"{notebook}: Run All did not finish in {RUN_ALL_TIMEOUT} s; cell {stuck} has not run "
-                        f"(prompts: {prompts})")
+    prompts = page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt")
+    idle = page.locator("#jp-main-statusbar", has_text=IDLE)
+    start = time.monotonic()
+    stopped_since = None
+    while True:
+        shown = prompts.evaluate_all("ps => ps.map(p => p.textContent.trim())")
+        drawn = len(shown) == len(code)  # JupyterLab draws a long notebook's cells a batch at a time
+        not_run = [i for i, p in enumerate(shown + [""] * (len(code) - len(shown))) if not PROMPT.match(p)]
+        if drawn and not not_run:
+            break
+        if drawn and "[*]:" not in shown and idle.count():
+            stopped_since = stopped_since or time.monotonic()
+        else:
+            stopped_since = None
+        first = not_run[0]
+        after = f" after cell {code[first - 1]}" if first else ""
+        if stopped_since and time.monotonic() - stopped_since > 5:
+            pytest.fail(f"{notebook}: Run All stopped{after}: cell {code[first]} (and {len(not_run) - 1} more) "
+                        "never ran")
+        if time.monotonic() - start > RUN_ALL_TIMEOUT:
+            pytest.fail(f"{notebook}: Run All did not finish in {RUN_ALL_TIMEOUT} s: cell {code[first]} has not run")
         time.sleep(0.5)
     _wait_idle(page)
 
@@ -202,6 +220,9 @@ def run_all_in_the_lab(notebook: str, lab, browsing) -> None:
         page.evaluate("async path => { await window.jupyterapp.commands.execute('docmanager:open', "
                       "{path, factory: 'Notebook'}); }", f"{_where(notebook)}/{notebook}.ipynb")
         _cells(page).first.wait_for(timeout=60_000)
+        # every cell drawn (JupyterLab draws a long notebook a batch of cells at a time)
+        page.wait_for_function(f"() => document.querySelectorAll('.jp-Notebook .jp-CodeCell').length >= {len(code)}",
+                               timeout=60_000)
         # A notebook opened after another may ask which kernel to start: the default.
         accept = page.locator(".jp-Dialog", has_text="Select Kernel").locator(".jp-mod-accept")
         idle = page.locator("#jp-main-statusbar", has_text=IDLE)  # a kernel, started and idle
@@ -223,8 +244,10 @@ def run_all_in_the_lab(notebook: str, lab, browsing) -> None:
         outside = [address for address in browsing.blocked if address not in linked]
         assert outside == [], f"{notebook}: requests left this machine: {outside}"
     except Exception:
-        _shot(page, f"run_all_failure_{notebook}")
-        _load(page, lab)  # afresh for the next notebook, whatever this one left behind
+        with contextlib.suppress(Exception):  # the failure explains itself, whatever happens here
+            _shot(page, f"run_all_failure_{notebook}")
+        with contextlib.suppress(Exception):
+            _load(page, lab)  # afresh for the next notebook, whatever this one left behind
         raise
     finally:
         # Close it and shut its kernel down, so that the next notebook has the cores (in the background:
