@@ -44,8 +44,8 @@ RUN_ALL_TIMEOUT = 300  # seconds for one notebook's Run All; each takes 5-35 s o
 # Notebook 00 sits in a course folder of its own, so that its progress button grades it alone.
 WELCOME = "00_welcome"
 
-# Each class runs on one worker, with the notebooks' Run All taking about the same time: 98 s and 98 s
-# (each class alone on a busy 2-core machine, 2026-11-26; this test prints each notebook's time).
+# Each class runs on one worker, and they take about the same time: 70 s and 74 s, each alone on a busy
+# 2-core machine (2026-11-26, load 3; 108 s and 106 s at load 5). This test prints each notebook's time.
 EARLY = ("00_welcome", "01_tokens_embeddings", "02_normalization", "03_rope", "04_attention",
          "05_multihead_attention", "06_feed_forward", "07_blocks")
 LATE = ("08_decoder_models", "09_bert_encoder_decoder", "10_training", "11_decoding", "12_bpe", "13_tinystories")
