@@ -4,8 +4,8 @@ __all__ = ["check"]
 
 
 def __getattr__(name: str):
-    # ``from autograder import check`` (every test cell) imports torch, through autograder.feedback; importing
-    # it lazily lets ``python -m autograder check`` start its worker before this process has imported torch.
+    # `from autograder import check` (every test cell) imports the checks and torch on first use only, so that
+    # commands that need neither (a `progress` whose results are all cached) start at once.
     if name == "check":
         from autograder.feedback import check
 

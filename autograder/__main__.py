@@ -16,10 +16,8 @@ import json
 import os
 import sys
 
-from autograder.errors import GradingError
-from autograder.grading import DEFAULT_TIMEOUT, self_check, unsandboxed_note
-from autograder.notebook_format import nbformat
-from autograder.sandbox import DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCESSES, Limits
+# Light imports only: torch and nbformat cost seconds, and `progress` with every result cached needs neither.
+from autograder.sandbox import DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCESSES, DEFAULT_TIMEOUT, Limits
 
 
 def _limit_options(command: argparse.ArgumentParser) -> None:
@@ -57,6 +55,8 @@ def main(argv=None) -> int:
     progress.add_argument("--workers", type=_workers,
                           help="notebooks graded at once (default: half the cores, as memory allows)")
     progress.add_argument("--json", action="store_true", help="print a JSON report")
+    progress.add_argument("--fresh", action="store_true",
+                          help="grade every notebook again, ignoring the results kept from earlier runs")
     _limit_options(progress)
     classes = commands.add_parser("grade-class", help="nbgrader autograde, several submissions at once")
     classes.add_argument("assignment", help="the assignment (notebook) to autograde, e.g. 02_normalization")
@@ -86,6 +86,10 @@ def main(argv=None) -> int:
         parser.error(str(error))
     if args.command == "progress":
         return _progress(args, limits)
+    from autograder.errors import GradingError
+    from autograder.grading import self_check, unsandboxed_note
+    from autograder.notebook_format import nbformat
+
     try:
         report, unsandboxed = self_check(args.notebook, timeout=args.timeout, limits=limits)
     except (OSError, ValueError, nbformat.reader.NotJSONError) as error:
@@ -117,10 +121,11 @@ def _progress(args, limits: Limits) -> int:
     """The table (or JSON) of every notebook; exit 0 however far the student is, 2 without a course folder."""
     from pathlib import Path
 
-    from autograder.progress import progress
+    from autograder.progress import progress, unsandboxed_note
 
     try:
-        result = progress(Path(args.course) if args.course else None, args.workers, args.timeout, limits)
+        result = progress(Path(args.course) if args.course else None, args.workers, args.timeout, limits,
+                          fresh=args.fresh)
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

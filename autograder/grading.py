@@ -17,9 +17,16 @@ from autograder.exercises import ExerciseResult, checks_for, run_exercise
 from autograder.impl import RemoteImpl
 from autograder.notebook_format import nbformat
 from autograder.process import CellOutcome, StudentProcess, Worker
-from autograder.sandbox import Limits, Sandbox, SandboxUnavailable, unavailable_reason
+from autograder.sandbox import (
+    DEFAULT_TIMEOUT,
+    Limits,
+    Sandbox,
+    SandboxUnavailable,
+    unavailable_reason,
+    unsandboxed_note,
+)
 
-DEFAULT_TIMEOUT = 30.0  # seconds per cell and per call into student code
+__all__ = ["DEFAULT_TIMEOUT", "grade", "grade_file", "self_check", "unsandboxed_note"]
 
 
 def _nbgrader(cell) -> dict:
@@ -222,8 +229,3 @@ def self_check(path: str | Path, **options) -> tuple[NotebookReport, str | None]
         except SandboxUnavailable as error:
             reason = str(error)
     return grade_file(path, sandboxed=False, **options), reason
-
-
-def unsandboxed_note(reason: str) -> str:
-    return (f"note: checking without a sandbox: {reason}. Your code runs with your own permissions; "
-            "the memory and file-size limits still apply.")

@@ -6,7 +6,8 @@ last expression, ``display(...)`` calls and matplotlib figures (as PNG). Everyth
 capped, so a cell that prints megabytes cannot swamp the reply or the feedback.
 
 Every image gets alternative text (``metadata[mimetype]["alt"]``, which the feedback's HTML
-template writes into ``<img alt>``): a figure is described by its titles and axis labels.
+template writes into ``<img alt>``): a figure is described by its titles and axis labels
+(``coursetools.figures.describe_figure``, which gives the figures in a student's JupyterLab the same text).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import contextlib
 import io
 import sys
 
+from coursetools.figures import describe_figure
+
 MAX_TEXT = 20_000  # characters kept per stream, per cell
 MAX_OUTPUTS = 30
 MAX_IMAGE = 2 * 2**20  # bytes of PNG
-MAX_ALT = 500  # characters of alternative text
 IMAGES = ("image/png", "image/jpeg", "image/gif", "image/webp")  # the ones nbconvert's HTML shows as <img>
 NO_DESCRIPTION = "An image this cell displayed (it came without a description)"
 
@@ -48,34 +50,6 @@ def split_last_expression(source: str):
         last = ast.Expression(tree.body.pop().value)
         return tree, last
     return tree, None
-
-
-def _words(text: str) -> str:
-    return " ".join(text.split())
-
-
-def describe_figure(figure) -> str:
-    """Alternative text for a matplotlib figure, from what it says of itself: its titles and axis labels."""
-    panels, count = [], 0
-    for ax in figure.get_axes():
-        if not ax.get_visible():
-            continue
-        if ax.get_label() == "<colorbar>":  # a colour bar says what its colours mean, through its label
-            label = _words(ax.get_ylabel() or ax.get_xlabel())
-            panels += [f"colour bar: {label}"] if label else []
-            continue
-        count += 1
-        title = " / ".join(t for t in (_words(ax.get_title(loc)) for loc in ("left", "center", "right")) if t)
-        labels = [f"{name}: {label}" for name, label in (("x", _words(ax.get_xlabel())), ("y", _words(ax.get_ylabel())))
-                  if label and ax.axison]
-        if title and labels:
-            panels.append(f"{title} ({', '.join(labels)})")
-        elif title or labels:
-            panels.append(title or ", ".join(labels))
-    text = "Figure" if count <= 1 else f"Figure with {count} panels"
-    said = [part for part in (_words(figure.get_suptitle()), "; ".join(panels)) if part]
-    text += ": " + "; ".join(said) if said else " without a title or axis labels"
-    return text if len(text) <= MAX_ALT else text[: MAX_ALT - 3] + "..."
 
 
 def _with_alt(data: dict, metadata: dict, alt: str) -> dict:

@@ -16,8 +16,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder.grading import DEFAULT_TIMEOUT
-from autograder.sandbox import Limits
+from autograder.sandbox import DEFAULT_TIMEOUT, Limits, unsandboxed_note
+
+__all__ = ["Progress", "Row", "progress", "unsandboxed_note"]
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Row:
     exercises: list[dict] = field(default_factory=list)  # as `check --json`, with each exercise's title
     message: str = ""  # why it was not graded
     unsandboxed: str | None = None  # why it ran without the sandbox
+    cached: bool = False  # unchanged since an earlier run: its result was reused (autograder.progress_cache)
 
 
 @dataclass
@@ -61,6 +63,10 @@ class Progress:
             lines.append(f"{row.notebook:<{width}}  {score:>7}  {_summary(row)}")
             lines += [f"    {e['title']}: {_state(e)}" for e in _unfinished(row)]
         lines.append(f"{'total':<{width}}  {f'{self.score}/{self.max_score}':>7}")
+        reused = sum(row.cached for row in self.rows)
+        if reused:
+            lines.append(f"({reused} of {len(self.rows)} notebooks unchanged since they were last graded: their results "
+                         "were reused; --fresh grades every notebook again)")
         return "\n".join(lines)
 
 
@@ -123,8 +129,13 @@ def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits
     if not path.exists():
         row.message = f"missing: no {relative}"
         return row
+    from autograder.progress_cache import folder
+    from autograder.sandbox import hidden_anyway
+
+    kept = folder()  # the progress cache: student code must not see it (its signing key is there)
+    private = [kept] if kept.is_dir() and not hidden_anyway(kept) else []
     try:
-        report, row.unsandboxed = self_check(path, timeout=timeout, limits=limits or Limits())
+        report, row.unsandboxed = self_check(path, timeout=timeout, limits=limits or Limits(), private=private)
     except (OSError, ValueError, nbformat.reader.NotJSONError) as error:
         row.status, row.message = "unreadable", f"cannot read it as a notebook ({error})"
         return row
@@ -159,23 +170,48 @@ def _row(future, path: Path, course: Path) -> Row:
 
 
 def progress(course: Path | None = None, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT,
-             limits: Limits | None = None) -> Progress:
-    """Grade every notebook of ``course`` (default: ``find_course()``), ``workers`` at a time."""
-    from autograder.parallel import default_workers, threads_per_grading
+             limits: Limits | None = None, fresh: bool = False, cache: Path | None = None) -> Progress:
+    """Grade every notebook of ``course`` (default: ``find_course()``), ``workers`` at a time.
+
+    A notebook unchanged since an earlier run (same code, same grading code and options) keeps its result
+    (``autograder.progress_cache``, in ``cache`` or the user's cache folder); ``fresh`` grades them all again.
+    """
+    from autograder.progress_cache import Cache, key
 
     course = Path(course).resolve() if course else find_course()
     if not course.is_dir():
         raise FileNotFoundError(f"no course folder at {course}")
+    limits = limits or Limits()
     paths = notebook_paths(course)
+    options = {"timeout": timeout, "limits": asdict(limits)}
+    store = Cache(course, cache)
+    keys = {path: key(path, course, options) if path.is_file() else None for path in paths}
+    rows: dict[Path, Row] = {}
+    for path in paths:
+        stored = None if fresh or keys[path] is None else store.get(str(path.relative_to(course)), keys[path])
+        if stored is not None:
+            rows[path] = Row(**{**stored, "cached": True})
+    todo = [path for path in paths if path not in rows]
+    for path, row in zip(todo, _grade_rows(todo, course, workers, timeout, limits), strict=True):
+        rows[path] = row
+        # kept only for a graded notebook that did not change while it was graded
+        if row.status == "graded" and keys[path] and key(path, course, options) == keys[path]:
+            store.put(str(path.relative_to(course)), keys[path], row)
+    return Progress(str(course), [rows[path] for path in paths])
+
+
+def _grade_rows(paths: list[Path], course: Path, workers: int | None, timeout: float, limits: Limits) -> list[Row]:
+    if not paths:
+        return []
+    from autograder.parallel import default_workers, threads_per_grading
+
     workers = max(1, min(workers or default_workers(), len(paths)))
     if workers == 1:
-        rows = [grade_row(path, course, timeout, limits) for path in paths]
-    else:
-        # spawn, not fork: the grader has torch's thread pools, which do not survive a fork
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                                 initargs=(threads_per_grading(workers),)) as pool:
-            futures = [pool.submit(grade_row, path, course, timeout, limits) for path in paths]
-            rows = [_row(future, path, course) for future, path in zip(futures, paths, strict=True)]
-    return Progress(str(course), rows)
+        return [grade_row(path, course, timeout, limits) for path in paths]
+    # spawn, not fork: the grader has torch's thread pools, which do not survive a fork
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                             initargs=(threads_per_grading(workers),)) as pool:
+        futures = [pool.submit(grade_row, path, course, timeout, limits) for path in paths]
+        return [_row(future, path, course) for future, path in zip(futures, paths, strict=True)]
 

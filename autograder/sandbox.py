@@ -48,6 +48,12 @@ INSTALL_HINT = (
     "on a Linux kernel that allows user namespaces"
 )
 HIDDEN = ("/tmp", "/var/tmp", "/run", "/home")  # besides the grader's home
+DEFAULT_TIMEOUT = 30.0  # seconds per cell and per call into student code
+
+
+def hidden_anyway(path: Path) -> bool:
+    """Whether the sandbox hides ``path`` with one of the folders it always empties (the grader's home, /tmp...)."""
+    return any(Path(path).resolve().is_relative_to(Path(h).resolve()) for h in (*HIDDEN, Path.home()))
 UNPRIVILEGED_UIDS = range(200_000, 1_000_000)  # for a sandbox started by root; no files belong to them
 
 
@@ -293,3 +299,8 @@ class Sandbox:
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
+
+
+def unsandboxed_note(reason: str) -> str:
+    return (f"note: checking without a sandbox: {reason}. Your code runs with your own permissions; "
+            "the memory and file-size limits still apply.")

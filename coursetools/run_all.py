@@ -144,7 +144,11 @@ def _handler(shell, etype, value, tb, tb_offset=None):
 
 
 def explain_unfinished() -> None:
-    """From now on, a cell that runs into an unfinished answer says so in one line (prints nothing)."""
+    """From now on, a cell that runs into an unfinished answer says so in one line (prints nothing).
+
+    Every notebook's setup cell calls it, so it also gives the figures the notebook shows alternative
+    text (``coursetools.figures``), except while the grader runs it (the worker describes them itself).
+    """
     try:
         from IPython import get_ipython
     except ImportError:
@@ -154,6 +158,12 @@ def explain_unfinished() -> None:
     if shell is not None:
         shell.set_custom_exc((NotImplementedError, NameError), _handler)
         cell_sources.remember(shell)  # for the rules the test cells apply (autograder.check)
+        from coursetools.budget import being_graded
+
+        if not being_graded():
+            from coursetools.figures import show_figures_with_alt_text
+
+            show_figures_with_alt_text(shell)
 
 
 PROGRESS_SOLUTIONS = "This is the instructor's copy: the progress table reports on the notebooks in course/, run it there."

@@ -19,7 +19,8 @@ import pytest
 from notebooks import release_path
 from test_nbgrader_e2e import Student, points, submission, wrong
 
-from autograder import parallel
+from autograder import parallel, progress_cache
+from autograder import progress as progress_module
 from autograder.__main__ import main
 from autograder.checks import NOTEBOOKS
 from autograder.exercises import checks_for
@@ -89,7 +90,7 @@ def test_notebooks_are_never_modified(serial):
 
 
 def test_parallel_gives_the_serial_result(course, serial):
-    assert progress(course, workers=2).to_json() == serial[0]
+    assert progress(course, workers=2, fresh=True).to_json() == serial[0]  # fresh: grade, not read the cache
 
 
 def rows_by_path(report: dict) -> dict:
@@ -147,3 +148,93 @@ def test_a_cgroup_cpu_quota_caps_the_cores(monkeypatch):
     files["/sys/fs/cgroup/cpu.max"] = "max 100000"
     assert parallel.usable_cpus() == 64
     assert parallel.threads_per_grading(8) == 8 and parallel.threads_per_grading(128) == 1
+
+
+# --- The results kept between runs (autograder.progress_cache). These tests come last: they edit the course.
+
+def _graded_paths(monkeypatch) -> list[str]:
+    """Records which notebooks get graded; each grading is a stand-in row, so nothing costs a real grading."""
+    graded = []
+
+    def grade_row(path, course, timeout, limits):
+        graded.append(str(path.relative_to(course)))
+        return Row(str(path.relative_to(course)), str(path.relative_to(course)), "error", message="stand-in")
+
+    monkeypatch.setattr(progress_module, "grade_row", grade_row)
+    return graded
+
+
+def test_a_second_run_reuses_every_graded_notebook(course, serial, monkeypatch):
+    graded = _graded_paths(monkeypatch)
+    again = progress(course, workers=1)
+    # the notebooks graded by the first run come from the cache; the missing ones, the unreadable file and the
+    # unknown notebook (never kept) are looked at again
+    first = rows_by_path(serial[0])
+    assert sorted(graded) == sorted(path for path, row in first.items() if row["status"] != "graded")
+    assert "06_feed_forward/notes.ipynb" in graded and "01_tokens_embeddings/01_tokens_embeddings.ipynb" not in graded
+    cached = [row for row in again.to_json()["notebooks"] if row["cached"]]
+    assert {row["path"] for row in cached} == {path for path, row in first.items() if row["status"] == "graded"}
+    for row in cached:
+        assert {**row, "cached": False} == first[row["path"]]
+    assert "unchanged since they were last graded" in again.table()
+
+
+def test_fresh_grades_every_notebook_again(course, serial, monkeypatch):
+    graded = _graded_paths(monkeypatch)
+    progress(course, workers=1, fresh=True)
+    assert sorted(graded) == sorted(str(p.relative_to(course)) for p in progress_module.notebook_paths(course))
+
+
+def test_a_changed_notebook_alone_is_graded_again(course, serial, monkeypatch):
+    path = course / "01_tokens_embeddings" / "01_tokens_embeddings.ipynb"
+    original = path.read_bytes()
+    nb = nbformat.read(path, as_version=4)
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source += "\n# an edit"
+    nbformat.write(nb, path)
+    graded = _graded_paths(monkeypatch)
+    try:
+        progress(course, workers=1)
+    finally:
+        path.write_bytes(original)
+    assert "01_tokens_embeddings/01_tokens_embeddings.ipynb" in graded
+    assert not any(p.startswith(("02_normalization/02", "06_feed_forward/06")) for p in graded)
+    # an edit in a test cell (which grading never runs from the student's copy) changes nothing
+    nb = nbformat.read(path, as_version=4)
+    test_cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+                     and not c.metadata.get("nbgrader", {}).get("solution"))
+    test_cell.source += "\n# an edit"
+    nbformat.write(nb, path)
+    graded.clear()
+    try:
+        progress(course, workers=1)
+    finally:
+        path.write_bytes(original)
+    assert not any(p.startswith("01_tokens_embeddings/01") for p in graded)
+
+
+def test_a_forged_entry_is_graded_again(course, serial, monkeypatch):
+    relative = "02_normalization/02_normalization.ipynb"
+    store = progress_cache.Cache(course)
+    entry = store._entry(relative)
+    stored = json.loads(entry.read_text())
+    payload = json.loads(stored["payload"])
+    payload["row"]["score"] = payload["row"]["max_score"]  # full marks, without the signature that goes with them
+    entry.write_text(json.dumps({"payload": json.dumps(payload, sort_keys=True), "signature": stored["signature"]}))
+    graded = _graded_paths(monkeypatch)
+    result = progress(course, workers=1)
+    assert relative in graded  # not believed: graded again
+    assert rows_by_path(result.to_json())[relative]["message"] == "stand-in"
+    entry.write_text("{not json")  # a half-written or mangled file: graded again too
+    graded.clear()
+    progress(course, workers=1)
+    assert relative in graded
+
+
+def test_the_cache_lives_outside_the_course_and_grading_never_reads_it(course):
+    kept = progress_cache.folder().resolve()
+    assert not kept.is_relative_to(course.resolve()) and not kept.is_relative_to(Path(__file__).parents[1] / "course")
+    assert oct(progress_cache.Cache(course)._key_file().stat().st_mode & 0o777) == "0o600"
+    root = Path(progress_cache.__file__).parent
+    users = [p.name for p in root.glob("*.py") if "progress_cache" in p.read_text() and p.name != "progress_cache.py"]
+    assert users == ["progress.py"]  # neither grading.py nor the nbgrader plugin
