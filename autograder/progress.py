@@ -115,11 +115,10 @@ def notebook_paths(course: Path) -> list[Path]:
 
 def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits: Limits | None = None) -> Row:
     """Grade one notebook as ``check`` does; anything that stops it from being graded is the row's message."""
-    import nbformat
-
     from autograder.checks import NOTEBOOKS
     from autograder.exercises import checks_for
     from autograder.grading import self_check
+    from autograder.notebook_format import nbformat
 
     relative = str(path.relative_to(course))
     known = path.stem if path.stem in NOTEBOOKS and path.parent.name == path.stem else None
