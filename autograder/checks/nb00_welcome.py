@@ -164,6 +164,9 @@ def _check_sq_distances(impl, n: int, m: int, d: int, seed: int, *, dtype=torch.
                 "these are the distances; the exercise asks for their squares (leave out the square root)",
             ),
             (expected + (a.double() @ b.double().T), "in |a|² + |b|² - 2 a·b the factor 2 is missing"),
+            ((a.double()[:, None, :] - b.double()[None, :, :]).abs().sum(-1).to(dtype),
+             "these are sums of absolute differences |a - b|; square the differences before the sum "
+             "((diff ** 2).sum(-1))"),
         ],
     )
     _unchanged(got, {"a": a, "b": b})

@@ -90,6 +90,12 @@ WRONG = [
     ),
     Wrong(
         "pairwise_sq_distances",
+        "absolute differences, not squares (a missing square)",
+        pairwise_sq_distances("diff = a[:, None, :] - b[None, :, :]\n    return diff.abs().sum(-1)"),
+        "square the differences before the sum",
+    ),
+    Wrong(
+        "pairwise_sq_distances",
         "columns follow a (b minus a the other way round)",
         pairwise_sq_distances("diff = b[:, None, :] - a[None, :, :]\n    return (diff ** 2).sum(-1)"),
         "rows follow the points of a",
