@@ -49,13 +49,15 @@ TIMEOUT = "--TrustedVerdict.timeout=10"  # seconds per cell: the replayer's hang
 BROKEN = "broken"  # its submission is not JSON: nbgrader cannot grade it, and it costs only this student
 
 
-def make_class(folder: Path) -> Path:
+def make_class(folder: Path, students: dict | None = None) -> Path:
+    """A course folder with notebook 02 released and one submission per student (default ``STUDENTS``), plus
+    the broken one."""
     folder.mkdir(mode=0o755)
     shutil.copy(ROOT / "nbgrader_config.py", folder)
     shutil.copytree(ROOT / "solutions" / NOTEBOOK, folder / "solutions" / NOTEBOOK)
     assert nbgrader(folder, "generate_assignment", NOTEBOOK).returncode == 0
     release = read(folder / "course" / NOTEBOOK / f"{NOTEBOOK}.ipynb")
-    for name, student in STUDENTS.items():
+    for name, student in (students or STUDENTS).items():
         (folder / "submitted" / name / NOTEBOOK).mkdir(parents=True)
         nbformat.write(submission(release, NOTEBOOK, student), folder / "submitted" / name / NOTEBOOK / f"{NOTEBOOK}.ipynb")
     (folder / "submitted" / BROKEN / NOTEBOOK).mkdir(parents=True)

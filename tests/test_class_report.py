@@ -25,10 +25,11 @@ from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
-import nbformat
 import pytest
-from notebooks import ROOT, read, require_sandbox, working_directory
-from test_nbgrader_e2e import Student, nbgrader, submission
+from notebooks import ROOT, require_sandbox, working_directory
+from test_class_grading import BROKEN
+from test_class_grading import make_class as grading_class
+from test_nbgrader_e2e import Student
 
 from autograder.__main__ import main as command
 from autograder.class_report import ANSWER_CELL, ClassReport, failed_checks, normalise, read_class
@@ -53,22 +54,11 @@ STUDENTS = {  # name -> answers, and the score each must get (3 points per exerc
     "eps2": (Student({"layer_norm": EPS_OUTSIDE, "rms_norm": catalogued("rms_norm", "forgets the gain")}, set()), 0),
     "script": (Student({"rms_norm": f"raise RuntimeError({SCRIPT!r})\n"}, set()), 3),
 }
-BROKEN = "broken"  # not a notebook: nbgrader cannot grade it
 LAYER_NORM, RMS_NORM = "Exercise 1: LayerNorm from scratch", "Exercise 2: RMSNorm"
 
 
 def make_class(folder: Path) -> Path:
-    folder.mkdir(mode=0o755)
-    shutil.copy(ROOT / "nbgrader_config.py", folder)
-    shutil.copytree(ROOT / "solutions" / NOTEBOOK, folder / "solutions" / NOTEBOOK)
-    assert nbgrader(folder, "generate_assignment", NOTEBOOK).returncode == 0
-    release = read(folder / "course" / NOTEBOOK / f"{NOTEBOOK}.ipynb")
-    for name, (student, _) in STUDENTS.items():
-        (folder / "submitted" / name / NOTEBOOK).mkdir(parents=True)
-        nbformat.write(submission(release, NOTEBOOK, student), folder / "submitted" / name / NOTEBOOK / f"{NOTEBOOK}.ipynb")
-    (folder / "submitted" / BROKEN / NOTEBOOK).mkdir(parents=True)
-    (folder / "submitted" / BROKEN / NOTEBOOK / f"{NOTEBOOK}.ipynb").write_text("{not a notebook")
-    return folder
+    return grading_class(folder, {name: student for name, (student, _) in STUDENTS.items()})
 
 
 def autograder(folder: Path, *args: str) -> subprocess.CompletedProcess:
