@@ -4,8 +4,7 @@ An entry is one notebook's row of the table, filed under a key: the SHA-256 of e
 on, namely
 
 - the code the grader runs from the notebook: every code cell but the test cells, in order (its answers, and
-  the demos, which run too), read as plain JSON (importing nbformat and torch costs seconds; a cache hit needs
-  neither);
+  the demos, which run too), read as plain JSON (a cache hit needs neither torch nor nbformat's validation);
 - the course's grading code: every file of the ``autograder`` and ``coursetools`` packages, and the versions
   of Python and torch;
 - the options that can change a grade: the time limit and the resource limits.
@@ -59,15 +58,17 @@ def grading_code() -> str:
 
 
 def graded_code(path: Path) -> str | None:
-    """The hash of the cells the grader runs from the notebook at ``path``; None when it is not readable JSON."""
+    """The hash of the cells the grader runs from the notebook at ``path`` (``grading.student_cells``, read as
+    plain JSON); None when it is not readable JSON."""
+    from autograder.grading import is_test_cell
+
     try:
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         sources = []
         for cell in cells:
             if cell.get("cell_type") != "code":
                 continue
-            nbgrader = cell.get("metadata", {}).get("nbgrader", {})
-            if nbgrader.get("grade") and not nbgrader.get("solution"):  # a test cell (grading.is_test_cell)
+            if is_test_cell(cell):  # grading never runs the student's copy of a test cell
                 continue
             source = cell.get("source", "")
             sources.append(source if isinstance(source, str) else "".join(source))
