@@ -21,7 +21,12 @@ def machine() -> str:
 
 
 def command() -> str:
-    return " ".join([".venv/bin/python", *map(shlex.quote, sys.argv)])
+    """The command line as it ran: the interpreter relative to the current folder (``.venv/bin/python``) when it
+    lives inside it, else by its name (``python3`` on a GPU machine with its own PyTorch)."""
+    python = os.path.relpath(sys.executable)
+    if python.startswith(".."):
+        python = os.path.basename(sys.executable)
+    return " ".join([python, *map(shlex.quote, sys.argv)])
 
 
 def now() -> str:
