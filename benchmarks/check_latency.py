@@ -54,7 +54,9 @@ def run_cells_only(notebook: Path) -> dict:
 
 
 def run_once(tree: Path, notebook: Path, sandboxed: bool) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    # PYTHONPATH: the tree's own packages, even where its .venv is a link to another tree's (editable installs
+    # point at the tree they were made in).
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONPATH=str(tree.resolve()))
     load = os.getloadavg()[0]
     start = time.perf_counter()
     done = subprocess.run([str(tree / ".venv/bin/python"), str(DRIVER), str(notebook), "1" if sandboxed else "0"],
