@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from autograder.exercises import NOT_IMPLEMENTED, _follows_the_rules, checks_for
+from autograder.exercises import NOT_IMPLEMENTED, checks_for, follows_the_rules
 
 DEFAULT_TOP = 10
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?!\w)")
@@ -150,7 +150,7 @@ def _known_checks(notebook: str) -> dict[str, list[str]]:
         exercises = checks_for(notebook).exercises
     except LookupError:
         return {}
-    rules = (_follows_the_rules.__doc__ or "").strip()
+    rules = (follows_the_rules.__doc__ or "").strip()
     return {e.test_cell_id: sorted({c.description for c in e.checks} | {rules}, key=len, reverse=True)
             for e in exercises}
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 from matplotlib import patches
 
+from coursetools.figures import MAX_ALT
+
 # Fill colours by kind of part, the same in every model.
 COLORS = {
     "embed": "#f9d5e5", "position": "#e5d8f0", "norm": "#fff2b2", "attention": "#fdd0a2",
@@ -344,7 +346,47 @@ def draw_architectures(models: Sequence[str] | str = ("gpt2", "llama", "bert", "
     ax.set_ylim(-0.2, height + head)
     ax.set_aspect("equal")
     ax.axis("off")
+    if not ax.figure.get_label():  # a drawing with no title or axis labels describes itself (coursetools.figures)
+        ax.figure.set_label(describe_architectures(names))
     return ax.figure
+
+
+def _part(item, inside: bool) -> str | None:
+    """One step of a column in words (a block's own steps in brackets when ``inside``), or None for a branch
+    point (its addition says it)."""
+    if isinstance(item, Label):
+        return item.text
+    if isinstance(item, Box):
+        return " ".join(item.label.split())
+    if isinstance(item, Row):
+        return " + ".join(" ".join(box.label.split()) for box in item.boxes)
+    if isinstance(item, Add):
+        return "+ residual"
+    if isinstance(item, Block):
+        steps = [p for p in (_part(i, inside) for i in item.items) if p]
+        return f"N × {item.title}" + (f" ({' → '.join(steps)})" if inside else "")
+    return None
+
+
+def describe_architectures(models: Sequence[str] | str) -> str:
+    """Alternative text for ``draw_architectures(models)``, which draws no title or axis labels.
+
+    One model: its parts in order, input first, with a block's own steps in brackets unless that makes the
+    text longer than ``coursetools.figures.MAX_ALT`` (the encoder–decoder). Several models: each one's title
+    and what sets it apart (the note under its title).
+    """
+    names = _resolve(models)
+    start = "Block diagram" + ("s" if len(names) > 1 else "") + ", input at the bottom, output at the top"
+    if len(names) > 1:
+        return f"{start}: " + "; ".join(f"{ARCHITECTURES[n].title} ({' '.join(ARCHITECTURES[n].note.split())})"
+                                        for n in names) + "."
+    model = ARCHITECTURES[names[0]]
+    for inside in (True, False):
+        columns = [" → ".join(p for p in (_part(i, inside) for i in column.items) if p) for column in model.columns]
+        text = f"{start}. {model.title}: " + ". Beside it, reading that memory through cross-attention: ".join(columns) + "."
+        if len(text) <= MAX_ALT:
+            break
+    return text
 
 
 def notebook_numbers(model: str) -> list[str]:

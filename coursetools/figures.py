@@ -26,7 +26,12 @@ def _words(text: str) -> str:
 
 
 def describe_figure(figure) -> str:
-    """Alternative text for a matplotlib figure, from what it says of itself: its titles and axis labels."""
+    """Alternative text for a matplotlib figure, from what it says of itself: its label (``figure.set_label``,
+    for a drawing with no title or axis labels, such as ``coursetools.architecture``'s), else its titles and
+    axis labels."""
+    label = _words(figure.get_label())
+    if label:
+        return label if len(label) <= MAX_ALT else label[: MAX_ALT - 3] + "..."
     panels, count = [], 0
     for ax in figure.get_axes():
         if not ax.get_visible():

@@ -13,7 +13,15 @@ import pytest  # noqa: E402
 from matplotlib import patches  # noqa: E402
 from notebooks import discovered  # noqa: E402
 
-from coursetools.architecture import ARCHITECTURES, draw_architectures, notebook_numbers  # noqa: E402
+from coursetools.architecture import (  # noqa: E402
+    ARCHITECTURES,
+    Box,
+    Row,
+    describe_architectures,
+    draw_architectures,
+    notebook_numbers,
+)
+from coursetools.figures import MAX_ALT, describe_figure  # noqa: E402
 
 EXISTING = {name[:2] for name in discovered()}
 CITATION = re.compile(r"·\s*(\d\d(?:,\s*\d\d)*)\s*$")
@@ -91,3 +99,37 @@ def test_draws_into_a_given_axes_and_rejects_unknown_models():
         plt.close(fig)
     with pytest.raises(ValueError, match="unknown model"):
         draw_architectures(["gpt5"])
+
+
+@pytest.mark.parametrize("models", [list(ARCHITECTURES), *([name] for name in ARCHITECTURES)])
+def test_the_drawing_carries_its_alt_text(models):
+    """The diagram has no title or axis labels, so its figure's label describes it (coursetools.figures reads
+    it): one model's every part in order, input first; several models' names and what sets each apart."""
+    fig = draw_architectures(models)
+    try:
+        alt = describe_figure(fig)
+    finally:
+        plt.close(fig)
+    assert alt == describe_architectures(models) and len(alt) <= MAX_ALT
+    drawn = [ARCHITECTURES[name] for name in models]
+    assert all(model.title in alt for model in drawn)
+    if len(drawn) == 1:
+        column_items = [item for column in drawn[0].columns for item in column.items]
+        parts = [" ".join(box.label.split()) for item in column_items
+                 for box in (item.boxes if isinstance(item, Row) else (item,)) if isinstance(box, Box)]
+        found = 0
+        for part in parts:  # said in the order they are drawn, input first
+            assert part in alt[found:], f"{part!r} is missing, or said out of order"
+            found = alt.index(part, found) + len(part)
+    else:
+        assert all(" ".join(model.note.split()) in alt for model in drawn)
+
+
+def test_a_figure_with_its_own_label_keeps_it():
+    fig, ax = plt.subplots()
+    fig.set_label("Two diagrams of my own")
+    try:
+        draw_architectures(["bert"], ax=ax)
+        assert describe_figure(fig) == "Two diagrams of my own"
+    finally:
+        plt.close(fig)

@@ -85,3 +85,12 @@ def test_exercise_ids_are_unique_across_the_course():
     assert sorted(REGISTERED) == discovered(), "every notebook in solutions/ needs checks in autograder/checks"
     for notebook in REGISTERED:
         assert identify(read(release_path(notebook))) == notebook
+
+
+def test_every_figure_of_the_solutions_describes_itself():
+    """No figure in the committed outputs has only the generic alt text: each has a title or axis labels, or
+    describes itself through its figure label (coursetools.figures.describe_figure)."""
+    generic = "Figure without a title or axis labels"
+    found = [f"{name} cell {cell.get('id')}" for name in NOTEBOOKS for cell in read(solution_path(name)).cells
+             for output in cell.get("outputs", []) if generic in str(output.get("metadata", {}))]
+    assert not found, f"figures described only as {generic!r}: {found}"
