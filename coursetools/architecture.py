@@ -381,7 +381,7 @@ def describe_architectures(models: Sequence[str] | str) -> str:
         return f"{start}: " + "; ".join(f"{ARCHITECTURES[n].title} ({' '.join(ARCHITECTURES[n].note.split())})"
                                         for n in names) + "."
     model = ARCHITECTURES[names[0]]
-    for inside in (True, False):
+    for inside in (True, False):  # only the encoder–decoder has two columns, the encoder's output feeding the other
         columns = [" → ".join(p for p in (_part(i, inside) for i in column.items) if p) for column in model.columns]
         text = f"{start}. {model.title}: " + ". Beside it, reading that memory through cross-attention: ".join(columns) + "."
         if len(text) <= MAX_ALT:

@@ -234,9 +234,10 @@ def _use_compile_cache(enabled: bool) -> None:
     """Turn Inductor's FX graph cache on or off for this process (``train.compile_cache``, off by default).
 
     With PyTorch 2.11 on an H100 and an H200, a model compiled from graphs loaded out of a warm cache trained
-    23% slower than the same model compiled from nothing; turning off this one cache gave the speed back,
-    for about 8 s more compilation per start (benchmarks/tinystories_gpu.md). Every start after the first on a
-    machine, a resumed run included, would otherwise load the slower graphs.
+    23% slower than the same model compiled from nothing. On the H200, turning off this one cache (and not the
+    AOTAutograd cache) gave the speed back, for about 8 s more compilation per start
+    (benchmarks/tinystories_gpu.md). Every start after the first on a machine, a resumed run included, would
+    otherwise load the slower graphs.
     """
     import torch._inductor.config as inductor_config
 
