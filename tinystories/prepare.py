@@ -171,15 +171,15 @@ def _student_answers(course_dir) -> tuple[Path, str] | str:
 
 def _student_bpe(path: Path, code_hash: str, *, check: bool) -> StudentBPE | str:
     """Notebook 12's parts, after its visible checks (``check``), or why they cannot be used."""
-    from tinystories.stack import _load, _visible_failures
+    from tinystories.stack import load_from, visible_failures
 
     if check:
-        failures = _visible_failures(path, set(NB12_EXERCISES))
+        failures = visible_failures(path, set(NB12_EXERCISES))
         if failures:
             exercise = next(e for e in NB12_EXERCISES if e in failures)
             return f"failing: {exercise}: {failures[exercise]}"
     try:
-        loaded = _load(path, ["train_bpe", "Tokenizer"])
+        loaded = load_from(path, ["train_bpe", "Tokenizer"])
     except Exception as error:  # noqa: BLE001 - any failure in the notebook is one line for the student
         return f"loading {path.name} raised {type(error).__name__}: {error}"
     if not callable(getattr(loaded["Tokenizer"], "encode_iterable", None)):

@@ -117,7 +117,7 @@ def _stubs(path: Path) -> set[str]:
     return {cell.metadata["nbgrader"]["grade_id"] for cell in answer_cells(path) if STUB in cell.source}
 
 
-def _visible_failures(path: Path, exercises: set[str]) -> dict[str, str]:
+def visible_failures(path: Path, exercises: set[str]) -> dict[str, str]:
     """{grade id: the first line of why} for the exercises whose visible checks fail, as the test cells run them,
     on the cells the program loads (the demos are not run)."""
     from autograder.grading import self_check
@@ -126,7 +126,8 @@ def _visible_failures(path: Path, exercises: set[str]) -> dict[str, str]:
     return {r.exercise.id: r.message.splitlines()[0] for r in report.exercises if not r.passed}
 
 
-def _load(path: Path, names: list[str]) -> dict:
+def load_from(path: Path, names: list[str]) -> dict:
+    """{name: value} of ``names`` as defined by the notebook at ``path`` (its preamble and answer cells run)."""
     from coursetools.notebook_import import load_from_notebook
 
     with contextlib.chdir(path.parent):  # the notebook's `earlier` cell looks for notebooks beside it
@@ -156,7 +157,7 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
         if ready and check:
             print(f"checking {', '.join(p.name for p in ready)} with notebook {notebook[:2]}'s visible checks ...",
                   flush=True)
-            failures = _visible_failures(path, {e for p in ready for e in p.exercises})
+            failures = visible_failures(path, {e for p in ready for e in p.exercises})
             for p in list(ready):
                 failed = [f"{e}: {failures[e]}" for e in p.exercises if e in failures]
                 if failed:
@@ -166,7 +167,7 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
             continue
         names = [p.name for p in ready] + (["DecoderConfig"] if any(p.key == "model" for p in ready) else [])
         try:
-            loaded = _load(path, names)
+            loaded = load_from(path, names)
         except Exception as error:  # noqa: BLE001 - any failure in the notebook is one line for the student
             origins.update({p.key: f"reference (loading {path.name} raised {type(error).__name__}: {error})"
                             for p in ready})
