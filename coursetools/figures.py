@@ -25,13 +25,17 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ALT else text[: MAX_ALT - 3] + "..."
+
+
 def describe_figure(figure) -> str:
     """Alternative text for a matplotlib figure, from what it says of itself: its label (``figure.set_label``,
     for a drawing with no title or axis labels, such as ``coursetools.architecture``'s), else its titles and
     axis labels."""
     label = _words(figure.get_label())
     if label:
-        return label if len(label) <= MAX_ALT else label[: MAX_ALT - 3] + "..."
+        return _clip(label)
     panels, count = [], 0
     for ax in figure.get_axes():
         if not ax.get_visible():
@@ -51,7 +55,7 @@ def describe_figure(figure) -> str:
     text = "Figure" if count <= 1 else f"Figure with {count} panels"
     said = [part for part in (_words(figure.get_suptitle()), "; ".join(panels)) if part]
     text += ": " + "; ".join(said) if said else " without a title or axis labels"
-    return text if len(text) <= MAX_ALT else text[: MAX_ALT - 3] + "..."
+    return _clip(text)
 
 
 def _describe(figure) -> str:
