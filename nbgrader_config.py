@@ -24,6 +24,7 @@ from nbgrader.preprocessors import (
 )
 
 from autograder.nbgrader_plugin import (
+    CsvExportKeepsUngradedEmpty,
     FeedbackClearHiddenTests,
     RestoreCells,
     TrustedVerdict,
@@ -86,5 +87,9 @@ c.Autograde.autograde_preprocessors = [
 # Feedback never shows the hidden tests' source (none reaches the autograded notebook now, but a
 # gradebook written before the order above still holds them).
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, FeedbackClearHiddenTests]
+
+# A submission that could not be graded (the grader failed, see TrustedVerdict) is exported with empty
+# scores, not the 0 nbgrader writes for every student without a graded submission.
+c.ExportApp.plugin_class = CsvExportKeepsUngradedEmpty
 
 quiet_gradebook_warnings()  # nbgrader's own harmless SQLAlchemy warnings (see the function)

@@ -1,10 +1,12 @@
-"""Command line: ``python -m autograder check NOTEBOOK.ipynb [--json]``, ``progress``, ``grade-class``, ``report``.
+"""Command line: ``python -m autograder check NOTEBOOK.ipynb [--json]``, ``progress``, ``doctor``, ``grade-class``,
+``report``.
 
 ``check`` runs the notebook's code in a separate, sandboxed process and every check (visible and
 hidden) in this one; prints per-exercise results and exits 1 if anything failed, 2 if
-the file is not one of the course's notebooks. ``progress`` does the same for every notebook of
+the file is not one of the course's notebooks or the grader itself could not run. ``progress`` does the same for every notebook of
 the course folder (``autograder.progress``); ``grade-class`` autogrades a class with nbgrader,
-several submissions at once (``autograder.class_grading``); ``report`` writes an HTML page on how a
+several submissions at once (``autograder.class_grading``); ``doctor`` checks, one line per item, that
+this machine can grade (``autograder.doctor``); ``report`` writes an HTML page on how a
 graded class did: pass rates, the mistakes made most, the scores, who could not be graded
 (``autograder.class_report``).
 """
@@ -64,6 +66,7 @@ def main(argv=None) -> int:
                          help="submissions graded at once (default: every core, as memory allows)")
     classes.add_argument("--csv", default="grades.csv", help="where to export the grades (default %(default)s)")
     classes.add_argument("--force", action="store_true", help="regrade submissions already autograded")
+    commands.add_parser("doctor", help="check this machine can grade: sandbox, worker, data, versions, exchange")
     report = commands.add_parser("report", help="a graded class on one HTML page: pass rates, mistakes, scores")
     report.add_argument("assignment", help="the autograded assignment, e.g. 02_normalization")
     report.add_argument("--output", help="the HTML file to write (default: reports/ASSIGNMENT.html in the course root)")
@@ -73,6 +76,10 @@ def main(argv=None) -> int:
         from autograder.class_grading import main as grade_class
 
         return grade_class(args.assignment, args.workers, args.csv, args.force, nbgrader_options)
+    if args.command == "doctor":
+        from autograder.doctor import main as doctor
+
+        return doctor(nbgrader_options)
     if args.command == "report":
         from autograder.class_report import main as class_report
 
@@ -118,7 +125,8 @@ def main(argv=None) -> int:
 
 
 def _progress(args, limits: Limits) -> int:
-    """The table (or JSON) of every notebook; exit 0 however far the student is, 2 without a course folder."""
+    """The table (or JSON) of every notebook; exit 0 however far the student is, 2 without a course folder or
+    when the grader itself could not grade a notebook (one line per reason)."""
     from pathlib import Path
 
     from autograder.progress import progress, unsandboxed_note
@@ -132,7 +140,9 @@ def _progress(args, limits: Limits) -> int:
     for reason in sorted({row.unsandboxed for row in result.rows if row.unsandboxed}):
         print(unsandboxed_note(reason), file=sys.stderr)
     print(json.dumps(result.to_json(), indent=2, ensure_ascii=False) if args.json else result.table())
-    return 0
+    for reason in result.grader_failures():  # not the student's: the grader could not run
+        print(f"error: {reason}", file=sys.stderr)
+    return 2 if result.grader_failures() else 0
 
 
 def _exit_now(code: int) -> None:

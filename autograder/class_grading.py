@@ -12,8 +12,17 @@ run from the course root (where ``nbgrader_config.py`` is), like ``nbgrader auto
   in every test cell. nbgrader writes the graded notebook only after ``SaveAutoGrades`` has committed
   its grades (a sanitized one, without verdicts, comes first), so a run killed mid-way leaves every
   submission either done or regraded from scratch (``force``) by the next run.
-- A submission that nbgrader cannot grade (a broken file, a crash) costs only that student: the others
-  are graded, the failures are listed, and the exit status is 1.
+- Before anyone is graded, the fast part of ``python -m autograder doctor`` (``doctor.preflight``: the sandbox
+  starts, a sandboxed worker imports the course's package, torch and every check, the data is readable)
+  runs once: a broken set-up stops here, with the reason and the fix, and grades nobody (exit 2).
+- A submission the grader could not grade (``TrustedVerdict`` met a ``GradingError``: its worker failed
+  before any student code ran, a limit could not be set) gets no score: nbgrader's autograde of it fails and
+  the gradebook holds nothing for it (``nbgrader_plugin.forget_ungraded``). Such submissions are counted
+  and listed apart, "could not be graded", and the exit status is 2. When the first ``STOP_AFTER`` results
+  are all such failures for the same reason, the set-up is broken whatever the preflight saw: the rest of
+  the class is not started, and the command says so.
+- A submission that nbgrader cannot grade for its own reasons (a broken file, not a course notebook) costs
+  only that student: the others are graded, the failures are listed, and the exit status is 1.
 - Several processes write to the SQLite gradebook. Each write is short and SQLite waits up to 5 s for a
   lock; a grading that still hits "database is locked" is retried (counted in the summary).
 - The CSV is written by nbgrader's own exporter, as ``nbgrader export --to FILE`` writes it.
@@ -34,6 +43,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOCK_RETRIES = 3  # gradings that hit a locked gradebook, tried again after a short random pause
+STOP_AFTER = 3  # first results that, all ungraded for one reason, mean the set-up is broken
+
+
+class SetupBroken(RuntimeError):
+    """Grading cannot work here; ``lines`` say what failed and how to fix it."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
 
 
 @dataclass
@@ -43,6 +61,11 @@ class Outcome:
     seconds: float
     message: str = ""  # why it failed
     retries: int = 0  # times the gradebook was locked
+    ungraded: str | None = None  # the grader could not grade it (not the student's doing): why
+
+    @property
+    def graded(self) -> bool:
+        return self.ok and self.ungraded is None
 
 
 def _app(app_class, argv: list[str]):
@@ -90,8 +113,11 @@ def autograde_one(assignment: str, student: str) -> Outcome:
             break
         retries += 1
         time.sleep(random.uniform(0.5, 2.0))
-    message = "" if result["success"] else _reason(result)
-    return Outcome(student, bool(result["success"]), time.monotonic() - started, message, retries)
+    from autograder.nbgrader_plugin import could_not_grade
+
+    ungraded = could_not_grade.pop((assignment, student), None)
+    message = "" if result["success"] else ungraded or _reason(result)
+    return Outcome(student, bool(result["success"]), time.monotonic() - started, message, retries, ungraded)
 
 
 def submitted_students(coursedir, assignment: str) -> list[str]:
@@ -156,9 +182,33 @@ def _complete(path: Path) -> bool:
     return bool(tests) and all(cell.get("outputs") for cell in tests)
 
 
+def _preflight(app) -> None:
+    """Raise ``SetupBroken`` unless a worker starts here as grading will start it (``doctor.preflight``)."""
+    from autograder.doctor import preflight
+    from autograder.nbgrader_plugin import TrustedVerdict, private_paths
+    from autograder.sandbox import Limits
+
+    verdict = TrustedVerdict(parent=app)  # the limits grading will set, from the same configuration
+    limits = Limits.from_settings(verdict.memory_limit, verdict.max_processes, verdict.max_file_size)
+    found = preflight(Path(app.coursedir.root).resolve(), private_paths(app.coursedir), limits)
+    if any(f.ok is False for f in found):
+        raise SetupBroken([f.line() for f in found])
+
+
+def _broken_setup(outcomes: list[Outcome]) -> str | None:
+    """The reason, when the first ``STOP_AFTER`` results were all ungraded for that one reason."""
+    first = outcomes[:STOP_AFTER]
+    reasons = {o.ungraded for o in first}
+    return first[0].ungraded if len(first) == STOP_AFTER and len(reasons) == 1 and None not in reasons else None
+
+
 def grade_class(assignment: str, workers: int | None = None, csv: str | None = "grades.csv", force: bool = False,
-                options: list[str] = ()) -> tuple[list[Outcome], int]:
-    """Autograde every submission of ``assignment`` not graded yet; return the outcomes and how many were skipped."""
+                options: list[str] = (), preflight: bool = True) -> tuple[list[Outcome], int, str | None]:
+    """Autograde every submission of ``assignment`` not graded yet.
+
+    Returns the outcomes, how many were skipped (graded already), and why the run stopped early (None: it did
+    not). ``preflight=False`` skips the set-up check (``_preflight``), for tests of the early stop.
+    """
     from nbgrader.api import Gradebook
     from nbgrader.apps import AutogradeApp, ExportApp
     from tqdm import tqdm
@@ -170,6 +220,8 @@ def grade_class(assignment: str, workers: int | None = None, csv: str | None = "
     app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
     if refusal := TrustedVerdict(parent=app).refusal(unavailable_reason()):  # say it once, not once per student
         raise SandboxUnavailable(refusal)
+    if preflight and unavailable_reason() is None:
+        _preflight(app)
     coursedir = app.coursedir
     with Gradebook(coursedir.db_url, coursedir.course_id) as gradebook:  # also creates it, once, before the workers
         gradebook.find_assignment(assignment)  # MissingEntry: not released with generate_assignment
@@ -177,6 +229,7 @@ def grade_class(assignment: str, workers: int | None = None, csv: str | None = "
         todo = [s for s in students if force or not already_graded(coursedir, gradebook, assignment, s)]
     workers = max(1, min(workers or default_workers(share=1.0), len(todo) or 1))
     outcomes: list[Outcome] = []
+    stopped = None
     if todo:
         context = multiprocessing.get_context("spawn")  # no fork of a process that has torch's thread pools
         with (ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
@@ -184,19 +237,29 @@ def grade_class(assignment: str, workers: int | None = None, csv: str | None = "
               tqdm(total=len(todo), desc=f"autograde {assignment}", unit="student", file=sys.stderr) as bar):
             futures = [pool.submit(autograde_one, assignment, student) for student in todo]
             for future in as_completed(futures):
+                if future.cancelled():
+                    continue
                 outcome = future.result()
                 outcomes.append(outcome)
                 if not outcome.ok:
-                    bar.write(f"{outcome.student}: not graded: {outcome.message}", file=sys.stderr)
-                bar.set_postfix(failed=sum(not o.ok for o in outcomes), refresh=False)
+                    bar.write(f"{outcome.student}: {'could not be graded' if outcome.ungraded else 'not graded'}: "
+                              f"{outcome.message}", file=sys.stderr)
+                bar.set_postfix(failed=sum(not o.graded for o in outcomes), refresh=False)
                 bar.update()
+                if stopped is None and (stopped := _broken_setup(outcomes)):
+                    for waiting in futures:  # those already running finish; the rest never start
+                        waiting.cancel()
     if csv:
         _app(ExportApp, ["--to", csv, "--log-level=WARN", *options]).start()
-    return outcomes, len(students) - len(todo)
+    return outcomes, len(students) - len(todo), stopped
 
 
 def main(assignment: str, workers: int | None, csv: str | None, force: bool, options: list[str]) -> int:
-    """The command line: one summary line, the failed students, exit 1 if any failed, 2 on bad input."""
+    """The command line: one summary line, then who could not be graded and who failed.
+
+    Exit 0 when every submission was graded; 1 when some failed for their own reasons (a broken file); 2 on bad
+    input, a broken set-up, or when the grader could not grade a submission (a failure of the grader, never a score).
+    """
     from nbgrader.api import MissingEntry
 
     from autograder.sandbox import SandboxUnavailable
@@ -206,7 +269,7 @@ def main(assignment: str, workers: int | None, csv: str | None, force: bool, opt
         return 2
     started = time.monotonic()
     try:
-        outcomes, skipped = grade_class(assignment, workers, csv, force, options)
+        outcomes, skipped, stopped = grade_class(assignment, workers, csv, force, options)
     except MissingEntry:
         print(f"error: no assignment {assignment!r} in the gradebook: run `nbgrader generate_assignment "
               f"{assignment} --CourseDirectory.release_directory=build/release --force` first (it records the assignment "
@@ -215,6 +278,11 @@ def main(assignment: str, workers: int | None, csv: str | None, force: bool, opt
     except SandboxUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except SetupBroken as error:
+        print("error: grading cannot work on this machine as it is set up; nobody was graded:", file=sys.stderr)
+        for line in error.lines:
+            print(f"  {line}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: run the same command again to grade the rest", file=sys.stderr)
         return 130
@@ -222,11 +290,23 @@ def main(assignment: str, workers: int | None, csv: str | None, force: bool, opt
         print("error: a grading worker died (out of memory?): run the same command again, perhaps with "
               "fewer --workers, to grade the rest", file=sys.stderr)
         return 1
-    failed = [o for o in outcomes if not o.ok]
+    ungraded = [o for o in outcomes if o.ungraded]
+    failed = [o for o in outcomes if not o.ok and not o.ungraded]
     seconds = time.monotonic() - started
-    print(f"{assignment}: {len(outcomes) - len(failed)} graded, {skipped} already graded (skipped), "
-          f"{len(failed)} failed, {sum(o.retries for o in outcomes)} retries on a locked gradebook, "
+    print(f"{assignment}: {sum(o.graded for o in outcomes)} graded, {skipped} already graded (skipped), "
+          f"{len(ungraded)} could not be graded, {len(failed)} failed, "
+          f"{sum(o.retries for o in outcomes)} retries on a locked gradebook, "
           f"{seconds:.1f} s" + (f"; grades in {csv}" if csv else ""))
-    for outcome in failed:
-        print(f"  {outcome.student}: {outcome.message}")
-    return 1 if failed else 0
+    if ungraded:
+        print("could not be graded (the grader failed, not the student; no score was recorded):")
+        for outcome in ungraded:
+            print(f"  {outcome.student}: {outcome.ungraded}")
+    if failed:
+        print("failed:")
+        for outcome in failed:
+            print(f"  {outcome.student}: {outcome.message}")
+    if stopped:
+        print(f"stopped: the first {STOP_AFTER} submissions could not be graded for the same reason, so the grading "
+              f"set-up is broken; the rest were not started. Fix it and run the same command again: {stopped}",
+              file=sys.stderr)
+    return 2 if ungraded else 1 if failed else 0

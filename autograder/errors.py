@@ -23,12 +23,36 @@ class SandboxError(Exception):
     """The process running student code hung, ended, or broke the protocol."""
 
 
-class GradingError(RuntimeError):
-    """This submission cannot be graded here at all (its scratch copy, or a limit, could not be made).
+class WorkerDidNotStart(SandboxError):
+    """A worker ended or hung before it said it was ready, so before any student code ran in it.
 
-    Unlike ``SandboxError`` it is not the student's doing and costs no exercise: it stops the grading
-    with one line, and the command line exits 2.
+    ``reason`` is what it said last (or why it was stopped). ``process.StudentProcess`` decides whose
+    failure that is: the grading set-up's when no student code has run in the submission's scratch
+    folder yet (``GradingError``), else possibly the student's, whose earlier cells could have changed it.
     """
+
+    def __init__(self, reason: str):
+        super().__init__(f"the process for your code could not be started again: {reason}")
+        self.reason = reason
+
+
+class GradingError(RuntimeError):
+    """This submission cannot be graded here at all: the grading set-up failed, not the student.
+
+    Its scratch copy or a limit could not be made, or the worker failed before any student code ran
+    (``could_not_grade``). Unlike ``SandboxError`` it is not the student's doing and is never a score:
+    the command line says so in one line and exits 2, nbgrader's autograde of that submission fails,
+    and ``grade-class`` lists the submission as "could not be graded".
+    """
+
+
+DOCTOR_HINT = "run `python -m autograder doctor` on this machine: it checks what grading needs, one line per item"
+
+
+def could_not_grade(reason: str) -> GradingError:
+    """The error for a worker that failed before any student code ran: the set-up's failure, with the fix."""
+    return GradingError(f"could not be graded: the grader's worker failed before any student code ran "
+                        f"({reason}); {DOCTOR_HINT}")
 
 
 def describe(error: BaseException) -> str:

@@ -10,19 +10,27 @@ every test cell, so ``SaveAutoGrades`` records it.
 
 Without a working sandbox it refuses to grade, unless the instructor sets
 ``c.TrustedVerdict.allow_unsandboxed = True``.
+
+A submission it cannot grade (no sandbox, a worker that fails before any student code runs, a limit
+that cannot be set) gets no score: the exception goes up to nbgrader, whose autograde of that
+submission fails with the reason, and the submission nbgrader had already entered in the gradebook
+(with empty grades, which its export would count as 0) is taken out again (``forget_ungraded``).
 """
 
 from __future__ import annotations
 
+import csv
 import re
 import warnings
 from pathlib import Path
 
 from nbformat.notebooknode import NotebookNode, from_dict
 from nbgrader.coursedir import CourseDirectory
+from nbgrader.plugins import CsvExportPlugin
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Int, List, Unicode
 
+from autograder.errors import GradingError
 from autograder.grading import DEFAULT_TIMEOUT, grade, is_test_cell
 from autograder.sandbox import (
     DEFAULT_FILE_SIZE,
@@ -118,6 +126,71 @@ class RestoreCells(OverwriteCells):
         return nb, resources
 
 
+# Why each submission this process could not grade was not graded, by (assignment, student): ``grade-class``
+# runs nbgrader in its own worker processes and reads this after each autograde, instead of parsing the log.
+could_not_grade: dict[tuple[str, str], str] = {}
+
+
+def forget_ungraded(db_url: str, course_id: str, assignment: str, student: str) -> str:
+    """Take the submission out of the gradebook, unless a person has graded or commented on it; say what was done.
+
+    nbgrader enters a submission (its grades empty) before it grades it, and leaves it there when grading
+    fails: its export then shows a 0. Grades and comments given by hand in formgrader are never thrown
+    away: such a submission stays, with the scores it had.
+    """
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url, course_id) as gradebook:
+        try:
+            submission = gradebook.find_submission(assignment, student)
+        except MissingEntry:
+            return "the gradebook holds no submission for it"
+        notebooks = submission.notebooks
+        by_hand = any(grade.manual_score is not None for nb in notebooks for grade in nb.grades) or any(
+            comment.manual_comment for nb in notebooks for comment in nb.comments)
+        if by_hand:
+            return "the gradebook keeps its earlier scores: a person graded or commented on it"
+        gradebook.remove_submission(assignment, student)
+        return "it was taken out of the gradebook, so no score stands for it"
+
+
+class CsvExportKeepsUngradedEmpty(CsvExportPlugin):
+    """nbgrader's CSV export, where a submission that could not be graded has empty scores instead of 0.
+
+    nbgrader writes 0 for every student of the gradebook without a graded submission, which cannot be told
+    from a real 0. A student whose submission sits in ``submitted/`` without a submission in the gradebook
+    (autograding it failed, so ``forget_ungraded`` took it out, or it has not run yet) gets empty
+    ``raw_score``, ``late_submission_penalty`` and ``score``; one who submitted nothing keeps nbgrader's 0.
+    """
+
+    def export(self, gradebook) -> None:
+        super().export(gradebook)
+        path = Path(self.to or "grades.csv")
+        coursedir = CourseDirectory(config=self.config)
+        with path.open(newline="") as file:
+            rows = list(csv.DictReader(file))
+        if not rows:
+            return
+        for row in rows:
+            submitted = Path(coursedir.format_path(coursedir.submitted_directory, row["student_id"], row["assignment"]))
+            if row["timestamp"] == "" and submitted.is_dir() and not _in_gradebook(gradebook, row):
+                row.update(raw_score="", late_submission_penalty="", score="")
+        with path.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]), lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+def _in_gradebook(gradebook, row: dict) -> bool:
+    from nbgrader.api import MissingEntry
+
+    try:
+        gradebook.find_submission(row["assignment"], row["student_id"])
+    except MissingEntry:
+        return False
+    return True
+
+
 class TrustedVerdict(NbGraderPreprocessor):
     """Run the notebook in the sandbox, record its outputs, and write the verdict into the test cells."""
 
@@ -137,6 +210,25 @@ class TrustedVerdict(NbGraderPreprocessor):
         return None
 
     def preprocess(self, nb, resources):
+        try:
+            return self._grade(nb, resources)
+        except BaseException as error:
+            self._not_graded(resources, error)
+            raise
+
+    def _not_graded(self, resources, error: BaseException) -> None:
+        """No score for a submission that could not be graded: out of the gradebook, and say why."""
+        about = resources.get("nbgrader", {})
+        assignment, student = about.get("assignment"), about.get("student")
+        if assignment is None or student is None:  # not run by nbgrader's autograde
+            return
+        if isinstance(error, GradingError | SandboxUnavailable):  # the set-up's failure, not the student's
+            could_not_grade[(assignment, student)] = str(error)
+        done = forget_ungraded(about.get("db_url") or CourseDirectory(config=self.config).db_url,
+                               CourseDirectory(config=self.config).course_id, assignment, student)
+        self.log.error("%s of %s was not graded (%s): %s", assignment, student, error, done)
+
+    def _grade(self, nb, resources):
         reason = unavailable_reason()  # probes bubblewrap: once per notebook
         if refusal := self.refusal(reason):
             raise SandboxUnavailable(refusal)

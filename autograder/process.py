@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from autograder import outputs, wire
-from autograder.errors import GradingError, SandboxError, StudentCodeError
+from autograder.errors import GradingError, SandboxError, StudentCodeError, WorkerDidNotStart, could_not_grade
 from autograder.sandbox import Sandbox
 
 START_TIMEOUT = 120.0  # seconds to import torch and get ready, on a slow, busy machine
@@ -35,6 +35,7 @@ class CellOutcome:
     ok: bool
     error: str | None = None
     outputs: list = field(default_factory=list)  # nbformat outputs, when recorded
+    stopped: bool = False  # it hung or ended its process (never replayed); else, if not ok, it raised
 
 
 class _Tail(threading.Thread):
@@ -67,12 +68,17 @@ class Worker:
         # -I ignores. The worker puts the folder on sys.path itself, once it runs student code.
         argv = [sys.executable, "-I", "-B", "-m", "autograder.worker",
                 str(request_read), str(reply_write), json.dumps(sandbox.settings())]
-        self.process = subprocess.Popen(
-            sandbox.wrap(argv, info_fd=info_write),
-            pass_fds=(request_read, reply_write, info_write),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=sandbox.submission, env=sandbox.environment(), start_new_session=True,
-        )
+        try:
+            self.process = subprocess.Popen(
+                sandbox.wrap(argv, info_fd=info_write),
+                pass_fds=(request_read, reply_write, info_write),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                cwd=sandbox.submission, env=sandbox.environment(), start_new_session=True,
+            )
+        except OSError as error:  # bubblewrap or Python cannot be executed: nothing of the student's ran
+            for fd in (request_read, self._request_write, self._reply_read, reply_write, self._info_read, info_write):
+                os.close(fd)
+            raise GradingError(f"could not be graded: the grader's worker could not be started ({error})") from None
         for fd in (request_read, reply_write, info_write):
             os.close(fd)
         self.tail = _Tail(self.process.stdout)
@@ -82,16 +88,28 @@ class Worker:
         self.warnings: list[str] = []
 
     def ready(self, adapter_module: str) -> Worker:
-        """Name the adapters; return once the worker has imported them and is ready for cells."""
+        """Name the adapters; return once the worker has imported them and is ready for cells.
+
+        Raises ``WorkerDidNotStart`` if it ends or hangs first (it could not import the course's package or
+        torch, bubblewrap could not set up the sandbox...), with the last line it wrote as the reason.
+        """
         try:
             try:
                 wire.send(self._request_write, pickle.dumps({"adapters": adapter_module}))
             except OSError:  # it has ended already (a limit it could not set): its reply says why
                 pass
-            ready = self._await(None, START_TIMEOUT, "starting Python")
+            try:
+                ready = self._await(None, START_TIMEOUT, "starting Python")
+            except SandboxError as error:
+                self.kill()
+                self.tail.join(timeout=2)  # the last of what it wrote
+                said = [line.strip() for line in self.tail.text.splitlines() if line.strip()]
+                status = self.process.returncode
+                reason = said[-1] if said else str(error)
+                raise WorkerDidNotStart(f"{reason} (exit status {status})" if said else reason) from None
             if not ready["ok"]:  # a limit could not be set: nothing of the student's may run
                 self.kill()
-                raise GradingError(f"cannot grade here: {ready['error']}")
+                raise GradingError(f"could not be graded here: {ready['error']}")
             self.warnings = ready["value"]["warnings"]
             if self._sandboxed and select.select([self._info_read], [], [], 5)[0]:
                 self._sandbox_init = json.loads(os.read(self._info_read, 4096))["child-pid"]
@@ -191,7 +209,8 @@ class StudentProcess:
                 )
                 self.outcomes[index] = CellOutcome(index, reply["ok"], reply.get("error"), reply["outputs"])
             except SandboxError as error:
-                self.outcomes[index] = CellOutcome(index, False, str(error), [outputs.error("SandboxError", str(error))])
+                self.outcomes[index] = CellOutcome(index, False, str(error), [outputs.error("SandboxError", str(error))],
+                                                   stopped=True)
                 self._worker = None
         return self.outcomes
 
@@ -211,21 +230,33 @@ class StudentProcess:
         return reply["value"]
 
     def _ready_worker(self) -> Worker:
-        """The live worker, or a new one that has replayed every cell that ran cleanly.
+        """The live worker, or a new one that has replayed every cell as it first ran.
 
-        Replaying runs a cell a second time, in the same scratch folder: a cell that then hangs, ends
-        the process or raises (it behaves differently on a second run) is marked failed, which costs the
-        exercises that depend on it, and the replay starts again without it. Each round marks one more
-        cell failed, so this ends, and a submission always gets its report.
+        Replaying runs each cell that ran a second time, in the same scratch folder, so that the new
+        process holds what the old one did: the cells that worked, and the cells that raised after
+        some of their statements had run (a ``def`` before the error stays defined), which are
+        expected to raise again. Only the cells that hung or ended the process are left out. A cell
+        that behaves differently the second time (a working cell raises, any cell hangs or ends the
+        process) is marked failed, which costs the exercises that depend on it, and the replay starts
+        again without it. Each round marks one more cell stopped, so this ends, and a submission always
+        gets its report.
+
+        A worker that fails to start before any cell has run is the grading set-up's failure
+        (``errors.could_not_grade``): no student code has touched its scratch folder yet.
         """
         while self._worker is None or self._worker.process.poll() is not None:
             starting, self.starting = self.starting, None
             self._worker = None  # until the new one is ready: a failed start leaves no worker behind
-            self._worker = (starting or Worker(self.sandbox)).ready(self.adapter_module)
+            try:
+                self._worker = (starting or Worker(self.sandbox)).ready(self.adapter_module)
+            except WorkerDidNotStart as error:
+                if not self.outcomes:
+                    raise could_not_grade(error.reason) from None
+                raise
             self.warnings += [w for w in self._worker.warnings if w not in self.warnings]
             for index, source in self.cells:
                 outcome = self.outcomes.get(index)
-                if outcome is None or not outcome.ok:
+                if outcome is None or outcome.stopped:
                     continue
                 try:
                     reply = self._worker.request(
@@ -234,10 +265,11 @@ class StudentProcess:
                     )
                 except SandboxError as error:
                     self._replay_failed(outcome, str(error))
+                    outcome.stopped = True
                     self._worker.kill()
                     self._worker = None
                     break
-                if not reply["ok"]:
+                if outcome.ok and not reply["ok"]:
                     self._replay_failed(outcome, reply["error"])
         return self._worker
 

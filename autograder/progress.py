@@ -27,7 +27,7 @@ class Row:
 
     notebook: str  # the course notebook's name, or the file's path in the course folder when not known
     path: str  # relative to the course folder
-    status: str  # "graded", "missing", "unreadable", "unknown" or "error"
+    status: str  # "graded", "missing", "unreadable", "unknown" or "error" (the grader failed, not the notebook)
     score: int = 0
     max_score: int = 0
     exercises: list[dict] = field(default_factory=list)  # as `check --json`, with each exercise's title
@@ -40,6 +40,10 @@ class Row:
 class Progress:
     course: str
     rows: list[Row]
+
+    def grader_failures(self) -> list[str]:
+        """Why the grader itself could not grade some notebooks, each reason once (the command exits 2)."""
+        return list(dict.fromkeys(row.message for row in self.rows if row.status == "error"))
 
     @property
     def score(self) -> int:
@@ -116,6 +120,7 @@ def notebook_paths(course: Path) -> list[Path]:
 def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits: Limits | None = None) -> Row:
     """Grade one notebook as ``check`` does; anything that stops it from being graded is the row's message."""
     from autograder.checks import NOTEBOOKS
+    from autograder.errors import GradingError
     from autograder.exercises import checks_for
     from autograder.grading import self_check
     from autograder.notebook_format import nbformat
@@ -131,7 +136,7 @@ def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits
     from autograder.progress_cache import folder
     from autograder.sandbox import hidden_anyway
 
-    kept = folder()  # the progress cache: student code must not see it (its signing key is there)
+    kept = folder()  # the progress cache: student code must neither read nor write it
     private = [kept] if kept.is_dir() and not hidden_anyway(kept) else []
     try:
         report, row.unsandboxed = self_check(path, timeout=timeout, limits=limits or Limits(), private=private)
@@ -141,8 +146,11 @@ def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits
     except LookupError:
         row.status, row.message = "unknown", "not one of this course's notebooks"
         return row
+    except GradingError as error:  # the set-up failed (a worker that cannot start): never a score
+        row.status, row.message = "error", str(error)
+        return row
     except Exception as error:  # noqa: BLE001 - one notebook the grader could not handle is one row
-        row.status, row.message = "error", f"could not grade it ({type(error).__name__}: {error})"
+        row.status, row.message = "error", f"could not be graded: the grader failed ({type(error).__name__}: {error})"
         return row
     titles = {e.id: e.title for e in checks_for(report.notebook).exercises}
     row.status, row.score, row.max_score = "graded", report.score, report.max_score
@@ -165,7 +173,8 @@ def _row(future, path: Path, course: Path) -> Row:
         return future.result()
     except Exception as error:  # noqa: BLE001 - BrokenProcessPool and the like
         relative = str(path.relative_to(course))
-        return Row(relative, relative, "error", message=f"the grading process died ({type(error).__name__})")
+        return Row(relative, relative, "error",
+                   message=f"could not be graded: the grading process died ({type(error).__name__})")
 
 
 def progress(course: Path | None = None, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT,
@@ -189,7 +198,10 @@ def progress(course: Path | None = None, workers: int | None = None, timeout: fl
     for path in paths:
         stored = None if fresh or keys[path] is None else store.get(str(path.relative_to(course)), keys[path])
         if stored is not None:
-            rows[path] = Row(**{**stored, "cached": True})
+            try:
+                rows[path] = Row(**{**stored, "cached": True})
+            except TypeError:  # an entry of another shape: graded again
+                pass
     todo = [path for path in paths if path not in rows]
     for path, row in zip(todo, _grade_rows(todo, course, workers, timeout, limits), strict=True):
         rows[path] = row

@@ -219,7 +219,7 @@ class Sandbox:
         except BaseException as error:
             self.cleanup()
             if isinstance(error, OSError | shutil.Error):
-                raise GradingError(f"could not make the scratch copy of {self.submission}: {error}") from None
+                raise GradingError(f"could not be graded: could not make the scratch copy of {self.submission}: {error}") from None
             raise
         return self
 

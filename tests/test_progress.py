@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -213,28 +214,57 @@ def test_a_changed_notebook_alone_is_graded_again(course, serial, monkeypatch):
     assert not any(p.startswith("01_tokens_embeddings/01") for p in graded)
 
 
-def test_a_forged_entry_is_graded_again(course, serial, monkeypatch):
+def test_an_edited_helper_beside_the_notebook_is_graded_again(course, serial, monkeypatch):
+    """The key covers what the cells can import or read from the notebook's folder, not only the cells."""
+    notebook = "02_normalization/02_normalization.ipynb"
+    helper = course / "02_normalization" / "helper.py"
+    graded = []
+
+    def grade_row(path, course, timeout, limits):  # a graded row, so that it is kept
+        graded.append(str(path.relative_to(course)))
+        return Row(graded[-1], graded[-1], "graded", message="stand-in")
+
+    monkeypatch.setattr(progress_module, "grade_row", grade_row)
+    checkpoints = course / "02_normalization" / ".ipynb_checkpoints"
+    try:
+        helper.write_text("SCALE = 1\n")
+        progress(course, workers=1)
+        assert notebook in graded and not any(p.startswith("01_tokens_embeddings/01") for p in graded)
+        graded.clear()
+        checkpoints.mkdir()  # JupyterLab's checkpoints are not what the cells run: nothing to grade again
+        (checkpoints / "02_normalization-checkpoint.ipynb").write_text("{}")
+        progress(course, workers=1)
+        assert notebook not in graded
+        helper.write_text("SCALE = 2\n")
+        progress(course, workers=1)
+        assert notebook in graded
+    finally:
+        helper.unlink()
+        shutil.rmtree(checkpoints, ignore_errors=True)
+
+
+def test_an_entry_that_is_not_the_one_wanted_is_graded_again(course, serial, monkeypatch):
+    """Entries are not signed (nothing that grades reads them): what is checked is that an entry parses and is
+    filed under the key and path wanted; anything else is graded again and overwritten."""
     relative = "02_normalization/02_normalization.ipynb"
     store = progress_cache.Cache(course)
     entry = store._entry(relative)
     stored = json.loads(entry.read_text())
-    payload = json.loads(stored["payload"])
-    payload["row"]["score"] = payload["row"]["max_score"]  # full marks, without the signature that goes with them
-    entry.write_text(json.dumps({"payload": json.dumps(payload, sort_keys=True), "signature": stored["signature"]}))
+    assert set(stored) == {"version", "key", "path", "row"}
     graded = _graded_paths(monkeypatch)
-    result = progress(course, workers=1)
-    assert relative in graded  # not believed: graded again
-    assert rows_by_path(result.to_json())[relative]["message"] == "stand-in"
-    entry.write_text("{not json")  # a half-written or mangled file: graded again too
-    graded.clear()
-    progress(course, workers=1)
-    assert relative in graded
+    for mangled in [dict(stored, key="0" * 64), dict(stored, path="01_tokens_embeddings/01_tokens_embeddings.ipynb"),
+                    dict(stored, version=1), dict(stored, row={"unknown": 1}), "{not json"]:
+        entry.write_text(mangled if isinstance(mangled, str) else json.dumps(mangled))
+        graded.clear()
+        result = progress(course, workers=1)
+        assert relative in graded, mangled
+        assert rows_by_path(result.to_json())[relative]["message"] == "stand-in"
 
 
 def test_the_cache_lives_outside_the_course_and_grading_never_reads_it(course):
     kept = progress_cache.folder().resolve()
     assert not kept.is_relative_to(course.resolve()) and not kept.is_relative_to(Path(__file__).parents[1] / "course")
-    assert oct(progress_cache.Cache(course)._key_file().stat().st_mode & 0o777) == "0o600"
+    assert oct(progress_cache.Cache(course).root.stat().st_mode & 0o777) == "0o700"
     root = Path(progress_cache.__file__).parent
     users = [p.name for p in root.glob("*.py") if "progress_cache" in p.read_text() and p.name != "progress_cache.py"]
     assert users == ["progress.py"]  # neither grading.py nor the nbgrader plugin
