@@ -37,9 +37,10 @@ import random
 import re
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 LOCK_RETRIES = 3  # gradings that hit a locked gradebook, tried again after a short random pause
@@ -235,20 +236,22 @@ def grade_class(assignment: str, workers: int | None = None, csv: str | None = "
         with (ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                   initargs=(assignment, list(options), threads_per_grading(workers))) as pool,
               tqdm(total=len(todo), desc=f"autograde {assignment}", unit="student", file=sys.stderr) as bar):
-            futures = [pool.submit(autograde_one, assignment, student) for student in todo]
-            for future in as_completed(futures):
-                if future.cancelled():
-                    continue
-                outcome = future.result()
-                outcomes.append(outcome)
-                if not outcome.ok:
-                    bar.write(f"{outcome.student}: {'could not be graded' if outcome.ungraded else 'not graded'}: "
-                              f"{outcome.message}", file=sys.stderr)
-                bar.set_postfix(failed=sum(not o.graded for o in outcomes), refresh=False)
-                bar.update()
-                if stopped is None and (stopped := _broken_setup(outcomes)):
-                    for waiting in futures:  # those already running finish; the rest never start
-                        waiting.cancel()
+            # One submission per free worker, so that a run that stops early has started no more than it must.
+            waiting = iter(todo)
+            running = {pool.submit(autograde_one, assignment, student) for student in islice(waiting, workers)}
+            while running:
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    outcome = future.result()
+                    outcomes.append(outcome)
+                    if not outcome.ok:
+                        bar.write(f"{outcome.student}: {'could not be graded' if outcome.ungraded else 'not graded'}: "
+                                  f"{outcome.message}", file=sys.stderr)
+                    bar.set_postfix(failed=sum(not o.graded for o in outcomes), refresh=False)
+                    bar.update()
+                    stopped = stopped or _broken_setup(outcomes)
+                if stopped is None:
+                    running |= {pool.submit(autograde_one, assignment, student) for student in islice(waiting, len(done))}
     if csv:
         _app(ExportApp, ["--to", csv, "--log-level=WARN", *options]).start()
     return outcomes, len(students) - len(todo), stopped

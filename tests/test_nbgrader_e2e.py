@@ -357,6 +357,11 @@ def test_autograde_refuses_without_a_sandbox_unless_allowed(tmp_path):
     said = [line for line in refused.stderr.splitlines() if "refusing to run student code unsandboxed" in line]
     assert said and "apt-get install bubblewrap" in said[0] and "allow_unsandboxed = True" in said[0], refused.stderr
     assert not (tmp_path / "autograded" / "full" / notebook).exists()
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:  # refused: no score, not even a 0
+        with pytest.raises(MissingEntry):
+            gradebook.find_submission(notebook, "full")
 
     allowed = nbgrader(tmp_path, "autograde", notebook, "--TrustedVerdict.allow_unsandboxed=True", env=without)
     assert allowed.returncode == 0, allowed.stderr[-2000:]
@@ -373,7 +378,8 @@ def test_autograde_stops_when_a_limit_cannot_be_set(tmp_path):
     done = nbgrader(tmp_path, "autograde", notebook, wrapper=["prlimit", "--fsize=10000000:10000000"])
     assert done.returncode != 0
     assert "file size limit (1 GB) could not be set" in done.stderr, done.stderr[-3000:]
-    from nbgrader.api import Gradebook
+    from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:
-        assert all(g.score == 0 for g in gradebook.find_submission_notebook(notebook, notebook, "full").grades)
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:  # not graded: no score, not even a 0
+        with pytest.raises(MissingEntry):
+            gradebook.find_submission(notebook, "full")
