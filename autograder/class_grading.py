@@ -13,8 +13,7 @@ run from the course root (where ``nbgrader_config.py`` is), like ``nbgrader auto
   its grades (a sanitized one, without verdicts, comes first), so a run killed mid-way leaves every
   submission either done or regraded from scratch (``force``) by the next run.
 - Before anyone is graded, the fast part of ``python -m autograder doctor`` (``doctor.preflight``: the sandbox
-  starts, a sandboxed worker imports the course's package, torch and every check, the data is readable)
-  runs once: a broken set-up stops here, with the reason and the fix, and grades nobody (exit 2).
+  starts, and a sandboxed worker imports the course's package, torch and every check) runs once: a broken set-up stops here, with the reason and the fix, and grades nobody (exit 2).
 - A submission the grader could not grade (``TrustedVerdict`` met a ``GradingError``: its worker failed
   before any student code ran, a limit could not be set) gets no score: nbgrader's autograde of it fails and
   the gradebook holds nothing for it (``nbgrader_plugin.forget_ungraded``). Such submissions are counted
@@ -221,13 +220,13 @@ def grade_class(assignment: str, workers: int | None = None, csv: str | None = "
     app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
     if refusal := TrustedVerdict(parent=app).refusal(unavailable_reason()):  # say it once, not once per student
         raise SandboxUnavailable(refusal)
-    if preflight and unavailable_reason() is None:
-        _preflight(app)
     coursedir = app.coursedir
     with Gradebook(coursedir.db_url, coursedir.course_id) as gradebook:  # also creates it, once, before the workers
         gradebook.find_assignment(assignment)  # MissingEntry: not released with generate_assignment
         students = submitted_students(coursedir, assignment)
         todo = [s for s in students if force or not already_graded(coursedir, gradebook, assignment, s)]
+    if todo and preflight and unavailable_reason() is None:  # unsandboxed by choice: nothing to start here
+        _preflight(app)
     workers = max(1, min(workers or default_workers(share=1.0), len(todo) or 1))
     outcomes: list[Outcome] = []
     stopped = None

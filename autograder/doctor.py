@@ -14,7 +14,7 @@ before grading. It checks, in order:
 - **exchange**: nbgrader's exchange folder, where one is configured and exists, has the modes the
   instructor's guide sets (``chmod 1777``: everyone may write, only owners may delete).
 
-``grade-class`` runs the first three (``preflight``) before it grades anyone: a broken set-up then stops it
+``grade-class`` runs the first two (``preflight``) before it grades anyone: a broken set-up then stops it
 with these lines, instead of failing every submission.
 """
 
@@ -77,12 +77,14 @@ FIX_IMPORT = ("install the course's package into the Python that grades, in a fo
               "not in the user site-packages or through PYTHONPATH")
 
 
-def worker_findings(course_root: Path | None, private: list[Path] = (), limits: Limits | None = None) -> list[Finding]:
-    """Start a sandboxed worker as grading does; say whether it imports what grading needs and reads the data."""
+def worker_findings(course_root: Path | None, private: list[Path] = (), limits: Limits | None = None,
+                    data: bool = True) -> list[Finding]:
+    """Start a sandboxed worker as grading does; say whether it imports what grading needs (and, with ``data``,
+    reads the course's data folder)."""
     from autograder.process import Worker
 
     probes = [("worker", IMPORT_PROBE, "a sandboxed worker imports the course's package, torch, every adapter and check")]
-    if course_root is not None:
+    if data and course_root is not None:
         probes.append(("data", _data_probe(course_root / "data"),
                        f"{course_root / 'data'} is readable inside a sandboxed worker"))
     found = []
@@ -108,11 +110,8 @@ def worker_findings(course_root: Path | None, private: list[Path] = (), limits: 
     return found
 
 
-def data_finding(course_root: Path | None) -> Finding | None:
+def data_finding(course_root: Path) -> Finding | None:
     """The grader's side of the data check: the folder exists (the worker checks it is readable inside)."""
-    if course_root is None:
-        return Finding("data", False, "no course root here (no nbgrader_config.py or data/ at or above this folder)",
-                       "run this from the course root")
     if not (course_root / "data").is_dir():
         return Finding("data", False, f"no folder {course_root / 'data'}",
                        "copy the repository's data/ folder into the course root")
@@ -120,13 +119,11 @@ def data_finding(course_root: Path | None) -> Finding | None:
 
 
 def preflight(course_root: Path | None, private: list[Path] = (), limits: Limits | None = None) -> list[Finding]:
-    """The fast part, which ``grade-class`` runs before grading: sandbox, worker, data (a few seconds)."""
+    """The fast part, which ``grade-class`` runs before grading: the sandbox starts, and a sandboxed worker
+    imports what grading needs (a few seconds). The data is left to ``findings``: not every notebook reads it."""
     found = [sandbox_finding()]
-    missing_data = data_finding(course_root)
     if found[0].ok:
-        found += worker_findings(course_root if missing_data is None else None, private, limits)
-    if missing_data is not None:
-        found.append(missing_data)
+        found += worker_findings(course_root, private, limits, data=False)
     return found
 
 
@@ -207,8 +204,12 @@ def findings(options: list[str] = ()) -> list[Finding]:
 
     coursedir, exchange = nbgrader_settings(options)
     root = Path(coursedir.root).resolve()
-    found = preflight(root if (root / "nbgrader_config.py").is_file() or (root / "data").is_dir() else None,
-                      private_paths(coursedir))
+    found = [sandbox_finding()]
+    missing_data = data_finding(root)
+    if found[0].ok:
+        found += worker_findings(root, private_paths(coursedir), data=missing_data is None)
+    if missing_data is not None:
+        found.append(missing_data)
     return [*found, versions_finding(), exchange_finding(exchange)]
 
 

@@ -148,14 +148,15 @@ def test_resume_grades_the_rest_and_nothing_twice(classes):
     assert {name: after[name] for name in done_before} == done_before
     summary = out.splitlines()[0]
     regraded = len(STUDENTS) - len(done_before)
-    assert summary.startswith(f"{NOTEBOOK}: {regraded} graded, {len(done_before)} already graded (skipped), 1 failed")
+    assert summary.startswith(f"{NOTEBOOK}: {regraded} graded, {len(done_before)} already graded (skipped), "
+                              "0 could not be graded, 1 failed")
 
 
 def test_a_broken_submission_costs_only_its_student(classes):
     _, _, _, returncode, out, err = classes
     assert returncode == 1
     failures = [line.strip() for line in out.splitlines()[1:]]
-    assert failures == [f"{BROKEN}: NotJSONError: Notebook does not appear to be JSON: '{{not a notebook'"]
+    assert failures == ["failed:", f"{BROKEN}: NotJSONError: Notebook does not appear to be JSON: '{{not a notebook'"]
     assert "Traceback" not in err
     assert "Warning:" not in err, err[-3000:]  # nbgrader's SQLAlchemy "not in session" warnings, among others
 
