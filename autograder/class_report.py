@@ -34,8 +34,9 @@ Where it reads:
 - **Submissions that could not be graded**: those in ``submitted/`` without a complete autograded
   result, as ``grade-class`` decides what is left to grade (``class_grading.not_graded_because``);
   nbgrader removes the autograded folder of a submission it failed on. The reason is the error of
-  reading the submitted notebook where it cannot be read (what ``grade-class`` reported), else why
-  its result is missing. These are not in the pass rates or the histogram.
+  reading the submitted notebook where it cannot be read (what ``grade-class`` reported), else the
+  grader's own failure as ``TrustedVerdict`` recorded it (``nbgrader_plugin.ungraded_record``), else
+  why its result is missing. These are not in the pass rates or the histogram.
 
 Everything a student's code can influence (messages, student ids) is escaped before it is written.
 """
@@ -210,6 +211,18 @@ def _unreadable(folder: Path) -> str | None:
     return None
 
 
+def _grader_failed(coursedir, assignment: str, student: str) -> str | None:
+    """Why the grader could not grade this submission, as ``TrustedVerdict`` recorded it (None: no record)."""
+    import json
+
+    from autograder.nbgrader_plugin import ungraded_record
+
+    try:
+        return str(json.loads(ungraded_record(Path(coursedir.root), assignment, student).read_text())["reason"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) -> ClassReport:
     """Read the class of ``assignment`` from the gradebook and the autograded notebooks."""
     from autograder.class_grading import not_graded_because, submitted_students
@@ -234,7 +247,7 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
         why = not_graded_because(coursedir, gradebook, assignment, student)
         if why is not None:
             submitted = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment))
-            ungraded[student] = _unreadable(submitted) or why
+            ungraded[student] = _unreadable(submitted) or _grader_failed(coursedir, assignment, student) or why
             continue
         submission = gradebook.find_submission(assignment, student)
         scores[student] = float(submission.score)

@@ -20,6 +20,7 @@ submission fails with the reason, and the submission nbgrader had already entere
 from __future__ import annotations
 
 import csv
+import json
 import re
 import warnings
 from pathlib import Path
@@ -129,6 +130,13 @@ class RestoreCells(OverwriteCells):
 # Why each submission this process could not grade was not graded, by (assignment, student): ``grade-class``
 # runs nbgrader in its own worker processes and reads this after each autograde, instead of parsing the log.
 could_not_grade: dict[tuple[str, str], str] = {}
+UNGRADED = Path("reports") / "ungraded"  # in the course root (private, like reports/): why, for ``report``
+
+
+def ungraded_record(root: Path, assignment: str, student: str) -> Path:
+    """Where the reason a submission could not be graded is kept until it is graded: a JSON file read by
+    ``class_report``, which runs later, in another process."""
+    return Path(root) / UNGRADED / assignment / f"{student}.json"
 
 
 def forget_ungraded(db_url: str, course_id: str, assignment: str, student: str) -> str:
@@ -222,10 +230,13 @@ class TrustedVerdict(NbGraderPreprocessor):
         assignment, student = about.get("assignment"), about.get("student")
         if assignment is None or student is None:  # not run by nbgrader's autograde
             return
+        coursedir = CourseDirectory(config=self.config)
         if isinstance(error, GradingError | SandboxUnavailable):  # the set-up's failure, not the student's
             could_not_grade[(assignment, student)] = str(error)
-        done = forget_ungraded(about.get("db_url") or CourseDirectory(config=self.config).db_url,
-                               CourseDirectory(config=self.config).course_id, assignment, student)
+            record = ungraded_record(Path(coursedir.root), assignment, student)
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps({"reason": str(error)}))
+        done = forget_ungraded(about.get("db_url") or coursedir.db_url, coursedir.course_id, assignment, student)
         self.log.error("%s of %s was not graded (%s): %s", assignment, student, error, done)
 
     def _grade(self, nb, resources):
@@ -267,4 +278,7 @@ class TrustedVerdict(NbGraderPreprocessor):
             else:
                 cell.outputs = _verdict_outputs(result)
         self.log.info("Trusted verdict for %s: %s/%s", report.notebook, report.score, report.max_score)
+        about = resources.get("nbgrader", {})
+        if about.get("assignment") and about.get("student"):  # graded now: an old reason no longer holds
+            ungraded_record(coursedir.root, about["assignment"], about["student"]).unlink(missing_ok=True)
         return nb, resources

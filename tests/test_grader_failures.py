@@ -129,6 +129,13 @@ def test_nbgrader_autograde_fails_the_submission_and_records_no_score(tmp_path):
     assert "No module named 'autograder'" in done.stderr and "could not be graded" in done.stderr, done.stderr[-3000:]
     assert "taken out of the gradebook" in done.stderr
     _no_scores(tmp_path, ["full"])
+    report = _autograder("report", NOTEBOOK, cwd=tmp_path)  # the report lists it as ungraded, with the reason
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "no graded submissions" in report.stdout and "1 could not be graded: full (could not be graded" in \
+        report.stdout and "No module named 'autograder'" in report.stdout, report.stdout
+    # once the set-up is mended, it grades, and the reason is gone
+    assert nbgrader(tmp_path, "autograde", NOTEBOOK).returncode == 0
+    assert "could not be graded" not in _autograder("report", NOTEBOOK, cwd=tmp_path).stdout
 
 
 def test_a_submission_that_submitted_nothing_keeps_nbgraders_zero(tmp_path):

@@ -245,6 +245,7 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
     as_user(inst, "mkdir", str(course / "solutions"))
     as_user(inst, "cp", str(ROOT / "nbgrader_config.py"), str(course))
     as_user(inst, "cp", "-r", str(solution_path(NOTEBOOK).parent), str(course / "solutions"))
+    as_user(inst, "cp", "-r", str(ROOT / "data"), str(course))
 
     # Step 5: generate and release; then only a submission's owner (and the instructor) may rename or delete it.
     nbgrader(inst, "generate_assignment", NOTEBOOK, "--force", cwd=course)
@@ -302,7 +303,13 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
     })
     assert set(tried.values()) == {"PermissionError"}, tried
 
-    # Step 7: collect (without the forged submission), autograde (student code in the sandbox).
+    # Step 7: doctor (as the instructor, from the course folder: every line ok, the exchange's mode the recipe's),
+    # collect (without the forged submission), autograde (student code in the sandbox).
+    doctor = as_user(inst, sys.executable, "-m", "autograder", "doctor", cwd=course, check=False)
+    said = {line.split(":")[0].split()[-1]: line for line in doctor.stdout.splitlines() if ":" in line}
+    assert doctor.returncode == 0 and all(said[item].startswith("ok") for item in
+                                          ("sandbox", "worker", "data", "versions", "exchange")), doctor.stdout
+    assert str(exchange) in said["exchange"], doctor.stdout
     collected = nbgrader(inst, "collect", NOTEBOOK, cwd=course)
     assert f"Not collected: {forged} is named as {stu1}'s submission but belongs to {stu2}" in collected.stderr
     assert (course / "submitted" / stu1 / NOTEBOOK / "timestamp.txt").read_text() == (submission / "timestamp.txt").read_text()
