@@ -30,25 +30,28 @@ import autograder
 from autograder.doctor import versions_finding
 
 NOTEBOOK = "02_normalization"
-HIDING_BWRAP = """#!{python}
+BREAKING_BWRAP = """#!{python}
 import os, sys
 args = sys.argv[1:]
-if "--chdir" in args:  # a sandbox for a worker (the availability probe has none): hide the folders
+if "--chdir" in args:  # a sandbox for a worker (the availability probe has none): break it
     at = args.index("--chdir")
-    args[at:at] = [arg for folder in {hidden!r} for arg in ("--tmpfs", folder)]
+    args[at:at] = {extra!r}
 os.execv({bwrap!r}, ["bwrap", *args])
 """
+# What each broken set-up adds to the worker's bubblewrap command line, and what the worker then says.
 HIDDEN = {
-    "autograder": (Path(autograder.__file__).resolve().parent, "No module named 'autograder'"),
-    "torch": (Path(torch.__file__).resolve().parent, "from 'torch' (unknown location)"),  # an empty namespace package
+    "autograder": (["--tmpfs", str(Path(autograder.__file__).resolve().parent)], "No module named 'autograder'"),
+    # an empty folder where torch was: an empty namespace package, without torch.nn
+    "torch": (["--tmpfs", str(Path(torch.__file__).resolve().parent)], "from 'torch' (unknown location)"),
+    "mount": (["--ro-bind", "/nonexistent-course-folder", "/mnt"], "Can't find source path"),  # bubblewrap fails
 }
 
 
 def hiding(folder: Path, what: str = "autograder") -> dict[str, str]:
-    """An environment whose bubblewrap hides ``what`` from every worker, as it would hide a package under /tmp."""
+    """An environment whose bubblewrap hides ``what`` from every worker, as it would hide a package under /tmp
+    (or, for "mount", cannot make one of its mounts)."""
     script = folder / "bwrap-hiding"
-    script.write_text(HIDING_BWRAP.format(python=sys.executable, hidden=[str(HIDDEN[what][0])],
-                                          bwrap=shutil.which("bwrap")))
+    script.write_text(BREAKING_BWRAP.format(python=sys.executable, extra=HIDDEN[what][0], bwrap=shutil.which("bwrap")))
     script.chmod(0o755)
     return dict(os.environ, AUTOGRADER_BWRAP=str(script))
 
