@@ -29,7 +29,8 @@ def close(actual, expected: torch.Tensor, what: str, *, atol: float, rtol: float
     """Fail unless ``actual`` is within ``atol + rtol*|expected|`` of ``expected`` everywhere.
 
     ``alternatives`` are ``(tensor, diagnosis)`` pairs of known mistakes: when the result
-    matches one of them, the diagnosis is the message.
+    matches one of them, the diagnosis is the message. Matching never raises: a known mistake of
+    another shape is passed over.
     """
     actual = tensor(actual, what, shape=expected.shape)
     actual64, expected64 = actual.detach().double(), expected.detach().double()
@@ -38,6 +39,8 @@ def close(actual, expected: torch.Tensor, what: str, *, atol: float, rtol: float
     if torch.isfinite(actual64).all() and bool((error <= bound).all()):
         return
     for wrong, diagnosis in alternatives:
+        if tuple(wrong.shape) != tuple(actual64.shape):  # a mistake of another shape cannot be this one
+            continue
         if torch.allclose(actual64, wrong.detach().double(), atol=atol, rtol=rtol):
             fail(f"{what} is wrong: {diagnosis}")
     if not torch.isfinite(actual64).all():
@@ -67,12 +70,16 @@ def gradients(result: dict, what: str) -> dict:
     return grads
 
 
-def no_loops(rule: str, runs: dict[str, int]) -> None:
-    """Fail unless every run (label -> lines of notebook code it ran, ``adapters.lines_run``) ran as many lines.
+def no_loops(rule: str, runs: dict) -> None:
+    """Fail unless every run did the same work (label -> ``adapters.lines_run``'s ``work``: lines of the student's
+    code, torch calls, Python values given to torch; or, from an older adapter, the lines alone).
 
     How a "no Python loops" rule is graded: by what the code does, whatever it is written like.
     """
-    if len(set(runs.values())) > 1:
-        said = " and ".join(f"{count} for {label}" for label, count in runs.items())
-        fail(f"this exercise's rule is: {rule}; your code ran {said} lines of Python, so it loops over the data "
-             "(a for or while statement, or a comprehension, whose length depends on the sizes)")
+    works = {label: work if isinstance(work, dict) else {"lines of Python": work} for label, work in runs.items()}
+    grew = [what for what in next(iter(works.values())) if len({work.get(what) for work in works.values()}) > 1]
+    if grew:
+        said = " and ".join(f"{', '.join(f'{works[label][what]} {what}' for what in grew)} for {label}"
+                            for label in works)
+        fail(f"this exercise's rule is: {rule}; your code ran {said}, so it loops over the data (a for or while "
+             "statement, a comprehension, or map, filter or itertools over the data: its work grows with the sizes)")

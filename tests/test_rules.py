@@ -15,6 +15,9 @@ import torch
 from notebooks import read, solution_path
 from wrong import PRELUDE
 from wrong.nb04_attention import SOFTMAX_DODGES
+from wrong.nb05_multihead_attention import gqa, mha
+from wrong.nb06_feed_forward import fused as ffn_fused
+from wrong.nb08_decoder_models import fuse_only
 from wrong.nb10_training import TRAIN
 
 from autograder.exercises import find_exercise, rules_result, run_exercise
@@ -67,6 +70,44 @@ RIGHT_STYLES = {
         "    return total\n",
     ],
 }
+RIGHT_STYLES |= {
+    # The rule forbids enable_gqa=True only: the repeat written out, with enable_gqa=False said explicitly, is right.
+    "grouped_query_attention": [
+        gqa().replace("attn_mask=mask)", "attn_mask=mask, enable_gqa=False)"),
+        gqa().replace("attn_mask=mask)", "attn_mask=mask, **{'enable_gqa': False})"),
+    ],
+    # A loop of fixed length (map over the three of q, k, v) is no loop over the heads.
+    "multi_head_attention": [mha().replace(
+        "q, k, v = (einops.rearrange(t, 'b s (h d) -> b h s d', h=self.num_heads) for t in (self.q_proj(x), "
+        "self.k_proj(x), self.v_proj(x)))",
+        "q, k, v = map(functools.partial(einops.rearrange, pattern='b s (h d) -> b h s d', h=self.num_heads), "
+        "(self.q_proj(x), self.k_proj(x), self.v_proj(x)))").replace("class MultiHeadAttention", "import functools\n\n\n"
+                                                                     "class MultiHeadAttention")],
+    # "Use your attention_weights", called however you like: kept in a default argument, looked up in globals(),
+    # its result used through another product.
+    "scaled_dot_product_attention": [
+        "def scaled_dot_product_attention(q, k, v, mask=None, _weights=attention_weights):\n"
+        "    return _weights(q, k, mask=mask) @ v\n",
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    weights = globals()['attention_weights'](q, k, mask)\n"
+        "    return torch.matmul(v.transpose(-1, -2), weights.transpose(-1, -2)).transpose(-1, -2)\n",
+    ],
+    "layer_norm": [
+        "class LayerNorm(nn.Module):\n    def __init__(self, d_model, eps=1e-5):\n        super().__init__()\n"
+        "        self.eps = eps\n        self.weight = nn.Parameter(torch.ones(d_model))\n"
+        "        self.bias = nn.Parameter(torch.zeros(d_model))\n\n    def forward(self, x):\n"
+        "        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)\n"
+        "        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias\n",
+    ],
+    # A norm (torch.linalg.vector_norm) is a building block; F.normalize, which also divides, is not allowed.
+    "rms_norm": [
+        "class RMSNorm(nn.Module):\n    def __init__(self, d_model, eps=1e-5):\n        super().__init__()\n"
+        "        self.eps = eps\n        self.weight = nn.Parameter(torch.ones(d_model))\n\n"
+        "    def forward(self, x):\n        x32 = x.float()\n"
+        "        ms = torch.linalg.vector_norm(x32, dim=-1, keepdim=True) ** 2 / x.shape[-1]\n"
+        "        return (x32 / torch.sqrt(ms + self.eps) * self.weight).to(x.dtype)\n",
+    ],
+}
 # Notebook 10's train in another order than the text lists it (zero_grad after the step, the lr set after the
 # batch is drawn) and with a bar made with total= and updated by hand: the same values, so it must pass.
 RIGHT_STYLES["train"] = [TRAIN.replace(
@@ -77,10 +118,48 @@ RIGHT_STYLES["train"] = [TRAIN.replace(
     "    bar = tqdm(total=config.max_steps, disable=not progress)\n    for step in range(1, config.max_steps + 1):\n"
     "        bar.update(1)\n")]
 
-NOTEBOOK_OF = {"train": "10_training", "softmax": "04_attention", "one_hot": "00_welcome", "relative_positions": "00_welcome",
+NOTEBOOK_OF = {"grouped_query_attention": "05_multihead_attention", "multi_head_attention": "05_multihead_attention",
+               "scaled_dot_product_attention": "04_attention", "layer_norm": "02_normalization",
+               "rms_norm": "02_normalization", "train": "10_training", "softmax": "04_attention", "one_hot": "00_welcome", "relative_positions": "00_welcome",
                "pairwise_sq_distances": "00_welcome", "ffn_activations": "06_feed_forward",
                "cross_entropy": "10_training", "clip_grad_norm": "10_training"}
 
+
+# Issue 34: right answers written otherwise, beside the behaviours the checks now observe (in-place edits of the
+# inputs, the caller's dict, the bias halves, the closed form): in-place methods on the function's own copies, a
+# dict copied and then popped, slices instead of chunk, a closed form written as a list of shapes.
+_ISSUE_34_STYLES = {
+    "pairwise_sq_distances": [
+        "def pairwise_sq_distances(a, b):\n    rows = a.clone().unsqueeze_(1)  # a copy: the caller's a is untouched\n"
+        "    return (rows - b.unsqueeze(0)).pow_(2).sum(-1)\n",
+    ],
+    "head_dot_products": [
+        "def head_dot_products(q, k):\n    return q @ k.transpose(-1, -2)\n",
+        "def head_dot_products(q, k):\n    return torch.einsum('...sd,...td->...st', q, k)\n",
+    ],
+    "fused_swiglu": [ffn_fused(
+        cat_weight='torch.vstack([state["w1.weight"], state["w3.weight"]])',
+        cat_bias='torch.concat((state["w1.bias"], state["w3.bias"]))',
+        split='whole = state[f"gate_up_proj.{kind}"]\n            gate, up = whole[:len(whole) // 2], whole[len(whole) // 2:]',
+        forward="h = self.gate_up_proj(x)\n        d = h.shape[-1] // 2\n"
+                "        return self.down_proj(F.silu(h[..., :d]) * h[..., d:])")],
+    "fused_rotary_gqa": [fuse_only(
+        "\ndef fuse_qkv(state):\n    fused = dict(state)  # a new dict: popping from it leaves the caller's as it was\n"
+        "    for key in list(fused):\n        for kind in ('weight', 'bias'):\n"
+        "            if key.endswith(f'q_proj.{kind}'):\n                prefix = key[:-len(f'q_proj.{kind}')]\n"
+        "                parts = [fused.pop(f'{prefix}{n}_proj.{kind}') for n in 'qkv']\n"
+        "                fused[f'{prefix}qkv_proj.{kind}'] = torch.cat(parts)\n    return fused\n")],
+    "gpt2_num_parameters": [
+        "def gpt2_num_parameters(config):\n    d, f = config.d_model, config.d_ff\n"
+        "    block = [(d,), (d,)] + [(d, d), (d,)] * 4 + [(d,), (d,)] + [(f, d), (f,), (d, f), (d,)]\n"
+        "    shapes = [(config.vocab_size, d), (config.n_positions, d)] + block * config.n_layers + [(d,), (d,)]\n"
+        "    return sum(math.prod(shape) for shape in shapes)\n",
+    ],
+}
+for _exercise_id, _codes in _ISSUE_34_STYLES.items():
+    RIGHT_STYLES.setdefault(_exercise_id, []).extend(_codes)
+NOTEBOOK_OF |= {"head_dot_products": "00_welcome", "fused_swiglu": "06_feed_forward",
+                "fused_rotary_gqa": "08_decoder_models", "gpt2_num_parameters": "08_decoder_models"}
 
 def _rule_bound() -> list[tuple[str, str]]:
     """(notebook, exercise) for every exercise that declares a rule."""
@@ -163,3 +242,77 @@ def test_the_rule_is_switched_off_afterwards_and_restores_everything():
         assert torch.equal(namespace["other"](x), torch.exp(x))  # what the rule does not name still works
     assert namespace["sm"] is torch.softmax and "softmax" not in vars(torch.Tensor)
     assert torch.equal(x.softmax(0), expected) and torch.equal(torch.nn.functional.softmax(x, 0), expected)
+
+
+# Ways around a rule in notebooks whose catalogue of wrong versions (tests/wrong) is kept elsewhere: each names the
+# exercise, the dodge, a whole answer cell, and what the message says.
+_ACTIVATIONS = ("def relu(x):\n    return {relu}\n\n\ndef gelu(x):\n    return {gelu}\n\n\n"
+                "def gelu_tanh(x):\n    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))\n"
+                "\n\ndef silu(x):\n    return {silu}\n")
+
+
+def _activations(relu="torch.clamp(x, min=0)", gelu="0.5 * x * (1 + torch.erf(x / math.sqrt(2)))", silu="x * torch.sigmoid(x)"):
+    return _ACTIVATIONS.format(relu=relu, gelu=gelu, silu=silu)
+
+
+RULE_DODGES = [
+    ("relative_positions", "a loop with no line of its own: starmap over the pairs, handed to torch.tensor",
+     "import itertools\nimport operator\n\n\ndef relative_positions(n):\n"
+     "    return -torch.tensor(list(itertools.starmap(operator.sub, itertools.product(range(n), repeat=2)))).reshape(n, n)\n",
+     "this exercise's rule is: no Python loops"),
+    ("relative_positions", "a double loop run from a string",
+     "def relative_positions(n):\n    return eval('torch.tensor([[j - i for j in range(n)] for i in range(n)])')\n",
+     "this exercise's rule is: no Python loops"),
+    ("pairwise_sq_distances", "a loop over the points written as map",
+     "import itertools\n\n\ndef pairwise_sq_distances(a, b):\n"
+     "    return torch.stack(list(map(torch.sub, a.unbind(0), itertools.repeat(b)))).pow(2).sum(-1)\n",
+     "this exercise's rule is: no Python loops"),
+    ("ffn_activations", "ReLU as F.threshold", _activations(relu="F.threshold(x, 0.0, 0.0)"),
+     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
+    ("ffn_activations", "ReLU as F.hardtanh(x, 0, inf)", _activations(relu="F.hardtanh(x, 0.0, float('inf'))"),
+     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
+    ("ffn_activations", "ReLU as leaky_relu with slope 0", _activations(relu="F.leaky_relu(x, 0.0)"),
+     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
+    ("ffn_activations", "SiLU through F.glu", _activations(silu="F.glu(torch.cat([x, x], dim=-1), dim=-1)"),
+     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
+    ("ffn_activations", "GELU as x times the normal CDF", _activations(gelu="x * torch.special.ndtr(x)"),
+     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
+]
+NOTEBOOK_OF |= {"relative_positions": "00_welcome", "ffn_activations": "06_feed_forward"}
+
+
+@pytest.mark.parametrize("exercise_id, dodge, code, says", RULE_DODGES, ids=[d[1] for d in RULE_DODGES])
+def test_each_rule_dodge_is_rejected_with_the_rule(exercise_id, dodge, code, says, solution_namespaces):
+    exercise, adapters = find_exercise(exercise_id)
+    namespace = _namespace(solution_namespaces, exercise_id, code)
+    result = run_exercise(exercise, LocalImpl(namespace, adapters), source=code, context=[PRELUDE])
+    assert not result.passed and says in result.message, result.message
+
+
+# The dodges only the runtime half can see (a name computed, a reference kept where the cell does not show it).
+RUNTIME_DODGES = [
+    ("clip_grad_norm", "def clip_grad_norm(parameters, max_norm, _clip=getattr(torch.nn.utils, 'clip_grad_norm' + chr(95))):"
+                       "\n    return _clip(parameters, max_norm)\n"),
+    ("relative_positions", "_run = vars(__import__('built' + 'ins'))[''.join(reversed('lave'))]\n\n\ndef relative_positions(n):\n"
+                           "    return _run('torch.tensor([[j - i for j in range(n)] for i in range(n)])', dict(torch=torch, n=n))\n"),
+    ("grouped_query_attention", gqa(repeat="k, v").replace("attn_mask=mask)", "attn_mask=mask, **{'enable_' + 'gqa': True})")),
+]
+
+
+@pytest.mark.parametrize("exercise_id, code", RUNTIME_DODGES, ids=[d[0] for d in RUNTIME_DODGES])
+def test_the_runtime_half_alone_rejects_what_the_cell_hides(exercise_id, code, solution_namespaces):
+    exercise, _ = find_exercise(exercise_id)
+    assert rules_result(exercise, code, [PRELUDE]).passed  # the static half cannot see it...
+    result = _runtime_only(solution_namespaces, exercise_id, code)
+    assert not result.passed and "this exercise's rule is" in result.message, result.message  # ...the runtime half does
+
+
+def test_a_refused_python_function_is_restored_afterwards():
+    """clip_grad_norm_'s code is swapped while the rule is in force, and given back after."""
+    rule = Rule("no clip", ("torch.nn.utils.clip_grad_norm_",))
+    kept = torch.nn.utils.clip_grad_norm_
+    parameter = torch.nn.Parameter(torch.ones(4))
+    parameter.grad = torch.full((4,), 3.0)
+    with enforced([rule.to_wire()]), pytest.raises(RuntimeError, match="no clip"):
+        kept([parameter], 1.0)
+    assert torch.isclose(kept([parameter], 1.0), torch.tensor(6.0)) and torch.allclose(parameter.grad, torch.full((4,), 0.5))

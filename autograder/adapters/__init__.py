@@ -9,11 +9,12 @@ the notebook's kernel), so they compute and report; they never judge.
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 
 import torch
 from torch import nn
+
+from autograder.rules import is_student_code
 
 
 def need(namespace: dict, name: str):
@@ -113,34 +114,81 @@ def forward_backward(module: nn.Module, grad_output: torch.Tensor | None, *args,
     return result
 
 
-_NOTEBOOK_CODE = re.compile(r"^<cell \d+>$|^<answer>$|ipykernel_\d+|^<ipython-input-")
-
-
 def lines_run(function, *args, **kwargs) -> dict:
-    """``function(*args, **kwargs)`` and how many lines of notebook code it ran, for the "no loops" rules.
+    """``function(*args, **kwargs)`` and how much work it did, for the "no loops" rules: ``work`` holds the lines of
+    the student's code it ran, the torch functions it called and the Python values it handed them in lists.
 
-    Code from a cell (the worker's ``<cell N>``, a Jupyter kernel's, the tests' ``<answer>``) counts;
-    torch, einops and the course's own code do not. Vectorised code runs the same number of lines
-    whatever the sizes; a loop over the data (a for, a while, a comprehension) runs more for larger ones.
+    The student's code is any code but Python's, the libraries' and the course's (``rules.is_student_code``): a
+    cell, a module of theirs, code run from a string. Vectorised code does the same work whatever the sizes; a
+    loop over the data does more for larger ones, whatever its form: a for or a comprehension runs more lines,
+    ``map(F.scaled_dot_product_attention, q, k, v)`` more torch calls, ``torch.tensor(list(map(...)))`` hands
+    torch more values. (``lines`` alone is kept for callers that read it.)
     """
-    count = 0
+    from torch.overrides import TorchFunctionMode
+
+    work = {"lines of Python": 0, "torch calls": 0, "Python values given to torch": 0}
 
     def per_line(frame, event, arg):
-        nonlocal count
         if event == "line":
-            count += 1
+            work["lines of Python"] += 1
         return per_line
 
     def per_call(frame, event, arg):
-        return per_line if _NOTEBOOK_CODE.search(frame.f_code.co_filename) else None
+        return per_line if is_student_code(frame.f_code.co_filename) else None
+
+    class Count(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            work["torch calls"] += 1
+            work["Python values given to torch"] += _python_values([*args, *(kwargs or {}).values()])
+            return func(*args, **(kwargs or {}))
 
     before = sys.gettrace()
     sys.settrace(per_call)
     try:
-        value = function(*args, **kwargs)
+        with Count():
+            value = function(*args, **kwargs)
     finally:
         sys.settrace(before)
-    return {"value": value, "lines": count}
+    return {"value": value, "lines": work["lines of Python"], "work": work}
+
+
+def _python_values(arguments: list) -> int:
+    """How many plain values (numbers, ...) the ``arguments`` hold inside lists, tuples and ranges: the data the
+    student's Python made, not the arguments themselves (``x.reshape(b, s, h, d)``: none; ``torch.tensor([...])``:
+    its length)."""
+    return sum(_held(argument) for argument in arguments if isinstance(argument, list | tuple | range))
+
+
+def _held(value) -> int:
+    if isinstance(value, range):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return sum(_held(item) for item in value)
+    return 0 if isinstance(value, torch.Tensor) else 1
+
+
+def calls_of(target, function, *args, **kwargs) -> dict:
+    """``function(*args, **kwargs)`` and how many times ``target`` (a Python function) ran meanwhile, however it
+    was reached: by its name, a reference kept elsewhere, a helper. What runs is its code, so that is what is
+    counted (for a decorated function, the code it wraps)."""
+    while hasattr(target, "__wrapped__") or hasattr(target, "func"):  # functools.wraps, functools.partial
+        target = getattr(target, "__wrapped__", None) or target.func
+    call = getattr(type(target), "__call__", None)  # noqa: B004 - a callable object: the code of its class's __call__
+    code = getattr(target, "__code__", None) or getattr(call, "__code__", None)
+    count = 0
+
+    def per_call(frame, event, arg):
+        nonlocal count
+        if event == "call" and frame.f_code is code:
+            count += 1
+
+    before = sys.getprofile()
+    sys.setprofile(per_call)
+    try:
+        value = function(*args, **kwargs)
+    finally:
+        sys.setprofile(before)
+    return {"value": value, "calls": count if code is not None else None}
 
 
 def tensors_made(function, *args, **kwargs) -> tuple[object, list[tuple[str, list[int]]]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autograder.adapters import need
+from autograder.adapters import calls_of, need
 
 
 def softmax(ns, x, dim=-1):
@@ -15,6 +15,12 @@ def attention_weights(ns, q, k, mask=None):
 
 def scaled_dot_product_attention(ns, q, k, v, mask=None):
     return need(ns, "scaled_dot_product_attention")(q, k, v, mask)
+
+
+def attention_weights_used(ns, q, k, v, mask=None) -> dict:
+    """``scaled_dot_product_attention(q, k, v, mask)`` and how many times the student's ``attention_weights`` ran
+    meanwhile (``calls_of``: reached by any name or reference; None when it is not a Python function)."""
+    return calls_of(need(ns, "attention_weights"), need(ns, "scaled_dot_product_attention"), q, k, v, mask)
 
 
 def causal_mask(ns, seq_len: int):

@@ -16,10 +16,11 @@ def attention_forward(ns, class_name: str, args: list, state: dict, inputs: list
     return module(*inputs, mask=mask)
 
 
-def forward_lines(ns, class_name: str, args: list, inputs: list) -> int:
-    """How many lines of notebook code one forward pass of ``class_name(*args)`` runs (``lines_run``)."""
+def forward_lines(ns, class_name: str, args: list, inputs: list) -> dict:
+    """The work one forward pass of ``class_name(*args)`` does: lines of the student's code, torch calls
+    (``lines_run``)."""
     module = need(ns, class_name)(*args)
-    return lines_run(module, *inputs)["lines"]
+    return lines_run(module, *inputs)["work"]
 
 
 def construct_outcome(ns, class_name: str, args: list):

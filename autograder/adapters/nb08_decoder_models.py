@@ -185,8 +185,23 @@ def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
 # --- Exercise 9 ------------------------------------------------------------------------
 
 def fuse_qkv(ns, state: dict):
-    result = need(ns, "fuse_qkv")(dict(state))
-    return {str(k): v for k, v in result.items()} if isinstance(result, dict) else result
+    """``fuse_qkv(state)``'s result, and what the call did to the caller's dict ("the result is a new dict")."""
+    given = dict(state)
+    tensors = dict(given)  # the tensor objects passed in, and their version counters (raised by any in-place edit)
+    versions = {key: value._version for key, value in tensors.items()}
+    originals = {key: value.detach().clone() for key, value in tensors.items()}
+    result = need(ns, "fuse_qkv")(given)
+    caller = {
+        "same_dict": result is given,
+        "removed": sorted(set(state) - set(given)),
+        "added": sorted(str(k) for k in set(given) - set(state)),
+        "replaced": sorted(k for k in state if k in given and given[k] is not tensors[k]),
+        "edited": sorted(k for k, value in tensors.items()
+                         if value._version != versions[k] or value.shape != originals[k].shape
+                         or not torch.equal(value, originals[k])),
+    }
+    value = {str(k): v for k, v in result.items()} if isinstance(result, dict) else result
+    return {"value": value, "caller": caller}
 
 
 def _fused(ns, d_model, num_heads, num_kv_heads, rope=None):

@@ -9,6 +9,10 @@ Oracles, each computed here without the idea the exercise teaches:
 
 Inputs come in several shapes, size-1 dimensions included, and some checks pass them non-contiguous
 (the same values, column-major: ``t.mT.contiguous().mT``), as slices and transposes are in real code.
+"Do not modify a or b" is observed on the inputs after the call: values, shape, strides and the version counter
+(``Tensor._version``, raised by every in-place method, even one undone later), and with one tensor passed as both
+``a`` and ``b``, where an edit of one is an edit of the other. Known mistakes are compared only when they have
+the result's shape (``_fitting``), so that naming a mistake never fails.
 
 Tolerances:
 - integers, 0/1 tensors and rearrangements (which move numbers without arithmetic) are compared exactly;
@@ -30,11 +34,13 @@ import torch.nn.functional as F
 from autograder import expect
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
-from autograder.rules import Rule
+from autograder.rules import CODE_FROM_STRINGS, Rule
 
-RELATIVE = Exercise("relative_positions", "Exercise 1: relative positions", points=1)
+RELATIVE = Exercise("relative_positions", "Exercise 1: relative positions", points=1, rules=(
+    Rule("no Python loops, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),))
 DISTANCES = Exercise(
     "pairwise_sq_distances", "Exercise 2: pairwise squared distances by broadcasting", points=2, rules=(
+        Rule("no Python loops, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),
         Rule("no torch.cdist", ("torch.cdist", "torch.nn.functional.pairwise_distance", "torch.nn.PairwiseDistance",
                                 "torch._euclidean_dist", "torch.ops.aten._cdist_forward")),))
 DOTS = Exercise("head_dot_products", "Exercise 3: every query-key dot product with einsum", points=2)
@@ -64,15 +70,30 @@ def _result(got: dict, what: str, *, shape, dtype, shape_mistakes=()) -> torch.T
     return expect.tensor(value, what, shape=shape, dtype=dtype)
 
 
+_IN_PLACE = ("work on new tensors (a[:, None] or a.unsqueeze(1), a - b), not with methods ending in _ such as "
+             "unsqueeze_ or sub_")
+
+
 def _unchanged(got: dict, originals: dict[str, torch.Tensor]) -> None:
-    """The leading tensor arguments after the call equal those before: no in-place edits of the inputs."""
-    for (name, before), after in zip(originals.items(), got["args_after"], strict=False):
+    """The leading tensor arguments after the call are those before: same values, shape and strides, and no
+    in-place operation ran on them (their version counter, which every in-place method raises, even one whose
+    change is undone afterwards, as ``unsqueeze_`` then ``squeeze_``)."""
+    layouts = zip(got.get("layout_before", ()), got.get("layout_after", ()), strict=True)
+    for (name, before), after, (layout, layout_after) in zip(originals.items(), got["args_after"], layouts,
+                                                             strict=False):
         same = isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)
-        expect.that(
-            same,
-            f"your function changed its input `{name}` in place; work on new tensors "
-            "(a[:, None] or a.unsqueeze(1), a - b), not with methods ending in _ such as unsqueeze_ or sub_",
-        )
+        expect.that(same, f"your function changed its input `{name}` in place; {_IN_PLACE}")
+        if layout != layout_after:
+            changed = ", ".join(f"its {key} went from {layout[key]} to {layout_after[key]}"
+                                for key in ("shape", "stride", "version") if layout[key] != layout_after[key])
+            expect.fail(f"your function changed its input `{name}` in place, even if it put it back afterwards "
+                        f"({changed}: the version counter counts the in-place operations on a tensor); " + _IN_PLACE)
+
+
+def _fitting(alternatives, shape) -> list:
+    """The known mistakes of this shape: only they can be compared with a result of the expected shape (a
+    transposed table [t, s] cannot be told apart from [s, t] by its values, and comparing them would fail)."""
+    return [(wrong, diagnosis) for wrong, diagnosis in alternatives if tuple(wrong.shape) == tuple(shape)]
 
 
 # --- Exercise 1: relative positions ---------------------------------------------------------
@@ -118,7 +139,7 @@ def test_relative_positions_small(impl):
 
 @RELATIVE.visible
 def test_relative_positions_no_loops(impl):
-    "no Python loops: the same lines of your code run for 3 and for 12 positions"
+    "no Python loops: your code does the same work (lines of your code, torch calls) for 3 and for 12 positions"
     expect.no_loops("no Python loops", {f"n = {n}": impl.lines("relative_positions", [n]) for n in (3, 12)})
 
 
@@ -172,6 +193,35 @@ def _check_sq_distances(impl, n: int, m: int, d: int, seed: int, *, dtype=torch.
     _unchanged(got, {"a": a, "b": b})
 
 
+def _check_sq_distances_same(impl, n: int, d: int, seed: int) -> None:
+    """``pairwise_sq_distances(x, x)``: one tensor passed as both inputs. A function that edits ``a`` in place
+    edits ``b`` with it here, whatever it puts back afterwards."""
+    x = _randn((n, d), seed, scale=2.0)
+    got = impl.call("pairwise_sq_distances", [x], same=True)
+    what = f"pairwise_sq_distances(x, x), one tensor x of shape [{n}, {d}] passed as both a and b,"
+    _unchanged(got, {"a": x, "b": x})
+    expected = _sq_distances_oracle(x, x).float()
+    if _right_table(got.get("value"), expected):
+        return
+    # The same values in two tensors: if that is right, only sharing one tensor made the difference.
+    apart = impl.call("pairwise_sq_distances", [x, x.clone()])
+    cause = ("; with two distinct tensors of the same values it is right, so your function changes a or b in place "
+             "(a method ending in _, such as unsqueeze_, or an assignment to .data), and when they are one tensor, "
+             "changing a changes b too: "
+             + _IN_PLACE) if _right_table(apart.get("value"), expected) else ""
+    value = expect.tensor(got.get("value"), what)
+    expect.that(tuple(value.shape) == (n, n), f"{what} has shape {list(value.shape)}, expected {[n, n]}{cause}")
+    expect.fail(f"{what} does not hold the squared distances |x[i] - x[j]|²{cause}")
+
+
+def _right_table(value, expected: torch.Tensor) -> bool:
+    """``value`` is a tensor of ``expected``'s shape within the float32 tolerance of it."""
+    if not isinstance(value, torch.Tensor) or value.shape != expected.shape:
+        return False
+    error = (value.detach().double() - expected.double()).abs()
+    return bool((error <= F32["atol"] + F32["rtol"] * expected.double().abs()).all())
+
+
 @DISTANCES.visible
 def test_sq_distances_values(impl):
     "a [4, 3] and b [6, 3] give the [4, 6] table of |a[i] - b[j]|²"
@@ -180,7 +230,7 @@ def test_sq_distances_values(impl):
 
 @DISTANCES.visible
 def test_sq_distances_no_loops(impl):
-    "no Python loops: the same lines of your code run for 2 and for 9 points"
+    "no Python loops: your code does the same work (lines of your code, torch calls) for 2 and for 9 points"
     runs = {f"{n} points": impl.lines("pairwise_sq_distances", [_randn((n, 3), n), _randn((n + 1, 3), n + 1)])
             for n in (2, 9)}
     expect.no_loops("no Python loops", runs)
@@ -196,6 +246,13 @@ def test_sq_distances_shapes_and_dtype(impl):
         (7, 3, 8, 4, torch.float64),
     ]:
         _check_sq_distances(impl, n, m, d, seed, dtype=dtype, strided=d > 1 and n > 1)
+
+
+@DISTANCES.hidden
+def test_sq_distances_same_tensor_twice(impl):
+    "one tensor passed as both a and b, pairwise_sq_distances(x, x): its [n, n] table, and x left as it was"
+    for n, d, seed in ((5, 3, 5), (1, 2, 6)):
+        _check_sq_distances_same(impl, n, d, seed)
 
 
 # --- Exercise 3: query-key dot products -----------------------------------------------------------
@@ -227,20 +284,34 @@ def _check_dots(
         expected.to(dtype),
         what,
         **_tol(dtype),
-        alternatives=[
-            (
-                expected / math.sqrt(d),
-                "it is divided by sqrt(d): this exercise asks for the plain dot products "
-                "(the scaling comes with attention, in notebook 04)",
-            ),
-            (expected.transpose(-1, -2), "it is transposed: out[..., i, j] = q[..., i, :] · k[..., j, :]"),
-            (
-                expected.transpose(0, 1),
-                "the batch and head axes are swapped; keep the order [batch, heads, s, t]",
-            ),
-        ],
+        alternatives=_fitting(_dots_mistakes(q.double(), k.double(), expected), expected.shape),
     )
     _unchanged(got, {"q": q, "k": k})
+
+
+def _dots_mistakes(q: torch.Tensor, k: torch.Tensor, expected: torch.Tensor) -> list:
+    """Known mistakes, computed in float64 with matmul and sums (not einsum): (their result, what went wrong)."""
+    d = q.shape[-1]
+    return [
+        (
+            expected / math.sqrt(d),
+            "it is divided by sqrt(d): this exercise asks for the plain dot products "
+            "(the scaling comes with attention, in notebook 04)",
+        ),
+        (expected.softmax(-1), "a softmax was applied: this exercise asks for the raw dot products "
+         "(the softmax comes with attention, in notebook 04)"),
+        (expected.transpose(-1, -2), "it is transposed: out[..., i, j] = q[..., i, :] · k[..., j, :]"),
+        (
+            expected.transpose(0, 1),
+            "the batch and head axes are swapped; keep the order [batch, heads, s, t]",
+        ),
+        (torch.matmul(q, k.sum(0, keepdim=True).transpose(-1, -2)),
+         "every query meets the keys of all batch elements added up: in the einsum string the batch axis of k has "
+         "a letter of its own, so it is summed over; give q and k the same batch letter (bhsd,bhtd->bhst)"),
+        (torch.matmul(q, k.sum(1, keepdim=True).transpose(-1, -2)),
+         "every query meets the keys of all heads added up: in the einsum string the head axis of k has a letter "
+         "of its own, so it is summed over; give q and k the same head letter (bhsd,bhtd->bhst)"),
+    ]
 
 
 @DOTS.visible

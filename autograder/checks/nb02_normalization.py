@@ -21,10 +21,12 @@ from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.rules import NORMS, Rule
 
-LAYER_NORM = Exercise("layer_norm", "Exercise 1: LayerNorm from scratch", points=3, rules=(
-    Rule("do not call torch.nn.functional.layer_norm or nn.LayerNorm", NORMS),))
-RMS_NORM = Exercise("rms_norm", "Exercise 2: RMSNorm", points=3, rules=(
-    Rule("do not call torch.nn.functional.rms_norm or nn.RMSNorm", NORMS),))
+# Every route to a normalization that torch offers (``rules.NORMS``): LayerNorm is also instance_norm or batch_norm on
+# the tokens as channels, group_norm with one group, normalize of the centred x.
+_READY_MADE = ("do not call any of PyTorch's ready-made normalizations: F.layer_norm, F.rms_norm, F.group_norm, "
+               "F.instance_norm, F.batch_norm, F.local_response_norm, F.normalize or their nn modules")
+LAYER_NORM = Exercise("layer_norm", "Exercise 1: LayerNorm from scratch", points=3, rules=(Rule(_READY_MADE, NORMS),))
+RMS_NORM = Exercise("rms_norm", "Exercise 2: RMSNorm", points=3, rules=(Rule(_READY_MADE, NORMS),))
 EXERCISES = [LAYER_NORM, RMS_NORM]
 
 F32 = {"atol": 1e-5, "rtol": 1e-5}

@@ -25,8 +25,8 @@ from autograder.exercises import Exercise
 from autograder.rules import ATTENTIONS, LOG_SOFTMAXES, SOFTMAXES, Rule
 
 SOFTMAX = Exercise("softmax", "Exercise 1: a numerically stable softmax", points=1, rules=(
-    Rule("do not call torch.softmax, F.softmax, Tensor.softmax or any other ready-made softmax (log_softmax and "
-         "logsumexp included)", SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS),))
+    Rule("do not call torch.softmax, F.softmax, Tensor.softmax or any other ready-made softmax (log_softmax, "
+         "logsumexp, logcumsumexp and logaddexp included)", SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS),))
 WEIGHTS = Exercise("attention_weights", "Exercise 2: attention weights", points=2, rules=(
     Rule("do not call torch.softmax, F.softmax or F.scaled_dot_product_attention",
          SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS),))
@@ -177,6 +177,16 @@ def test_sdpa_matches_torch(impl):
     q, k, v = _randn((2, 4, 8), 20), _randn((2, 6, 8), 21), _randn((2, 6, 3), 22)
     expect.close(impl.scaled_dot_product_attention(q, k, v), _sdpa(q, k, v), "attention output for q [2,4,8], k [2,6,8], v [2,6,3]",
                  **TOL, alternatives=[(w @ v, diagnosis) for w, diagnosis in _weight_mistakes(q, k)])
+
+
+@SDPA.visible
+def test_sdpa_uses_attention_weights(impl):
+    "uses your attention_weights: it runs while scaled_dot_product_attention does, called however you like"
+    q, k, v = _randn((1, 3, 4), 32), _randn((1, 5, 4), 33), _randn((1, 5, 2), 34)
+    got = impl.attention_weights_used(q, k, v, _mask((1, 3, 5), 35))
+    # None: attention_weights is no Python function whose code could be watched; nothing to observe, so no failure.
+    expect.that(got["calls"] != 0, f"this exercise's rule is: {SDPA.rules[0].text}; your scaled_dot_product_attention "
+                "computed the weights without calling your attention_weights")
 
 
 @SDPA.hidden

@@ -47,14 +47,15 @@ from torch.utils.flop_counter import FlopCounterMode
 from autograder import expect
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
+from autograder.rules import ACTIVATIONS as READY_MADE_ACTIVATIONS
 from autograder.rules import Rule
 
 ACTIVATIONS = Exercise("ffn_activations", "Exercise 1: ReLU, GELU (exact and tanh) and SiLU", points=2, rules=(
-    Rule("do not call F.relu, torch.relu, F.gelu, F.silu, nn.GELU, nn.SiLU or nn.ReLU",
-         tuple(f"torch.nn.functional.{f}" for f in ("relu", "relu_", "relu6", "gelu", "silu", "mish", "elu",
-                                                    "leaky_relu", "hardswish", "softplus"))
-         + ("torch.relu", "torch.relu_", "torch.Tensor.relu", "torch.Tensor.relu_",
-            "torch.nn.GELU", "torch.nn.SiLU", "torch.nn.ReLU", "torch.nn.Mish")),))
+    # Every route torch offers (rules.ACTIVATIONS): a ReLU is also F.threshold, F.hardtanh(x, 0, inf) or leaky_relu
+    # with slope 0, a SiLU F.glu of [x, x], a GELU x times torch.special.ndtr.
+    Rule("do not call any of PyTorch's ready-made activations (F.relu, torch.relu, F.gelu, F.silu, F.threshold, "
+         "F.hardtanh, F.leaky_relu, F.elu, F.glu, ..., nn.ReLU, nn.GELU, nn.SiLU, ..., torch.special.ndtr); "
+         "torch.exp, torch.tanh, torch.erf, torch.sigmoid and arithmetic are allowed", READY_MADE_ACTIVATIONS),))
 FFN = Exercise("feed_forward", "Exercise 2: the position-wise FeedForward", points=3)
 WIDTH = Exercise("swiglu_width", "Exercise 3: SwiGLU's hidden width and parameter counts", points=2, rules=(
     Rule("work it out from the shapes of the nn.Linear layers; do not build the modules", ("torch.nn.Linear", "torch.nn.Bilinear",
@@ -423,9 +424,9 @@ def swiglu_state(d_model, d_ff, seed, bias=False):
     state = {"w1.weight": _randn((d_ff, d_model), seed, d_model ** -0.5),
              "w2.weight": _randn((d_model, d_ff), seed + 1, d_ff ** -0.5),
              "w3.weight": _randn((d_ff, d_model), seed + 2, d_model ** -0.5)}
-    if bias:
-        for name, size in (("w1", d_ff), ("w2", d_model), ("w3", d_ff)):
-            state[f"{name}.bias"] = _randn((size,), seed + 3 + len(name), 0.3)
+    if bias:  # a seed of its own for each bias: equal w1 and w3 biases would hide their order (gate first)
+        for i, (name, size) in enumerate((("w1", d_ff), ("w2", d_model), ("w3", d_ff))):
+            state[f"{name}.bias"] = _randn((size,), seed + 7 + i, 0.3)
     return state
 
 
@@ -692,9 +693,15 @@ def _check_conversion(impl, name, given, expected, what):
         if not torch.equal(have, want) and key.startswith("gate_up_proj"):
             half = want.shape[0] // 2
             swapped = torch.cat([want[half:], want[:half]])
+            part = "bias (w3.bias) in its first half" if key.endswith("bias") else "rows (w3) first"
             expect.that(not torch.equal(have, swapped),
-                        f"{name}(state)[{key!r}] has the up rows (w3) first; the gate (w1) comes first, then up (w3), "
-                        "as in Phi-3's gate_up_proj")
+                        f"{name}(state)[{key!r}] has the up {part}; the gate (w1) comes first, then up (w3), "
+                        "in the bias as in the weight, as in Phi-3's gate_up_proj")
+        other = {"w1": "w3", "w3": "w1"}.get(key[:2])
+        if other and not torch.equal(have, want) and torch.equal(have, expected[other + key[2:]]):
+            expect.fail(f"{name}(state)[{key!r}] holds the {'second' if key[:2] == 'w1' else 'first'} half of "
+                        f"gate_up_proj.{key[3:]}: the gate (w1) is the first half and up (w3) the second, in the bias "
+                        "as in the weight")
         expect.that(torch.equal(have, want), f"{name}(state)[{key!r}] does not hold the values it should: "
                     + ("rows 0..d_ff-1 are w1's, rows d_ff..2*d_ff-1 w3's" if key.startswith("gate_up_proj")
                        else "down_proj is w2, unchanged" if key.startswith("down_proj")

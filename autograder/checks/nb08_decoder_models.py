@@ -22,7 +22,8 @@ Oracles (Hugging Face ``transformers``, imported lazily here, never beside stude
   The forward is also compared with the unfused computation (``gqa_math``: one ``x @ W.T`` per projection),
   and ``fuse_qkv`` with ``F.linear`` per projection. "One product" is observed with ``adapters.shapes_made``:
   some tensor of batch * seq * (H + 2G) * head_dim numbers must be made (sizes chosen so that no other
-  tensor of the forward has that many).
+  tensor of the forward has that many). "The result is a new dict" is observed by the adapter: the caller's dict
+  keeps its keys and its tensor objects, and those keep their values, shapes and version counters.
 - Closed forms: the GPT-2 parameter count of the 124M configuration, 124,439,808;
   ``F.cross_entropy`` on a shift done here.
 
@@ -69,8 +70,20 @@ from autograder.reference import decoders, hf_llama
 from autograder.reference.feed_forward import SwiGLU
 from autograder.reference.modern import RotaryGroupedQueryAttention
 from autograder.reference.rope import RoPE, halves_permutation, rope
+from autograder.rules import Rule
 
-COUNT = Exercise("gpt2_num_parameters", "Exercise 1: GPT-2's parameter count", points=2)
+# "As a closed form: no model built", enforced as notebook 09's count is: the torch modules a model is built from
+# are refused while the function runs (however they are reached: the course's GPT2, Hugging Face's, the meta
+# device), and the answer cell may not name the notebook's models or Hugging Face's.
+COUNT = Exercise("gpt2_num_parameters", "Exercise 1: GPT-2's parameter count", points=2, rules=(
+    Rule("as a closed form: no model built",
+         ("torch.nn.Linear", "torch.nn.LazyLinear", "torch.nn.Bilinear", "torch.nn.Embedding", "torch.nn.EmbeddingBag",
+          "torch.nn.LayerNorm", "torch.nn.RMSNorm", "torch.nn.MultiheadAttention", "torch.nn.Conv1d",
+          "torch.nn.Transformer", "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerEncoderLayer",
+          "torch.nn.Module", "transformers.GPT2LMHeadModel", "transformers.GPT2Model", "transformers.AutoModel",
+          "transformers.AutoModelForCausalLM"),
+         names=("GPT2", "PreNormBlock", "LayerNorm", "RMSNorm", "SwiGLU", "ModernBlock", "ModernDecoder", "RotaryGQA",
+                "FusedRotaryGQA")),))
 GPT2 = Exercise("gpt2_model", "Exercise 2: the GPT-2 model", points=4)
 LOSS = Exercise("causal_lm_loss", "Exercise 3: the causal language-modelling loss", points=2)
 GPT2_CONVERT = Exercise("gpt2_state_from_hf", "Exercise 4: loading a GPT-2 checkpoint", points=3)
@@ -1051,7 +1064,8 @@ def _fuse_diagnose(fused, parts, what):
 def _fuse_case(impl, seed, d, heads, kv, *, bias=False, prefix="", extra=()):
     state = _separate_state(seed, d, heads, kv, bias=bias, prefix=prefix, extra=extra)
     what = f"fuse_qkv(state with {prefix}q_proj/k_proj/v_proj" + (" weights and biases" if bias else "") + ")"
-    got = impl.fuse_qkv(state)
+    result = impl.fuse_qkv(state)
+    got = result["value"]
     expect.that(isinstance(got, dict), f"{what} returned a {type(got).__name__}, expected a dict")
     kinds = ("weight", "bias") if bias else ("weight",)
     expected_keys = sorted([*extra, *(f"{prefix}qkv_proj.{kind}" for kind in kinds)])
@@ -1074,6 +1088,24 @@ def _fuse_case(impl, seed, d, heads, kv, *, bias=False, prefix="", extra=()):
     separate = torch.cat([F.linear(x, wi, bi) for wi, bi in zip(w, b, strict=True)], -1)
     one = F.linear(x, got[f"{prefix}qkv_proj.weight"], got.get(f"{prefix}qkv_proj.bias"))
     expect.close(one, separate, f"F.linear(x, *{what}'s qkv_proj)", **TOL)
+    _check_caller_unchanged(result["caller"], what)
+
+
+_NEW_DICT = ("build the result as a new dict (fused = {...}) and leave the caller's dict and its tensors as they "
+             "were: the caller may still need its separate projections")
+
+
+def _check_caller_unchanged(caller: dict, what: str) -> None:
+    """"The result is a new dict": the caller's dict keeps its keys and its tensors, unmodified (``adapters``
+    observe the dict, the tensor objects and their version counters)."""
+    expect.that(not caller["same_dict"], f"{what} returned the dict it was given, changed: {_NEW_DICT}")
+    changed = [f"removed {caller['removed']}" if caller["removed"] else "",
+               f"added {caller['added']}" if caller["added"] else "",
+               f"replaced the tensors of {caller['replaced']}" if caller["replaced"] else ""]
+    changed = [c for c in changed if c]
+    expect.that(not changed, f"{what} changed the caller's dict: it {', '.join(changed)}; {_NEW_DICT}")
+    expect.that(not caller["edited"], f"{what} modified the caller's tensors {caller['edited']} in place (an in-place "
+                f"operation, a method ending in _ or an assignment to .data); {_NEW_DICT}")
 
 
 @torch.no_grad()
@@ -1140,7 +1172,7 @@ def test_fuse_qkv_layout_is_phi3s(impl):
         config = _hf_llama_config(fields)
         llama_layer = _randomize(llama.LlamaAttention(config, layer_idx=0).eval(), seed)
         separate = {k: v for k, v in llama_layer.state_dict().items()}
-        fused = impl.fuse_qkv(separate)
+        fused = impl.fuse_qkv(separate)["value"]
         expect.that(isinstance(fused, dict) and "qkv_proj.weight" in fused, "fuse_qkv(LlamaAttention.state_dict()) "
                     "has no 'qkv_proj.weight'")
         phi3_config = T.Phi3Config(hidden_size=d, intermediate_size=fields["d_ff"], num_attention_heads=heads,

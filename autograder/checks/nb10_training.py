@@ -46,16 +46,19 @@ from autograder.rules import LOG_SOFTMAXES, Rule
 
 GET_BATCH = Exercise("get_batch", "Exercise 6: get_batch", points=3)
 CROSS_ENTROPY = Exercise("cross_entropy", "Exercise 1: cross_entropy", points=4, rules=(
-    Rule("do not use F.cross_entropy, F.nll_loss, log_softmax or torch.logsumexp",
+    Rule("do not use F.cross_entropy, F.nll_loss, or any ready-made log_softmax or log-sum-exp (torch.logsumexp, "
+         "logcumsumexp, logaddexp included)",
          ("torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss", "torch.nn.CrossEntropyLoss",
           "torch.nn.NLLLoss", *LOG_SOFTMAXES)),))
 ADAMW = Exercise("adamw", "Exercise 2: AdamW", points=5)
 INVERSE_SQRT = Exercise("inverse_sqrt_lr", "Exercise 3: inverse_sqrt_lr", points=2)
 COSINE = Exercise("cosine_lr", "Exercise 4: cosine_lr", points=3)
 CLIP = Exercise("clip_grad_norm", "Exercise 5: clip_grad_norm", points=3, rules=(
-    Rule("do not call torch.nn.utils.clip_grad_norm_", ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm",
-                                                        "torch.nn.utils.clip_grads_with_norm_",
-                                                        "torch.nn.utils.get_total_norm")),))
+    # clip_grad_norm_ is a plain Python function, unseen by torch-function modes: while the checks run its code is
+    # swapped for code that refuses (autograder.rules), so a reference kept anywhere refuses too.
+    Rule("do not call torch.nn.utils.clip_grad_norm_ (nor its parts get_total_norm and clip_grads_with_norm_)",
+         ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grads_with_norm_",
+          "torch.nn.utils.get_total_norm")),))
 CHECKPOINT = Exercise("checkpoint", "Exercise 7: save_checkpoint and load_checkpoint", points=4)
 EVALUATE = Exercise("evaluate", "Exercise 8: evaluate", points=2)
 TRAIN = Exercise("train", "Exercise 9: train", points=5)

@@ -120,6 +120,28 @@ WRONG = [
     ),
     Wrong(
         "pairwise_sq_distances",
+        "unsqueeze_ on the input, squeeze_ to put the shape back",
+        pairwise_sq_distances("a.unsqueeze_(1)\n    diff = a - b[None, :, :]\n    a.squeeze_(1)\n"
+                              "    return (diff ** 2).sum(-1)"),
+        "changed its input `a` in place, even if it put it back afterwards",
+    ),
+    Wrong(
+        "pairwise_sq_distances",
+        "centres both inputs in place (sub_), then adds the centre back",
+        pairwise_sq_distances("centre = a.mean(0)\n    a.sub_(centre)\n    b.sub_(centre)\n"
+                              "    out = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)\n"
+                              "    a.add_(centre)\n    b.add_(centre)\n    return out"),
+        "changed its input `a` in place",
+    ),
+    Wrong(
+        "pairwise_sq_distances",
+        "reshapes the input through .data and back (no method ending in _)",
+        pairwise_sq_distances("a.data = a.data.unsqueeze(1)\n    diff = a - b.unsqueeze(0)\n"
+                              "    a.data = a.data.squeeze(1)\n    return (diff ** 2).sum(-1)"),
+        "when they are one tensor, changing a changes b too",
+    ),
+    Wrong(
+        "pairwise_sq_distances",
         "squeezes away size-1 dimensions",
         pairwise_sq_distances(
             "diff = (a[:, None, :] - b[None, :, :]).squeeze()\n    return (diff ** 2).sum(-1)"
@@ -157,6 +179,30 @@ WRONG = [
         "sums over the keys as well",
         head_dot_products('return torch.einsum("bhsd,bhtd->bhs", q, k)'),
         "it also sums over the keys",
+    ),
+    Wrong(
+        "head_dot_products",
+        "divided by d (right shape, values wrong)",
+        head_dot_products('return torch.einsum("bhsd,bhtd->bhst", q, k) / q.shape[-1]'),
+        "differs from the expected values",
+    ),
+    Wrong(
+        "head_dot_products",
+        "softmax applied",
+        head_dot_products('return torch.einsum("bhsd,bhtd->bhst", q, k).softmax(dim=-1)'),
+        "a softmax was applied",
+    ),
+    Wrong(
+        "head_dot_products",
+        "a letter of its own for the keys' batch axis (summed over)",
+        head_dot_products('return torch.einsum("bhsd,chtd->bhst", q, k)'),
+        "the batch axis of k has a letter of its own",
+    ),
+    Wrong(
+        "head_dot_products",
+        "a letter of its own for the keys' head axis (summed over)",
+        head_dot_products('return torch.einsum("bhsd,bgtd->bhst", q, k)'),
+        "the head axis of k has a letter of its own",
     ),
     Wrong(
         "head_dot_products",

@@ -46,12 +46,27 @@ RIGHT = {"layer_norm": layer_norm(), "rms_norm": rms_norm()}
 
 WRONG = [
     # The exercises' rules (autograder.rules): each message quotes the rule.
+    Wrong("layer_norm", "F.instance_norm on the tokens as channels",
+          layer_norm(out="F.instance_norm(x.reshape(1, -1, x.shape[-1]), eps=self.eps).reshape(x.shape) * self.weight "
+                         "+ self.bias"),
+          "this exercise's rule is: do not call any of PyTorch's ready-made normalizations"),
+    Wrong("layer_norm", "F.batch_norm on transposed tokens",
+          layer_norm(out="F.batch_norm(x.reshape(-1, x.shape[-1]).T, None, None, training=True, eps=self.eps).T"
+                         ".reshape(x.shape) * self.weight + self.bias"),
+          "this exercise's rule is: do not call any of PyTorch's ready-made normalizations"),
+    Wrong("layer_norm", "F.group_norm with one group",
+          layer_norm(out="F.group_norm(x.reshape(-1, x.shape[-1]), 1, eps=self.eps).reshape(x.shape) * self.weight "
+                         "+ self.bias"),
+          "this exercise's rule is: do not call any of PyTorch's ready-made normalizations"),
+    Wrong("rms_norm", "F.normalize scaled by the square root of the width",
+          rms_norm(rms="1.0", out="(F.normalize(x32, dim=-1) * x32.shape[-1] ** 0.5 * self.weight).to(x.dtype)"),
+          "this exercise's rule is: do not call any of PyTorch's ready-made normalizations"),
     Wrong("layer_norm", "calls F.layer_norm",
           layer_norm(out="F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)"),
-          "this exercise's rule is: do not call torch.nn.functional.layer_norm"),
+          "this exercise's rule is: do not call any of PyTorch's ready-made normalizations"),
     Wrong("rms_norm", "calls F.rms_norm through getattr",
           rms_norm().replace("def forward(self, x):\n", "def forward(self, x):\n        return getattr(F, 'rms_' + 'norm')(x, x.shape[-1:], self.weight, self.eps)\n"),
-          "this exercise's rule is: do not call torch.nn.functional.rms_norm"),
+          "this exercise's rule is: do not call any of PyTorch's ready-made normalizations"),
 
     Wrong("layer_norm", "eps outside the square root",
           layer_norm(out="(x - mean) / (torch.sqrt(var) + self.eps) * self.weight + self.bias"), "eps is added outside"),

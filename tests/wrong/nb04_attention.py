@@ -108,6 +108,17 @@ WRONG = [
           "not scaled"),
     Wrong("scaled_dot_product_attention", "calls torch's function",
           sdpa(body="torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)"), "this exercise's rule is"),
+    Wrong("scaled_dot_product_attention", "right values, but the weights written out again instead of attention_weights",
+          sdpa(body="torch.nan_to_num(softmax((q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill("
+                    "~mask if mask is not None else torch.zeros((), dtype=torch.bool), float('-inf'))), nan=0.0) @ v"),
+          "without calling your attention_weights"),
+    Wrong("scaled_dot_product_attention", "right values, from a copy of attention_weights under another name",
+          sdpa(body="_weights(q, k, mask) @ v").replace("def attention_weights(", "def _weights(")
+          + "\n\nattention_weights = lambda q, k, mask=None: _weights(q, k, mask)\n",
+          "without calling your attention_weights"),
+    Wrong("softmax", "the last column of torch.logcumsumexp",
+          "def softmax(x, dim=-1):\n    return torch.exp(x - torch.logcumsumexp(x, dim).narrow(dim, -1, 1))\n",
+          "this exercise's rule is: do not call torch.softmax"),
     Wrong("scaled_dot_product_attention", "ignores the mask", sdpa(body="attention_weights(q, k) @ v"), "attention output with"),
     Wrong("scaled_dot_product_attention", "multiplies v by the scores' transpose",
           sdpa(body="attention_weights(q, k, mask).transpose(-1, -2)[..., : v.shape[-2], : q.shape[-2]] @ v[..., : q.shape[-2], :]"),

@@ -135,6 +135,30 @@ WRONG = [
                         "o = torch.cat([F.scaled_dot_product_attention(q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1], "
                         "attn_mask=mask) for i in range(self.num_heads)], dim=1)"),
           "this exercise's rule is: no Python loop over heads"),
+    Wrong("multi_head_attention", "a loop over heads written as map (no extra lines run)",
+          mha().replace("o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
+                        "o = torch.stack(list(map(F.scaled_dot_product_attention, q.unbind(1), k.unbind(1), v.unbind(1))), "
+                        "dim=1)"),
+          "this exercise's rule is: no Python loop over heads"),
+    Wrong("multi_head_attention", "a loop over heads run from a string with exec",
+          mha().replace("o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
+                        "env = dict(F=F, torch=torch, q=q, k=k, v=v, mask=mask, h=self.num_heads)\n"
+                        "        exec('o = torch.cat([F.scaled_dot_product_attention(q[:, i:i + 1], k[:, i:i + 1], '\n"
+                        "             'v[:, i:i + 1], attn_mask=mask) for i in range(h)], dim=1)', env)\n"
+                        "        o = env['o']"),
+          "this exercise's rule is: no Python loop over heads"),
+    Wrong("multi_head_attention", "a loop over heads in a string, run by an eval reached by name",
+          mha().replace("o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)",
+                        "o = vars(__import__('built' + 'ins'))['ev' + 'al']('torch.cat([F.scaled_dot_product_attention('\n"
+                        "             'q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1], attn_mask=mask) for i in range(h)], 1)', "
+                        "dict(F=F, torch=torch, q=q, k=k, v=v, mask=mask, h=self.num_heads))"),
+          "this exercise's rule is: no Python loop over heads"),
+    Wrong("grouped_query_attention", "enable_gqa=True spelled as a dict of keywords",
+          gqa(repeat="k, v").replace("attn_mask=mask)", "attn_mask=mask, **{'enable_gqa': True})"),
+          "this exercise's rule is: write the repeat of the key/value heads yourself"),
+    Wrong("grouped_query_attention", "enable_gqa=1",
+          gqa(repeat="k, v").replace("attn_mask=mask)", "attn_mask=mask, enable_gqa=1)"),
+          "this exercise's rule is: write the repeat of the key/value heads yourself"),
     Wrong("grouped_query_attention", "lets enable_gqa repeat the heads",
           gqa(repeat="k, v").replace("attn_mask=mask)", "attn_mask=mask, enable_gqa=True)"),
           "this exercise's rule is: write the repeat of the key/value heads yourself"),

@@ -139,6 +139,8 @@ _CAT_W = 'torch.cat([state["w1.weight"], state["w3.weight"]], dim=0)'
 _CAT_B = 'torch.cat([state["w1.bias"], state["w3.bias"]])'
 _SPLIT = 'gate, up = state[f"gate_up_proj.{kind}"].chunk(2, dim=0)'
 _FORWARD = "gate, up = self.gate_up_proj(x).chunk(2, dim=-1)\n        return self.down_proj(F.silu(gate) * up)"
+_SPLIT_BIAS_SWAPPED = ('first, second = state[f"gate_up_proj.{kind}"].chunk(2, dim=0)\n'
+                       '            gate, up = (second, first) if kind == "bias" else (first, second)')
 
 
 def fused(cat_weight=_CAT_W, cat_bias=_CAT_B, split=_SPLIT, forward=_FORWARD):
@@ -270,7 +272,17 @@ WRONG = [
     Wrong("fused_swiglu", "unfuse splits along dim 1",
           fused(split='gate, up = state[f"gate_up_proj.{kind}"].chunk(2, dim=-1)'), "unfuse_swiglu_state"),
     Wrong("fused_swiglu", "unfuse swaps gate and up",
-          fused(split='up, gate = state[f"gate_up_proj.{kind}"].chunk(2, dim=0)'), "w1 is the first half"),
+          fused(split='up, gate = state[f"gate_up_proj.{kind}"].chunk(2, dim=0)'),
+          "holds the second half of gate_up_proj.weight"),
+    # The bias halves (issue 34): a pair that swaps them both ways round-trips exactly, yet a FusedSwiGLU loaded
+    # from fuse_swiglu_state differs from the SwiGLU it came from; each direction is compared with the stated layout.
+    Wrong("fused_swiglu", "both conversions swap the bias halves (round-trips exactly)",
+          fused(cat_bias='torch.cat([state["w3.bias"], state["w1.bias"]])', split=_SPLIT_BIAS_SWAPPED),
+          "has the up bias (w3.bias) in its first half"),
+    Wrong("fused_swiglu", "fuse puts the up bias first",
+          fused(cat_bias='torch.cat([state["w3.bias"], state["w1.bias"]])'), "has the up bias (w3.bias) in its first half"),
+    Wrong("fused_swiglu", "unfuse takes the bias halves the other way round", fused(split=_SPLIT_BIAS_SWAPPED),
+          "unfuse_swiglu_state(state)['w1.bias'] holds the second half of gate_up_proj.bias"),
     Wrong("fused_swiglu", "fuse removes the keys from the dict it is given",
           fused(cat_weight='torch.cat([state.pop("w1.weight"), state.pop("w3.weight")], dim=0)'),
           "changed the dict it was given"),

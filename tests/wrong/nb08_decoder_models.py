@@ -301,6 +301,35 @@ def fused(**changes):
     return _fill(_FUSED, **(FUSED_PARTS | changes))
 
 
+def fuse_only(fuse_qkv: str) -> str:
+    """The fused template with another ``fuse_qkv``."""
+    return fuse_qkv + "\n\nclass FusedRotaryGQA" + fused().split("\n\nclass FusedRotaryGQA", 1)[1]
+
+
+# "The result is a new dict" (issue 34): three ways of getting the values right while changing the caller's dict.
+_FUSE_IN_PLACE = '''
+def fuse_qkv(state):
+    trios = [(key[:-len(f"q_proj.{kind}")], kind) for key in state for kind in ("weight", "bias")
+             if key.endswith(f"q_proj.{kind}")]
+    for prefix, kind in trios:
+        parts = [state.pop(f"{prefix}{n}_proj.{kind}") for n in "qkv"]
+        state[f"{prefix}qkv_proj.{kind}"] = torch.cat(parts, dim=0)
+    return state
+'''
+_FUSE_POPS = '''
+def fuse_qkv(state):
+    fused = {}
+    for key in list(state):
+        for kind in ("weight", "bias"):
+            if key.endswith(f"q_proj.{kind}"):
+                prefix = key[:-len(f"q_proj.{kind}")]
+                parts = [state.pop(f"{prefix}{n}_proj.{kind}") for n in "qkv"]
+                fused[f"{prefix}qkv_proj.{kind}"] = torch.cat(parts, dim=0)
+    fused.update(state)
+    return fused
+'''
+
+
 RIGHT = {"gpt2_num_parameters": count(), "gpt2_model": gpt2(), "causal_lm_loss": loss(),
          "gpt2_state_from_hf": gpt2_convert(), "rotary_gqa": rotary(), "modern_block": modern_block(),
          "modern_decoder": decoder(), "llama_state_from_hf": llama_convert(),
@@ -315,6 +344,20 @@ WRONG = [
     Wrong("gpt2_num_parameters", "final LayerNorm forgotten", count(final="0"), "the final LayerNorm ln_f"),
     Wrong("gpt2_num_parameters", "position table forgotten", count(embeddings="config.vocab_size * d"),
           "the position table wpe"),
+    # "As a closed form: no model built" (issue 34): counting a model built here, the course's or Hugging Face's.
+    Wrong("gpt2_num_parameters", "counts the parameters of the notebook's GPT2",
+          "\ndef gpt2_num_parameters(config):\n    return sum(p.numel() for p in GPT2(config).parameters())\n",
+          "this exercise's rule is: as a closed form: no model built"),
+    Wrong("gpt2_num_parameters", "builds GPT2 on the meta device (no memory, still a model)",
+          "\ndef gpt2_num_parameters(config):\n    build = globals()['GP' + 'T2']\n    with torch.device('meta'):\n"
+          "        model = build(config)\n    return sum(p.numel() for p in model.parameters())\n",
+          "this exercise's rule is: as a closed form: no model built"),
+    Wrong("gpt2_num_parameters", "asks Hugging Face's GPT2LMHeadModel",
+          "\ndef gpt2_num_parameters(config):\n    import transformers\n"
+          "    hf = transformers.GPT2Config(vocab_size=config.vocab_size, n_positions=config.n_positions, "
+          "n_embd=config.d_model,\n                                 n_layer=config.n_layers, n_head=config.n_heads, "
+          "n_inner=config.d_ff)\n    return transformers.GPT2LMHeadModel(hf).num_parameters()\n",
+          "this exercise's rule is: as a closed form: no model built"),
     # Exercise 2
     Wrong("gpt2_model", "head not tied", gpt2(tie="pass"), "head is not tied"),
     Wrong("gpt2_model", "positions 0..seq-1 under left padding", gpt2(positions="torch.arange(length)"),
@@ -417,6 +460,15 @@ WRONG = [
           rotary().replace("        self.rope = rope\n", "        self.rope = type(rope)(self.head_dim, 64)\n"),
           "is not the rope it was given"),
     # Exercise 9
+    Wrong("fused_rotary_gqa", "fuse_qkv edits the caller's dict and returns it", fuse_only(_FUSE_IN_PLACE),
+          "returned the dict it was given"),
+    Wrong("fused_rotary_gqa", "fuse_qkv pops q/k/v out of the caller's dict", fuse_only(_FUSE_POPS),
+          "changed the caller's dict: it removed"),
+    Wrong("fused_rotary_gqa", "fuse_qkv reuses the q tensor for the fused one (.data)",
+          fused().replace('fused[f"{prefix}qkv_proj.{kind}"] = torch.cat([q, k, v], dim=0)',
+                          'q.data = torch.cat([q, k, v], dim=0)  # no new tensor\n'
+                          '                fused[f"{prefix}qkv_proj.{kind}"] = q'),
+          "modified the caller's tensors"),
     Wrong("fused_rotary_gqa", "is_causal accepted but not passed on",
           fused(attend="F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"), "is_causal=True is ignored"),
     Wrong("fused_rotary_gqa", "fused in the order k, q, v", fused(cat="torch.cat([k, q, v], dim=0)"),

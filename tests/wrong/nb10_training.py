@@ -186,6 +186,35 @@ RIGHT = {"get_batch": GET_BATCH, "cross_entropy": CROSS_ENTROPY, "adamw": ADAMW,
 _STARTS = "torch.randint(0, len(tokens) - context_length, (batch_size,), generator=generator)"
 
 WRONG = [
+    # The exercises' rules (autograder.rules), against a determined student: each message quotes the rule.
+    Wrong("clip_grad_norm", "clip_grad_norm_ by a computed name, kept in a default argument",
+          "def clip_grad_norm(parameters, max_norm, _clip=getattr(torch.nn.utils, 'clip_grad_norm' + chr(95))):\n"
+          "    return _clip(parameters, max_norm)\n",
+          "this exercise's rule is: do not call torch.nn.utils.clip_grad_norm_"),
+    Wrong("clip_grad_norm", "the function clip_grad_norm_ wraps, reached through its module",
+          "import importlib\n\n_module = importlib.import_module('torch.nn.utils.' + 'clip' + '_grad')\n"
+          "_inner = vars(_module)['clip_grad_norm' + chr(95)].__wrapped__\n\n\n"
+          "def clip_grad_norm(parameters, max_norm):\n    with torch.no_grad():\n"
+          "        return _inner(list(parameters), max_norm)\n",
+          "this exercise's rule is: do not call torch.nn.utils.clip_grad_norm_"),
+    Wrong("clip_grad_norm", "get_total_norm and clip_grads_with_norm_ kept in a tuple",
+          "_tools = tuple(vars(torch.nn.utils)[n] for n in sorted(vars(torch.nn.utils)) if n.endswith('_norm') "
+          "or n.endswith('with_norm_'))\n\n\n"
+          "def clip_grad_norm(parameters, max_norm):\n    parameters = list(parameters)\n"
+          "    grads = [p.grad for p in parameters if p.grad is not None]\n"
+          "    total = [t for t in _tools if 'total' in t.__name__][0](grads)\n"
+          "    [t for t in _tools if 'with_norm' in t.__name__][0](parameters, max_norm, total)\n"
+          "    return total\n",
+          "this exercise's rule is: do not call torch.nn.utils.clip_grad_norm_"),
+    Wrong("cross_entropy", "log-sum-exp through torch.logcumsumexp",
+          _edit(CROSS_ENTROPY, ("torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))",
+                                "torch.logcumsumexp(shifted, dim=-1)[:, -1:]")),
+          "this exercise's rule is: do not use F.cross_entropy"),
+    Wrong("cross_entropy", "log-sum-exp by folding logaddexp over the vocabulary",
+          _edit(CROSS_ENTROPY, ("torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))",
+                                "functools.reduce(torch.logaddexp, shifted.unbind(-1))[:, None]"))
+          .replace("def cross_entropy", "import functools\n\n\ndef cross_entropy"),
+          "this exercise's rule is: do not use F.cross_entropy"),
     # Exercise 6 (get_batch)
     Wrong("get_batch", "the last valid start is never drawn",
           _edit(GET_BATCH, (_STARTS, _STARTS.replace("len(tokens) - context_length", "len(tokens) - context_length - 1"))),
