@@ -16,7 +16,23 @@ class CheckFailed(AssertionError):
 
 
 class StudentCodeError(Exception):
-    """Student code raised an exception; the message names it and the student's line."""
+    """Student code raised an exception; the message names it and the student's line.
+
+    ``stub``: it was the untouched stub's ``raise NotImplementedError()`` (no message), not a
+    NotImplementedError that a library raised inside finished code (``is_stub``).
+    """
+
+    def __init__(self, message: str, stub: bool = False):
+        super().__init__(message)
+        self.stub = stub
+
+
+def is_stub(error: BaseException) -> bool:
+    """Whether ``error`` is what an unfinished answer raises: ``NotImplementedError()``, without a message.
+
+    PyTorch raises NotImplementedError too (an operation with no kernel for these inputs), always with a
+    message: finished code that meets one is failing, not "not implemented yet"."""
+    return isinstance(error, NotImplementedError) and not error.args
 
 
 class SandboxError(Exception):

@@ -160,7 +160,7 @@ def run_check(check: Check, impl) -> CheckResult:
         return CheckResult(check, False, str(error) or "an assertion failed")
     except StudentCodeError as error:
         text = str(error)
-        if text.startswith("NotImplementedError"):
+        if error.stub:
             return CheckResult(check, False, NOT_IMPLEMENTED + f" {text[len('NotImplementedError'):].strip()}")
         return CheckResult(check, False, f"your code raised {text}")
     except (SandboxError, GradingError):

@@ -226,7 +226,7 @@ class StudentProcess:
             self._worker = None
             raise
         if not reply["ok"]:
-            raise StudentCodeError(reply["error"])
+            raise StudentCodeError(reply["error"], stub=bool(reply.get("stub")))
         return reply["value"]
 
     def _ready_worker(self) -> Worker:

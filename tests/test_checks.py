@@ -41,3 +41,31 @@ class _NotebookChecks:
 for _notebook in NOTEBOOKS:
     _name = f"TestChecks{_notebook[:2]}"
     globals()[_name] = type(_name, (_NotebookChecks,), {"notebook": _notebook})
+
+
+def test_a_library_notimplementederror_in_finished_code_is_not_a_stub():
+    """Only the stub's bare ``raise NotImplementedError()`` means "not implemented yet"; PyTorch's own
+    NotImplementedError (an operation with no kernel for these inputs) inside finished code is a failure
+    of that code, reported as what it raised."""
+    from autograder.errors import StudentCodeError
+    from autograder.exercises import Check
+
+    def raising(error):
+        def check(impl):
+            raise error
+
+        return Check(check, hidden=False)
+
+    library = StudentCodeError("NotImplementedError: Could not run 'aten::add' with arguments (line 3 of your cell)")
+    result = run_check(raising(library), impl=None)
+    assert not result.message.startswith(NOT_IMPLEMENTED) and "Could not run 'aten::add'" in result.message, result
+    stub = StudentCodeError("NotImplementedError (line 7 of your cell, in forward)", stub=True)
+    assert run_check(raising(stub), impl=None).message.startswith(NOT_IMPLEMENTED)
+
+
+def test_the_worker_tells_the_stub_from_a_library_notimplementederror():
+    from autograder.errors import is_stub
+
+    assert is_stub(NotImplementedError())
+    assert not is_stub(NotImplementedError("Could not run 'aten::_foo' with arguments from the 'CPU' backend"))
+    assert not is_stub(ValueError())
