@@ -17,6 +17,7 @@ from wrong import PRELUDE
 from wrong.nb04_attention import SOFTMAX_DODGES
 from wrong.nb05_multihead_attention import gqa, mha
 from wrong.nb06_feed_forward import fused as ffn_fused
+from wrong.nb07_blocks import decoder
 from wrong.nb08_decoder_models import fuse_only
 from wrong.nb10_training import TRAIN
 
@@ -49,7 +50,7 @@ RIGHT_STYLES = {
     "ffn_activations": [
         "def relu(x):\n    return torch.clamp(x, min=0)\n\n\ndef gelu(x):\n    return x * 0.5 * (1.0 + torch.special.erf("
         "x / 2 ** 0.5))\n\n\ndef gelu_tanh(x):\n    return 0.5 * x * (1 + torch.tanh((2 / math.pi) ** 0.5 * "
-        "(x + 0.044715 * torch.pow(x, 3))))\n\n\ndef silu(x):\n    return x / (1 + torch.exp(-x))\n",
+        "(x + 0.044715 * torch.pow(x, 3))))\n\n\ndef silu(x):\n    return 0.5 * x * (1 + torch.tanh(x / 2))\n",
         "def relu(x):\n    return x * (x > 0)\n\n\ndef gelu(x):\n    return x * (1 + torch.erf(x * math.sqrt(0.5))) / 2\n"
         "\n\ndef gelu_tanh(x):\n    inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)\n"
         "    return 0.5 * x * (1 + inner.tanh())\n\n\ndef silu(x):\n    return x * x.sigmoid()\n",
@@ -160,6 +161,67 @@ for _exercise_id, _codes in _ISSUE_34_STYLES.items():
     RIGHT_STYLES.setdefault(_exercise_id, []).extend(_codes)
 NOTEBOOK_OF |= {"head_dot_products": "00_welcome", "fused_swiglu": "06_feed_forward",
                 "fused_rotary_gqa": "08_decoder_models", "gpt2_num_parameters": "08_decoder_models"}
+
+# Blind round b1: right answers written otherwise, beside the behaviours the checks now observe (RoPE's float64
+# angles, bfloat16 rounded once, x left unchanged, IndexError naming max_seq_len; the fused product's result
+# used, however it is computed; the decoder's causal mask on the device of x).
+_ROPE_STYLE = '''
+class RoPE(nn.Module):
+    def __init__(self, d_k, max_seq_len, base=10000.0):
+        super().__init__()
+        if d_k % 2:
+            raise ValueError(f"d_k={d_k} is odd")
+        self.d_k, self.max_seq_len = d_k, max_seq_len
+        theta = torch.tensor([base ** (-2 * i / d_k) for i in range(d_k // 2)], dtype=torch.float64)
+        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), theta)
+        self.register_buffer("cos", angles.cos().to(torch.float32), persistent=False)
+        self.register_buffer("sin", angles.sin().to(torch.float32), persistent=False)
+
+    def forward(self, x, token_positions):
+        if x.size(-1) != self.d_k:
+            raise ValueError("x.shape[-1] must equal d_k")
+        if bool((token_positions < 0).any()) or bool((token_positions >= self.max_seq_len).any()):
+            raise IndexError(f"a position is outside [0, max_seq_len) with max_seq_len={self.max_seq_len}")
+        cos, sin = self.cos[token_positions], self.sin[token_positions]
+        {body}
+'''
+_BLIND_B1_STYLES = {
+    "rope": [
+        _ROPE_STYLE.replace("{body}", "pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())\n"
+                                "        rotated = pairs * torch.complex(cos, sin)\n"
+                                "        return torch.view_as_real(rotated).flatten(-2).type_as(x)"),
+        _ROPE_STYLE.replace("{body}", "out = x.float().clone()  # a copy of its own: the in-place writes leave x as it was\n"
+                                "        even, odd = x[..., 0::2].float(), x[..., 1::2].float()\n"
+                                "        out[..., 0::2] = even * cos - odd * sin\n"
+                                "        out[..., 1::2] = even * sin + odd * cos\n"
+                                "        return out.to(x.dtype)"),
+    ],
+    "halves_permutation": [
+        "def halves_permutation(d_k):\n    return torch.arange(d_k).view(-1, 2).t().reshape(-1)\n",
+        "def halves_permutation(d_k):\n    return torch.tensor([*range(0, d_k, 2), *range(1, d_k, 2)])\n",
+    ],
+    "rope_matrix": [  # float32 angles are allowed here (the text says so); the matrix filled entry by entry
+        "def rope_matrix(d_k, position, base=10000.0):\n    out = torch.zeros(d_k, d_k)\n"
+        "    angles = position * base ** (-torch.arange(0, d_k, 2, dtype=torch.float32) / d_k)\n"
+        "    for i, a in enumerate(angles):\n"
+        "        out[2 * i:2 * i + 2, 2 * i:2 * i + 2] = rotation_matrix(a)\n    return out\n",
+    ],
+    "fused_swiglu": [
+        ffn_fused(forward="h = F.linear(x, self.gate_up_proj.weight, self.gate_up_proj.bias)\n"
+                          "        gate, up = h.tensor_split(2, dim=-1)\n        return self.down_proj(F.silu(gate) * up)"),
+        ffn_fused(forward="flat = x.reshape(-1, x.shape[-1]) @ self.gate_up_proj.weight.t()\n"
+                          "        if self.gate_up_proj.bias is not None:\n            flat = flat + self.gate_up_proj.bias\n"
+                          "        gate, up = flat.reshape(*x.shape[:-1], -1).chunk(2, dim=-1)\n"
+                          "        return self.down_proj(gate * torch.sigmoid(gate) * up)"),
+    ],
+    "decoder_block": [
+        decoder(causal="torch.arange(length, device=x.device)[:, None] >= torch.arange(length, device=x.device)"),
+    ],
+}
+for _exercise_id, _codes in _BLIND_B1_STYLES.items():
+    RIGHT_STYLES.setdefault(_exercise_id, []).extend(_codes)
+NOTEBOOK_OF |= {"rope": "03_rope", "halves_permutation": "03_rope", "rope_matrix": "03_rope",
+                "decoder_block": "07_blocks"}
 
 def _rule_bound() -> list[tuple[str, str]]:
     """(notebook, exercise) for every exercise that declares a rule."""

@@ -34,6 +34,14 @@ def rope_forward(ns, d_k: int, max_seq_len: int, x, token_positions, base: float
     return need(ns, "RoPE")(d_k, max_seq_len, base)(x, token_positions)
 
 
+def rope_forward_input(ns, d_k: int, max_seq_len: int, x, token_positions):
+    """The output, and whether forward changed ``x``: its values, or its version counter (an in-place write of
+    the same values counts too)."""
+    before, version = x.clone(), x._version
+    output = need(ns, "RoPE")(d_k, max_seq_len)(x, token_positions)
+    return {"output": output, "x_changed": x._version != version or not torch.equal(x, before)}
+
+
 def rope_forward_shapes(ns, d_k: int, max_seq_len: int, x, token_positions) -> list:
     """The shape of every tensor that ``forward`` makes (the module is built outside the recording)."""
     module = need(ns, "RoPE")(d_k, max_seq_len)

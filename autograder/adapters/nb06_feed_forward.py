@@ -103,6 +103,31 @@ def fused_forward(ns, args: list, kwargs: dict, state: dict, x, grad_output=None
     return result | {"products": products}
 
 
+def fused_forward_perturbed(ns, args: list, kwargs: dict, state: dict, x, delta):
+    """``FusedSwiGLU``'s output when ``delta`` is added to the result of the first matrix product with
+    ``delta.shape[-1]`` (2 * d_ff) output features, however it is computed (``gate_up_proj(x)``, ``F.linear``, ``@``;
+    flattened rows too: ``delta`` is laid out row by row like them)."""
+    from torch.overrides import TorchFunctionMode
+
+    width, rows = delta.shape[-1], delta.numel()
+    done = []
+
+    class Perturb(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            if (not done and getattr(func, "__name__", "") in _MATRIX_PRODUCTS and isinstance(result, torch.Tensor)
+                    and result.dim() and result.shape[-1] == width and result.numel() == rows):
+                done.append(True)
+                return result + delta.reshape(result.shape).to(result.dtype)
+            return result
+
+    with given(ns, **_FUSED_GIVEN):
+        module = load(need(ns, "FusedSwiGLU")(*args, **kwargs), state)
+        with torch.no_grad(), Perturb():
+            output = module(x)
+    return {"output": output}
+
+
 def convert(ns, name: str, state: dict):
     """``name(state)`` for a state-dict conversion: its result, and whether the input dict came back unchanged."""
     given_state = {key: value.clone() for key, value in state.items()}

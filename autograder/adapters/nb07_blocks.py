@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from autograder.adapters import forward_backward, load, need, summary
+from autograder.adapters import forward_backward, load, need, outcome, summary
 from autograder.reference.attention import CrossAttention, MultiHeadAttention
 from autograder.reference.feed_forward import FeedForward
 
@@ -55,6 +55,21 @@ def block_forward(ns, class_name: str, args: list, kwargs: dict, state: dict, in
     """Build the block with the reference components, load ``state`` by name, run it (and backward)."""
     module = load(_build(ns, class_name, args, kwargs), state)
     return forward_backward(module, grad_output, *inputs, **call_kwargs)
+
+
+def decoder_on_meta(ns, args: list, x_shape: list, memory_len: int, padded: bool) -> dict:
+    """``DecoderBlock(*args)`` moved to PyTorch's meta device and run on meta inputs (shapes only, no values):
+    what it raised, or its output's device and shape. A tensor it makes on the CPU (a mask built without
+    ``device=x.device``, or kept as a plain attribute) cannot be mixed with meta tensors, so it raises."""
+    block = _build(ns, "DecoderBlock", args, {}).to("meta")
+    batch, length, d_model = x_shape
+    x, memory = torch.empty(batch, length, d_model, device="meta"), torch.empty(batch, memory_len, d_model, device="meta")
+    paddings = ([torch.ones(batch, length, dtype=torch.bool, device="meta"),
+                 torch.ones(batch, memory_len, dtype=torch.bool, device="meta")] if padded else [])
+    made = []
+    result = outcome(lambda: made.append(block(x, memory, *paddings)))
+    output = made[0] if made else None
+    return result | {"device": str(getattr(output, "device", "")), "shape": list(getattr(output, "shape", []))}
 
 
 def _sublayer(kind: str, d_model: int) -> nn.Module:

@@ -15,6 +15,9 @@ position) with inputs in [-1, 1]: float32 rounds the angle m * theta to ~1.2e-7 
 so the error grows with m (measured near m = 2047: 8e-5 at d = 64, 1.5e-4 at d = 128,
 for both the cos/sin and the complex formulation; bound there: 1e-3); small exact cases 1e-5;
 bfloat16 outputs atol/rtol 2e-2 (values up to sqrt(2), bf16 keeps 8 bits).
+Precision (Exercise 4): at positions up to 4095, atol 1e-5 against the float64 oracle (float64 angles: <= 1.2e-7,
+measured; float32 angles or float32 theta: 4e-5 to 1.2e-4); a bfloat16 output must be the exact rotation rounded
+once to bfloat16 (half a bfloat16 ulp + 1e-6; computing in bfloat16 is off by up to 1.5 ulp, measured).
 ALiBi: slopes rtol 1e-5 (HF BLOOM's float32 pow is up to 7e-7 off the exact values for n <= 127, measured; a float32
 running product of the ratio drifts by about n * 6e-8; every wrong rule diagnosed is off by 2^(8/n) - 1 > 4% for
 n <= 128); the bias atol 1e-6 + rtol 1e-6
@@ -55,6 +58,20 @@ def _uniform(shape, seed):
 
 def _tolerance(largest_position: int) -> dict:
     return {"atol": 2e-4 + 4e-7 * largest_position, "rtol": 0.0}
+
+
+# Float64 angles, float32 tables: each table entry is off by at most half a float32 ulp (6e-8) and forward's float32
+# arithmetic adds a few ulps of values up to sqrt(2) (measured: 1.2e-7 at positions near 4095, d_k = 64); angles
+# or theta computed in float32 are off by 4e-5 to 1.2e-4 there (measured), well outside.
+PRECISE = {"atol": 1e-5, "rtol": 0.0}
+
+
+def _rounded_once(exact: torch.Tensor) -> torch.Tensor:
+    """How far a bfloat16 value rounded once from ``exact`` may be: half a bfloat16 ulp (8 significant bits), plus
+    1e-6 for float32's own arithmetic before the rounding (a few float32 ulps of values up to sqrt(2)), which can
+    tip a value that lies almost halfway between two bfloat16 numbers."""
+    binade = torch.floor(torch.log2(exact.abs().clamp_min(2.0 ** -126)))
+    return 0.5 * torch.exp2(binade - 7) + 1e-6
 
 
 # --- oracles -----------------------------------------------------------------------------
@@ -175,8 +192,9 @@ def test_matrix_blocks(impl):
     "rope_matrix is block-diagonal with R(position * theta_i) on the (2i, 2i+1) block"
     expected = matrix_oracle(8, 3)
     perm = _halves_perm(8)
+    got = expect.tensor(impl.rope_matrix(8, 3, 10000.0), "rope_matrix(8, position=3)", shape=(8, 8), dtype=torch.float32)
     expect.close(
-        impl.rope_matrix(8, 3, 10000.0), expected, "rope_matrix(8, position=3)", **SMALL,
+        got, expected, "rope_matrix(8, position=3)", **SMALL,
         alternatives=[
             (expected.transpose(0, 1), "the blocks are transposed: the minus sign goes on sin in the upper-right entry"),
             (expected[perm][:, perm],
@@ -189,7 +207,8 @@ def test_matrix_blocks(impl):
 def test_matrix_cases(impl):
     "position 0 is the identity; other sizes, positions and bases; orthogonal"
     for d_k, position, base in [(4, 0, 10000.0), (2, 7, 10000.0), (16, 100, 10000.0), (6, 5, 100.0)]:
-        got = expect.tensor(impl.rope_matrix(d_k, position, base), f"rope_matrix({d_k}, {position})", shape=(d_k, d_k))
+        got = expect.tensor(impl.rope_matrix(d_k, position, base), f"rope_matrix({d_k}, {position})", shape=(d_k, d_k),
+                            dtype=torch.float32)
         expect.close(got, matrix_oracle(d_k, position, base), f"rope_matrix({d_k}, position={position}, base={base})",
                      **_tolerance(position))
 
@@ -283,6 +302,12 @@ def test_rope_dtypes(impl):
     expect.tensor(out, "the output", shape=x.shape)
     expect.that(out.dtype == torch.bfloat16, f"RoPE returns {out.dtype} for a bfloat16 input; cast back to x.dtype")
     expect.close(out, rope_oracle(x.bfloat16(), positions), "the output for a bfloat16 input", atol=2e-2, rtol=2e-2)
+    exact = rope_oracle(x.bfloat16(), positions)
+    excess = (out.double() - exact).abs() - _rounded_once(exact)
+    expect.that(bool((excess <= 0).all()),
+                f"for a bfloat16 input the output is off the exact rotation by up to {float(excess.max()):.2g} more than "
+                "one rounding to bfloat16: it was computed in bfloat16; compute in float32 (x.float(), the float32 "
+                "tables) and convert only the result back to x.dtype")
     summary = impl.rope_summary(16, 128)
     for name in ("cos", "sin"):
         expect.that(name in summary["buffers"], f"no buffer `{name}`: precompute cos and sin once, in __init__")
@@ -290,18 +315,52 @@ def test_rope_dtypes(impl):
 
 @ROPE.hidden
 def test_rope_rejects_bad_input(impl):
-    "odd d_k raises ValueError; positions outside 0..max_seq_len-1 raise IndexError"
+    "odd d_k and x.shape[-1] != d_k raise ValueError; positions outside 0..max_seq_len-1 raise IndexError naming max_seq_len"
     outcome = impl.rope_construct_outcome(7, 16)
     expect.that(outcome["raised"] == "ValueError",
                 f"RoPE(7, 16) {'raised ' + outcome['raised'] if outcome['raised'] else 'was built'}; "
                 "an odd d_k has no pairs to rotate: raise ValueError with a clear message")
-    for bad in (16, 40, -1):
+    for width in (6, 10):
+        outcome = impl.rope_forward_outcome(8, 16, _uniform((2, width), 42), torch.tensor([0, 1]))
+        expect.that(outcome["raised"] == "ValueError",
+                    f"RoPE(8, 16) on x of shape [2, {width}] "
+                    + (f"raised {outcome['raised']}" if outcome["raised"] else "returned a result")
+                    + "; if x.shape[-1] != d_k, raise ValueError")
+    for bad in (40, -1, 16):  # 16 = max_seq_len itself last: an off-by-one bound lets torch's own IndexError fire
         outcome = impl.rope_forward_outcome(8, 16, _uniform((2, 8), 41), torch.tensor([0, bad]))
-        expect.that(outcome["raised"] in ("IndexError", "ValueError"),
+        expect.that(outcome["raised"] == "IndexError",
                     f"RoPE(8, max_seq_len=16) with position {bad} "
                     + (f"raised {outcome['raised']}" if outcome["raised"] else "returned a result")
                     + "; raise IndexError: there is no cos/sin row for it"
                     + (" (negative positions would wrap around silently)" if bad < 0 else ""))
+        expect.that("max_seq_len" in outcome["message"],
+                    f"RoPE(8, max_seq_len=16) with position {bad} raised IndexError({outcome['message']!r}); its "
+                    "message must name max_seq_len"
+                    + (": position max_seq_len itself has no row, so the test is position >= max_seq_len "
+                       "(this error came from indexing the table, not from your check)" if bad == 16 else ""))
+
+
+@ROPE.hidden
+def test_rope_leaves_x_unchanged(impl):
+    "forward leaves x unchanged (no in-place writes into the caller's tensor)"
+    x, positions = _uniform((2, 5, 8), 43), torch.tensor([0, 3, 1, 7, 2])
+    got = impl.rope_forward_input(8, 16, x, positions)
+    expect.close(got["output"], rope_oracle(x, positions), "RoPE(8, 16)(x, positions)", **_tolerance(7),
+                 alternatives=_rope_mistakes(x, positions))
+    expect.that(not got["x_changed"], "RoPE's forward changed the x it was given (an in-place write such as "
+                "x[..., 0::2] = ...): the caller still needs x; write the result into a new tensor and leave x unchanged")
+
+
+@ROPE.hidden
+def test_rope_tables_from_float64_angles(impl):
+    "cos and sin come from angles computed in float64: exact to float32 rounding even at position 4095"
+    x = _uniform((3, 8, 64), 44)
+    positions = torch.tensor([4095, 4000, 3999, 3071, 2047, 1234, 4090, 3333])
+    expect.close(impl.rope_forward(64, 4096, x, positions), rope_oracle(x, positions),
+                 "RoPE(64, 4096)(x, positions) at positions up to 4095", **PRECISE,
+                 hint="Compute theta_i and the angles m * theta_i in float64 (not from rope_frequencies' float32 "
+                      "values: theta rounded to float32 is off by ~1e-4 radians at m = 4000, and so is an angle "
+                      "computed in float32), then convert the finished cos and sin tables to float32.")
 
 
 # --- Exercise 5 --------------------------------------------------------------------------
@@ -313,6 +372,8 @@ def test_halves_permutation_values(impl):
     expected = _halves_perm(8)
     got = expect.tensor(impl.halves_permutation(8), "halves_permutation(8)", shape=(8,))
     expect.that(not got.is_floating_point(), "return a LongTensor of indices")
+    expect.that(got.dtype == torch.long, f"halves_permutation(8) has dtype {got.dtype}; return a LongTensor "
+                "(torch.int64), the dtype of torch.arange and of index tensors")
     expect.that(
         torch.equal(got.long(), expected),
         f"halves_permutation(8) = {got.tolist()}, expected {expected.tolist()}"

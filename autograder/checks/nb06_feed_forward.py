@@ -10,7 +10,8 @@ those closed forms; parameter counts from ``nn.Linear`` modules built here; FLOP
 Tolerances (float32 on CPU, any BLAS), with the largest errors measured here (40 seeds, every
 input of the checks' shapes) for the reference answers and common variants (clamp / where / mask
 for ReLU; erf and erfc forms of GELU; tanh and sigmoid forms of the tanh GELU; x * sigmoid(x),
-x / (1 + exp(-x)) and the tanh form of SiLU):
+x / (1 + exp(-x)) and the tanh form of SiLU; x / (1 + exp(-x)) is finite at x = -100 but its derivative there
+is inf / inf = NaN, which the derivative check at large |x| rejects, as the text states):
 - activations: atol 1e-5 + rtol 1e-5 on inputs up to |x| = 100 (measured <= 9.5e-7 absolute, a few
   float32 ulps of an output near 3; the closest known mistake, the tanh GELU in place of the exact
   one, differs by 4.7e-4 on the visible check's input);
@@ -28,7 +29,10 @@ Exercise 6 (fused gate and up projections). Oracles: SwiGLU computed here from t
 ``F.linear`` and ``F.silu``; the fused layout written out here (``torch.cat([w1, w3])`` along dim 0, as the
 notebook states it); Hugging Face's ``Phi3MLP`` (transformers, tiny random configs, offline) as an
 independent oracle of the layout and its order, gate first. The number of matrix products one forward pass
-runs is observed with a torch-function mode in the adapter (``products_made``). Tolerances: outputs
+runs is observed with a torch-function mode in the adapter (``products_made``). That the output is computed from the
+fused product's result is observed by adding a known change to that result (``fused_forward_perturbed``): the
+output must equal SwiGLU of the changed halves (same tolerance), so a dummy ``gate_up_proj(x)`` whose result is
+thrown away shows. Tolerances: outputs
 atol 1e-5 + rtol 1e-4 and gradients atol 1e-4 + rtol 1e-4, as for SwiGLU (the fused product sums over the
 same d_model terms per output feature as the two separate ones; the fused float32 forward against a float64
 evaluation of the closed form, 40 seeds, the checks' shapes: <= 3.9e-6); converted state dicts are compared exactly
@@ -50,12 +54,20 @@ from autograder.exercises import Exercise
 from autograder.rules import ACTIVATIONS as READY_MADE_ACTIVATIONS
 from autograder.rules import Rule
 
+TENSOR_EXITS = ("torch.Tensor.numpy", "torch.Tensor.__array__", "torch.Tensor.item", "torch.Tensor.tolist",
+                "torch.Tensor.__float__", "torch.Tensor.__int__")
+
 ACTIVATIONS = Exercise("ffn_activations", "Exercise 1: ReLU, GELU (exact and tanh) and SiLU", points=2, rules=(
     # Every route torch offers (rules.ACTIVATIONS): a ReLU is also F.threshold, F.hardtanh(x, 0, inf) or leaky_relu
     # with slope 0, a SiLU F.glu of [x, x], a GELU x times torch.special.ndtr.
     Rule("do not call any of PyTorch's ready-made activations (F.relu, torch.relu, F.gelu, F.silu, F.threshold, "
          "F.hardtanh, F.leaky_relu, F.elu, F.glu, ..., nn.ReLU, nn.GELU, nn.SiLU, ..., torch.special.ndtr); "
-         "torch.exp, torch.tanh, torch.erf, torch.sigmoid and arithmetic are allowed", READY_MADE_ACTIVATIONS),))
+         "torch.exp, torch.tanh, torch.erf, torch.sigmoid and arithmetic are allowed", READY_MADE_ACTIVATIONS),
+    # Every way out of torch for a tensor's values: NumPy reaches them through .numpy() or __array__ (np.asarray,
+    # np.maximum(x, 0)), Python numbers through .item(), .tolist(), float(), int(). Code that leaves torch cannot be
+    # differentiated by autograd; a hand-written backward would hide that from the derivative checks.
+    Rule("use torch operations on x only, so that autograd differentiates them: no .item(), .tolist(), float(x), "
+         "int(x), .numpy() or NumPy arrays of a tensor (np.asarray(x), np.maximum(x, 0), ...)", TENSOR_EXITS),))
 FFN = Exercise("feed_forward", "Exercise 2: the position-wise FeedForward", points=3)
 WIDTH = Exercise("swiglu_width", "Exercise 3: SwiGLU's hidden width and parameter counts", points=2, rules=(
     Rule("work it out from the shapes of the nn.Linear layers; do not build the modules", ("torch.nn.Linear", "torch.nn.Bilinear",
@@ -158,6 +170,22 @@ def test_activations_shapes_and_extremes(impl):
                     "write it so that large |x| stays finite (e.g. x * torch.sigmoid(x) for SiLU)")
         expect.close(out, ORACLES[name](extremes), f"{name}(x) for x in [{shown}]", **ACT,
                      alternatives=_activation_mistakes(name, extremes))
+        _check_derivative_at(impl, name, extremes, shown)
+
+
+def _check_derivative_at(impl, name, x, shown):
+    """The derivative at large |x| is finite and right (not at 0, where ReLU's derivative is a convention)."""
+    grad = impl.activation(name, x, torch.ones_like(x)).get("grad")
+    expect.that(grad is not None, f"no gradient reaches the input of {name}")
+    grad = expect.tensor(grad, f"the derivative of {name}", shape=x.shape)
+    expect.that(bool(torch.isfinite(grad).all()), f"the derivative of {name} at x in [{shown}] is "
+                f"{[round(float(v), 4) for v in grad]}: NaN or inf where |x| is large (exp overflows, and inf / inf "
+                "is NaN in the backward pass); write it so that its gradient stays finite too (e.g. x * "
+                "torch.sigmoid(x) for SiLU)")
+    xr = x.clone().requires_grad_()
+    ORACLES[name](xr).backward(torch.ones_like(x))
+    nonzero = x != 0
+    expect.close(grad[nonzero], xr.grad[nonzero], f"the derivative of {name} at x in [{shown}] (but 0)", **ACT_GRAD)
 
 
 @ACTIVATIONS.hidden
@@ -295,6 +323,9 @@ def test_ffn_gradients(impl):
 @FFN.hidden
 def test_ffn_dropout(impl):
     "dropout on the output: active in train mode (entries 0 or scaled by 1/(1-p)), off in eval mode"
+    submodules = impl.ffn_summary("FeedForward", [8, 32], {"activation": "relu", "dropout": 0.5}).get("submodules", {})
+    expect.that(submodules.get("dropout") == "Dropout", f"FeedForward(8, 32, dropout=0.5) has the submodules "
+                f"{submodules}; the exercise asks for self.dropout = nn.Dropout(dropout)")
     state, x = ffn_state(8, 32, 80), _randn((5, 5, 8), 85)
     expected = ffn_oracle(state, x, "relu")
     got = impl.ffn_dropout([8, 32], {"activation": "relu", "dropout": 0.5}, state, x)
@@ -652,6 +683,7 @@ def _check_fused_forward(impl, d_model, d_ff, shape, seed, bias=False, grads=Fal
     expect.close(got["output"], fused_oracle(state, x), f"{call}(x) for x of shape {list(shape)}, loaded with the "
                  "fused weights of a SwiGLU", **TOL, alternatives=_fused_mistakes(state, x))
     _check_products(got["products"], call, d_ff)
+    _check_uses_fused_output(impl, args, bias, state, x, call)
     if grads:
         grads_got = expect.gradients(got, call)
         params = {k: v.clone().requires_grad_() for k, v in fuse_oracle(state).items()}
@@ -660,6 +692,26 @@ def _check_fused_forward(impl, d_model, d_ff, shape, seed, bias=False, grads=Fal
         F.linear(F.silu(gate) * up, params["down_proj.weight"], params.get("down_proj.bias")).backward(grad_output)
         for name, p in params.items():
             expect.close(grads_got.get(name), p.grad, f"the gradient of {name}", **GRAD)
+
+
+def _check_uses_fused_output(impl, args, bias, state, x, call):
+    """The output is computed from the fused product's result: the adapter adds a known ``delta`` to the result of
+    the first matrix product with 2 * d_ff output features, and the output must follow, as SwiGLU of the changed
+    gate and up halves. A product whose result is thrown away (a dummy gate_up_proj(x) call, with gate and up then
+    computed another way) leaves the output as it was."""
+    d_ff = state["w1.weight"].shape[0]
+    delta = _randn((*x.shape[:-1], 2 * d_ff), 9000 + d_ff)
+    got = impl.fused_forward_perturbed(args, {"bias": bias}, fuse_oracle(state), x, delta)
+    fused = fuse_oracle(state)
+    gate, up = (F.linear(x, fused["gate_up_proj.weight"], fused.get("gate_up_proj.bias")) + delta).split(d_ff, dim=-1)
+    expected = F.linear(F.silu(gate) * up, state["w2.weight"], state.get("w2.bias"))
+    what = f"{call}(x) when the grader adds a known change to the result of its fused product (2 * d_ff features)"
+    output = expect.tensor(got["output"], what, shape=expected.shape)
+    if torch.allclose(output, fused_oracle(state, x), **TOL):
+        expect.fail(f"{what}: the output did not change, so it is not computed from that product's result; compute "
+                    "gate and up by splitting gate_up_proj(x) (chunk(2, dim=-1)), not separately")
+    expect.close(got["output"], expected, what, **TOL,
+                 hint="gate and up must be the two halves of the fused product's result: gate_up_proj(x).chunk(2, dim=-1).")
 
 
 def _fused_keys(bias):

@@ -16,6 +16,10 @@ Diagnoses of known mistakes (post-norm order in a pre-norm block, a missing resi
 for both sublayers, cross-attention on the decoder's own states, ...) are the same composition
 written here with the reference components, each with the mistake.
 
+The decoder's causal mask is made on the device of x: the block and its inputs are moved to PyTorch's meta device
+(shapes without values, so a CPU-only grader can see it); a tensor made on the CPU in forward or kept from
+__init__ as a plain attribute cannot be mixed with meta tensors, and raises.
+
 Tolerances (float32 on CPU): block outputs atol 1e-5 + rtol 1e-4, parameter gradients atol 1e-4 +
 rtol 1e-4. Measured for the solution with the reference components over 40 seeds (pre- and
 post-norm blocks of width 8 with relu and gelu, and decoder blocks of width 12 with target and
@@ -649,6 +653,22 @@ def test_decoder_memory_padding_is_invisible(impl):
         expect.that(delta <= SAME["atol"], f"with norm_first={norm_first}, changing the padded memory tokens changed "
                     f"the outputs by up to {delta:.3g}: the cross-attention must hide padded memory keys, "
                     "mask = memory_padding[:, None, None, :]")
+
+
+@DECODER.hidden
+def test_decoder_mask_on_the_device_of_x(impl):
+    "the causal mask is made on the device of x: the block runs on another device (PyTorch's meta device)"
+    for padded in (False, True):
+        got = impl.decoder_on_meta([8, 2, 32], [2, 5, 8], 4, padded)
+        call = f"DecoderBlock(8, 2, 32).to('meta')(x, memory{', tgt_padding, memory_padding' * padded}) with x and " \
+               "memory on the meta device"
+        expect.that(not got["raised"], f"{call} raised {got['raised']}: {got['message']}; a tensor your block makes "
+                    "stays on the CPU while x is elsewhere: build the causal mask in forward on the device of x, "
+                    "torch.ones(t, t, dtype=torch.bool, device=x.device).tril() (a mask made in __init__ as a plain "
+                    "attribute does not move with the block)")
+        expect.that(got["device"] == "meta" and got["shape"] == [2, 5, 8],
+                    f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
+                    "[2, 5, 8] on the device of x")
 
 
 @DECODER.hidden

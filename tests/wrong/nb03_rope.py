@@ -49,12 +49,13 @@ class RoPE(nn.Module):
         if d_k % 2:
             raise ValueError("d_k must be even")
         self.d_k, self.max_seq_len = d_k, max_seq_len
-        theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float32) / {denominator})
-        angles = torch.arange(max_seq_len, dtype=torch.float32)[:, None] * theta
-        self.register_buffer("cos", torch.cos(angles), persistent={persistent})
-        self.register_buffer("sin", torch.sin(angles), persistent={persistent})
+        theta = base ** (-torch.arange(0, d_k, 2, dtype={angles}) / {denominator})
+        angles = torch.arange(max_seq_len, dtype={angles})[:, None] * theta
+        self.register_buffer("cos", torch.cos(angles).float(), persistent={persistent})
+        self.register_buffer("sin", torch.sin(angles).float(), persistent={persistent})
 
     def forward(self, x, token_positions):
+        {width}
         {guard}
         {positions}
         cos, sin = self.cos[token_positions], self.sin[token_positions]
@@ -63,13 +64,15 @@ class RoPE(nn.Module):
         return {cast}
 '''
 _ROPE_GUARD = ("if token_positions.numel() and (token_positions.min() < 0 or token_positions.max() >= self.max_seq_len): "
-               "raise IndexError('position outside the cache')")
+               "raise IndexError(f'positions must lie in [0, max_seq_len={self.max_seq_len})')")
+_ROPE_WIDTH = "if x.shape[-1] != self.d_k: raise ValueError('the last axis of x must be d_k')"
 
 
 def rope(denominator="d_k", persistent="False", guard=_ROPE_GUARD, positions="",
-         pairs="x0, x1 = x.float()[..., 0::2], x.float()[..., 1::2]", cast="out.to(x.dtype)"):
+         pairs="x0, x1 = x.float()[..., 0::2], x.float()[..., 1::2]", cast="out.to(x.dtype)",
+         angles="torch.float64", width=_ROPE_WIDTH):
     return ROPE.format(denominator=denominator, persistent=persistent, guard=guard, positions=positions,
-                       pairs=pairs, cast=cast)
+                       pairs=pairs, cast=cast, angles=angles, width=width)
 
 
 HALVES = '''
@@ -158,6 +161,27 @@ WRONG = [
           "inverse permutation"),
     Wrong("halves_permutation", "odd coordinates first", halves(body="torch.cat([torch.arange(1, d_k, 2), torch.arange(0, d_k, 2)])"),
           "expected [0, 2, 4, 6, 1, 3, 5, 7]"),
+    Wrong("halves_permutation", "returns int32 indices", halves(body="torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)]).int()"),
+          "(torch.int64)"),
+    Wrong("rope_matrix", "returns float64", matrix().replace("return out", "return out.double()"), "expected torch.float32"),
+    Wrong("rope", "angles computed in float32", rope(angles="torch.float32"),
+          "Compute theta_i and the angles m * theta_i in float64"),
+    Wrong("rope", "float64 angles from rope_frequencies' float32 theta",
+          rope().replace("theta = base", "theta = (base").replace("/ d_k)\n", "/ d_k)).float().double()\n", 1),
+          "Compute theta_i and the angles m * theta_i in float64"),
+    Wrong("rope", "computes in x's dtype (bfloat16 arithmetic)",
+          rope(pairs="x0, x1 = x[..., 0::2], x[..., 1::2]; cos, sin = cos.to(x.dtype), sin.to(x.dtype)"),
+          "it was computed in bfloat16"),
+    Wrong("rope", "writes the result into the caller's x",
+          rope(cast="x.copy_(out.to(x.dtype))"), "changed the x it was given"),
+    Wrong("rope", "IndexError message without max_seq_len", rope(guard=_ROPE_GUARD.replace(
+          "f'positions must lie in [0, max_seq_len={self.max_seq_len})'", "'position out of range'")),
+          "must name max_seq_len"),
+    Wrong("rope", "no ValueError when x.shape[-1] != d_k", rope(width="pass"), "if x.shape[-1] != d_k, raise ValueError"),
+    Wrong("rope", "ValueError for an out-of-range position", rope(guard=_ROPE_GUARD.replace("raise IndexError", "raise ValueError")),
+          "raised ValueError; raise IndexError"),
+    Wrong("rope", "off-by-one bound (> max_seq_len): torch's own IndexError fires",
+          rope(guard=_ROPE_GUARD.replace(">= self.max_seq_len", "> self.max_seq_len")), "the test is position >= max_seq_len"),
     Wrong("halves_permutation", "returns floats", halves(body="torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)]).float()"),
           "LongTensor"),
     Wrong("alibi_slopes", "reversed (smallest slope first)", slopes(order="slopes[::-1]"), "reversed"),

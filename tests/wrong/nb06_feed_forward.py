@@ -175,7 +175,9 @@ WRONG = [
           activations(silu="x * torch.exp(x) / (1 + torch.exp(x))"), "NaN or inf"),
     Wrong("ffn_activations", "ReLU through NumPy: no gradient",
           activations(relu="torch.from_numpy(np.maximum(x.detach().numpy(), 0))", extra="import numpy as np\n"),
-          "no gradient reaches the input of relu"),
+          "this exercise's rule is: use torch operations on x only"),
+    Wrong("ffn_activations", "ReLU cut off from autograd by detach()",
+          activations(relu="torch.where(x > 0, x, torch.zeros_like(x)).detach()"), "no gradient reaches the input of relu"),
     # Exercise 2
     Wrong("feed_forward", "tanh GELU where activation='gelu' asks for the exact one",
           ffn(choices='{"relu": relu, "gelu": gelu_tanh, "gelu_tanh": gelu_tanh}'), "tanh approximation of GELU"),
@@ -283,6 +285,54 @@ WRONG = [
           fused(cat_bias='torch.cat([state["w3.bias"], state["w1.bias"]])'), "has the up bias (w3.bias) in its first half"),
     Wrong("fused_swiglu", "unfuse takes the bias halves the other way round", fused(split=_SPLIT_BIAS_SWAPPED),
           "unfuse_swiglu_state(state)['w1.bias'] holds the second half of gate_up_proj.bias"),
+    # Dummy fused products (blind round b1): gate_up_proj(x) is called and its result thrown away, while gate and up
+    # are computed in ways the product counter does not see; the output does not follow a change to the fused result.
+    Wrong("fused_swiglu", "dummy fused call, gate and up by element-wise multiply and sum",
+          fused(forward="self.gate_up_proj(x)\n        w, b = self.gate_up_proj.weight, self.gate_up_proj.bias\n"
+                        "        d = w.shape[0] // 2\n        h = (x.unsqueeze(-2) * w).sum(-1)\n"
+                        "        h = h if b is None else h + b\n"
+                        "        return self.down_proj(F.silu(h[..., :d]) * h[..., d:])"),
+          "is not computed from that product's result"),
+    Wrong("fused_swiglu", "dummy fused call, gate and up as 1x1 convolutions",
+          fused(forward="_ = self.gate_up_proj(x)\n        w, b = self.gate_up_proj.weight, self.gate_up_proj.bias\n"
+                        "        d = w.shape[0] // 2\n        flat = x.reshape(-1, x.shape[-1])\n"
+                        "        h = F.conv1d(flat.t()[None], w[:, :, None], b)[0].t().reshape(*x.shape[:-1], 2 * d)\n"
+                        "        return self.down_proj(F.silu(h[..., :d]) * h[..., d:])"),
+          "is not computed from that product's result"),
+    Wrong("fused_swiglu", "dummy fused call, gate and up by torch.linalg.multi_dot",
+          fused(forward="_ = self.gate_up_proj(x)\n        w, b = self.gate_up_proj.weight, self.gate_up_proj.bias\n"
+                        "        d = w.shape[0] // 2\n        flat = x.reshape(-1, x.shape[-1])\n"
+                        "        gate = torch.linalg.multi_dot([flat, w[:d].t()])\n"
+                        "        up = torch.linalg.multi_dot([flat, w[d:].t()])\n"
+                        "        if b is not None:\n            gate, up = gate + b[:d], up + b[d:]\n"
+                        "        gate, up = gate.reshape(*x.shape[:-1], d), up.reshape(*x.shape[:-1], d)\n"
+                        "        return self.down_proj(F.silu(gate) * up)"),
+          "is not computed from that product's result"),
+    Wrong("feed_forward", "F.dropout with a stored p, no self.dropout module",
+          ffn(body="return F.dropout(self.fc2(self.activation(self.fc1(x))), self.p, training=self.training)")
+          .replace("self.dropout = nn.Dropout(dropout)", "self.p = dropout"),
+          "the exercise asks for self.dropout = nn.Dropout(dropout)"),
+    Wrong("ffn_activations", "SiLU as x / (1 + exp(-x)): finite, but NaN derivative at x = -100",
+          activations(silu="x / (1 + torch.exp(-x))"), "the derivative of silu at x in"),
+    Wrong("ffn_activations", "ReLU in NumPy inside a custom autograd.Function",
+          activations(relu="_NumpyReLU.apply(x)", extra="""
+import numpy as np
+
+
+class _NumpyReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        ctx.save_for_backward(t)
+        return torch.from_numpy(np.maximum(t.detach().cpu().numpy(), 0)).to(t.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        (t,) = ctx.saved_tensors
+        return g * (t > 0).to(g.dtype)
+"""), "calls the method .numpy"),
+    Wrong("ffn_activations", "ReLU through np.maximum on the tensor (no .numpy() in the cell)",
+          activations(relu="torch.as_tensor(np.maximum(x.detach(), 0)).to(x.dtype) + 0 * x",
+                      extra="import numpy as np\n"), "your code called torch.Tensor.__array__"),
     Wrong("fused_swiglu", "fuse removes the keys from the dict it is given",
           fused(cat_weight='torch.cat([state.pop("w1.weight"), state.pop("w3.weight")], dim=0)'),
           "changed the dict it was given"),

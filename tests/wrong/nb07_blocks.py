@@ -206,6 +206,13 @@ WRONG = [
           decoder(post="x = self.norm1(x + self.cross_attn(x, {kv}, memory_mask))\n"
                   "        x = self.norm2(x + self.self_attn(x, self_mask))\n        return self.norm3(x + self.ffn(x))"),
           "the sublayers are in the wrong order"),
+    Wrong("decoder_block", "causal mask built on the default device (no device=)",
+          decoder(causal="torch.ones(length, length, dtype=torch.bool).tril()"),
+          "build the causal mask in forward on the device of x"),
+    Wrong("decoder_block", "a CPU causal mask made in __init__ as a plain attribute",
+          decoder(causal="self._causal[:length, :length]",
+                  norm3="norm(d_model)\n        self._causal = torch.ones(64, 64, dtype=torch.bool).tril()"),
+          "build the causal mask in forward on the device of x"),
     # Exercise 6
     Wrong("parallel_block", "sequential: the FFN reads the stream after attention (the pre-norm order)",
           parallel("x = x + self.attn(self.norm1(x), mask)\n        return x + self.ffn(self.norm1(x))"),
