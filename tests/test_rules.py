@@ -18,7 +18,13 @@ from wrong.nb04_attention import SOFTMAX_DODGES
 from wrong.nb05_multihead_attention import gqa, mha
 from wrong.nb06_feed_forward import fused as ffn_fused
 from wrong.nb07_blocks import decoder
+from wrong.nb08_decoder_models import decoder as nb08_decoder
 from wrong.nb08_decoder_models import fuse_only
+from wrong.nb08_decoder_models import fused as nb08_fused
+from wrong.nb08_decoder_models import gpt2 as nb08_gpt2
+from wrong.nb08_decoder_models import gpt2_convert as nb08_gpt2_convert
+from wrong.nb08_decoder_models import llama_convert as nb08_llama_convert
+from wrong.nb08_decoder_models import rotary as nb08_rotary
 from wrong.nb10_training import TRAIN
 
 from autograder.exercises import find_exercise, rules_result, run_exercise
@@ -222,6 +228,32 @@ for _exercise_id, _codes in _BLIND_B1_STYLES.items():
     RIGHT_STYLES.setdefault(_exercise_id, []).extend(_codes)
 NOTEBOOK_OF |= {"rope": "03_rope", "halves_permutation": "03_rope", "rope_matrix": "03_rope",
                 "decoder_block": "07_blocks"}
+
+# Blind round b2, notebook 08: right answers written otherwise, beside the behaviours the checks now observe (the
+# model's tensors on the device of tokens, the caller's hf_state left as it was, lm_head the same tensor as wte,
+# is_causal passed on to SDPA when SDPA is called, q, k and v taken from the one product's result).
+_MANUAL_ATTENTION = ("None\n        scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5\n        if is_causal:\n"
+                     "            mask = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()\n"
+                     "        if mask is not None:\n            scores = scores.masked_fill(~mask, float('-inf'))\n"
+                     "        out = scores.softmax(-1) @ v")
+_BLIND_B2_NB08_STYLES = {
+    "gpt2_model": [nb08_gpt2(causal="torch.arange(length, device=tokens.device)[:, None] >= "
+                                    "torch.arange(length, device=tokens.device)")],
+    "modern_decoder": [nb08_decoder().replace("torch.arange(length, device=tokens.device)",
+                                              "torch.arange(length).to(tokens.device)")],
+    "gpt2_state_from_hf": [nb08_gpt2_convert(head='state["lm_head.weight"] = src.get("lm_head.weight", '
+                                                  'state["wte.weight"])  # tied in HF\'s state_dict')],
+    "llama_state_from_hf": [nb08_llama_convert().replace(
+        "    head_dim = config.d_model", "    hf_state = dict(hf_state)  # a copy of its own: popping leaves the "
+        "caller's\n    hf_state['lm_head.weight'] = hf_state.pop('lm_head.weight')\n    head_dim = config.d_model")],
+    "rotary_gqa": [nb08_rotary(attend=_MANUAL_ATTENTION),  # attention by hand: no SDPA call to pass is_causal to
+                   nb08_rotary(attend="F.scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal)")],
+    "fused_rotary_gqa": [nb08_fused(qkv="y = F.linear(x, self.qkv_proj.weight)\n"
+                                        "        q, k, v = y[..., :h * hd], y[..., h * hd:(h + g) * hd], y[..., (h + g) * hd:]")],
+}
+for _exercise_id, _codes in _BLIND_B2_NB08_STYLES.items():
+    RIGHT_STYLES.setdefault(_exercise_id, []).extend(_codes)
+NOTEBOOK_OF |= {exercise_id: "08_decoder_models" for exercise_id in _BLIND_B2_NB08_STYLES}
 
 def _rule_bound() -> list[tuple[str, str]]:
     """(notebook, exercise) for every exercise that declares a rule."""

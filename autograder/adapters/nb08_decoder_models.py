@@ -13,12 +13,13 @@ import numbers
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from autograder.adapters import load, need, shapes_made, summary
+from autograder.adapters import load, need, outcome, shapes_made, summary
 from autograder.reference.blocks import PreNormBlock
 from autograder.reference.feed_forward import SwiGLU
 from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
-from autograder.reference.rope import RoPE
+from autograder.reference.rope import RoPE, frequencies, rope
 
 
 def _number(value):
@@ -67,6 +68,20 @@ def gpt2_logits(ns, fields: dict, state: dict, tokens, padding_mask=None):
     return _logits(load(_gpt2(ns, fields), state), tokens, padding_mask)
 
 
+@torch.no_grad()
+def model_on_meta(ns, model: str, fields: dict, shape: list, padded: bool) -> dict:
+    """``GPT2`` or ``ModernDecoder`` moved to PyTorch's meta device and run on meta tokens (shapes only, no
+    values): what it raised, or its logits' device and shape. A mask or positions made on the CPU (without
+    ``device=tokens.device``) cannot be mixed with meta tensors, so it raises."""
+    module = (_gpt2(ns, fields) if model == "GPT2" else _decoder(ns, fields, rope=_RoPEOnTheDeviceOfX)).to("meta").eval()
+    tokens = torch.zeros(shape, dtype=torch.long, device="meta")
+    arguments = (tokens, torch.ones(shape, dtype=torch.bool, device="meta")) if padded else (tokens,)
+    made = []
+    result = outcome(lambda: made.append(module(*arguments)))
+    output = made[0] if made else None
+    return result | {"device": str(getattr(output, "device", "")), "shape": list(getattr(output, "shape", []))}
+
+
 # --- Exercise 3 ------------------------------------------------------------------------
 
 def causal_lm_loss(ns, logits, labels, ignore_index=None):
@@ -76,12 +91,49 @@ def causal_lm_loss(ns, logits, labels, ignore_index=None):
 
 # --- Exercises 4 and 8 -----------------------------------------------------------------
 
-def convert(ns, function: str, config_class: str, fields: dict, hf_state: dict):
-    """The student's converted state dict (plain tensors), for the check to load into a reference model."""
-    result = need(ns, function)(hf_state, need(ns, config_class)(**fields))
-    if isinstance(result, dict):
-        return {str(k): v for k, v in result.items()}
-    return result
+def convert(ns, function: str, config_class: str, fields: dict, hf_state: dict, tied=()):
+    """The student's converted state dict (plain tensors), for the check to load into a reference model; what the
+    call did to the caller's dict; and whether its ``lm_head.weight`` is the same tensor as its ``wte.weight``.
+
+    ``tied`` names pairs of keys of ``hf_state`` that share one tensor in Hugging Face's ``state_dict()`` (GPT-2's
+    head and ``transformer.wte.weight``); the transfer to this process copied them apart, so they are tied again
+    here, as the caller's dict has them."""
+    hf_state = dict(hf_state)
+    for key, source in tied:
+        if key in hf_state and source in hf_state:
+            hf_state[key] = hf_state[source].detach()  # a second tensor on the same storage, as state_dict() gives
+    config = need(ns, config_class)(**fields)
+    result, caller = _observing_caller(lambda state: need(ns, function)(state, config), hf_state)
+    value = {str(k): v for k, v in result.items()} if isinstance(result, dict) else result
+    head, wte = (value.get(k) for k in ("lm_head.weight", "wte.weight")) if isinstance(value, dict) else (None, None)
+    return {"value": value, "caller": caller, "head_is_wte": _same_tensor(head, wte)}
+
+
+def _same_tensor(a, b) -> bool:
+    """Whether two tensors are views of the same numbers (one object, or detached views of one parameter)."""
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+            and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+
+
+def _observing_caller(function, state: dict):
+    """``function(given)`` on a copy ``given`` of the caller's dict ``state``, and what the call did to it ("leave
+    the input as it is"): the dict returned as the result, keys removed or added, tensor objects replaced, and
+    tensors edited (version counters, raised by any in-place edit, and values)."""
+    given = dict(state)
+    versions = {key: value._version for key, value in state.items() if isinstance(value, torch.Tensor)}
+    originals = {key: value.detach().clone() for key, value in state.items() if isinstance(value, torch.Tensor)}
+    result = function(given)
+    caller = {
+        "same_dict": result is given,
+        "removed": sorted(set(state) - set(given)),
+        "added": sorted(str(k) for k in set(given) - set(state)),
+        "replaced": sorted(k for k in state if k in given and given[k] is not state[k]),
+        "edited": sorted(k for k, value in originals.items()
+                         if state[k]._version != versions[k] or state[k].shape != value.shape
+                         or not torch.equal(state[k], value)),
+    }
+    return result, caller
 
 
 # --- Exercise 5 ------------------------------------------------------------------------
@@ -112,6 +164,33 @@ def rotary_gqa_forward(ns, d_model: int, num_heads: int, num_kv_heads: int, stat
     return module(x, mask, **_options(token_positions, is_causal))
 
 
+def _sdpa_calls(module, x, mask, token_positions, is_causal) -> list:
+    """The ``attn_mask`` (its shape, or None) and ``is_causal`` of every call to
+    ``F.scaled_dot_product_attention`` during one forward, however the function is reached (a TorchFunctionMode
+    sees the call, not the name it was called by)."""
+    calls = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if getattr(func, "__name__", "") == "scaled_dot_product_attention":
+                given = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+                causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+                calls.append({"attn_mask": list(given.shape) if isinstance(given, torch.Tensor) else repr(given)[:40],
+                              "is_causal": causal if isinstance(causal, bool) else repr(causal)[:40]})
+            return func(*args, **kwargs)
+
+    with torch.no_grad(), Record():
+        module(x, mask, **_options(token_positions, is_causal))
+    return calls
+
+
+def rotary_gqa_sdpa_calls(ns, d_model: int, num_heads: int, num_kv_heads: int, x, mask=None, token_positions=None,
+                          is_causal=None) -> list:
+    return _sdpa_calls(_rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64).eval(), x, mask, token_positions,
+                       is_causal)
+
+
 # --- Exercise 6 ------------------------------------------------------------------------
 
 def _modern_block(ns, fields: dict):
@@ -133,9 +212,18 @@ def modern_block_forward(ns, fields: dict, state: dict, x, mask=None, token_posi
 
 # --- Exercise 7 ------------------------------------------------------------------------
 
-def _decoder(ns, fields: dict):
+def _decoder(ns, fields: dict, rope=RoPE):
     return need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=ModernBlock, norm=nn.RMSNorm,
-                                     rope=RoPE)
+                                     rope=rope)
+
+
+class _RoPEOnTheDeviceOfX(RoPE):
+    """The reference RoPE with its frequencies made on the device of ``x`` (the reference makes them on the CPU), so
+    that on the meta device only the student's own tensors can be on the wrong device."""
+
+    def forward(self, x, token_positions):
+        theta = frequencies(x.shape[-1], self.base).to(x.device)
+        return rope(x, token_positions, self.base, theta=theta).to(x.dtype)
 
 
 def decoder_summary(ns, fields: dict):
@@ -186,20 +274,7 @@ def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
 
 def fuse_qkv(ns, state: dict):
     """``fuse_qkv(state)``'s result, and what the call did to the caller's dict ("the result is a new dict")."""
-    given = dict(state)
-    tensors = dict(given)  # the tensor objects passed in, and their version counters (raised by any in-place edit)
-    versions = {key: value._version for key, value in tensors.items()}
-    originals = {key: value.detach().clone() for key, value in tensors.items()}
-    result = need(ns, "fuse_qkv")(given)
-    caller = {
-        "same_dict": result is given,
-        "removed": sorted(set(state) - set(given)),
-        "added": sorted(str(k) for k in set(given) - set(state)),
-        "replaced": sorted(k for k in state if k in given and given[k] is not tensors[k]),
-        "edited": sorted(k for k, value in tensors.items()
-                         if value._version != versions[k] or value.shape != originals[k].shape
-                         or not torch.equal(value, originals[k])),
-    }
+    result, caller = _observing_caller(need(ns, "fuse_qkv"), state)
     value = {str(k): v for k, v in result.items()} if isinstance(result, dict) else result
     return {"value": value, "caller": caller}
 
@@ -226,6 +301,38 @@ def fused_forward(ns, d_model: int, num_heads: int, num_kv_heads: int, state: di
                   token_positions=None, is_causal=None):
     module = load(_fused(ns, d_model, num_heads, num_kv_heads), state).eval()
     return module(x, mask, **_options(token_positions, is_causal))
+
+
+def fused_sdpa_calls(ns, d_model: int, num_heads: int, num_kv_heads: int, x, mask=None, token_positions=None,
+                     is_causal=None) -> list:
+    return _sdpa_calls(_fused(ns, d_model, num_heads, num_kv_heads).eval(), x, mask, token_positions, is_causal)
+
+
+# The torch functions that compute matrix products (by the name a TorchFunctionMode sees).
+_MATRIX_PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
+                    "einsum", "tensordot", "inner", "chain_matmul", "multi_dot"}
+
+
+def fused_forward_perturbed(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask, delta):
+    """``FusedRotaryGQA``'s output when ``delta`` is added to the result of the first matrix product with
+    ``delta.shape[-1]`` ((num_heads + 2 * num_kv_heads) * head_dim) output features and ``delta.numel()``
+    numbers, however it is computed (``qkv_proj(x)``, ``F.linear``, ``@``)."""
+    width, numel = delta.shape[-1], delta.numel()
+    done = []
+
+    class Perturb(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            if (not done and getattr(func, "__name__", "") in _MATRIX_PRODUCTS and isinstance(result, torch.Tensor)
+                    and result.dim() and result.shape[-1] == width and result.numel() == numel):
+                done.append(True)
+                return result + delta.reshape(result.shape).to(result.dtype)
+            return result
+
+    module = load(_fused(ns, d_model, num_heads, num_kv_heads), state).eval()
+    with torch.no_grad(), Perturb():
+        output = module(x, mask)
+    return {"output": output, "perturbed": bool(done)}
 
 
 @torch.no_grad()

@@ -24,6 +24,13 @@ Oracles (Hugging Face ``transformers``, imported lazily here, never beside stude
   some tensor of batch * seq * (H + 2G) * head_dim numbers must be made (sizes chosen so that no other
   tensor of the forward has that many). "The result is a new dict" is observed by the adapter: the caller's dict
   keeps its keys and its tensor objects, and those keep their values, shapes and version counters.
+- What outputs do not show, observed by the adapters: GPT2 and ModernDecoder run on PyTorch's meta device (masks
+  and positions made on the device of tokens; a CPU-only grader's other device); the conversions of exercises 4
+  and 8 leave the caller's dict as it was (keys, tensor objects, values, version counters, as for ``fuse_qkv``),
+  and exercise 4's ``lm_head.weight`` shares wte.weight's storage (HF's tied pair is tied again in the worker, as
+  its ``state_dict()`` has it); the calls of ``F.scaled_dot_product_attention`` under ``is_causal=True`` (a
+  TorchFunctionMode sees them by any name) get is_causal=True and no mask (attention by hand makes none); the
+  fused forward's output follows a known change added to the result of its product of the fused width.
 - Closed forms: the GPT-2 parameter count of the 124M configuration, 124,439,808;
   ``F.cross_entropy`` on a shift done here.
 
@@ -41,9 +48,11 @@ unpadded, left- and right-padded; attention and blocks with random positions): l
 by at most 5.7e-6, attention and block outputs by at most 1.5e-6, losses by 0 (HF's loss is the same
 ``F.cross_entropy``); the worst error is 0.047 of the bound. The closest known mistake, the exact GELU
 instead of GPT-2's tanh approximation, changed the logits by at least 5.4e-4, 3.5 times the bound; every
-other diagnosed mistake by more. Mistakes that give the same numbers are not diagnosed where they cannot
+other diagnosed mistake by more; the Llama-style decoder with norm_eps 0.1 (10 seeds) differs from HF's by at
+most 0.011 of the bound, its final norm without that eps by at least 194 times the bound. Mistakes that give the same numbers are not diagnosed where they cannot
 differ: positions 0..seq-1 under right padding, or under any padding with RoPE (its scores see only
-differences of positions), a missing padding mask under right padding (the causal mask hides the pads),
+differences of positions: rows of [batch, seq] positions that are not shifts of one another are given to show row
+0's positions used for every row), a missing padding mask under right padding (the causal mask hides the pads),
 ``repeat`` for ``repeat_interleave`` with one kv head.
 
 Exercise 9 uses the same bounds: fused tensors exact up to 1e-6 (a concatenation copies values), outputs
@@ -359,6 +368,27 @@ def test_gpt2_other_configs(impl):
     _gpt2_case(impl, _gpt2_fields(4, eps=0.1), 40, 2, 5, lengths=[4, 5], side="left")
 
 
+def _on_the_device_of_tokens(impl, model, fields):
+    """"Build masks and positions on the device of ``tokens``": the model runs on PyTorch's meta device (a CPU-only
+    grader's other device), unpadded and padded."""
+    for padded in (False, True):
+        got = impl.model_on_meta(model, fields, [2, 5], padded)
+        call = f"{model}(config).to('meta')(tokens{', padding_mask' * padded}) with tokens on the meta device"
+        expect.that(not got["raised"], f"{call} raised {got['raised']}: {got['message']}; a tensor your forward "
+                    "makes stays on the CPU while tokens are elsewhere: build the mask and the positions on the device "
+                    "of tokens (torch.arange(seq, device=tokens.device), torch.ones(..., device=tokens.device)), and do "
+                    "not move padding_mask to the CPU")
+        expect.that(got["device"] == "meta" and got["shape"] == [2, 5, fields["vocab_size"]],
+                    f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
+                    f"{[2, 5, fields['vocab_size']]} on the device of tokens")
+
+
+@GPT2.hidden
+def test_gpt2_on_the_device_of_tokens(impl):
+    "masks and positions are made on the device of tokens: the model runs on another device (PyTorch's meta device)"
+    _on_the_device_of_tokens(impl, "GPT2", _gpt2_fields(5))
+
+
 # --- Exercise 3 --------------------------------------------------------------------------
 
 def _loss_case(impl, seed, ignore_index=None, ignored=()):
@@ -463,6 +493,10 @@ def _gpt2_diagnose(key, mine, value, course):
     return "the values differ from the checkpoint's tensor that belongs there"
 
 
+_INPUT_KEPT = ("leave hf_state as it is: build a new dict (no pop, no assignment into hf_state, no in-place edit of "
+               "its tensors); the caller may still use the checkpoint")
+
+
 def _gpt2_convert_case(impl, fields, seed, hub):
     hf = hf_gpt2(fields, seed)
     hf_state = hf.state_dict()
@@ -475,15 +509,21 @@ def _gpt2_convert_case(impl, fields, seed, hub):
             hf_state[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
     what = "gpt2_state_from_hf(" + ("the hub's model.safetensors" if hub else "GPT2LMHeadModel.state_dict()") + ", config)"
     try:
-        got = impl.convert("gpt2_state_from_hf", "GPT2Config", fields, hf_state)
+        result = impl.convert("gpt2_state_from_hf", "GPT2Config", fields, hf_state,
+                              tied=[("lm_head.weight", "transformer.wte.weight")])
     except StudentCodeError as error:
         if hub and str(error).startswith("KeyError"):
             expect.fail(f"{what} raised {error}: on the hub's layout the keys have no 'transformer.' prefix (such as "
                         "'h.0.ln_1.weight') and there is no lm_head.weight; accept both layouts, e.g. with "
                         "key.removeprefix('transformer.')")
         raise
+    got = result["value"]
     _check_keys(got, course, what, hub)
     _check_values(got, course, what, functools.partial(_gpt2_diagnose, course=course))
+    expect.that(result["head_is_wte"], f"{what}['lm_head.weight'] has wte's values but is not the same tensor as "
+                "['wte.weight'] (a copy, such as .clone()): the head is tied, so give both keys one tensor, "
+                "state['lm_head.weight'] = state['wte.weight']")
+    _check_caller_unchanged(result["caller"], what, _INPUT_KEPT)
     model = _reference(decoders.GPT2, fields, got)
     tokens = _tokens(2, 6, fields["vocab_size"], seed + 3)
     with torch.no_grad():
@@ -651,6 +691,8 @@ def _rotary_case(impl, d, heads, kv, shape, seed, mask_kind="causal", positions=
                          "so use repeat_interleave(group, dim=1) (0 0 1 1 ...), not repeat"))
     if mask is not None:
         mistakes.append((gqa_math(state, x, heads, kv, None, positions), "the mask does not reach the attention"))
+    if positions is not None and positions.dim() == 2:
+        mistakes.append((gqa_math(state, x, heads, kv, mask, positions[0]), POSITIONS_ROW_0))
     expect.close(_real(got, rows, what, [batch, length, d]), expected[rows], what, **TOL,
                  alternatives=[(w[rows], m) for w, m in mistakes],
                  hint="The oracle is Hugging Face's LlamaAttention with the same weights (its q/k rows permuted "
@@ -670,10 +712,17 @@ def test_rotary_gqa_ratios_and_positions(impl):
     _rotary_case(impl, 48, 4, 1, (1, 7), 20, mask_kind="none", positions=torch.tensor([5, 1, 0, 9, 2, 2, 7]))
 
 
+POSITIONS_ROW_0 = ("every row is rotated by the positions of row 0: [batch, seq] token_positions give each row its own "
+                   "positions; use positions[:, None, :] so that they broadcast over the heads")
+# Rows whose positions are not shifts of one another (RoPE's scores see only differences of positions).
+BATCHED_POSITIONS = torch.tensor([[0, 1, 2, 5, 6, 9], [3, 3, 4, 8, 10, 11], [7, 2, 0, 1, 5, 6]])
+
+
 @ROTARY.hidden
 def test_rotary_gqa_batched_positions(impl):
-    "token_positions [batch, seq] (a left-padded batch), with causal & padding mask"
+    "token_positions [batch, seq]: a left-padded batch (causal & padding mask), and rows with different gaps"
     _rotary_case(impl, 32, 4, 2, (3, 6), 30, lengths=[6, 3, 4])
+    _rotary_case(impl, 32, 4, 2, (3, 6), 31, positions=BATCHED_POSITIONS)
 
 
 IS_CAUSAL_IGNORED = ("is_causal=True is ignored: with mask=None every query then sees every key. Pass it on: "
@@ -694,6 +743,18 @@ def test_rotary_gqa_is_causal(impl):
         expect.close(got, expected, what, **TOL, alternatives=[(gqa_math(state, x, heads, kv, None, None),
                                                                 IS_CAUSAL_IGNORED)],
                      hint="The oracle is Hugging Face's LlamaAttention with the causal mask.")
+        _check_is_causal_passed_on(impl.rotary_gqa_sdpa_calls(d, heads, kv, x, None, None, is_causal=True), what)
+
+
+def _check_is_causal_passed_on(calls: list, what: str) -> None:
+    """"is_causal: pass it on": every call of F.scaled_dot_product_attention the forward makes (attention written
+    by hand makes none) gets is_causal=True and no mask tensor, so that SDPA may pick its flash kernel."""
+    for call in calls:
+        expect.that(call["is_causal"] is True and call["attn_mask"] == "None",
+                    f"{what} called F.scaled_dot_product_attention with attn_mask={call['attn_mask']} and is_causal="
+                    f"{call['is_causal']}: pass is_causal on and build no causal mask tensor, "
+                    "F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal) (a mask tensor "
+                    "rules out the flash kernel)")
 
 
 # --- Exercise 6 --------------------------------------------------------------------------
@@ -893,6 +954,11 @@ def _decoder_mistakes(fields, state, tokens, padding):
     if fields["rope_base"] != 10000.0:
         mistakes.append((_reference(decoders.LlamaDecoder, dict(fields, rope_base=10000.0), state)(tokens, padding),
                          "config.rope_base does not reach RoPE: rope(head_dim, max_seq_len, config.rope_base)"))
+    if fields["norm_eps"] != 1e-5:
+        plain = _reference(decoders.LlamaDecoder, fields, state)
+        plain.norm.eps = None  # nn.RMSNorm's default: torch.finfo(dtype).eps
+        mistakes.append((plain(tokens, padding), "config.norm_eps does not reach the final norm: self.norm = "
+                         "norm(d_model, eps=config.norm_eps)"))
     ref.norm = nn.Identity()
     mistakes.append((ref(tokens, padding), "the final norm is missing: logits = lm_head(norm(x)) after the last "
                      "block"))
@@ -970,8 +1036,15 @@ def test_decoder_is_causal_without_padding(impl):
 
 @DECODER.hidden
 def test_decoder_other_configs(impl):
-    "more heads (ratio 4), another rope_base, three layers"
+    "more heads (ratio 4), another rope_base, three layers; norm_eps=0.1 reaching the final norm"
     _decoder_case(impl, _llama_fields(3, d=32, heads=4, kv=1, layers=3, base=500.0), 230, 2, 9, lengths=[9, 6])
+    _decoder_case(impl, _llama_fields(4, kv=2, eps=0.1), 240, 2, 6)
+
+
+@DECODER.hidden
+def test_decoder_on_the_device_of_tokens(impl):
+    "masks and positions are made on the device of tokens: the model runs on another device (PyTorch's meta device)"
+    _on_the_device_of_tokens(impl, "ModernDecoder", _llama_fields(5))
 
 
 def _llama_diagnose(key, mine, value, hf_state, fields):
@@ -1010,9 +1083,11 @@ def _llama_convert_case(impl, fields, seed):
     hf_state = hf.state_dict()
     course = llama_course_state(hf_state, fields)
     what = "llama_state_from_hf(LlamaForCausalLM.state_dict(), config)"
-    got = impl.convert("llama_state_from_hf", "DecoderConfig", fields, hf_state)
+    result = impl.convert("llama_state_from_hf", "DecoderConfig", fields, hf_state)
+    got = result["value"]
     _check_keys(got, course, what)
     _check_values(got, course, what, functools.partial(_llama_diagnose, hf_state=hf_state, fields=fields))
+    _check_caller_unchanged(result["caller"], what, _INPUT_KEPT)
     model = _reference(decoders.LlamaDecoder, fields, got)
     tokens = _tokens(2, 6, fields["vocab_size"], seed + 3)
     with torch.no_grad():
@@ -1088,24 +1163,24 @@ def _fuse_case(impl, seed, d, heads, kv, *, bias=False, prefix="", extra=()):
     separate = torch.cat([F.linear(x, wi, bi) for wi, bi in zip(w, b, strict=True)], -1)
     one = F.linear(x, got[f"{prefix}qkv_proj.weight"], got.get(f"{prefix}qkv_proj.bias"))
     expect.close(one, separate, f"F.linear(x, *{what}'s qkv_proj)", **TOL)
-    _check_caller_unchanged(result["caller"], what)
+    _check_caller_unchanged(result["caller"], what, _NEW_DICT)
 
 
 _NEW_DICT = ("build the result as a new dict (fused = {...}) and leave the caller's dict and its tensors as they "
              "were: the caller may still need its separate projections")
 
 
-def _check_caller_unchanged(caller: dict, what: str) -> None:
-    """"The result is a new dict": the caller's dict keeps its keys and its tensors, unmodified (``adapters``
+def _check_caller_unchanged(caller: dict, what: str, advice: str) -> None:
+    """"Leave the input as it is": the caller's dict keeps its keys and its tensors, unmodified (``adapters``
     observe the dict, the tensor objects and their version counters)."""
-    expect.that(not caller["same_dict"], f"{what} returned the dict it was given, changed: {_NEW_DICT}")
+    expect.that(not caller["same_dict"], f"{what} returned the dict it was given, changed: {advice}")
     changed = [f"removed {caller['removed']}" if caller["removed"] else "",
                f"added {caller['added']}" if caller["added"] else "",
                f"replaced the tensors of {caller['replaced']}" if caller["replaced"] else ""]
     changed = [c for c in changed if c]
-    expect.that(not changed, f"{what} changed the caller's dict: it {', '.join(changed)}; {_NEW_DICT}")
+    expect.that(not changed, f"{what} changed the caller's dict: it {', '.join(changed)}; {advice}")
     expect.that(not caller["edited"], f"{what} modified the caller's tensors {caller['edited']} in place (an in-place "
-                f"operation, a method ending in _ or an assignment to .data); {_NEW_DICT}")
+                f"operation, a method ending in _ or an assignment to .data); {advice}")
 
 
 @torch.no_grad()
@@ -1244,6 +1319,9 @@ def _fused_case(impl, d, heads, kv, shape, seed, positions=None, lengths=None):
     mistakes = [(gqa_math(_split_mistake(state, heads, kv, order), x, heads, kv, mask, positions),
                  f"q, k and v are split off in the order {'-'.join(order)}: the rows of qkv_proj are q, then k, then v")
                 for order in ("kqv", "qvk", "vkq") if not (kv == heads and order == "qvk")]
+    if positions is not None and positions.dim() == 2:
+        mistakes.append((gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, mask, positions[0]),
+                         POSITIONS_ROW_0))
     got = _real(got, rows, what, [batch, length, d])
     expect.close(got, expected[rows], what, **TOL, alternatives=[(w[rows], m) for w, m in mistakes],
                  hint="The oracle is Hugging Face's Phi3Attention (fused qkv_proj) with the same weights (its q/k row "
@@ -1260,6 +1338,42 @@ def _one_product(impl, d, heads, kv, batch, length):
                 f"FusedRotaryGQA({d}, {heads}, {kv}, rope)'s forward made no tensor of batch * seq * (num_heads + 2 * "
                 f"num_kv_heads) * head_dim = {numel} numbers: q, k and v are not computed by one product; use "
                 "self.qkv_proj(x) once, then split it (three products with slices of the weight are what fusing avoids)")
+    _one_product_used(impl, d, heads, kv, batch, length)
+
+
+def _one_product_used(impl, d, heads, kv, batch, length):
+    """The output comes from the one product: a known change added to the result of the (first) matrix product of
+    the fused width must change the output as it changes the reference computation fed with that result."""
+    width = (heads + 2 * kv) * (d // heads)
+    fields = _llama_fields(810, d=d, heads=heads, kv=kv)
+    x = _randn((batch, length, d), 810)
+    mask = torch.ones(length, length, dtype=torch.bool).tril()
+    state = phi3_course_state(hf_phi3_attention(fields, 810, x, mask, None)[0], heads, kv)
+    delta = _randn((batch, length, width), 811)
+    got = impl.fused_forward_perturbed(d, heads, kv, state, x, mask, delta)
+    what = (f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, causal mask) when the grader adds a known change to the "
+            f"result of its product of {width} output features")
+    expect.that(got["perturbed"], f"{what}: no matrix product of that width ran, so q, k and v are not computed by "
+                "one product; use self.qkv_proj(x) once, then split it")
+    output = expect.tensor(got["output"], what, shape=[batch, length, d])
+    unchanged = gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, mask, None)
+    if torch.allclose(output, unchanged, **TOL):
+        expect.fail(f"{what}: the output did not change, so q, k and v are not taken from that product's result "
+                    "(three products concatenated are not one product); split self.qkv_proj(x)")
+    expect.close(output, _shifted_reference(state, delta, x, heads, kv, mask), what, **TOL,
+                 hint="q, k and v must be the three column blocks of the one product's result: self.qkv_proj(x).split(...)")
+
+
+@torch.no_grad()
+def _shifted_reference(state, delta, x, heads, kv, mask):
+    """The reference rotary GQA whose q, k and v projections' results are shifted by delta's three column blocks."""
+    d, hd = x.shape[-1], x.shape[-1] // heads
+    sizes = [heads * hd, kv * hd, kv * hd]
+    module = RotaryGroupedQueryAttention(d, heads, kv, RoPE(hd, 64)).eval()
+    module.load_state_dict(_split_mistake(state, heads, kv, "qkv"))
+    for name, shift in zip(("q_proj", "k_proj", "v_proj"), delta.split(sizes, -1), strict=True):
+        getattr(module, name).register_forward_hook(lambda _module, _inputs, result, shift=shift: result + shift)
+    return module(x, mask)
 
 
 @FUSED.visible
@@ -1284,13 +1398,15 @@ def test_fused_is_causal(impl):
     ignored = gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, None, None)
     expect.close(got, expected, what, **TOL, alternatives=[(ignored, IS_CAUSAL_IGNORED)],
                  hint="The oracle is Hugging Face's Phi3Attention with the causal mask.")
+    _check_is_causal_passed_on(impl.fused_sdpa_calls(d, heads, kv, x, None, None, is_causal=True), what)
 
 
 @FUSED.hidden
 def test_fused_ratios_positions_padding(impl):
-    "GQA ratios 1 and 4, positions not starting at 0, a left-padded batch; one product for each size"
+    "GQA ratios 1 and 4, positions not starting at 0, a left-padded batch, [batch, seq] positions with different gaps per row; one product for each size"
     _fused_case(impl, 32, 4, 4, (2, 5), 10, positions=torch.arange(3, 8))
     _fused_case(impl, 48, 4, 1, (1, 7), 20, positions=torch.tensor([5, 1, 0, 9, 2, 2, 7]))
     _fused_case(impl, 48, 6, 2, (3, 6), 30, lengths=[6, 3, 4])
+    _fused_case(impl, 32, 4, 2, (3, 6), 31, positions=BATCHED_POSITIONS)
     _one_product(impl, 48, 4, 1, 3, 4)
     _one_product(impl, 48, 6, 3, 1, 7)

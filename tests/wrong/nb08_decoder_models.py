@@ -47,7 +47,7 @@ class GPT2(nn.Module):
         length = tokens.shape[1]
         causal = @CAUSAL@
         if padding_mask is None:
-            positions, mask = torch.arange(length), causal
+            positions, mask = torch.arange(length, device=tokens.device), causal
         else:
             positions = @POSITIONS@
             mask = @MASK@
@@ -58,7 +58,7 @@ class GPT2(nn.Module):
 '''
 GPT2_PARTS = {"block_norm": "functools.partial(norm, eps=config.norm_eps)", "activation": '"gelu_tanh"',
               "tie": "self.lm_head.weight = self.wte.weight",
-              "causal": "torch.ones(length, length, dtype=torch.bool).tril()",
+              "causal": "torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()",
               "positions": "(padding_mask.long().cumsum(-1) - 1).clamp(min=0)",
               "mask": "causal & padding_mask[:, None, None, :]", "out": "self.lm_head(self.ln_f(x))"}
 
@@ -198,9 +198,9 @@ class ModernDecoder(nn.Module):
 
     def forward(self, tokens, padding_mask=None):
         length = tokens.shape[1]
-        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()
         if padding_mask is None:
-            positions, mask, is_causal = torch.arange(length), @PLAIN_MASK@
+            positions, mask, is_causal = torch.arange(length, device=tokens.device), @PLAIN_MASK@
         else:
             positions = @POSITIONS@
             mask, is_causal = @MASK@, @PADDED_IS_CAUSAL@
@@ -316,6 +316,16 @@ def fuse_qkv(state):
         state[f"{prefix}qkv_proj.{kind}"] = torch.cat(parts, dim=0)
     return state
 '''
+# "Leave hf_state as it is": the conversions of Exercises 4 and 8 changing the caller's checkpoint.
+_STRIP_IN_PLACE = '''
+def _strip(hf_state):
+    for key in list(hf_state):
+        hf_state[key.removeprefix("transformer.")] = hf_state.pop(key)
+    return hf_state
+'''
+# "Pass is_causal on" to SDPA: a causal mask tensor instead (the same numbers, no flash kernel), by any name.
+_SDPA_ALIAS = ("attend = F.scaled_dot_product_attention\n        out = attend(q, k, v, attn_mask=torch.full((length, length), "
+               "float('-inf')).triu(1) if is_causal else mask)")
 _FUSE_POPS = '''
 def fuse_qkv(state):
     fused = {}
@@ -370,6 +380,9 @@ WRONG = [
     Wrong("gpt2_model", "norm_eps not passed to the blocks' LayerNorms", gpt2(block_norm="norm"),
           "config.norm_eps does not reach the LayerNorms"),
     Wrong("gpt2_model", "padding mask ignored", gpt2(mask="causal"), "padding_mask does not reach the attention"),
+    # Invisible on a CPU: the model run on the meta device.
+    Wrong("gpt2_model", "mask and positions made on the CPU", gpt2().replace(", device=tokens.device", ""),
+          "a tensor your forward makes stays on the CPU"),
     # Exercise 3
     Wrong("causal_lm_loss", "no shift",
           loss("return F.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1), ignore_index=ignore_index)"),
@@ -395,6 +408,10 @@ WRONG = [
           gpt2_convert(head='state["lm_head.weight"] = state["wte.weight"]\n'
                             '    state.update({k: v for k, v in src.items() if k.endswith("attn.bias")})'),
           "are buffers"),
+    Wrong("gpt2_state_from_hf", "lm_head.weight a copy of wte.weight, not the same tensor",
+          gpt2_convert(head='state["lm_head.weight"] = state["wte.weight"].clone()'), "is not the same tensor as"),
+    Wrong("gpt2_state_from_hf", "the caller's hf_state stripped of its prefix in place",
+          _STRIP_IN_PLACE + gpt2_convert(src="_strip(hf_state)"), "changed the caller's dict"),
     # Exercise 5
     Wrong("rotary_gqa", "values rotated too", rotary(v="self.rope(heads(self.v_proj(x), self.num_kv_heads), positions)"),
           "the values are rotated too"),
@@ -408,6 +425,14 @@ WRONG = [
     Wrong("rotary_gqa", "projections with biases", rotary(bias="True"), "have no bias"),
     Wrong("rotary_gqa", "is_causal accepted but not passed on",
           rotary(attend="F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"), "is_causal=True is ignored"),
+    Wrong("rotary_gqa", "is_causal turned into a causal mask tensor",
+          rotary(attend="F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(length, length, dtype=torch.bool)"
+                        ".tril() if is_causal else mask)"), "pass is_causal on and build no causal mask tensor"),
+    Wrong("rotary_gqa", "is_causal turned into a float mask, SDPA under another name",
+          rotary(attend="None\n        " + _SDPA_ALIAS), "pass is_causal on and build no causal mask tensor"),
+    Wrong("rotary_gqa", "[batch, seq] positions of row 0 for every row",
+          rotary().replace("token_positions[:, None, :] if", "token_positions[0] if"),
+          "every row is rotated by the positions of row 0"),
     # Exercise 6
     Wrong("modern_block", "post-norm where pre-norm is required",
           modern_block(body="x = self.norm1(x + self.attn(x, mask, token_positions))\n"
@@ -442,6 +467,11 @@ WRONG = [
                             " for _ in"), "make ONE, rope(head_dim, max_seq_len, rope_base)"),
     Wrong("modern_decoder", "positions counted from 1", decoder(positions="padding_mask.long().cumsum(-1)"),
           "the first real token of each row is position 0"),
+    Wrong("modern_decoder", "norm_eps not passed to the final norm",
+          decoder().replace("self.norm = norm(config.d_model, eps=config.norm_eps)", "self.norm = norm(config.d_model)"),
+          "config.norm_eps does not reach the final norm"),
+    Wrong("modern_decoder", "mask and positions made on the CPU", decoder().replace(", device=tokens.device", ""),
+          "a tensor your forward makes stays on the CPU"),
     # Exercise 8
     Wrong("llama_state_from_hf", "q/k rows not permuted", llama_convert(permute="return weight"),
           "are not permuted"),
@@ -453,6 +483,15 @@ WRONG = [
     Wrong("llama_state_from_hf", "rows permuted across the whole projection",
           llama_convert(permute="return weight[torch.argsort(halves_permutation(weight.shape[0]))]"),
           "permuted across the whole projection"),
+    Wrong("llama_state_from_hf", "the permuted q written back into the caller's hf_state",
+          llama_convert().replace(
+              'state[f"{b}attn.q_proj.weight"] = interleaved(hf_state[f"{h}self_attn.q_proj.weight"], config.n_heads)',
+              'hf_state[f"{h}self_attn.q_proj.weight"] = interleaved(hf_state[f"{h}self_attn.q_proj.weight"], '
+              'config.n_heads)\n        state[f"{b}attn.q_proj.weight"] = hf_state[f"{h}self_attn.q_proj.weight"]'),
+          "changed the caller's dict: it replaced"),
+    Wrong("llama_state_from_hf", "q/k rows permuted in place in the caller's tensors",
+          llama_convert(permute="weight.copy_(weight.view(n_heads, head_dim, -1)[:, order].reshape(weight.shape))\n"
+                                "        return weight"), "modified the caller's tensors"),
     # The attributes the spec names (notebook 13 reads them), and the rope it was given.
     Wrong("rotary_gqa", "head counts kept under other names", rotary().replace("self.num_heads", "self.h").replace(
         "self.num_kv_heads", "self.g"), "store self.num_heads, self.num_kv_heads and self.head_dim"),
@@ -492,4 +531,14 @@ WRONG = [
           fused(qkv="w = self.qkv_proj.weight\n"
                     "        q, k, v = (F.linear(x, part) for part in w.split([h * hd, g * hd, g * hd], dim=0))"),
           "not computed by one product"),
+    Wrong("fused_rotary_gqa", "three products concatenated to the fused width, then split",
+          fused(qkv="w = self.qkv_proj.weight\n        sizes = [h * hd, g * hd, g * hd]\n"
+                    "        q, k, v = torch.cat([x @ part.t() for part in w.split(sizes)], -1).split(sizes, dim=-1)"),
+          "no matrix product of that width ran"),
+    Wrong("fused_rotary_gqa", "[batch, seq] positions of row 0 for every row",
+          fused().replace("token_positions[:, None, :] if", "token_positions[0] if"),
+          "every row is rotated by the positions of row 0"),
+    Wrong("fused_rotary_gqa", "is_causal turned into a causal mask tensor",
+          fused(attend="F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(length, length, dtype=torch.bool)"
+                       ".tril() if is_causal else mask)"), "pass is_causal on and build no causal mask tensor"),
 ]
