@@ -6,11 +6,21 @@ exercise is graded on its own: while ``train_bpe`` runs, the notebook's ``pretok
 ``merge_word`` are the course's (``autograder.reference.bpe``); while the ``Tokenizer`` runs, its
 ``pretokenize`` and ``apply_merges`` are; the notebook's own are restored afterwards. ``encode_iterable`` runs
 on the student's ``Tokenizer`` whose ``encode`` is the course's (on a stand-in where the constructor fails).
+``train_bpe_work`` measures the trainer's work as the lines of Python it runs (``sys.settrace``), outside the
+standard library, installed packages and the course's grading code, but counting the ``count_pairs`` and
+``merge_word`` it is given.
 """
 
 from __future__ import annotations
 
+import re
+import sys
+import sysconfig
 import tempfile
+import time
+from pathlib import Path
+
+import regex
 
 from autograder.adapters import given, need
 from autograder.reference import bpe
@@ -67,22 +77,97 @@ def train_bpe_of(ns, text: str, vocab_size: int, special_tokens: list):
     }
 
 
-def train_bpe_calls(ns, text: str, vocab_size: int, special_tokens: list) -> dict:
-    """How often ``train_bpe`` calls ``count_pairs`` and ``merge_word`` (the course's, counting), and its merges."""
-    calls = {"count_pairs": 0, "merge_word": 0}
+def _fast_pretokenize(text: str, special_tokens=("<|endoftext|>",)) -> list[str]:
+    """The course's pre-tokens (``bpe.pretokenize``'s), found without a Python loop over the characters, so that
+    the work ``train_bpe_work`` measures is the trainer's own."""
+    specials = sorted(special_tokens, key=len, reverse=True)
+    parts = re.split("(" + "|".join(map(re.escape, specials)) + ")", text) if specials else [text]
+    pieces = []
+    for i, part in enumerate(parts):
+        pieces.extend([part] if i % 2 else regex.findall(bpe.GPT2_PATTERN, part))
+    return pieces
 
-    def counting(name, function):
-        def counted(*args, **kwargs):
-            calls[name] += 1
-            return function(*args, **kwargs)
 
-        return counted
+def _counted_files():
+    """Which source files' lines count as the trainer's work: every file but the standard library's, installed
+    packages' and the course's own grading code; the course's ``count_pairs`` and ``merge_word``
+    (``autograder.reference.bpe``), which the trainer is given, count too."""
+    skip = {Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                                          *sysconfig.get_paths().values()} if p}
+    skip.add(Path(__file__).resolve().parents[1])  # autograder/
+    counted_file = str(Path(bpe.__file__).resolve())
+    decided: dict = {}
 
-    with given(ns, pretokenize=bpe.pretokenize, count_pairs=counting("count_pairs", bpe.count_pairs),
-                merge_word=counting("merge_word", bpe.merge_word)):
-        result = need(ns, "train_bpe")(text, vocab_size, list(special_tokens))
-    merges = result[1] if isinstance(result, tuple | list) and len(result) == 2 else []
-    return {**calls, "merges": len(merges) if isinstance(merges, list | tuple) else 0}
+    def counted(filename: str) -> bool:
+        if filename not in decided:
+            if filename == bpe.__file__ or filename == counted_file:
+                decided[filename] = True
+            elif filename.startswith("<frozen"):
+                decided[filename] = False
+            elif filename.startswith("<"):  # a cell (<cell 3>, <answer>, <ipython-input-...>), exec'd text
+                decided[filename] = True
+            else:
+                path = Path(filename).resolve()
+                decided[filename] = not any(path == root or root in path.parents for root in skip)
+        return decided[filename]
+
+    return counted
+
+
+class TooMuchWork(Exception):
+    """Raised inside ``train_bpe`` once it has run ``limit`` lines, so that a trainer far too slow stops."""
+
+
+def train_bpe_work(ns, text: str, vocab_sizes: list, special_tokens: list, limit: int, seconds: float) -> dict:
+    """For each vocabulary size, ``train_bpe``'s merges and the lines of Python it ran (its own, in any cell or
+    file of the student's, and the course's ``count_pairs``/``merge_word`` it is given; not the standard
+    library's, nor the pre-tokenizer's), with how often it called ``count_pairs`` and ``merge_word``.
+    A run stops at ``limit`` lines, or once the runs have taken ``seconds`` (``"stopped": True``)."""
+    function = need(ns, "train_bpe")
+    counted = _counted_files()
+    deadline = time.monotonic() + seconds
+    runs = []
+    for vocab_size in vocab_sizes:
+        calls = {"count_pairs": 0, "merge_word": 0}
+        lines = 0
+
+        def per_line(frame, event, arg):
+            nonlocal lines
+            if event == "line":
+                lines += 1
+                if lines > limit or (lines % 1000 == 0 and time.monotonic() > deadline):
+                    raise TooMuchWork
+            return per_line
+
+        def per_call(frame, event, arg):
+            return per_line if counted(frame.f_code.co_filename) else None
+
+        def counting(name, course_function, calls=calls):
+            def counted_call(*args, **kwargs):
+                calls[name] += 1
+                return course_function(*args, **kwargs)
+
+            return counted_call
+
+        with given(ns, pretokenize=_fast_pretokenize, count_pairs=counting("count_pairs", bpe.count_pairs),
+                   merge_word=counting("merge_word", bpe.merge_word)):
+            before, result, stopped = sys.gettrace(), None, False
+            sys.settrace(per_call)
+            try:
+                result = function(text, vocab_size, list(special_tokens))
+                intact = sys.gettrace() is per_call
+            except TooMuchWork:
+                stopped, intact = True, True
+            finally:
+                sys.settrace(before)
+        if stopped:
+            runs.append({"lines": lines, **calls, "merges": [], "tracing_intact": intact, "stopped": True})
+            break
+        merges = result[1] if isinstance(result, tuple | list) and len(result) == 2 else []
+        merges = [[_hex(m[0]), _hex(m[1])] if isinstance(m, tuple | list) and len(m) == 2 else [repr(m)[:80], ""]
+                  for m in (merges if isinstance(merges, list | tuple) else [])]
+        runs.append({"lines": lines, **calls, "merges": merges, "tracing_intact": intact, "stopped": False})
+    return {"runs": runs}
 
 
 def apply_merges_of(ns, pieces: list, merges: list):

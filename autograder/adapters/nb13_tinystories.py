@@ -61,6 +61,35 @@ def maps(ns, fields: dict, state: dict, tokens: torch.Tensor) -> dict:
 
 
 _DTYPES = {None: None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_LOSS_OPS: list = []  # the operations on the logits of the current train_step call (see _Logits)
+
+
+class _Logits(torch.Tensor):
+    """The model's logits as ``train_step`` receives them: every operation on them, or on what is computed from them,
+    that takes more than a scalar and gives a result that requires grad (the way from the logits to the loss:
+    ``.float()``, ``.flatten()``, ``F.cross_entropy``; not ``loss / k`` nor ``scaler.scale(loss)``) is recorded
+    in ``_LOSS_OPS`` with whether autocast was on when it ran."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        result = super().__torch_function__(func, types, args, kwargs or {})
+        with torch._C.DisableTorchFunctionSubclass():
+            inputs = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, _Logits)]
+            differentiable = any(isinstance(r, torch.Tensor) and r.requires_grad
+                                 for r in (result if isinstance(result, tuple | list) else (result,)))
+            if differentiable and any(a.numel() > 1 for a in inputs):
+                device = inputs[0].device.type
+                _LOSS_OPS.append({"op": getattr(func, "__name__", str(func)),
+                                  "autocast": torch.is_autocast_enabled(device)})
+        return result
+
+
+def _grads_left(model) -> dict:
+    """How many parameters hold no gradient (None), zeros, or values."""
+    left = {"none": 0, "zeros": 0, "values": 0}
+    for p in model.parameters():
+        left["none" if p.grad is None else "zeros" if not p.grad.any() else "values"] += 1
+    return left
 
 
 def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, optimizer_kwargs: dict,
@@ -69,7 +98,10 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
 
     Reports the parameters after every call, the optimizer's update count per parameter, the scaler's scale,
     the returned losses, and, for every forward pass of the model, the autocast state it ran under and the
-    dtype of its logits. An error stops the calls and is reported with the call it happened in.
+    dtype of its logits; the forward and backward passes in the order they ran (``"F<rows>"``, ``"B"``: a hook on
+    ``lm_head.weight``, which every backward pass reaches once); the operations that turned the logits into the
+    loss, with their autocast state (``_Logits``); and what ``.grad`` held when the call returned. An error stops
+    the calls and is reported with the call it happened in.
     """
     function = need(ns, "train_step")
     model = LlamaDecoder(DecoderConfig(**fields))
@@ -77,16 +109,26 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
     kind = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[optimizer]
     opt = kind(model.parameters(), **optimizer_kwargs)
     grad_scaler = torch.amp.GradScaler("cpu", **scaler) if scaler is not None else None
-    forwards = []
+    forwards, events = [], []
 
-    def watch(module, args, output):
+    def watch(module, args, kwargs, output):
         forwards.append({"autocast": torch.is_autocast_enabled("cpu"), "dtype": str(torch.get_autocast_dtype("cpu")),
                          "logits": str(getattr(output, "dtype", None))})
+        tokens = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        events.append(f"F{tokens.shape[0] if tokens is not None and tokens.dim() else '?'}")
+        return output.as_subclass(_Logits) if isinstance(output, torch.Tensor) else output
 
-    model.register_forward_hook(watch)
-    result = {"losses": [], "states": [], "updates": [], "scales": [], "forwards": [], "raised": None}
+    def backward_pass(grad):
+        events.append("B")
+
+    model.register_forward_hook(watch, with_kwargs=True)
+    model.lm_head.weight.register_hook(backward_pass)
+    result = {"losses": [], "states": [], "updates": [], "scales": [], "forwards": [], "events": [], "loss_ops": [],
+              "grads_left": [], "raised": None}
     for call, micro_batches in enumerate(steps):
         forwards.clear()
+        events.clear()
+        _LOSS_OPS.clear()
         try:
             loss = function(model, [(x.clone(), y.clone()) for x, y in micro_batches], opt, dtype=_DTYPES[dtype],
                             scaler=grad_scaler, grad_clip=grad_clip)
@@ -95,12 +137,17 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
         except Exception as error:  # noqa: BLE001
             result["raised"] = {"call": call, "type": type(error).__name__, "message": str(error)}
             break
-        result["losses"].append(loss if isinstance(loss, int | float) else {"__unsupported__": type(loss).__qualname__})
+        result["losses"].append(loss if isinstance(loss, int | float) else {
+            "__unsupported__": "Tensor" if isinstance(loss, torch.Tensor) else type(loss).__qualname__})
         result["states"].append({name: p.detach().clone() for name, p in model.named_parameters()})
         result["updates"].append(sorted({int(opt.state[p]["step"]) for p in model.parameters()
                                          if "step" in opt.state.get(p, {})}))
         result["scales"].append(grad_scaler.get_scale() if grad_scaler is not None else None)
         result["forwards"].append(list(forwards))
+        result["events"].append(list(events))
+        result["loss_ops"].append(list(_LOSS_OPS))
+        result["grads_left"].append(_grads_left(model))
+    _LOSS_OPS.clear()
     return result
 
 

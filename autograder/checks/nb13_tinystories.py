@@ -31,7 +31,13 @@ Oracles:
   exactly as they were). With a scale of 2^12 in float32, scaling and unscaling by a power of two are exact,
   so the scaled step equals the plain one. Known mistakes are recognised by rerunning the oracle with the
   mistake (loss not divided by k, gradients zeroed before each micro-batch, a step per micro-batch,
-  gradients never zeroed, clipping at grad_clip / scale, i.e. clipping the scaled gradients).
+  gradients never zeroed, clipping at grad_clip / scale, i.e. clipping the scaled gradients). Observed besides:
+  the passes in the order they ran (a forward hook gives each forward's rows, a hook on ``lm_head.weight`` each
+  backward pass: one forward of each micro-batch then its backward, in turn, not one forward on the micro-batches
+  concatenated nor the losses added up before one backward); the logits handed to the step are a tensor subclass
+  that records the autocast state of every differentiable operation on them while they are more than a scalar
+  (the way to the loss: under autocast when a dtype is given, not after the ``with`` block); and ``.grad`` when
+  each call returns (None or zeros: zeroed after the step, not at the start of the next call).
 - ``attention_maps``: Hugging Face's ``LlamaForCausalLM`` (``attn_implementation="eager"``,
   ``output_attentions=True``) with random weights, loaded into ``autograder.reference``'s decoder through
   ``autograder.reference.hf_llama`` (q/k rows permuted per head, which leaves the scores unchanged), on
@@ -45,6 +51,7 @@ Oracles:
   a wrapper that records every call (the cache it used, the positions that cache held before and after, the
   tokens fed), so what the model is fed and what the cache holds are observed, not inferred from the tokens.
   Sampling uses a seeded ``torch.Generator`` on both sides: one pick per new token gives the same draws.
+  Int32 prompts (a visible and a hidden case): the result must keep the prompt's dtype.
 
 Tolerances (float32 on CPU, any BLAS): bits per byte rtol 1e-6 (measured 0 for the closed form, below
 1e-7 relative against the base-2 sum); FLOPs exact (integers; 0.5 allowed for a float that holds one);
@@ -487,6 +494,56 @@ def _forwards_under(got, call, dtype):
                         f"autocast in {dtype}")
 
 
+def _one_pass_per_micro_batch(got, call, k, rows):
+    """For each micro-batch in turn, one forward of its rows and one backward pass, as the adapter saw them run."""
+    expected = [f"F{rows}", "B"] * k
+    for i, events in enumerate(got["events"]):
+        if events == expected:
+            continue
+        where, ran = f"{call}, at call {i + 1},", " ".join(events)
+        forwards, backwards = [e for e in events if e.startswith("F")], events.count("B")
+        if k > 1 and forwards == [f"F{k * rows}"]:
+            expect.fail(f"{where} ran the model once, on the {k} micro-batches concatenated ({k * rows} rows): run one "
+                        f"forward and one backward per micro-batch, on its own {rows} rows. On the whole batch at "
+                        "once, its activations are all in memory together, which is what accumulation avoids")
+        if k > 1 and len(forwards) == k and backwards == 1:
+            expect.fail(f"{where} ran {k} forwards and one backward pass ({ran}: the losses added up, then one "
+                        f"backward): the graphs of all {k} micro-batches were in memory at once. Back-propagate each "
+                        "micro-batch's loss / k right after its forward, before the next micro-batch")
+        if k > 1 and len(forwards) == k and backwards == k:
+            expect.fail(f"{where} ran all {k} forwards before the backward passes ({ran}): the graphs of all the "
+                        "micro-batches were in memory at once. Back-propagate each micro-batch's loss / k right after "
+                        "its forward, before the next micro-batch")
+        expect.fail(f"{where} ran {ran} (F<rows>: a forward of the model, B: a backward pass); expected one forward "
+                    f"of each micro-batch's {rows} rows, then its backward, in turn: {' '.join(expected)}")
+
+
+def _no_gradient_left(got, call):
+    for i, left in enumerate(got["grads_left"]):
+        expect.that(left["values"] == 0, f"{call}: when call {i + 1} returned, .grad still held gradients "
+                    f"({left['values']} of {sum(left.values())} parameters): zero them after the step "
+                    "(optimizer.zero_grad(), which leaves None; zeros, with set_to_none=False, are fine too), so that "
+                    "the call leaves no gradient behind and the next one starts from none")
+
+
+def _loss_under_autocast(got, call, dtype):
+    if dtype is None:
+        return
+    for i, ops in enumerate(got["loss_ops"]):
+        outside = list(dict.fromkeys(op["op"] for op in ops if not op["autocast"]))
+        expect.that(not outside, f"{call}, call {i + 1}: {', '.join(outside)} ran on the logits outside autocast: the "
+                    "loss was computed after the with block. The forward AND the loss go under "
+                    f"torch.autocast(device_type, dtype=dtype): there F.cross_entropy runs in float32; outside it, "
+                    f"on {dtype} logits, the loss is computed in {dtype}")
+
+
+def _observed(got, call, k, rows, dtype=None):
+    """What the step did besides its result: the passes it ran, the loss under autocast, .grad left empty."""
+    _one_pass_per_micro_batch(got, call, k, rows)
+    _loss_under_autocast(got, call, dtype)
+    _no_gradient_left(got, call)
+
+
 @TRAIN_STEP.visible
 def test_step_accumulation_equals_big_batch(impl):
     "float32: k micro-batches, loss / k each, give one SGD or AdamW step on the whole batch; 2 steps in a row"
@@ -494,6 +551,7 @@ def test_step_accumulation_equals_big_batch(impl):
         state, steps, got, call = _step_case(impl, seed, k=k, calls=2, optimizer=optimizer)
         _forwards_under(got, call, None)
         _compare_step(got, call, STEP_FIELDS, state, steps, optimizer)
+        _observed(got, call, k, 2)
         if optimizer is ADAMW:
             for i, updates in enumerate(got["updates"]):
                 expect.that(updates == [i + 1], f"{call}: after call {i + 1} AdamW has counted {updates} updates "
@@ -508,6 +566,7 @@ def test_step_autocast_bfloat16(impl):
         state, steps, got, call = _step_case(impl, seed, k=k, dtype="bfloat16")
         _forwards_under(got, call, "bfloat16")
         _compare_step(got, call, STEP_FIELDS, state, steps, SGD, tol=HALF["bfloat16"])
+        _observed(got, call, k, 2, "bfloat16")
 
 
 @TRAIN_STEP.visible
@@ -517,6 +576,7 @@ def test_step_grad_scaler(impl):
         scaler = {"init_scale": 2.0 ** 12, "growth_interval": 1}
         state, steps, got, call = _step_case(impl, seed, k=k, calls=2, scaler=scaler, grad_clip=clip)
         _compare_step(got, call, STEP_FIELDS, state, steps, SGD, grad_clip=clip, scale=2.0 ** 12)
+        _observed(got, call, k, 2)
         expect.that(got["scales"] == [2.0 ** 13, 2.0 ** 14], f"{call}: the scaler's scale went 2^12 -> "
                     f"{got['scales']} over two steps, expected 2^13, 2^14 (growth_interval=1, no inf): call "
                     "scaler.update() once per step, after scaler.step(optimizer)")
@@ -537,10 +597,12 @@ def test_step_float16_overflow_skips(impl):
                 "optimizer.step() yourself")
     expect.that(got["scales"] == [2.0 ** 29], f"{call}: after an overflow the scale should halve from 2^30 to 2^29, "
                 f"got {got['scales']}: call scaler.update() after scaler.step(optimizer)")
+    _observed(got, call, 2, 2, "float16")
     state, steps, got, call = _step_case(impl, 8, k=2, dtype="float16", calls=2,
                                          scaler={"init_scale": 2.0 ** 8, "growth_interval": 1})
     _forwards_under(got, call, "float16")
     _compare_step(got, call, STEP_FIELDS, state, steps, SGD, tol=HALF["float16"])
+    _observed(got, call, 2, 2, "float16")
 
 
 @TRAIN_STEP.hidden
@@ -552,10 +614,12 @@ def test_step_more_shapes(impl):
     _compare_step(got, call, gqa, state, steps, ADAMW, grad_clip=0.5)
     expect.that(got["updates"] == [[1], [2], [3]], f"{call}: AdamW counted {got['updates']} updates after calls "
                 "1, 2, 3; expected 1, 2, 3")
+    _observed(got, call, 4, 1)
     state, steps, got, call = _step_case(impl, 10, k=2, dtype="bfloat16", calls=2, grad_clip=0.02,
                                          scaler={"init_scale": 2.0 ** 10, "growth_interval": 1})
     _forwards_under(got, call, "bfloat16")
     _compare_step(got, call, STEP_FIELDS, state, steps, SGD, grad_clip=0.02, tol=HALF["bfloat16"], scale=2.0 ** 10)
+    _observed(got, call, 2, 2, "bfloat16")
 
 
 # --- Exercise 6 --------------------------------------------------------------------------
@@ -751,11 +815,12 @@ def sample_next_oracle(logits, pick, generator):
     return sample_next(logits, temperature=pick["temperature"], top_k=pick["top_k"], generator=generator)
 
 
-def _generation_case(impl, seed, *, prompt_length, window, max_new_tokens, eos_from=None, pick=None, fields=None):
+def _generation_case(impl, seed, *, prompt_length, window, max_new_tokens, eos_from=None, pick=None, fields=None,
+                     prompt_dtype=torch.int64):
     """Run the student's loop and the oracle; fail with what differs, named where the mistake is known."""
     fields = fields or _generation_fields(seed)
     model = _generation_model(fields, seed)
-    prompt = torch.randint(0, fields["vocab_size"], (prompt_length,), generator=_gen(seed + 800))
+    prompt = torch.randint(0, fields["vocab_size"], (prompt_length,), generator=_gen(seed + 800)).to(prompt_dtype)
     expected, feeds = _segments_oracle(model, prompt, max_new_tokens=max_new_tokens, window=window, pick=pick)
     eos_id = None
     if eos_from is not None:  # the token the loop picks at step eos_from ends the text there
@@ -764,13 +829,18 @@ def _generation_case(impl, seed, *, prompt_length, window, max_new_tokens, eos_f
                                            eos_id=eos_id, pick=pick)
     call = (f"generate_with_cache(model, prompt of {prompt_length} tokens, max_new_tokens={max_new_tokens}, "
             f"window={window}{f', eos_id={eos_id}' if eos_id is not None else ''}"
-            f"{', pick=a seeded sampler' if pick else ', pick=greedy'})")
+            f"{', pick=a seeded sampler' if pick else ', pick=greedy'}"
+            f"{f', a {prompt_dtype} prompt' if prompt_dtype != torch.int64 else ''})")
     got = impl.generate_with_cache(fields, model.state_dict(), prompt.clone(), max_new_tokens=max_new_tokens,
                                    window=window, eos_id=eos_id, pick=pick)
     _check_calls(got["calls"], feeds, got["caches"], prompt_length, window, call)
     tokens = expect.tensor(got["tokens"], call)
-    expect.that(tokens.dim() == 1 and tokens.dtype == prompt.dtype,
-                f"{call} returned shape {list(tokens.shape)} of {tokens.dtype}, expected a 1-D {prompt.dtype} tensor")
+    expect.that(tokens.dim() == 1, f"{call} returned shape {list(tokens.shape)}, expected a 1-D tensor: the prompt "
+                "followed by the new tokens")
+    expect.that(tokens.dtype == prompt.dtype, f"{call} returned {tokens.dtype} tokens for a {prompt.dtype} prompt: the "
+                "result has the prompt's dtype. pick returns int64 tokens, and torch.cat of a sequence of another "
+                "integer dtype with them promotes it to int64: convert each new token with .to(prompt.dtype) before "
+                "adding it (or build the result with dtype=prompt.dtype)")
     _check_tokens(tokens.tolist(), expected, prompt_length, eos_id, call)
     shapes = {tuple(s) for s in got["picks"]}
     expect.that(len(got["picks"]) == len(expected) - prompt_length and shapes <= {(1, fields["vocab_size"])},
@@ -844,14 +914,15 @@ def test_generation_equals_recomputation(impl):
 
 @GENERATE.visible
 def test_generation_feeds_and_cache(impl):
-    "one model call per new token: the prompt first, then one token per call; a full cache restarts with window // 2"
+    "one call per new token: the prompt, then one token per call; a full cache restarts with window // 2; int32 kept"
     _generation_case(impl, 1, prompt_length=3, window=6, max_new_tokens=16)
+    _generation_case(impl, 12, prompt_length=4, window=6, max_new_tokens=9, prompt_dtype=torch.int32)
 
 
 @GENERATE.hidden
 def test_generation_long_prompts_and_odd_windows(impl):
     "a prompt longer than the window, odd windows (7 keeps 3), the smallest window (2 keeps 1), other decoders"
-    _generation_case(impl, 2, prompt_length=12, window=8, max_new_tokens=14)
+    _generation_case(impl, 2, prompt_length=12, window=8, max_new_tokens=14, prompt_dtype=torch.int32)
     _generation_case(impl, 3, prompt_length=4, window=7, max_new_tokens=18, fields=_generation_fields(3, kv=1))
     _generation_case(impl, 4, prompt_length=2, window=2, max_new_tokens=6, fields=_generation_fields(4, layers=3, kv=4))
     _generation_case(impl, 5, prompt_length=1, window=16, max_new_tokens=10)

@@ -62,6 +62,84 @@ def train_bpe(text, vocab_size, special_tokens=("<|endoftext|>",)):
     return vocab, merges
 '''
 
+# Right merges, incremental in name only: count_pairs once, then every pair recounted with the trainer's own loops.
+OWN_RECOUNT = '''
+def train_bpe(text, vocab_size, special_tokens=("<|endoftext|>",)):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode("utf-8")
+    specials = set(special_tokens)
+    word_counts = Counter(tuple(bytes([b]) for b in piece.encode("utf-8"))
+                          for piece in pretokenize(text, special_tokens) if piece not in specials)
+    pair_counts = count_pairs(word_counts)
+    merges = []
+    while len(vocab) < vocab_size and pair_counts:
+        best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))
+        merges.append(best)
+        vocab[len(vocab)] = best[0] + best[1]
+        merged = Counter()
+        for word, count in word_counts.items():
+            merged[merge_word(word, best) if best[0] in word else word] += count
+        word_counts = merged
+        pair_counts = defaultdict(int)
+        for word, count in word_counts.items():
+            for pair in zip(word, word[1:], strict=False):
+                pair_counts[pair] += count
+    return vocab, merges
+'''
+
+# Right merges through names taken when the cell ran: the notebook's own count_pairs and merge_word, at every merge.
+ALIASED = '''
+_count = count_pairs
+_merge = merge_word
+
+def train_bpe(text, vocab_size, special_tokens=("<|endoftext|>",)):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode("utf-8")
+    specials = set(special_tokens)
+    word_counts = Counter(tuple(bytes([b]) for b in piece.encode("utf-8"))
+                          for piece in pretokenize(text, special_tokens) if piece not in specials)
+    pair_counts = count_pairs(word_counts)
+    merges = []
+    while len(vocab) < vocab_size and pair_counts:
+        best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))
+        merges.append(best)
+        vocab[len(vocab)] = best[0] + best[1]
+        word_counts = {_merge(w, best): n for w, n in word_counts.items()}
+        pair_counts = _count(word_counts)
+    return vocab, merges
+'''
+
+# Right merges and incremental counts, but every word visited at each merge to find those that contain the pair.
+SCAN = '''
+def train_bpe(text, vocab_size, special_tokens=("<|endoftext|>",)):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for token in special_tokens:
+        vocab[len(vocab)] = token.encode("utf-8")
+    specials = set(special_tokens)
+    word_counts = Counter(tuple(bytes([b]) for b in piece.encode("utf-8"))
+                          for piece in pretokenize(text, special_tokens) if piece not in specials)
+    pair_counts = count_pairs(word_counts)
+    merges = []
+    while len(vocab) < vocab_size and pair_counts:
+        best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))
+        merges.append(best)
+        vocab[len(vocab)] = best[0] + best[1]
+        touched = [w for w in word_counts if best in zip(w, w[1:], strict=False)]
+        for word in touched:
+            count = word_counts.pop(word)
+            new = merge_word(word, best)
+            word_counts[new] += count
+            for pair in zip(word, word[1:], strict=False):
+                pair_counts[pair] -= count
+                if pair_counts[pair] == 0:
+                    del pair_counts[pair]
+            for pair in zip(new, new[1:], strict=False):
+                pair_counts[pair] = pair_counts.get(pair, 0) + count
+    return vocab, merges
+'''
+
 # One pass over the merges in rank order instead of repeatedly merging the lowest-ranked pair present.
 ONE_PASS = '''
 def apply_merges(piece, ranks):
@@ -194,6 +272,26 @@ WRONG = [
                                       "            yield from self.encode(piece)\n",
                                       "        yield from self.encode(''.join(pieces[:-2]))\n")),
           "Encode each finished pre-token on its own"),
+    Wrong("encode_iterable", "the set-aside beginning of a special token dropped when the input ends",
+          variant("encode_iterable", ('    buffer = ""\n', '    buffer, aside = "", ""\n'),
+                  ("        buffer += chunk\n", "        buffer += aside + chunk\n"),
+                  ('        buffer = "".join(pieces[-2:]) + buffer[len(buffer) - keep:]\n',
+                   '        aside, buffer = buffer[len(buffer) - keep:], "".join(pieces[-2:])\n')),
+          "set aside as a possible beginning of a special token and never came out"),
+    Wrong("encode_iterable", "the set-aside looks only at <|endoftext|>",
+          variant("encode_iterable", ("        for special in self.special_tokens:\n",
+                                      "        for special in [\"<|endoftext|>\"]:\n")),
+          "must look at every special token the tokenizer was given"),
+    Wrong("encode_iterable", "reads one chunk ahead (encodes a chunk once the next one is read)",
+          variant("encode_iterable", ("    for chunk in lines:\n        buffer += chunk\n",
+                                      "    previous = None\n    for chunk in lines:\n        if previous is None:\n"
+                                      "            previous = chunk\n            continue\n"
+                                      "        buffer, previous = buffer + previous, chunk\n"),
+                  ("    yield from self.encode(buffer)\n", "    yield from self.encode(buffer + (previous or ''))\n")),
+          "reads one chunk ahead"),
+    Wrong("encode_iterable", "holds back three pre-tokens",
+          variant("encode_iterable", ("pieces[:-2]", "pieces[:-3]"), ("pieces[-2:]", "pieces[-3:]")),
+          "holds back more than the last two pre-tokens"),
     Wrong("encode_iterable", "a story at a time: waits for <|endoftext|>",
           "def encode_iterable(self, lines):\n    buffer = ''\n    for chunk in lines:\n        buffer += chunk\n"
           "        *stories, buffer = buffer.split('<|endoftext|>')\n        for story in stories:\n"
@@ -202,5 +300,11 @@ WRONG = [
     # Right results, wrong way (last, so that the nbgrader class's wrong student is not a slow one):
     Wrong("train_bpe", "recounts every pair and merges every word at each step (right merges)", RECOUNT,
           "update the counts incrementally"),
+    Wrong("train_bpe", "count_pairs once, then every pair recounted with its own loops (right merges)", OWN_RECOUNT,
+          "update the counts incrementally"),
+    Wrong("train_bpe", "recounts through aliases of count_pairs and merge_word taken at definition (right merges)",
+          ALIASED, "update the counts incrementally"),
+    Wrong("train_bpe", "visits every word at each merge to find those with the pair (right merges)", SCAN,
+          "not with the corpus"),
     Wrong("apply_merges", "one pass over the merges in rank order", ONE_PASS, "that is one pass over the merges"),
 ]

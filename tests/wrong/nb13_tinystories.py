@@ -227,6 +227,37 @@ WRONG = [
                                     "    optimizer.zero_grad(set_to_none=True)\n")), "skips"),
     Wrong("train_step", "returns the last micro-batch's loss",
           _edit(TRAIN_STEP, ("        total += loss.item()", "        total = loss.item() * k")), "expected the mean loss"),
+    Wrong("train_step", "the loss computed after the with block, on bfloat16 logits",
+          _edit(TRAIN_STEP, ("            logits = model(inputs)\n            " + _LOSS,
+                             "            logits = model(inputs)\n"
+                             "        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten()) / k")),
+          "ran on the logits outside autocast"),
+    Wrong("train_step", "gradients zeroed at the start of the call, not after the step",
+          _edit(TRAIN_STEP, ("    optimizer.zero_grad(set_to_none=True)\n", ""),
+                ("    total = 0.0\n", "    total = 0.0\n    optimizer.zero_grad(set_to_none=True)\n")),
+          ".grad still held gradients"),
+    Wrong("train_step", "one forward and backward on the micro-batches concatenated",
+          _edit(TRAIN_STEP, ("""    for inputs, targets in micro_batches:
+        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+            logits = model(inputs)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten()) / k
+        (scaler.scale(loss) if scaler is not None else loss).backward()  # gradients add up in .grad
+        total += loss.item()
+""", """    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    (scaler.scale(loss) if scaler is not None else loss).backward()
+    total = loss.item()
+""")), "micro-batches concatenated"),
+    Wrong("train_step", "the micro-batches' losses added up, one backward",
+          _edit(TRAIN_STEP, ("""        (scaler.scale(loss) if scaler is not None else loss).backward()  # gradients add up in .grad
+        total += loss.item()
+""", """        total = total + loss
+    (scaler.scale(total) if scaler is not None else total).backward()
+    total = total.item()
+""")), "one backward pass"),
     # Exercise 6
     Wrong("attention_maps", "no causal mask",
           _edit(MAPS, ('scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)', "scores.softmax(dim=-1)")),
@@ -264,6 +295,8 @@ WRONG = [
             break""", """        if eos_id is not None and int(token) == eos_id:
             break
         sequence = torch.cat([sequence, token.view(1).to(sequence.dtype)])""")), "dropped it"),
+    Wrong("generate_with_cache", "the new tokens added in pick's int64: an int32 prompt comes back int64",
+          _edit(GENERATE, ("token.view(1).to(sequence.dtype)", "token.view(1)")), "tokens for a torch.int32 prompt"),
     Wrong("generate_with_cache", "a wasted call after the last token (the next logits computed ahead)",
           _edit(GENERATE, ("""    cache, step_input = new_cache(), prompt[-window:]
     for _ in range(max_new_tokens):
