@@ -299,12 +299,71 @@ def generate_with_cache(model, prompt, *, max_new_tokens, window, new_cache, eos
     return out[:n].clone()
 '''
 
+TOKENIZER_LRU = '''
+import functools
+
+
+class Tokenizer:
+    """The cache is functools.lru_cache on a per-instance function; special ids kept in a dict of their own."""
+
+    def __init__(self, vocab, merges, special_tokens=("<|endoftext|>",)):
+        self.vocab = dict(vocab)
+        self.special_tokens = list(special_tokens)
+        ids = {token: i for i, token in self.vocab.items()}
+        self.special_ids = {s: ids[s.encode("utf-8")] for s in self.special_tokens}
+        ranks = {tuple(pair): rank for rank, pair in enumerate(merges)}
+        self.piece_ids = functools.lru_cache(maxsize=None)(
+            lambda piece: tuple(ids[t] for t in apply_merges(piece.encode("utf-8"), ranks)))
+
+    def encode(self, text):
+        out = []
+        for piece in pretokenize(text, self.special_tokens):
+            if piece in self.special_ids:
+                out.append(self.special_ids[piece])
+            else:
+                out.extend(self.piece_ids(piece))
+        return out
+
+    def decode(self, ids):
+        return b"".join(map(self.vocab.__getitem__, ids)).decode("utf-8", errors="replace")
+'''
+
+MAPS_PRE_HOOKS = '''
+def attention_maps(model, tokens):
+    """Forward pre-hooks that keep the input by layer; no_grad as a with block; the maps built with einsum."""
+    seen = {}
+    handles = [block.attn.register_forward_pre_hook(lambda module, args, i=i: seen.__setitem__(i, args[0]))
+               for i, block in enumerate(model.blocks)]
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        while handles:
+            handles.pop().remove()
+    batch, length = tokens.shape
+    positions = torch.arange(length)
+    maps = []
+    with torch.no_grad():
+        for i, block in enumerate(model.blocks):
+            attn, x = block.attn, seen[i]
+            q = attn.q_proj(x).unflatten(-1, (attn.num_heads, attn.head_dim)).transpose(1, 2)
+            k = attn.k_proj(x).unflatten(-1, (attn.num_kv_heads, attn.head_dim)).transpose(1, 2)
+            q, k = attn.rope(q, positions), attn.rope(k, positions)
+            k = k.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)
+            scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / attn.head_dim ** 0.5
+            future = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
+            maps.append(torch.softmax(scores.masked_fill(future, -torch.inf), dim=-1))
+    return torch.stack(maps)
+'''
+
 RIGHT_STYLES = [
     ("12_bpe", "encode_iterable", "the set-aside kept apart, flushed at the end", STREAM_ASIDE_APART),
     ("12_bpe", "encode_iterable", "next() by hand, empty chunks skipped", STREAM_NEXT),
     ("12_bpe", "train_bpe", "a heap with lazy deletion", TRAIN_HEAP),
     ("12_bpe", "train_bpe", "an index of lists, a Python loop for the maximum, merge_word aliased", TRAIN_LISTS),
     ("12_bpe", "train_bpe", "count_pairs on each changed word only", TRAIN_COUNT_PAIRS_PER_WORD),
+    ("12_bpe", "bpe_tokenizer", "functools.lru_cache per instance, special ids in a dict", TOKENIZER_LRU),
+    ("13_tinystories", "attention_maps", "forward pre-hooks, no_grad as a with block, einsum", MAPS_PRE_HOOKS),
     ("13_tinystories", "train_step", "zeros left by model.zero_grad(set_to_none=False)", STEP_SET_TO_ZEROS),
     ("13_tinystories", "train_step", "two autocast blocks, zero_grad before and after", STEP_TWO_BLOCKS),
     ("13_tinystories", "generate_with_cache", "Python ints, one torch.tensor at the end", GENERATE_LIST),

@@ -118,6 +118,35 @@ class TooMuchWork(Exception):
     """Raised inside ``train_bpe`` once it has run ``limit`` lines, so that a trainer far too slow stops."""
 
 
+def _traced(function, *args, counted, limit: int, deadline: float):
+    """``function(*args)`` with the lines of Python it runs in ``counted`` files counted (``sys.settrace``); a run
+    stops with ``TooMuchWork`` past ``limit`` lines or the ``deadline``. Returns (result, lines, stopped, whether
+    the tracer was still in place at the end: code that replaces it would hide its work)."""
+    lines = 0
+
+    def per_line(frame, event, arg):
+        nonlocal lines
+        if event == "line":
+            lines += 1
+            if lines > limit or (lines % 1000 == 0 and time.monotonic() > deadline):
+                raise TooMuchWork
+        return per_line
+
+    def per_call(frame, event, arg):
+        return per_line if counted(frame.f_code.co_filename) else None
+
+    before, result, stopped = sys.gettrace(), None, False
+    sys.settrace(per_call)
+    try:
+        result = function(*args)
+        intact = sys.gettrace() is per_call
+    except TooMuchWork:
+        stopped, intact = True, True
+    finally:
+        sys.settrace(before)
+    return result, lines, stopped, intact
+
+
 def train_bpe_work(ns, text: str, vocab_sizes: list, special_tokens: list, limit: int, seconds: float) -> dict:
     """For each vocabulary size, ``train_bpe``'s merges and the lines of Python it ran (its own, in any cell or
     file of the student's, and the course's ``count_pairs``/``merge_word`` it is given; not the standard
@@ -129,18 +158,6 @@ def train_bpe_work(ns, text: str, vocab_sizes: list, special_tokens: list, limit
     runs = []
     for vocab_size in vocab_sizes:
         calls = {"count_pairs": 0, "merge_word": 0}
-        lines = 0
-
-        def per_line(frame, event, arg):
-            nonlocal lines
-            if event == "line":
-                lines += 1
-                if lines > limit or (lines % 1000 == 0 and time.monotonic() > deadline):
-                    raise TooMuchWork
-            return per_line
-
-        def per_call(frame, event, arg):
-            return per_line if counted(frame.f_code.co_filename) else None
 
         def counting(name, course_function, calls=calls):
             def counted_call(*args, **kwargs):
@@ -151,15 +168,8 @@ def train_bpe_work(ns, text: str, vocab_sizes: list, special_tokens: list, limit
 
         with given(ns, pretokenize=_fast_pretokenize, count_pairs=counting("count_pairs", bpe.count_pairs),
                    merge_word=counting("merge_word", bpe.merge_word)):
-            before, result, stopped = sys.gettrace(), None, False
-            sys.settrace(per_call)
-            try:
-                result = function(text, vocab_size, list(special_tokens))
-                intact = sys.gettrace() is per_call
-            except TooMuchWork:
-                stopped, intact = True, True
-            finally:
-                sys.settrace(before)
+            result, lines, stopped, intact = _traced(function, text, vocab_size, list(special_tokens),
+                                                     counted=counted, limit=limit, deadline=deadline)
         if stopped:
             runs.append({"lines": lines, **calls, "merges": [], "tracing_intact": intact, "stopped": True})
             break
@@ -190,6 +200,31 @@ def tokenizer_of(ns, vocab: dict, merges: list, special_tokens: list, texts: lis
         "decoded": [d if isinstance(d, str) or d is None else f"<not str: {type(d).__name__}>" for d in decoded],
         "decoded_given": [d if isinstance(d, str) else f"<not str: {type(d).__name__}>" for d in decoded_given],
     }
+
+
+def tokenizer_work(ns, vocab: dict, merges: list, special_tokens: list, piece: str, repeats: int, limit: int,
+                   seconds: float) -> dict:
+    """The lines of Python (counted as ``train_bpe_work`` counts them, the course's ``apply_merges`` included)
+    that the student's ``Tokenizer`` runs to encode the pre-token ``piece``: a first time, again in a second call,
+    and ``repeats`` times over in one call on a new tokenizer; and what the course's ``apply_merges`` runs for it
+    alone. ``"stopped"``: a run went past ``limit`` lines or the ``seconds``."""
+    counted = _counted_files()
+    deadline = time.monotonic() + seconds
+    ranks = {tuple(pair): rank for rank, pair in enumerate(merges)}
+    _, merge_lines, _, _ = _traced(bpe.apply_merges, piece.encode("utf-8"), ranks, counted=counted, limit=limit,
+                                   deadline=deadline)
+    work = {"apply_merges": merge_lines, "stopped": False, "tracing_intact": True}
+    with given(ns, pretokenize=_fast_pretokenize, apply_merges=bpe.apply_merges):
+        make = need(ns, "Tokenizer")
+        tokenizer = make(dict(vocab), [tuple(m) for m in merges], list(special_tokens))
+        fresh = make(dict(vocab), [tuple(m) for m in merges], list(special_tokens))
+        for name, encoder, text in (("first", tokenizer, piece), ("again", tokenizer, piece),
+                                    ("repeated", fresh, piece * repeats)):
+            _, lines, stopped, intact = _traced(encoder.encode, text, counted=counted, limit=limit, deadline=deadline)
+            work[name] = lines
+            work["stopped"] |= stopped
+            work["tracing_intact"] &= intact
+    return work
 
 
 class ReadTooMuch(Exception):

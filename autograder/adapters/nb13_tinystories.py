@@ -35,8 +35,9 @@ def micro_batches(ns, batch: torch.Tensor, world_size: int, accumulation_steps: 
     ranks = []
     for rank in range(world_size):
         value = function(batch.clone(), rank, world_size, accumulation_steps)
-        if not isinstance(value, list | tuple):
-            ranks.append(f"returned a {type(value).__name__}, expected a list of tensors")
+        if not isinstance(value, list):
+            ranks.append(f"returned a {type(value).__name__}, expected a list of tensors"
+                         + (" (list(...) around torch.split's tuple)" if isinstance(value, tuple) else ""))
         elif not all(isinstance(part, torch.Tensor) for part in value):
             ranks.append("returned a list that holds something other than tensors")
         else:
@@ -48,16 +49,56 @@ def micro_batches_error(ns, batch: torch.Tensor, world_size: int, accumulation_s
     return outcome(need(ns, "rank_micro_batches"), batch, 0, world_size, accumulation_steps)
 
 
-@torch.no_grad()
+class _InjectedFailure(RuntimeError):
+    """Raised by the model in the middle of a forward pass, to see the hooks removed even then."""
+
+
+def _hook_count(model) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
 def maps(ns, fields: dict, state: dict, tokens: torch.Tensor) -> dict:
-    """The student's ``attention_maps`` on the reference decoder holding ``state``, and what it left behind."""
+    """The student's ``attention_maps`` on the reference decoder holding ``state``, and what it did: for every
+    call of a ``block.attn``, whether gradients were on, how many hooks of the student's were on that module and
+    whether its ``forward`` was replaced; how many times the model ran; what it left behind. Then a second call on
+    a model that fails after its blocks have run: what it raised and how many hooks it left.
+    Gradients are on when it is called: turning them off is the student's job, and observed."""
     attention_maps = need(ns, "attention_maps")
     model = LlamaDecoder(DecoderConfig(**fields)).eval()
     model.load_state_dict(state)
-    before = model(tokens)
-    value = attention_maps(model, tokens)
-    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
-    return {"maps": value, "hooks_left": hooks, "logits_unchanged": bool(torch.equal(model(tokens), before))}
+    with torch.no_grad():
+        before = model(tokens)
+    attn_calls, model_calls = [], []
+
+    def at_attention(module, args):
+        attn_calls.append({"grad": torch.is_grad_enabled(), "forward_replaced": "forward" in vars(module),
+                           "hooks": len(module._forward_hooks) + len(module._forward_pre_hooks) - 1})
+
+    ours = [block.attn.register_forward_pre_hook(at_attention) for block in model.blocks]
+    ours.append(model.register_forward_pre_hook(lambda module, args: model_calls.append(1)))
+    with torch.enable_grad():
+        value = attention_maps(model, tokens)
+    for handle in ours:
+        handle.remove()
+    hooks = _hook_count(model)
+    with torch.no_grad():
+        unchanged = bool(torch.equal(model(tokens), before))
+
+    def fail(module, args):
+        raise _InjectedFailure("the model failed (the grader made it fail, after its blocks ran)")
+
+    failing = model.norm.register_forward_pre_hook(fail)
+    raised = None
+    try:
+        attention_maps(model, tokens)
+    except _InjectedFailure:
+        raised = "the model's failure"
+    except Exception as error:  # noqa: BLE001 - a student's code may wrap the failure in its own error
+        raised = type(error).__name__
+    failing.remove()
+    return {"maps": value, "hooks_left": hooks, "logits_unchanged": unchanged, "attn_calls": attn_calls,
+            "model_calls": len(model_calls), "raised_after_failure": raised, "hooks_left_after_failure":
+            _hook_count(model)}
 
 
 _DTYPES = {None: None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -99,7 +140,8 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
     Reports the parameters after every call, the optimizer's update count per parameter, the scaler's scale,
     the returned losses, and, for every forward pass of the model, the autocast state it ran under and the
     dtype of its logits; the forward and backward passes in the order they ran (``"F<rows>"``, ``"B"``: a hook on
-    ``lm_head.weight``, which every backward pass reaches once); the operations that turned the logits into the
+    ``lm_head.weight``, which every backward pass reaches once) and whether a backward pass ran under autocast;
+    the operations that turned the logits into the
     loss, with their autocast state (``_Logits``); and what ``.grad`` held when the call returned. An error stops
     the calls and is reported with the call it happened in.
     """
@@ -109,7 +151,7 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
     kind = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[optimizer]
     opt = kind(model.parameters(), **optimizer_kwargs)
     grad_scaler = torch.amp.GradScaler("cpu", **scaler) if scaler is not None else None
-    forwards, events = [], []
+    forwards, events, backward_autocast = [], [], []
 
     def watch(module, args, kwargs, output):
         forwards.append({"autocast": torch.is_autocast_enabled("cpu"), "dtype": str(torch.get_autocast_dtype("cpu")),
@@ -119,15 +161,18 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
         return output.as_subclass(_Logits) if isinstance(output, torch.Tensor) else output
 
     def backward_pass(grad):
+        # Autocast is thread-local state that the backward pass runs with: a backward inside the with shows here.
         events.append("B")
+        backward_autocast.append(torch.is_autocast_enabled("cpu"))
 
     model.register_forward_hook(watch, with_kwargs=True)
     model.lm_head.weight.register_hook(backward_pass)
     result = {"losses": [], "states": [], "updates": [], "scales": [], "forwards": [], "events": [], "loss_ops": [],
-              "grads_left": [], "raised": None}
+              "backward_autocast": [], "grads_left": [], "raised": None}
     for call, micro_batches in enumerate(steps):
         forwards.clear()
         events.clear()
+        backward_autocast.clear()
         _LOSS_OPS.clear()
         try:
             loss = function(model, [(x.clone(), y.clone()) for x, y in micro_batches], opt, dtype=_DTYPES[dtype],
@@ -146,6 +191,7 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
         result["forwards"].append(list(forwards))
         result["events"].append(list(events))
         result["loss_ops"].append(list(_LOSS_OPS))
+        result["backward_autocast"].append(any(backward_autocast))
         result["grads_left"].append(_grads_left(model))
     _LOSS_OPS.clear()
     return result

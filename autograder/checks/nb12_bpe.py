@@ -27,7 +27,10 @@ Oracles, written here or in ``autograder.reference.bpe`` and independent of the 
 - Tokenizer (exercise 6): round trip on fixed strings (emoji, accents, CJK without spaces, "", whitespace
   runs, ``<|endoftext|>``) and on random Unicode strings from several seeds; ids equal to the reference
   encoder's; decoding of id lists that split characters, equal to ``bytes.decode(errors="replace")`` of all
-  the bytes. Hidden: ids equal to a Hugging Face ``tokenizers`` BPE built from the same vocab and merges.
+  the bytes. Hidden: ids equal to a Hugging Face ``tokenizers`` BPE built from the same vocab and merges; three
+  special tokens whose ids come after the merges, in another order than given; the cache observed as work: a
+  pre-token seen before (in the same call or an earlier one) must cost under a quarter of the lines of Python that
+  ``apply_merges`` runs for it (counted as for ``train_bpe``).
 - Streaming (exercise 7): the ids of ``encode_iterable(chunks)`` equal the reference encoder's on the joined
   text, for chunkings that cut pre-tokens, contractions and special tokens in two, empty chunks, 1-character
   chunks, inputs that end in the beginning of a special token (``"<"``, ``"<|endof"``), random cuts of random
@@ -66,6 +69,9 @@ EXERCISES = [PRETOKENIZE, COUNT_PAIRS, MERGE_WORD, TRAIN, APPLY, TOKENIZER, STRE
 
 EOT = "<|endoftext|>"
 TINY = Path(__file__).resolve().parents[2] / "data" / "tinystories" / "tinystories_tiny.txt"
+SPECIALS3 = (EOT, "<|pad|>", "[SEP]")  # one shares EOT's beginning "<|", one begins elsewhere
+SPECIALS3_TEXT = ("Once upon a time [SEP] there was a cat.<|pad|><|pad|> It's 42 [SEP][SEP]x<|endoftext|>"
+                  "The end. [S E P] < | pad")
 
 
 def _b(hexes):
@@ -161,6 +167,7 @@ def _check_counts(impl, word_counts: dict, what: str):
     for word, n in word_counts.items():
         for pair in zip(word, word[1:], strict=False):
             expected[pair] += n
+    expected = +expected  # Counter's unary plus keeps the positive counts only
     if counted == dict(expected):
         return
     once = Counter(p for w in word_counts for p in zip(w, w[1:], strict=False))
@@ -174,6 +181,10 @@ def _check_counts(impl, word_counts: dict, what: str):
     if counted == dict(distinct) and distinct != expected:
         expect.fail(f"count_pairs({what}) counts a pair once per word: a word that holds it twice (b'aaa' holds "
                     "(a, a) twice) counts it twice")
+    zeros = [p for p, n in counted.items() if n == 0 and p not in expected]
+    if zeros:
+        expect.fail(f"count_pairs({what}) kept the pair {zeros[0]} with count 0 (it occurs only in words of frequency "
+                    "0): return only the pairs with a positive count")
     wrong = sorted(set(counted) ^ set(expected) | {p for p in expected if counted.get(p) != expected[p]})
     p = wrong[0]
     expect.fail(f"count_pairs({what}): the pair {p} has count {counted.get(p, 'missing')}, expected "
@@ -189,8 +200,9 @@ def test_count_pairs_small(impl):
 
 @COUNT_PAIRS.hidden
 def test_count_pairs_random(impl):
-    "random words of a small alphabet with merged tokens, 4 seeds; an empty dict"
+    "random words of a small alphabet with merged tokens, 4 seeds; an empty dict; words of frequency 0"
     _check_counts(impl, {}, "{}")
+    _check_counts(impl, {_word("low"): 0, _word("lot"): 3, _word("xyz"): 0}, "{'low': 0, 'lot': 3, 'xyz': 0}")
     for seed in range(4):
         rng = random.Random(12100 + seed)
         tokens = [b"a", b"b", b"ab", b"\xc3", b"\xa9", b" t"]
@@ -479,21 +491,35 @@ def _small_tokenizer():
     return bpe.train(text, 420, (EOT,))
 
 
-def _check_tokenizer(impl, vocab, merges, texts, id_lists, label):
-    got = impl.tokenizer_of(vocab, merges, [EOT], texts, id_lists)
+def _special_ids_diagnosis(text, ids, expected, vocab, specials) -> str:
+    """Names the mistake when the ids differ at the special tokens: not set aside, or a guessed id."""
+    ids_of = {token: i for i, token in vocab.items()}
+    special_ids = {ids_of[s.encode("utf-8")] for s in specials}
+    if len(ids) == len(expected):
+        off = [(g, e) for g, e in zip(ids, expected, strict=True) if g != e]
+        if all(e in special_ids for _, e in off):
+            return (f"a special token got the id {off[0][0]}, but its id in the vocabulary given is {off[0][1]}: a "
+                    "special token's id is the one whose bytes are its UTF-8 in the vocabulary, wherever the "
+                    "vocabulary puts it (not 256 + its position)")
+    for special in specials:
+        if special in text and ids_of[special.encode("utf-8")] not in ids:
+            return (f"{special} must become its own id ({ids_of[special.encode('utf-8')]}), not the ids of its bytes: "
+                    "pass ALL the tokenizer's special tokens to pretokenize and look each one up in the vocabulary")
+    return ""
+
+
+def _check_tokenizer(impl, vocab, merges, texts, id_lists, label, specials=(EOT,)):
+    got = impl.tokenizer_of(vocab, merges, list(specials), texts, id_lists)
     for text, enc, again, dec in zip(texts, got["encoded"], got["again"], got["decoded"], strict=True):
         what = f"encode({text[:50]!r})"
         expect.that(enc["items"] is not None, f"{what} returned a {enc['type']}, expected a list of ints")
         ids = enc["items"]
         expect.that(all(isinstance(i, int) and i in vocab for i in ids), f"{what} returned {ids[:12]}: ids of the "
                     "vocabulary expected")
-        expected = bpe.encode(text, vocab, merges, (EOT,))
+        expected = bpe.encode(text, vocab, merges, tuple(specials))
         if ids != expected:
-            eot = 256
-            if EOT in text and eot not in ids:
-                expect.fail(f"{what} gave {ids[:20]}: {EOT} must become its own id ({eot}), not the ids of its bytes; "
-                            "pass the special tokens to pretokenize and look them up in the vocabulary")
-            expect.fail(f"{what} gave {ids[:20]}, expected {expected[:20]} ({label})")
+            why = _special_ids_diagnosis(text, ids, expected, vocab, specials)
+            expect.fail(f"{what} gave {ids[:20]}, expected {expected[:20]} ({label})" + (f": {why}" if why else ""))
         expect.that(again == ids, f"{what} gave a different result the second time ({again[:12]}): a cache must "
                     "return what was computed the first time")
         if dec != text:
@@ -525,6 +551,53 @@ def test_tokenizer_random_unicode(impl):
     _check_tokenizer(impl, vocab, merges, texts, [list(" 日".encode())], "the reference encoder")
 
 
+def _specials_last_tokenizer():
+    """Three special tokens (one sharing <|endoftext|>'s beginning), with ids after the merges, where GPT-2 keeps
+    its <|endoftext|> (50256): 256 + a special's position is not its id here."""
+    text = TINY.read_text(encoding="utf-8")[:6_000] + SPECIALS3_TEXT
+    vocab, merges = bpe.train(text, 330, SPECIALS3)
+    plain = [token for i, token in sorted(vocab.items()) if token not in {s.encode("utf-8") for s in SPECIALS3}]
+    specials = [s.encode("utf-8") for s in (SPECIALS3[2], SPECIALS3[0], SPECIALS3[1])]
+    return dict(enumerate(plain + specials)), merges
+
+
+@TOKENIZER.hidden
+def test_tokenizer_other_special_tokens(impl):
+    "three special tokens ([SEP], <|pad|> and <|endoftext|>), whose ids come after the merges, in another order"
+    vocab, merges = _specials_last_tokenizer()
+    texts = [SPECIALS3_TEXT, f"[SEP]{EOT}<|pad|>", "no special token here", "<|pad|", "[SEP"]
+    _check_tokenizer(impl, vocab, merges, texts, [[len(vocab) - 1, 65, len(vocab) - 3]],
+                     "the reference encoder, three special tokens", specials=SPECIALS3)
+
+
+# Lines of Python a cached pre-token may cost an encode, as a fraction of what apply_merges runs for it. Measured
+# on Python 3.11: a cached CACHE_WORD costs the solution 5 lines (9 in a new call), one with functools.lru_cache 2
+# (5); apply_merges on it runs 1,054, and an encode without a cache 1,062-1,068 each time.
+CACHE_SHARE, CACHE_REPEATS = 0.25, 30
+CACHE_WORD = " supercalifragilistic"
+
+
+@TOKENIZER.hidden
+def test_tokenizer_caches_pre_tokens(impl):
+    "the ids of a pre-token seen before come from the cache: in a later encode call and in the same call"
+    text = TINY.read_text(encoding="utf-8")[:2_000] + CACHE_WORD * 40
+    vocab, merges = bpe.train(text, 300, (EOT,))
+    work = impl.tokenizer_work(vocab, merges, [EOT], CACHE_WORD, CACHE_REPEATS, WORK_LIMIT, WORK_SECONDS)
+    expect.that(work["tracing_intact"] and not work["stopped"], f"Tokenizer.encode({CACHE_WORD!r}) switched off "
+                "the line tracing that measures its work, or ran for too long")
+    merging, allowed = work["apply_merges"], CACHE_SHARE * work["apply_merges"]
+    rule = ("Cache the ids per pre-token: a dict kept on the tokenizer (self.cache, made in __init__), read before "
+            "apply_merges runs and filled after")
+    expect.that(work["again"] <= allowed, f"encoding {CACHE_WORD!r} a second time, in a new encode call, ran "
+                f"{work['again']:,} lines of Python; the first time ran {work['first']:,}, apply_merges alone "
+                f"{merging:,}: the ids computed the first time were not reused. {rule}; a cache made inside encode "
+                "is lost when the call returns")
+    per_repeat = (work["repeated"] - work["first"]) / (CACHE_REPEATS - 1)
+    expect.that(per_repeat <= allowed, f"encoding {CACHE_WORD!r} {CACHE_REPEATS} times in one call ran "
+                f"{per_repeat:,.0f} lines of Python per repeat after the first (apply_merges alone runs {merging:,} "
+                f"for it): the repeats were merged again. {rule}")
+
+
 @TOKENIZER.hidden
 def test_tokenizer_equals_hugging_face(impl):
     "the same ids as a Hugging Face tokenizers BPE built from the same vocab and merges"
@@ -551,9 +624,6 @@ def test_tokenizer_equals_hugging_face(impl):
 
 STREAM_TEXT = (f"Once upon a time, they'll see it.\n\n'll go{EOT}The end.   It's 42, naïve 😀\n\n"
                f"{EOT}{EOT}x  y")
-SPECIALS3 = (EOT, "<|pad|>", "[SEP]")  # one shares EOT's beginning "<|", one begins elsewhere
-SPECIALS3_TEXT = ("Once upon a time [SEP] there was a cat.<|pad|><|pad|> It's 42 [SEP][SEP]x<|endoftext|>"
-                  "The end. [S E P] < | pad")
 
 
 def _stream_tokenizer(specials=(EOT,)):

@@ -95,13 +95,20 @@ MAP_ATOL = 1e-5
 _gen, _randn = seeded(13000)
 
 
-def _number(value, call: str) -> float:
+def _number(value, call: str, kind: type = float) -> float:
+    """``value`` as a float, after checking it is the Python number the signature promises: ``-> float`` (an int
+    is a float there too, as for type checkers) or ``-> int``."""
     if isinstance(value, dict) and "__unsupported__" in value:
-        expect.fail(f"{call} returned a {value['__unsupported__']}, expected a number")
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value)
-    expect.that(isinstance(value, int | float) and not isinstance(value, bool),
-                f"{call} returned a {type(value).__name__}, expected a number")
+        expect.fail(f"{call} returned a {value['__unsupported__']}, expected a Python {kind.__name__}")
+    if isinstance(value, torch.Tensor):
+        expect.fail(f"{call} returned a tensor ({value!r:.60}), expected a Python {kind.__name__}: compute with "
+                    "Python numbers and math (or call .item())")
+    expect.that(not isinstance(value, bool), f"{call} returned a bool, expected a Python {kind.__name__}")
+    if kind is int and isinstance(value, float):
+        expect.fail(f"{call} returned {value!r}, a float, expected an int (a count of FLOPs): use // or int "
+                    "arithmetic only")
+    expect.that(isinstance(value, int if kind is int else int | float),
+                f"{call} returned a {type(value).__name__}, expected a Python {kind.__name__}")
     expect.that(math.isfinite(value), f"{call} returned {value}")
     return float(value)
 
@@ -216,7 +223,7 @@ def _flops_case(impl, fields, context):
     call = (f"flops_per_token(DecoderConfig(vocab_size={fields['vocab_size']}, d_model={fields['d_model']}, "
             f"n_layers={fields['n_layers']}, n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}, "
             f"d_ff={fields['d_ff']}), context_length={context})")
-    got = _number(impl.flops(fields, context), call)
+    got = _number(impl.flops(fields, context), call, int)
     expected = measured_flops_per_token(fields, context)
     expect.that(abs(got - expected) < 0.5,
                 f"{call} = {got:,.0f}, but FlopCounterMode counts {expected:,} FLOPs per token for a forward and "
@@ -537,10 +544,22 @@ def _loss_under_autocast(got, call, dtype):
                     f"on {dtype} logits, the loss is computed in {dtype}")
 
 
+def _backward_outside_autocast(got, call, dtype):
+    if dtype is None:
+        return
+    for i, inside in enumerate(got["backward_autocast"]):
+        expect.that(not inside, f"{call}, call {i + 1}: the backward pass ran inside the autocast block. Only the "
+                    "forward and the loss go under torch.autocast; call backward after the with block (PyTorch's "
+                    "autocast documentation: backward passes under autocast are not recommended, the backward ops "
+                    "already run in the dtypes their forward ops used)")
+
+
 def _observed(got, call, k, rows, dtype=None):
-    """What the step did besides its result: the passes it ran, the loss under autocast, .grad left empty."""
+    """What the step did besides its result: the passes it ran, the loss under autocast and the backward outside
+    it, .grad left empty."""
     _one_pass_per_micro_batch(got, call, k, rows)
     _loss_under_autocast(got, call, dtype)
+    _backward_outside_autocast(got, call, dtype)
     _no_gradient_left(got, call)
 
 
@@ -736,6 +755,26 @@ def _structure(maps, got, call):
                 "(handle.remove(), in a finally block) so the model runs as before")
     expect.that(got["logits_unchanged"], f"{call}: the model's logits changed after the call: the hooks must only "
                 "read, and the weights stay as they were")
+    _maps_observed(got, call)
+
+
+def _maps_observed(got, call):
+    """What the text asks of the way there: hooks on each block.attn, the model run once without gradients, the
+    hooks removed even when the model fails."""
+    runs = got["model_calls"]
+    expect.that(runs == 1, f"{call} ran the model {runs} times: run it once, model(tokens), with the hooks on"
+                + ("; running the embedding and the blocks by hand is not running the model" if runs == 0 else ""))
+    calls = got["attn_calls"]
+    expect.that(all(not c["forward_replaced"] for c in calls), f"{call} replaced block.attn.forward: record the "
+                "input with a forward hook (register_forward_hook) instead, which leaves the module as it is")
+    expect.that(all(c["hooks"] >= 1 for c in calls), f"{call}: no hook of yours was on block.attn when it ran: "
+                "register a forward hook on each block.attn that records its input")
+    expect.that(all(not c["grad"] for c in calls), f"{call} ran the model with gradients on: decorate "
+                "attention_maps with @torch.no_grad() (or run the model inside with torch.no_grad())")
+    left = got["hooks_left_after_failure"]
+    expect.that(left == 0, f"attention_maps(model, tokens) on a model that failed in the middle of its forward left "
+                f"{left} hooks on the model: remove them in a finally block (try: model(tokens) finally: "
+                "handle.remove()), so they go even when something fails")
 
 
 @MAPS.visible
@@ -748,7 +787,8 @@ def test_maps_equal_hugging_face(impl):
 
 @MAPS.visible
 def test_maps_causal_rows_sum_to_one(impl):
-    "zero above the diagonal, rows summing to 1, no hooks left behind, the model's logits unchanged"
+    ("zero above the diagonal, rows summing to 1, no hooks left behind, the model's logits unchanged; hooks on "
+     "each block.attn, the model run once without gradients, the hooks removed when the model fails")
     fields = _maps_fields(1)
     _, _, maps, got, call = _maps_case(impl, fields, 1, 2, 7)
     _structure(maps, got, call)

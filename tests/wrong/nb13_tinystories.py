@@ -166,8 +166,12 @@ WRONG = [
           _edit(BITS_PER_BYTE, (_BPB, "return loss * n_bytes / (tokens * math.log(2))")), "tokens and bytes are swapped"),
     Wrong("bits_per_byte", "bits per token", _edit(BITS_PER_BYTE, (_BPB, "return loss / math.log(2)")),
           "bits per token"),
+    Wrong("bits_per_byte", "a tensor returned", _edit(BITS_PER_BYTE, (_BPB, "return torch.tensor(loss * tokens / n_bytes) / "
+                                                                     "math.log(2)")), "returned a tensor"),
     Wrong("bits_per_byte", "log base 10", _edit(BITS_PER_BYTE, ("math.log(2)", "math.log(10)")), "ln 10"),
     # Exercise 2
+    Wrong("flops_per_token", "a float", _edit(FLOPS, ("return 3 * forward", "return 3.0 * forward")),
+          "a float, expected an int"),
     Wrong("flops_per_token", "forward only (no backward)", _edit(FLOPS, ("return 3 * forward", "return forward")),
           "forward pass only"),
     Wrong("flops_per_token", "the embedding counted as a matmul",
@@ -198,6 +202,9 @@ WRONG = [
           "expected accumulation_steps"),
     Wrong("rank_micro_batches", "only world_size checked (uneven micro-batches)",
           _edit(MICRO, ("if n % (world_size * accumulation_steps):", "if n % world_size:")), "returned without an error"),
+    Wrong("rank_micro_batches", "torch.split's tuple returned",
+          _edit(MICRO, ("return list(mine.split(per_rank // accumulation_steps))",
+                        "return mine.split(per_rank // accumulation_steps)")), "returned a tuple"),
     Wrong("rank_micro_batches", "an assert instead of ValueError",
           _edit(MICRO, ("if n % (world_size * accumulation_steps):", "assert n % (world_size * accumulation_steps) == 0\n"
                         "    if False:")), "raised AssertionError"),
@@ -225,6 +232,10 @@ WRONG = [
     Wrong("train_step", "optimizer.step() after unscale_, not scaler.step",
           _edit(TRAIN_STEP, (_STEP, "    optimizer.step()\n    if scaler is not None:\n        scaler.update()\n"
                                     "    optimizer.zero_grad(set_to_none=True)\n")), "skips"),
+    Wrong("train_step", "backward inside the autocast block",
+          _edit(TRAIN_STEP, ("        (scaler.scale(loss) if scaler is not None else loss).backward()",
+                             "            (scaler.scale(loss) if scaler is not None else loss).backward()")),
+          "backward pass ran inside the autocast block"),
     Wrong("train_step", "returns the last micro-batch's loss",
           _edit(TRAIN_STEP, ("        total += loss.item()", "        total = loss.item() * k")), "expected the mean loss"),
     Wrong("train_step", "the loss computed after the with block, on bfloat16 logits",
@@ -270,6 +281,20 @@ WRONG = [
                        "k = k.repeat(1, attn.num_heads // attn.num_kv_heads, 1, 1)")), "repeat: 0 1 0 1"),
     Wrong("attention_maps", "hooks left on the model",
           _edit(MAPS, ("        for handle in handles:\n            handle.remove()", "        pass")), "hooks on the model"),
+    Wrong("attention_maps", "hooks removed only when the model succeeds (no finally)",
+          _edit(MAPS, ("""    try:
+        model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()""", """    model(tokens)
+    for handle in handles:
+        handle.remove()""")), "failed in the middle of its forward"),
+    Wrong("attention_maps", "gradients on (no @torch.no_grad())",
+          _edit(MAPS, ("@torch.no_grad()\ndef attention_maps", "def attention_maps"),
+                ("return torch.stack(maps)", "return torch.stack(maps).detach()")), "with gradients on"),
+    Wrong("attention_maps", "the model run twice (a warm-up before the hooks)",
+          _edit(MAPS, ("    handles = [", "    model(tokens)  # warm-up\n    handles = [")),
+          "ran the model 2 times"),
     Wrong("attention_maps", "softmax over the queries",
           _edit(MAPS, (".softmax(dim=-1)", ".softmax(dim=-2)")), "rows sum to"),
     # Exercise 7
