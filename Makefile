@@ -57,9 +57,14 @@ lab: $(STAMP)
 	JUPYTER_CONFIG_PATH="$(STUDENT_CONFIG)$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 	  $(BIN)/jupyter lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir="$(LAB_DIR)" --LabApp.default_url=/lab/tree/course $(LAB_ARGS)
 
+# Test workers (pytest-xdist): one more than the cores. Much of a worker's time is spent waiting on the processes
+# it starts (nbgrader, sandboxed graders, kernels, the browser), and the extra worker fills those waits
+# (benchmarks/suite_time.md has the measurements).
+TEST_WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN) + 1 )))
+
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n auto --dist loadscope --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg tests solutions
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg tests solutions
 
 # The capstone's training run, one command on a GPU machine (README, "A GPU for the capstone"):
 #   make tinystories CONFIG=gpu_h100 [STACK=reference] [ARGS="--stop-after 2000"]
