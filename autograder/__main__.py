@@ -140,9 +140,10 @@ def _progress(args, limits: Limits) -> int:
     for reason in sorted({row.unsandboxed for row in result.rows if row.unsandboxed}):
         print(unsandboxed_note(reason), file=sys.stderr)
     print(json.dumps(result.to_json(), indent=2, ensure_ascii=False) if args.json else result.table())
-    for reason in result.grader_failures():  # not the student's: the grader could not run
+    failures = result.grader_failures()  # not the student's: the grader could not run
+    for reason in failures:
         print(f"error: {reason}", file=sys.stderr)
-    return 2 if result.grader_failures() else 0
+    return 2 if failures else 0
 
 
 def _exit_now(code: int) -> None:

@@ -22,6 +22,7 @@ import nbformat
 import pytest
 from attacks import REPLAYS_DIFFERENTLY
 from notebooks import ROOT, read, require_sandbox
+from released import release_into
 from test_nbgrader_e2e import (
     FAKE_AUTOGRADER,
     PATCH_TORCH,
@@ -53,9 +54,7 @@ def make_class(folder: Path, students: dict | None = None) -> Path:
     """A course folder with notebook 02 released and one submission per student (default ``STUDENTS``), plus
     the broken one."""
     folder.mkdir(mode=0o755)
-    shutil.copy(ROOT / "nbgrader_config.py", folder)
-    shutil.copytree(ROOT / "solutions" / NOTEBOOK, folder / "solutions" / NOTEBOOK)
-    assert nbgrader(folder, "generate_assignment", NOTEBOOK).returncode == 0
+    release_into(folder, NOTEBOOK)
     release = read(folder / "course" / NOTEBOOK / f"{NOTEBOOK}.ipynb")
     for name, student in (students or STUDENTS).items():
         (folder / "submitted" / name / NOTEBOOK).mkdir(parents=True)

@@ -33,6 +33,7 @@ import nbformat
 import pytest
 from leaks import html_text, leaked, secret_lines
 from notebooks import NOTEBOOKS, ROOT, answer_source, grade_id, read, require_sandbox, solution_path
+from released import release_into
 
 from autograder.exercises import checks_for
 
@@ -202,14 +203,11 @@ class GradedClass:
 
 @functools.cache
 def graded(notebook: str, scratch: Path) -> GradedClass:
-    """Release ``notebook``, submit its class, autograde (sandboxed), feed back and export, once per worker."""
+    """Release ``notebook`` (tests/released.py), submit its class, autograde (sandboxed), feed back and export,
+    once per worker."""
     folder = scratch / notebook
-    folder.mkdir(mode=0o755)  # grading as root runs student code as another user, who must read the course
-    shutil.copy(ROOT / "nbgrader_config.py", folder)
-    shutil.copytree(ROOT / "solutions" / notebook, folder / "solutions" / notebook)
+    generation_log = release_into(folder, notebook)
     shutil.copytree(ROOT / "data" / "tinystories", folder / "data" / "tinystories")
-    said = [nbgrader(folder, "generate_assignment", notebook)]
-    assert said[-1].returncode == 0
     release = read(folder / "course" / notebook / f"{notebook}.ipynb")
     # Run All goes on past a failing test cell (tools/run_all_tags.py); the students of ``zero`` prove
     # that grading still scores such a cell 0.
@@ -229,11 +227,11 @@ def graded(notebook: str, scratch: Path) -> GradedClass:
     done = nbgrader(folder, "autograde", notebook, f"--TrustedVerdict.timeout={TIMEOUT}",
                     f"--TrustedVerdict.max_file_size={attacks.FILE_SIZE_LIMIT}", env=harm.environment())
     assert done.returncode == 0, done.stderr[-3000:]
-    said += [done, nbgrader(folder, "generate_feedback", notebook),
-             nbgrader(folder, "export", "--to", str(folder / "grades.csv"))]
+    said = [done, nbgrader(folder, "generate_feedback", notebook),
+            nbgrader(folder, "export", "--to", str(folder / "grades.csv"))]
     assert said[-2].returncode == 0 and said[-1].returncode == 0
     return GradedClass(notebook, folder, students, harm.check(), attacks.checksum(*instructor) == before,
-                       "".join(step.stdout + step.stderr for step in said))
+                       generation_log + "".join(step.stdout + step.stderr for step in said))
 
 
 @pytest.fixture(scope="session")
@@ -338,10 +336,7 @@ for _notebook in NOTEBOOKS:
 
 def _one_right_submission(course: Path, notebook: str) -> None:
     """A course folder with ``notebook`` released and one student, "full", who submitted the solution."""
-    course.chmod(0o755)
-    shutil.copy(ROOT / "nbgrader_config.py", course)
-    shutil.copytree(ROOT / "solutions" / notebook, course / "solutions" / notebook)
-    assert nbgrader(course, "generate_assignment", notebook).returncode == 0
+    release_into(course, notebook)
     (course / "submitted" / "full" / notebook).mkdir(parents=True)
     shutil.copy(solution_path(notebook), course / "submitted" / "full" / notebook)
 

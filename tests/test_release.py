@@ -3,34 +3,19 @@
 from __future__ import annotations
 
 import filecmp
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from leaks import MARKERS, leaked, public_text, secret_lines
 from notebooks import NOTEBOOKS, ROOT, read, solution_path
-
-
-def _venv_env():
-    import os
-
-    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+from released import every_notebook_released
 
 
 @pytest.fixture(scope="module")
-def fresh_release(tmp_path_factory) -> Path:
-    """A release generated now, in a scratch course directory, from the committed sources."""
-    course = tmp_path_factory.mktemp("course")
-    shutil.copytree(ROOT / "solutions", course / "solutions")
-    shutil.copy(ROOT / "nbgrader_config.py", course)
-    # Every assignment in one nbgrader process ("*" is a glob over solutions/): one start-up, not one per notebook.
-    subprocess.run(
-        [Path(sys.executable).parent / "nbgrader", "generate_assignment", "*", "--log-level=ERROR"],
-        cwd=course, env=_venv_env(), check=True, timeout=300,
-    )
-    return course / "course"
+def fresh_release() -> Path:
+    """A release generated now, in a scratch course directory, from the committed sources (every assignment in
+    one nbgrader process, shared with the other tests of this process: tests/released.py)."""
+    return every_notebook_released().folder / "course"
 
 
 def _files(root: Path) -> set[str]:

@@ -221,3 +221,52 @@ def shapes_made(function, *args, **kwargs) -> dict:
     (``tensors_made``); for rules on what code may build (notebook 03: no ``[d_k, d_k]`` matrices in ``forward``)."""
     value, made = tensors_made(function, *args, **kwargs)
     return {"value": value, "shapes": [shape for _, shape in made]}
+
+
+# Torch functions that multiply matrices, by the name a TorchFunctionMode sees, however they are reached.
+MATRIX_PRODUCTS = frozenset({"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm",
+                             "addbmm", "einsum", "tensordot", "mv", "addmv", "inner", "bilinear", "chain_matmul",
+                             "multi_dot"})
+
+
+@contextlib.contextmanager
+def first_product_perturbed(delta: torch.Tensor):
+    """Adds ``delta`` to the result of the first matrix product run inside the block whose result has
+    ``delta.shape[-1]`` output features and ``delta.numel()`` numbers (rows flattened or not: ``delta`` is laid
+    out row by row like them), however it is computed (a module, ``F.linear``, ``@``). Yields a list that holds
+    ``True`` once it has: whether that product's result is what the code went on with shows in its output."""
+    from torch.overrides import TorchFunctionMode
+
+    width, numel, done = delta.shape[-1], delta.numel(), []
+
+    class Perturb(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            if (not done and getattr(func, "__name__", "") in MATRIX_PRODUCTS and isinstance(result, torch.Tensor)
+                    and result.dim() and result.shape[-1] == width and result.numel() == numel):
+                done.append(True)
+                return result + delta.reshape(result.shape).to(result.dtype)
+            return result
+
+    with Perturb():
+        yield done
+
+
+def dict_call_observed(function, state: dict) -> tuple[object, dict]:
+    """``function(given)`` on a copy ``given`` of the caller's dict ``state``, and what the call did to it ("leave
+    the input as it is"): the dict returned as the result, keys removed or added, tensor objects replaced, and
+    tensors edited (version counters, raised by any in-place edit, and values)."""
+    given = dict(state)
+    versions = {key: value._version for key, value in state.items() if isinstance(value, torch.Tensor)}
+    originals = {key: value.detach().clone() for key, value in state.items() if isinstance(value, torch.Tensor)}
+    result = function(given)
+    caller = {
+        "same_dict": result is given,
+        "removed": sorted(set(state) - set(given)),
+        "added": sorted(str(k) for k in set(given) - set(state)),
+        "replaced": sorted(k for k in state if k in given and given[k] is not state[k]),
+        "edited": sorted(k for k, value in originals.items()
+                         if state[k]._version != versions[k] or state[k].shape != value.shape
+                         or not torch.equal(state[k], value)),
+    }
+    return result, caller

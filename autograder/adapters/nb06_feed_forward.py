@@ -6,7 +6,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder.adapters import forward_backward, given, load, need, outcome, summary, tensors_made
+from autograder.adapters import (
+    MATRIX_PRODUCTS,
+    dict_call_observed,
+    first_product_perturbed,
+    forward_backward,
+    given,
+    load,
+    need,
+    outcome,
+    summary,
+    tensors_made,
+)
 
 
 def activation(ns, name: str, x, grad_output=None):
@@ -75,16 +86,11 @@ def call(ns, name: str, args: list, kwargs: dict):
 _FUSED_GIVEN = {**_REFERENCE_ACTIVATIONS,
                 "swiglu_hidden_dim": lambda d_model, multiple_of=64: -(-8 * d_model // (3 * multiple_of)) * multiple_of}
 
-# Torch functions that multiply matrices, by name, however they are reached.
-_MATRIX_PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
-                    "einsum", "tensordot", "mv", "addmv", "inner", "bilinear", "chain_matmul", "multi_dot"}
-
-
 def products_made(function, *args, **kwargs) -> dict:
     """``function(*args, **kwargs)`` and, for every matrix product a torch function ran, its name and output shape."""
     value, made = tensors_made(function, *args, **kwargs)
     return {"value": value, "products": [{"name": name, "shape": shape} for name, shape in made
-                                         if name in _MATRIX_PRODUCTS]}
+                                         if name in MATRIX_PRODUCTS]}
 
 
 def fused_summary(ns, args: list, kwargs: dict):
@@ -107,32 +113,17 @@ def fused_forward_perturbed(ns, args: list, kwargs: dict, state: dict, x, delta)
     """``FusedSwiGLU``'s output when ``delta`` is added to the result of the first matrix product with
     ``delta.shape[-1]`` (2 * d_ff) output features, however it is computed (``gate_up_proj(x)``, ``F.linear``, ``@``;
     flattened rows too: ``delta`` is laid out row by row like them)."""
-    from torch.overrides import TorchFunctionMode
-
-    width, rows = delta.shape[-1], delta.numel()
-    done = []
-
-    class Perturb(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            result = func(*args, **(kwargs or {}))
-            if (not done and getattr(func, "__name__", "") in _MATRIX_PRODUCTS and isinstance(result, torch.Tensor)
-                    and result.dim() and result.shape[-1] == width and result.numel() == rows):
-                done.append(True)
-                return result + delta.reshape(result.shape).to(result.dtype)
-            return result
-
     with given(ns, **_FUSED_GIVEN):
         module = load(need(ns, "FusedSwiGLU")(*args, **kwargs), state)
-        with torch.no_grad(), Perturb():
+        with torch.no_grad(), first_product_perturbed(delta):
             output = module(x)
     return {"output": output}
 
 
 def convert(ns, name: str, state: dict):
     """``name(state)`` for a state-dict conversion: its result, and whether the input dict came back unchanged."""
-    given_state = {key: value.clone() for key, value in state.items()}
-    value = need(ns, name)(given_state)
-    unchanged = set(given_state) == set(state) and all(torch.equal(given_state[k], v) for k, v in state.items())
+    value, caller = dict_call_observed(need(ns, name), state)
+    unchanged = not (caller["removed"] or caller["added"] or caller["replaced"] or caller["edited"])
     if isinstance(value, dict):
         value = {key: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for key, v in value.items()}
     return {"value": value, "type": type(value).__name__, "input_unchanged": unchanged}

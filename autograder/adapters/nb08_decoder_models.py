@@ -15,7 +15,15 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from autograder.adapters import load, need, outcome, shapes_made, summary
+from autograder.adapters import (
+    dict_call_observed,
+    first_product_perturbed,
+    load,
+    need,
+    outcome,
+    shapes_made,
+    summary,
+)
 from autograder.reference.blocks import PreNormBlock
 from autograder.reference.feed_forward import SwiGLU
 from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
@@ -103,7 +111,7 @@ def convert(ns, function: str, config_class: str, fields: dict, hf_state: dict, 
         if key in hf_state and source in hf_state:
             hf_state[key] = hf_state[source].detach()  # a second tensor on the same storage, as state_dict() gives
     config = need(ns, config_class)(**fields)
-    result, caller = _observing_caller(lambda state: need(ns, function)(state, config), hf_state)
+    result, caller = dict_call_observed(lambda state: need(ns, function)(state, config), hf_state)
     value = {str(k): v for k, v in result.items()} if isinstance(result, dict) else result
     head, wte = (value.get(k) for k in ("lm_head.weight", "wte.weight")) if isinstance(value, dict) else (None, None)
     return {"value": value, "caller": caller, "head_is_wte": _same_tensor(head, wte)}
@@ -114,26 +122,6 @@ def _same_tensor(a, b) -> bool:
     return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
             and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
             and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
-
-
-def _observing_caller(function, state: dict):
-    """``function(given)`` on a copy ``given`` of the caller's dict ``state``, and what the call did to it ("leave
-    the input as it is"): the dict returned as the result, keys removed or added, tensor objects replaced, and
-    tensors edited (version counters, raised by any in-place edit, and values)."""
-    given = dict(state)
-    versions = {key: value._version for key, value in state.items() if isinstance(value, torch.Tensor)}
-    originals = {key: value.detach().clone() for key, value in state.items() if isinstance(value, torch.Tensor)}
-    result = function(given)
-    caller = {
-        "same_dict": result is given,
-        "removed": sorted(set(state) - set(given)),
-        "added": sorted(str(k) for k in set(given) - set(state)),
-        "replaced": sorted(k for k in state if k in given and given[k] is not state[k]),
-        "edited": sorted(k for k, value in originals.items()
-                         if state[k]._version != versions[k] or state[k].shape != value.shape
-                         or not torch.equal(state[k], value)),
-    }
-    return result, caller
 
 
 # --- Exercise 5 ------------------------------------------------------------------------
@@ -274,7 +262,7 @@ def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
 
 def fuse_qkv(ns, state: dict):
     """``fuse_qkv(state)``'s result, and what the call did to the caller's dict ("the result is a new dict")."""
-    result, caller = _observing_caller(need(ns, "fuse_qkv"), state)
+    result, caller = dict_call_observed(need(ns, "fuse_qkv"), state)
     value = {str(k): v for k, v in result.items()} if isinstance(result, dict) else result
     return {"value": value, "caller": caller}
 
@@ -308,29 +296,12 @@ def fused_sdpa_calls(ns, d_model: int, num_heads: int, num_kv_heads: int, x, mas
     return _sdpa_calls(_fused(ns, d_model, num_heads, num_kv_heads).eval(), x, mask, token_positions, is_causal)
 
 
-# The torch functions that compute matrix products (by the name a TorchFunctionMode sees).
-_MATRIX_PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
-                    "einsum", "tensordot", "inner", "chain_matmul", "multi_dot"}
-
-
 def fused_forward_perturbed(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask, delta):
     """``FusedRotaryGQA``'s output when ``delta`` is added to the result of the first matrix product with
     ``delta.shape[-1]`` ((num_heads + 2 * num_kv_heads) * head_dim) output features and ``delta.numel()``
     numbers, however it is computed (``qkv_proj(x)``, ``F.linear``, ``@``)."""
-    width, numel = delta.shape[-1], delta.numel()
-    done = []
-
-    class Perturb(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            result = func(*args, **(kwargs or {}))
-            if (not done and getattr(func, "__name__", "") in _MATRIX_PRODUCTS and isinstance(result, torch.Tensor)
-                    and result.dim() and result.shape[-1] == width and result.numel() == numel):
-                done.append(True)
-                return result + delta.reshape(result.shape).to(result.dtype)
-            return result
-
     module = load(_fused(ns, d_model, num_heads, num_kv_heads), state).eval()
-    with torch.no_grad(), Perturb():
+    with torch.no_grad(), first_product_perturbed(delta) as done:
         output = module(x, mask)
     return {"output": output, "perturbed": bool(done)}
 

@@ -1,0 +1,62 @@
+"""Course folders with a notebook released, from one nbgrader generation of every notebook per test process.
+
+``nbgrader generate_assignment`` costs an nbgrader start-up (about 5 s) per call, and the suite sets up some
+thirty course folders. ``generate_assignment "*"`` releases every notebook in one process (12 s for all
+fourteen); each course folder then gets copies of the release, the source and a gradebook that knows only its
+own assignment, which is what a ``generate_assignment NOTEBOOK`` in that folder leaves.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from notebooks import ROOT
+
+
+def nbgrader_environment() -> dict:
+    """The environment in which nbgrader finds the venv's tools (it runs ``alembic`` and ``jupyter`` by name)."""
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
+
+@dataclass(frozen=True)
+class Generation:
+    folder: Path  # a course directory: nbgrader_config.py, solutions/, course/ and gradebook.db of every notebook
+    log: str  # what nbgrader said while generating
+
+
+@functools.cache
+def every_notebook_released() -> Generation:
+    """``nbgrader generate_assignment "*"`` on a copy of solutions/, once per test process."""
+    folder = Path(tempfile.mkdtemp(prefix="released-"))
+    shutil.copytree(ROOT / "solutions", folder / "solutions")
+    shutil.copy(ROOT / "nbgrader_config.py", folder)
+    done = subprocess.run([Path(sys.executable).parent / "nbgrader", "generate_assignment", "*", "--log-level=WARN"],
+                          cwd=folder, env=nbgrader_environment(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return Generation(folder, done.stdout + done.stderr)
+
+
+def release_into(course: Path, notebook: str) -> str:
+    """Make ``course`` (created if missing, readable by all: grading as root runs student code as another user) a
+    course directory where ``notebook`` is released, as ``nbgrader generate_assignment NOTEBOOK`` leaves it.
+    Returns what nbgrader said while generating."""
+    from nbgrader.api import Gradebook
+
+    generated = every_notebook_released()
+    course.mkdir(parents=True, exist_ok=True)
+    course.chmod(0o755)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    for part in ("solutions", "course"):
+        shutil.copytree(generated.folder / part / notebook, course / part / notebook)
+    shutil.copy(generated.folder / "gradebook.db", course / "gradebook.db")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for assignment in [a.name for a in gradebook.assignments if a.name != notebook]:
+            gradebook.remove_assignment(assignment)
+    return generated.log
