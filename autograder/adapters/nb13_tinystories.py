@@ -61,7 +61,8 @@ def maps(ns, fields: dict, state: dict, tokens: torch.Tensor) -> dict:
     """The student's ``attention_maps`` on the reference decoder holding ``state``, and what it did: for every
     call of a ``block.attn``, whether gradients were on, how many hooks of the student's were on that module and
     whether its ``forward`` was replaced; how many times the model ran; what it left behind. Then a second call on
-    a model that fails after its blocks have run: what it raised and how many hooks it left.
+    a model that fails in the middle of its forward (at its last block's attention): what it raised and how many
+    hooks it left.
     Gradients are on when it is called: turning them off is the student's job, and observed."""
     attention_maps = need(ns, "attention_maps")
     model = LlamaDecoder(DecoderConfig(**fields)).eval()
@@ -85,9 +86,10 @@ def maps(ns, fields: dict, state: dict, tokens: torch.Tensor) -> dict:
         unchanged = bool(torch.equal(model(tokens), before))
 
     def fail(module, args):
-        raise _InjectedFailure("the model failed (the grader made it fail, after its blocks ran)")
+        raise _InjectedFailure("the model failed (the grader made its last attention fail before it ran)")
 
-    failing = model.norm.register_forward_pre_hook(fail)
+    # In the middle of the forward: the earlier blocks' hooks have run, the last block's has not.
+    failing = model.blocks[-1].attn.register_forward_pre_hook(fail)
     raised = None
     try:
         attention_maps(model, tokens)

@@ -289,6 +289,23 @@ WRONG = [
             handle.remove()""", """    model(tokens)
     for handle in handles:
         handle.remove()""")), "failed in the middle of its forward"),
+    Wrong("attention_maps", "each hook removes itself when it fires (no finally)",
+          _edit(MAPS, ("""    def grab(module, args, output):
+        inputs.append((module, args[0]))
+
+    handles = [block.attn.register_forward_hook(grab) for block in model.blocks]
+    try:
+        model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()""", """    handles = []
+
+    def grab(module, args, output):
+        inputs.append((module, args[0]))
+        handles[len(inputs) - 1].remove()  # done with this layer
+
+    handles.extend(block.attn.register_forward_hook(grab) for block in model.blocks)
+    model(tokens)""")), "failed in the middle of its forward"),
     Wrong("attention_maps", "gradients on (no @torch.no_grad())",
           _edit(MAPS, ("@torch.no_grad()\ndef attention_maps", "def attention_maps"),
                 ("return torch.stack(maps)", "return torch.stack(maps).detach()")), "with gradients on"),
