@@ -36,14 +36,21 @@ Oracles:
   backward pass: one forward of each micro-batch then its backward, in turn, not one forward on the micro-batches
   concatenated nor the losses added up before one backward); the logits handed to the step are a tensor subclass
   that records the autocast state of every differentiable operation on them while they are more than a scalar
-  (the way to the loss: under autocast when a dtype is given, not after the ``with`` block); and ``.grad`` when
-  each call returns (None or zeros: zeroed after the step, not at the start of the next call).
+  (the way to the loss: under autocast when a dtype is given, not after the ``with`` block); a gradient hook
+  records the autocast state during each backward pass (autocast is thread-local state the backward runs with:
+  backward goes after the ``with`` block); and ``.grad`` when each call returns (None or zeros: zeroed after
+  the step, not at the start of the next call).
 - ``attention_maps``: Hugging Face's ``LlamaForCausalLM`` (``attn_implementation="eager"``,
   ``output_attentions=True``) with random weights, loaded into ``autograder.reference``'s decoder through
   ``autograder.reference.hf_llama`` (q/k rows permuted per head, which leaves the scores unchanged), on
   which the student's function runs; GQA ratios 1, 2, 4 and 2 with 6 heads. Known mistakes are recognised on
   layer 0 (later layers see other hidden states): HF's maps with ``scaling = 1``, with RoPE's cos = 1 and
   sin = 0, and with the kv heads repeated 0 1 0 1 (an HF model without grouping whose k rows are tiled).
+  The way there is observed by forward pre-hooks of the checker's: a hook of the student's on each
+  ``block.attn`` when it runs, its ``forward`` not replaced, gradients off, the model run once; then a second
+  call on a model made to fail at its last block's attention must leave no hook behind.
+- ``bits_per_byte``, ``mfu``: Python numbers (a tensor is refused); ``flops_per_token``: an ``int``;
+  ``rank_micro_batches``: a ``list``.
 - ``generate_with_cache``: brute force without a cache. Every token is picked from a full forward pass of
   ``autograder.reference``'s decoder (float64, sharp random weights) over the tokens of the current segment:
   the prompt's last ``window`` tokens, then, each time the segment would outgrow ``window``, the last
