@@ -8,6 +8,10 @@ no format checker, so nothing here needs it. When jsonschema is not imported yet
 optional import fail while nbformat (and jsonschema) load, then lets it be imported normally again:
 jsonschema skips those two format checks in this process, as it does wherever the package is missing.
 
+The course's lock holds jsonschema below 4.25, so ``rfc3987_syntax`` is not installed there and every process
+(nbgrader's, Jupyter's) is spared it; this keeps ``check`` fast where the course runs on another environment's
+newer jsonschema (Colab, an instructor's own).
+
     from autograder.notebook_format import nbformat
 """
 
