@@ -177,12 +177,13 @@ class Harm:
 
 # Not attacks on notebook 04's grader, but on the worker's start and restart (notebook 01's class, test_sandbox.py):
 # a cell that hangs when the grader replays it after a restart, and modules beside the notebook that end the
-# worker if it imports them as it starts (before it has given up root and set its limits).
-REPLAYS_DIFFERENTLY = """import pathlib
+# worker if it imports them as it starts (before it has given up root and set its limits). The hang sleeps: the
+# timeout is wall-clock time either way, and a busy loop (notebook 01's loops_forever) would take a core from the
+# suite's other worker for as long.
+REPLAYS_DIFFERENTLY = """import pathlib, time
 _marker = pathlib.Path("ran-once.marker")  # in the submission's scratch folder, which a replay reuses
 if _marker.exists():
-    while True:
-        pass
+    time.sleep(3600)
 _marker.write_text("this cell ran")
 """
 SHADOW = "import os, sys\nsys.stderr.write('grader imported the student file {name}\\n')\nos._exit(7)\n"
