@@ -1,9 +1,11 @@
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
-from notebooks import read, release_path, run_here, solution_path
+from notebooks import ROOT, read, release_path, run_here, solution_path
+from xdist.scheduler import LoadScopeScheduling
 
 # The suite never downloads: notebook 08's real-GPT-2 cell skips in one line, in nbval's kernels too
 # (tests/test_pretrained.py checks the download code against a local stand-in for the hub).
@@ -17,6 +19,52 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 # `progress` keeps its results between runs (autograder.progress_cache): each test process gets an empty cache
 # of its own, never the user's.
 os.environ["COURSE_PROGRESS_CACHE"] = tempfile.mkdtemp(prefix="progress-cache-")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope`` (``make test``) with the scopes the suite needs; see ``SuiteScopes``."""
+    if config.getvalue("dist") == "loadscope":
+        return SuiteScopes(config, log)
+    return None
+
+
+class SuiteScopes(LoadScopeScheduling):
+    """pytest-xdist's loadscope (a test class, or a module's functions, runs on one worker), with the scopes of
+    ``suite_scope``."""
+
+    def __init__(self, config, log=None):
+        super().__init__(config, log)
+        self.notebook_of = in_process_notebooks()
+
+    def _split_scope(self, nodeid: str) -> str:
+        return suite_scope(nodeid, self.notebook_of)
+
+
+IN_PROCESS_FIXTURES = {"solution_namespaces", "stub_namespaces"}  # a notebook's cells, executed in the test process
+
+
+def in_process_notebooks() -> dict[str, str]:
+    """Scope (path::Class) -> notebook, for the classes that execute that notebook's cells in the test process
+    (``IN_PROCESS_FIXTURES``)."""
+    import test_checks
+    import test_wrong_implementations
+
+    return {f"{Path(module.__file__).resolve().relative_to(ROOT).as_posix()}::{cls.__name__}": cls.notebook
+            for module in (test_checks, test_wrong_implementations)
+            for cls in vars(module).values() if isinstance(cls, type) and hasattr(cls, "notebook")}
+
+
+def suite_scope(nodeid: str, notebook_of: dict[str, str]) -> str:
+    """The scope of a test: its class (path::Class), or its module for a module's function or a notebook's cell
+    (nbval). Cut at the class, not at the last "::" as loadscope does: TestChecksNN's test ids hold "::", and
+    loadscope made each of those tests a scope of its own. The classes of ``notebook_of`` are one scope per
+    notebook (TestChecksNN with TestWrongNN), so that one worker executes that notebook, not both."""
+    path, _, rest = nodeid.partition("::")
+    name, inside, _ = rest.partition("::")
+    if not inside or "[" in name:
+        return path
+    scope = f"{path}::{name}"
+    return f"notebook {notebook_of[scope]}" if scope in notebook_of else scope
 
 
 class _Executed(dict):
