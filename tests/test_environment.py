@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 import yaml
@@ -149,3 +151,58 @@ def test_torch_is_one_version_everywhere():
     assert "TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements.lock)" in (ROOT / "Makefile").read_text()
     assert colab_requirements.pinned_torch() == version
     assert not any(line.startswith("torch==") for line in colab_requirements.requirements())
+
+
+# --- the lock installs on every Python the README promises ("3.11 or newer") --------------------------------------
+
+OLDEST_MINOR = int(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"].split(".")[-1])
+NEWEST_MINOR = 14  # the newest Python release (3.14, October 2025)
+
+
+def _version(python: str) -> tuple[int, int, int] | None:
+    try:
+        done = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3])"], capture_output=True,
+                              text=True, timeout=30)
+    except OSError:
+        return None
+    return tuple(map(int, done.stdout.split())) if done.returncode == 0 else None
+
+
+def _pythons() -> dict[int, tuple[tuple[int, int, int], str]]:
+    """Minor -> (version, interpreter): the oldest patch release of each minor found on this machine (the strictest
+    for a package's Requires-Python): python3 on PATH and Debian's /usr/bin/python3, python3.M, and pyenv's."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = {"/usr/bin/python3", *(str(p) for p in pyenv.glob("3.*/bin/python3"))}
+    candidates |= {found for name in ("python3", *(f"python3.{m}" for m in range(OLDEST_MINOR, NEWEST_MINOR + 1)))
+                   if (found := shutil.which(name))}
+    found: dict[int, tuple[tuple[int, int, int], str]] = {}
+    for python in sorted(candidates):
+        version = _version(python)
+        if version and version[0] == 3 and (version[1] not in found or version < found[version[1]][0]):
+            found[version[1]] = (version, python)
+    return found
+
+
+@pytest.mark.parametrize("minor", range(OLDEST_MINOR, NEWEST_MINOR + 1), ids=lambda m: f"3.{m}")
+def test_every_locked_version_installs_on_each_python_the_readme_promises(minor, tmp_path):
+    """pip (dry run, for that interpreter: ``pip --python``) finds every pin of the lock installable there.
+
+    ``make`` installs the lock as constraints, so a pin with no release for that Python (a Requires-Python above
+    it, no wheel and no source) stops the set-up. torch resolves to the CPU wheel this machine has for 3.11, and
+    to PyPI's release elsewhere; both are the lock's version.
+    """
+    python = _pythons().get(minor)
+    if python is None:
+        pytest.skip(f"no Python 3.{minor} on this machine")
+    (version, interpreter) = python
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", interpreter, "install", "--dry-run", "--ignore-installed",
+         "--no-deps", "--quiet", "--report", str(report), "-r", str(ROOT / "requirements.lock")],
+        capture_output=True, text=True, timeout=600,
+    )
+    said = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
+    assert done.returncode == 0, f"Python {'.'.join(map(str, version))} ({interpreter}): {said[-2:]}"
+    resolved = {envfiles.canonical(item["metadata"]["name"]): item["metadata"]["version"].split("+")[0]
+                for item in json.loads(report.read_text())["install"]}
+    assert resolved == envfiles.lock_pins()

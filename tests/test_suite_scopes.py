@@ -12,25 +12,32 @@ from conftest import IN_PROCESS_FIXTURES, in_process_notebooks, suite_scope
 from notebooks import ROOT
 
 
+def _class(item) -> type | None:
+    return getattr(item, "cls", None)  # a notebook's cell (nbval) has none
+
+
+def _in_process(item) -> bool:
+    return _class(item) is not None and bool(IN_PROCESS_FIXTURES & set(item.fixturenames))
+
+
 def _expected(item, notebook_of: dict[str, str]) -> str:
     path = item.path.resolve().relative_to(ROOT).as_posix()
-    if item.cls is None:
+    if _class(item) is None:
         return path
-    if IN_PROCESS_FIXTURES & set(item.fixturenames) and f"{path}::{item.cls.__name__}" in notebook_of:
+    if _in_process(item) and f"{path}::{item.cls.__name__}" in notebook_of:
         return f"notebook {item.cls.notebook}"
     return f"{path}::{item.cls.__name__}"
 
 
 def test_each_class_or_module_is_one_scope_and_a_notebooks_in_process_classes_share_one(request):
     items = request.session.items
-    if not any(getattr(item.cls, "notebook", None) for item in items):
+    if not any(getattr(_class(item), "notebook", None) for item in items):
         pytest.skip("run with the suite: this run collected no notebook's test classes")
     notebook_of = in_process_notebooks()
     wrong = {item.nodeid: (suite_scope(item.nodeid, notebook_of), _expected(item, notebook_of)) for item in items
              if suite_scope(item.nodeid, notebook_of) != _expected(item, notebook_of)}
     assert not wrong, list(wrong.items())[:5]
     # Every class whose tests execute a notebook in the test process is known, or its notebook runs on both workers.
-    unknown = {f"{item.path.name}::{item.cls.__name__}" for item in items
-               if item.cls is not None and IN_PROCESS_FIXTURES & set(item.fixturenames)
+    unknown = {f"{item.path.name}::{item.cls.__name__}" for item in items if _in_process(item)
                and f"{item.path.resolve().relative_to(ROOT).as_posix()}::{item.cls.__name__}" not in notebook_of}
     assert not unknown, f"add these classes' modules to in_process_notebooks(): {sorted(unknown)}"
