@@ -19,12 +19,20 @@ class StudentCodeError(Exception):
     """Student code raised an exception; the message names it and the student's line.
 
     ``stub``: it was the untouched stub's ``raise NotImplementedError()`` (no message), not a
-    NotImplementedError that a library raised inside finished code (``is_stub``).
+    NotImplementedError that a library raised inside finished code (``is_stub``). ``rule``: it was a
+    ``RuleBroken``, raised where the code called what the exercise forbids.
     """
 
-    def __init__(self, message: str, stub: bool = False):
+    def __init__(self, message: str, stub: bool = False, rule: bool = False):
         super().__init__(message)
         self.stub = stub
+        self.rule = rule
+
+
+class RuleBroken(RuntimeError):
+    """Raised inside the student's code when it calls what the exercise's rule forbids (``autograder.rules``).
+
+    Its message says the rule and what broke it, and is shown as it is, without this class's name."""
 
 
 def is_stub(error: BaseException) -> bool:
@@ -78,7 +86,7 @@ def describe(error: BaseException) -> str:
         for frame in traceback.extract_tb(error.__traceback__)
         if not frame.filename.startswith((_OURS, *_LIBRARIES)) and "site-packages" not in frame.filename
     ]
-    text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    text = str(error) if isinstance(error, RuleBroken) else "".join(traceback.format_exception_only(type(error), error)).strip()
     if frames:
         last = frames[-1]
         text += f" (line {last.lineno} of {_where(last.filename)}, in {last.name})"

@@ -101,6 +101,12 @@ class CheckResult:
     check: Check
     passed: bool
     message: str = ""
+    broke_rule: bool = False  # failed on the exercise's rule (read from the source, or refused in a call)
+
+    def same_reason(self, other: CheckResult) -> bool:
+        """Whether ``other`` failed for the reason this one did: the same message, or the exercise's rule (said
+        once, whether read from the answer cell or met in a call, where the message also names the line)."""
+        return self.message == other.message or (self.broke_rule and other.broke_rule)
 
 
 @dataclass
@@ -140,11 +146,11 @@ class ExerciseResult:
         failed = [r for r in self.results if not r.passed]
         if not failed:
             return f"all {len(self.results)} checks passed"
-        first = failed[0].message  # one reason shared by several checks is said once
+        first = failed[0]  # one reason shared by several checks is said once
         lines = [self.note] if self.note else []
-        lines.append(f"{failed[0].check.description}: {first}")
-        lines += [f"{r.check.description}: {r.message}" for r in failed[1:] if r.message != first]
-        repeats = sum(r.message == first for r in failed[1:])
+        lines.append(f"{first.check.description}: {first.message}")
+        lines += [f"{r.check.description}: {r.message}" for r in failed[1:] if not first.same_reason(r)]
+        repeats = sum(first.same_reason(r) for r in failed[1:])
         if repeats:
             lines.append(f"(the same for {repeats} more check{'s' * (repeats > 1)})")
         return "\n".join(lines)
@@ -162,6 +168,8 @@ def run_check(check: Check, impl) -> CheckResult:
         text = str(error)
         if error.stub:
             return CheckResult(check, False, NOT_IMPLEMENTED + f" {text[len('NotImplementedError'):].strip()}")
+        if error.rule:  # its message is the rule, and what broke it
+            return CheckResult(check, False, text, broke_rule=True)
         return CheckResult(check, False, f"your code raised {text}")
     except (SandboxError, GradingError):
         raise
@@ -181,7 +189,7 @@ def follows_the_rules(source: str, context: list[str]):
 def rules_result(exercise: Exercise, source: str, context: list[str] = ()) -> CheckResult:
     """The static half of an exercise's rules, on the grader's side: the answer cell's source, read."""
     broken = [rule.message(found) for rule in exercise.rules if (found := rule.violations(source, context))]
-    return CheckResult(Check(follows_the_rules, hidden=False), not broken, "\n".join(broken))
+    return CheckResult(Check(follows_the_rules, hidden=False), not broken, "\n".join(broken), broke_rule=bool(broken))
 
 
 def run_exercise(exercise: Exercise, impl, *, visible: bool = True, hidden: bool = True, note: str = "",

@@ -15,13 +15,16 @@ class ChecksFailed(AssertionError):
 
 
 def render(result: ExerciseResult) -> str:
+    """Each check, a line; under each failing one, why, except that a broken rule is said once."""
     ok, bad = "✓", "✗"
-    lines = []
+    lines, rule_said = [], False
     for r in result.results:
         kind = " (hidden)" if r.check.hidden else ""
         lines.append(f"{ok if r.passed else bad} {r.check.description}{kind}")
         if not r.passed:
-            lines += [f"    {line}" for line in r.message.splitlines()]
+            why = "(the rule above)" if r.broke_rule and rule_said else r.message
+            lines += [f"    {line}" for line in why.splitlines()]
+            rule_said = rule_said or r.broke_rule
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ import copy
 import importlib
 
 from autograder import wire
-from autograder.errors import StudentCodeError, describe, is_stub
+from autograder.errors import RuleBroken, StudentCodeError, describe, is_stub
 from autograder.process import StudentProcess
 from autograder.rules import enforced
 
@@ -43,7 +43,8 @@ class LocalImpl:
                 with enforced(self._rules, self._namespace):
                     value = adapter(self._namespace, *args, **kwargs)
             except Exception as error:  # noqa: BLE001
-                raise StudentCodeError(describe(error), stub=is_stub(error)) from None
+                raise StudentCodeError(describe(error), stub=is_stub(error),
+                                       rule=isinstance(error, RuleBroken)) from None
             return wire.load_reply(wire.dump_reply(wire.plain(value)))
 
         return call

@@ -226,7 +226,7 @@ class StudentProcess:
             self._worker = None
             raise
         if not reply["ok"]:
-            raise StudentCodeError(reply["error"], stub=bool(reply.get("stub")))
+            raise StudentCodeError(reply["error"], stub=bool(reply.get("stub")), rule=bool(reply.get("rule")))
         return reply["value"]
 
     def _ready_worker(self) -> Worker:

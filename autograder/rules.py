@@ -35,6 +35,8 @@ import functools
 import sys
 from dataclasses import dataclass
 
+from autograder.errors import RuleBroken
+
 # Ways around the runtime switch: torch's internals (which bypass torch-function modes) and the mode machinery.
 _ESCAPES = ("torch._C", "torch.ops", "torch.overrides", "torch._refs", "torch._prims", "torch._decomp",
             "torch.utils._python_dispatch", "torch._ops")
@@ -297,10 +299,6 @@ def _resolve(qualified: str):
 
 
 # --- while the student's code runs ---------------------------------------------------------------
-
-
-class RuleBroken(RuntimeError):
-    """Raised inside the student's code when it calls what the exercise's rule forbids."""
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ import pickle
 import sys
 
 from autograder import outputs, wire
-from autograder.errors import describe, is_stub
+from autograder.errors import RuleBroken, describe, is_stub
 from autograder.rules import enforced
 from autograder.sandbox import Limits
 
@@ -89,7 +89,8 @@ def main() -> None:
                     reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
         except BaseException as error:  # noqa: BLE001 - SystemExit included: report, keep serving
             vars(builtins).update(pristine_builtins)
-            reply = {"nonce": request["nonce"], "ok": False, "error": explain(error), "stub": is_stub(error)}
+            reply = {"nonce": request["nonce"], "ok": False, "error": explain(error), "stub": is_stub(error),
+                     "rule": isinstance(error, RuleBroken)}
             recorder.outputs.append(outputs.error(type(error).__name__, reply["error"]))
         vars(builtins).update(pristine_builtins)
         if request["op"] == "exec":

@@ -410,3 +410,20 @@ def test_a_refused_python_function_is_restored_afterwards():
     with enforced([rule.to_wire()]), pytest.raises(RuntimeError, match="no clip"):
         kept([parameter], 1.0)
     assert torch.isclose(kept([parameter], 1.0), torch.tensor(6.0)) and torch.allclose(parameter.grad, torch.full((4,), 0.5))
+
+
+def test_a_broken_rule_is_said_once_without_the_graders_class_name(solution_namespaces):
+    """Read from the answer cell and met again in every call, a broken rule is one finding: the test cell's
+    lines and a report's message say it once, as the rule and what broke it."""
+    from autograder.feedback import render
+
+    code = "def softmax(x, dim=-1):\n    return torch.softmax(x, dim=dim)\n"
+    exercise, adapters = find_exercise("softmax")
+    result = run_exercise(exercise, LocalImpl(_namespace(solution_namespaces, "softmax", code), adapters),
+                          source=code, context=[PRELUDE])
+    failed = [r for r in result.results if not r.passed]
+    assert len(failed) >= 3 and all(r.broke_rule for r in failed), [r.message for r in failed]
+    runtime_only = _runtime_only(solution_namespaces, "softmax", code)  # as for a helper the source does not show
+    for shown in (render(result), result.message, render(runtime_only), runtime_only.message):
+        assert shown.count("this exercise's rule is") == 1, shown
+        assert "RuleBroken" not in shown and "autograder." not in shown, shown
