@@ -5,7 +5,8 @@ autograde``. It writes one self-contained HTML page (default ``reports/ASSIGNMEN
 folder; no scripts, no external files) and prints a table of each exercise's pass rate. The page has:
 
 - each exercise's pass rate, with how many submissions failed it and how many left it untouched;
-- the mistakes the class made most: the failed checks, grouped across students (below);
+- the mistakes the class made most: the failed checks, grouped across students (below), with who made each;
+- each student's score and how each exercise went for them;
 - the histogram of the scores (an inline SVG, described in words and in a table);
 - the submissions that could not be graded, and why.
 
@@ -27,8 +28,9 @@ Where it reads:
   met the untouched stub ("not implemented yet") or was not run is no mistake and is passed over;
   an exercise failed only by such checks counts as not started. A mistake is that check's
   description and the first line of its message, which names the mistake the check recognised
-  ("eps is added outside the square root") with the student's own numbers: digits are replaced by
-  ``#``, so the same named mistake groups together across students. The course keeps no list of
+  ("eps is added outside the square root") with the student's own numbers: a mistake groups the messages
+  that differ only in their numbers, and shows them with each number that differs among its students as
+  ``#`` (a number every one of them got, "divide by d - 1", "correction=0", is the mistake's own). The course keeps no list of
   mistakes to match (its catalogue of wrong implementations lives with the tests, which are not
   shipped), and a list would go stale as checks change; grouping the checks' own words needs none.
 - **Submissions that could not be graded**: those in ``submitted/`` without a complete autograded
@@ -59,8 +61,24 @@ ANSWER_CELL = "the answer cell"  # the "check" of a mistake that is the answer c
 
 
 def normalise(text: str) -> str:
-    """One line of a message with its numbers replaced by ``#``, spaces collapsed, at most 300 characters."""
-    text = " ".join(_NUMBER.sub("#", text).split())
+    """One line of a message with its numbers replaced by ``#``, spaces collapsed, at most 300 characters: the
+    key that groups one mistake's messages across students."""
+    return _shortened(" ".join(_NUMBER.sub("#", text).split()))
+
+
+def masked_where_they_differ(texts: list[str]) -> str:
+    """Messages that ``normalise`` groups together, as one: each number kept where every message has it, ``#``
+    where they differ."""
+    collapsed = [" ".join(text.split()) for text in texts]
+    pieces, numbers = _NUMBER.split(collapsed[0]), [_NUMBER.findall(text) for text in collapsed]
+    shown = [pieces[0]]
+    for index, piece in enumerate(pieces[1:]):
+        values = {found[index] for found in numbers}
+        shown += [values.pop() if len(values) == 1 else "#", piece]
+    return _shortened("".join(shown))
+
+
+def _shortened(text: str) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
@@ -87,12 +105,21 @@ class ExerciseRow:
 class Mistake:
     exercise: str  # the exercise's title
     check: str  # the failed check's description, or ANSWER_CELL
-    text: str  # the first line of its message, normalised
-    students: set[str] = field(default_factory=set)
+    key: str  # the first line of its message, normalised: what groups it
+    said: dict[str, str] = field(default_factory=dict)  # student -> the first line of their message
+
+    @property
+    def students(self) -> set[str]:
+        return set(self.said)
 
     @property
     def count(self) -> int:
-        return len(self.students)
+        return len(self.said)
+
+    @property
+    def text(self) -> str:
+        """What the check said, with the numbers that differ among these students as ``#``."""
+        return masked_where_they_differ([self.said[student] for student in sorted(self.said)])
 
 
 @dataclass
@@ -104,6 +131,7 @@ class ClassReport:
     mistakes: list[Mistake]  # every one, most frequent first
     ungraded: dict[str, str]  # student -> why there is no result
     top: int = DEFAULT_TOP
+    outcomes: dict[str, dict[str, str]] = field(default_factory=dict)  # graded student -> exercise title -> how it went
 
     def histogram(self) -> list[tuple[float, float, int]]:
         """(low, high, submissions) per bin: one bin per point up to 20 points, else 10 equal bins.
@@ -241,7 +269,7 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
             if cell.cell_type == "code":
                 exercises[notebook.name, cell.name] = ExerciseRow(notebook.name, cell.name,
                                                                   titles.get(cell.name, cell.name), cell.max_score)
-    scores, ungraded = {}, {}
+    scores, ungraded, outcomes = {}, {}, {}
     mistakes: dict[tuple[str, str, str], Mistake] = {}
     for student in submitted_students(coursedir, assignment):
         why = not_graded_because(coursedir, gradebook, assignment, student)
@@ -251,6 +279,7 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
             continue
         submission = gradebook.find_submission(assignment, student)
         scores[student] = float(submission.score)
+        outcome = outcomes.setdefault(student, {})
         autograded = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment))
         for notebook in submission.notebooks:
             verdicts = _verdicts(autograded / f"{notebook.name}.ipynb")
@@ -260,20 +289,24 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
                     continue
                 if grade.score >= grade.max_score:
                     row.passed += 1
+                    outcome[row.title] = "passed"
                     continue
                 failed = failed_checks(verdicts.get(grade.name, ""), known[notebook.name].get(grade.name, []))
                 counted = [(check, text) for check, text in failed
                            if not text.startswith(NOT_IMPLEMENTED) and not text.startswith("not run: ")]
                 if failed and not counted:
                     row.not_started += 1
+                    outcome[row.title] = "not started"
                     continue
                 row.failing += 1
                 check, text = counted[0] if counted else ("-", "no failed check in its verdict (a score given by hand?)")
+                outcome[row.title] = f"failing: {check}"
                 key = (row.title, check, normalise(text))
-                mistakes.setdefault(key, Mistake(*key)).students.add(student)
+                mistakes.setdefault(key, Mistake(*key)).said[student] = text
     order = {title: index for index, title in enumerate(row.title for row in exercises.values())}
-    ranked = sorted(mistakes.values(), key=lambda m: (-m.count, order.get(m.exercise, 0), m.check, m.text))
-    return ClassReport(assignment, float(record.max_score), scores, list(exercises.values()), ranked, ungraded, top)
+    ranked = sorted(mistakes.values(), key=lambda m: (-m.count, order.get(m.exercise, 0), m.check, m.key))
+    return ClassReport(assignment, float(record.max_score), scores, list(exercises.values()), ranked, ungraded, top,
+                       outcomes)
 
 
 # --------------------------------------------------------------------------- the page
@@ -349,18 +382,21 @@ def _html(report: ClassReport) -> str:
     out.append("<h2>Mistakes the class made most</h2>")
     if shown:
         out += ["<p>Each failed exercise of each student counts once: its answer cell's error if it raised one, "
-                "else its first failed check, grouped by the check and the first line of its message (numbers "
-                "shown as #). An untouched exercise is not counted.</p>", "<table>",
+                "else its first failed check, grouped by the check and the first line of its message (a number "
+                "that differs among the students shown as #). An untouched exercise is not counted.</p>", "<table>",
                 f"<caption>The {len(shown)} most frequent of {len(report.mistakes)} distinct mistakes</caption>",
                 '<thead><tr><th scope="col" class="num">Students</th><th scope="col">Exercise</th>'
-                '<th scope="col">Check</th><th scope="col">What it said</th></tr></thead>', "<tbody>"]
+                '<th scope="col">Check</th><th scope="col">What it said</th><th scope="col">Who</th></tr></thead>',
+                "<tbody>"]
         for mistake in shown:
             out.append(f'<tr><td class="num">{mistake.count}</td><td>{escape(mistake.exercise)}</td>'
-                       f"<td>{escape(mistake.check)}</td><td><code>{escape(mistake.text)}</code></td></tr>")
+                       f"<td>{escape(mistake.check)}</td><td><code>{escape(mistake.text)}</code></td>"
+                       f"<td>{escape(', '.join(sorted(mistake.students)))}</td></tr>")
         out += ["</tbody>", "</table>"]
     else:
         out.append("<p>No failed checks among the graded submissions.</p>")
 
+    out += _students_table(report)
     out += ["<h2>Scores</h2>", f"<figure>{_histogram_svg(report)}",
             "<figcaption>Number of graded submissions per total score.</figcaption></figure>",
             "<table>", "<caption>The histogram's numbers</caption>",
@@ -381,6 +417,19 @@ def _html(report: ClassReport) -> str:
         out.append("<p>None: every submission was graded.</p>")
     out += ["</body>", "</html>"]
     return "\n".join(out) + "\n"
+
+
+def _students_table(report: ClassReport) -> list[str]:
+    """Each graded student: their score, and how each exercise went (passed, not started, or the check it failed)."""
+    titles = [row.title for row in report.exercises]
+    out = ["<h2>Students</h2>", "<table>", "<caption>Each graded student's score and exercises</caption>",
+           "<thead><tr>" + '<th scope="col">Student</th><th scope="col" class="num">Score</th>'
+           + "".join(f'<th scope="col">{escape(title)}</th>' for title in titles) + "</tr></thead>", "<tbody>"]
+    for student in sorted(report.scores):
+        went = report.outcomes.get(student, {})
+        out.append(f'<tr><th scope="row">{escape(student)}</th><td class="num">{report.scores[student]:g}</td>'
+                   + "".join(f"<td>{escape(went.get(title, '-'))}</td>" for title in titles) + "</tr>")
+    return [*out, "</tbody>", "</table>"]
 
 
 # --------------------------------------------------------------------------- the command
@@ -425,8 +474,9 @@ def main(assignment: str, output: str | None, top: int, options: list[str]) -> i
     print(report.table())
     shown = report.mistakes[:top]
     if shown:
-        print("\nmistakes made most (students: exercise: check: what it said):")
+        print("\nmistakes made most (students: exercise: check: what it said [who]):")
         for mistake in shown:
-            print(f"  {mistake.count}: {mistake.exercise}: {mistake.check}: {mistake.text}")
+            print(f"  {mistake.count}: {mistake.exercise}: {mistake.check}: {mistake.text} "
+                  f"[{', '.join(sorted(mistake.students))}]")
     print(f"\nreport: {path}")
     return 0

@@ -79,6 +79,12 @@ def could_not_grade(reason: str) -> GradingError:
                         f"({reason}); {DOCTOR_HINT}")
 
 
+def cell_number(index: int) -> int:
+    """The number a student reads for the notebook's cell at ``index`` (0-based, markdown cells included): the
+    first cell of the notebook is cell 1, as people count (and JupyterLab's cell-numbering extensions do)."""
+    return index + 1
+
+
 def describe(error: BaseException) -> str:
     """One readable line for an exception from student code, naming the student's line."""
     frames = [

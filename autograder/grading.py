@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import wire
+from autograder.errors import cell_number
 from autograder.exercises import ExerciseResult, checks_for, run_exercise
 from autograder.impl import RemoteImpl
 from autograder.notebook_format import nbformat
@@ -190,7 +191,7 @@ def grade(
                 if index is None:
                     return f"the answer cell `{exercise.id}` is missing from the notebook"
                 if not outcomes[index].ok:
-                    return f"your answer cell (cell {index}) failed: {outcomes[index].error}"
+                    return f"your answer cell (cell {cell_number(index)}) failed: {outcomes[index].error}"
                 return ""
 
             results = []

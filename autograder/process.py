@@ -22,7 +22,14 @@ import time
 from dataclasses import dataclass, field
 
 from autograder import outputs, wire
-from autograder.errors import GradingError, SandboxError, StudentCodeError, WorkerDidNotStart, could_not_grade
+from autograder.errors import (
+    GradingError,
+    SandboxError,
+    StudentCodeError,
+    WorkerDidNotStart,
+    cell_number,
+    could_not_grade,
+)
 from autograder.sandbox import Sandbox
 
 START_TIMEOUT = 120.0  # seconds to import torch and get ready, on a slow, busy machine
@@ -205,7 +212,7 @@ class StudentProcess:
                 worker = self._ready_worker()
                 reply = worker.request(
                     {"op": "exec", "index": index, "source": source, "record": self.record}, self.timeout,
-                    f"running cell {index}",
+                    f"running cell {cell_number(index)}",
                 )
                 self.outcomes[index] = CellOutcome(index, reply["ok"], reply.get("error"), reply["outputs"])
             except SandboxError as error:
@@ -261,7 +268,7 @@ class StudentProcess:
                 try:
                     reply = self._worker.request(
                         {"op": "exec", "index": index, "source": source}, self.timeout,
-                        f"replaying cell {index}",
+                        f"replaying cell {cell_number(index)}",
                     )
                 except SandboxError as error:
                     self._replay_failed(outcome, str(error))

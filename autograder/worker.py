@@ -23,7 +23,7 @@ import pickle
 import sys
 
 from autograder import outputs, wire
-from autograder.errors import RuleBroken, describe, is_stub
+from autograder.errors import RuleBroken, cell_number, describe, is_stub
 from autograder.rules import enforced
 from autograder.sandbox import Limits
 
@@ -78,7 +78,7 @@ def main() -> None:
             if request["op"] == "exec":
                 with recorder.capturing():
                     body, last = outputs.split_last_expression(shell.transform_cell(request["source"]))
-                    name = f"<cell {request['index']}>"
+                    name = f"<cell {cell_number(request['index'])}>"
                     # dont_inherit: compile as a kernel does, without this module's `from __future__ import annotations`
                     exec(compile(body, name, "exec", dont_inherit=True), namespace)
                     if last is not None:

@@ -12,6 +12,7 @@ import matplotlib
 import nbformat
 
 from autograder.checks import NOTEBOOKS
+from autograder.errors import cell_number
 from autograder.grading import student_cells
 from coursetools.budget import GRADING_ENV
 
@@ -87,7 +88,7 @@ def run_here(nb, cwd: Path) -> dict:
             try:
                 # dont_inherit: run cells as Jupyter does, without this file's `from __future__ import
                 # annotations` (under it a @dataclass cell fails, its module "__notebook__" being unknown)
-                exec(compile(source, f"<cell {index}>", "exec", dont_inherit=True), namespace)
+                exec(compile(source, f"<cell {cell_number(index)}>", "exec", dont_inherit=True), namespace)
             except Exception:  # noqa: BLE001 - a stub's demo cells fail; the checks say why
                 pass
     plt.close("all")

@@ -32,7 +32,14 @@ from test_class_grading import make_class as grading_class
 from test_nbgrader_e2e import Student
 
 from autograder.__main__ import main as command
-from autograder.class_report import ANSWER_CELL, ClassReport, failed_checks, normalise, read_class
+from autograder.class_report import (
+    ANSWER_CELL,
+    ClassReport,
+    failed_checks,
+    masked_where_they_differ,
+    normalise,
+    read_class,
+)
 
 NOTEBOOK = "02_normalization"
 SCRIPT = "<script>alert('owned')</script>"
@@ -105,12 +112,14 @@ def test_pass_rates(reported):
 def test_the_mistake_two_students_made_comes_first(reported):
     first, *others = reported.report.mistakes
     assert (first.exercise, first.students) == (LAYER_NORM, {"eps1", "eps2"})
-    assert "eps is added outside the square root" in first.text and not re.search(r"\d", first.text), first.text
+    # Both students' message is the same, numbers included: every number is the mistake's own, none masked.
+    assert first.said["eps1"] == first.said["eps2"] and first.text == " ".join(first.said["eps1"].split())
+    assert "eps is added outside the square root" in first.text
     assert sorted((m.exercise, tuple(m.students)) for m in others) == [(RMS_NORM, ("eps2",)), (RMS_NORM, ("script",))]
     by_student = {tuple(m.students): m for m in others}
     assert "the learnable gain `weight` is not applied" in by_student["eps2",].text
     assert by_student["script",].check == ANSWER_CELL and SCRIPT in by_student["script",].text
-    assert f"  2: {LAYER_NORM}: " in reported.out
+    assert f"  2: {LAYER_NORM}: " in reported.out and "[eps1, eps2]" in reported.out
 
 
 def test_histogram(reported):
@@ -150,7 +159,7 @@ def test_page_is_self_contained_and_escapes_what_students_wrote(reported):
     assert "script" not in page.tags, "a student's message became a script element"
     assert SCRIPT in "".join(page.text)  # shown as text
     assert page.links == []  # no external assets
-    assert page.tags.count("table") == 4 and page.tags.count("th") >= 4 * 2
+    assert page.tags.count("table") == 5 and page.tags.count("th") >= 5 * 2
     assert 'role="img"' in reported.html and '<title id="histogram-title">' in reported.html
 
 
@@ -174,6 +183,24 @@ def test_reading_a_verdict():
         ("grads", "eps=1e-05 is used twice")]
     assert normalise("the shapes  differ: [2, 3] vs -0.5, eps=1e-05; x32 in float16") == (
         "the shapes differ: [#, #] vs #, eps=#; x32 in float16")
+    # One mistake's messages: the numbers they share are kept, the ones that differ masked.
+    assert masked_where_they_differ(["divide by d - 1: got 0.53 at [2, 3]", "divide by d - 1:  got 0.61 at [2, 4]"]) \
+        == "divide by d - 1: got # at [2, #]"
+    assert masked_where_they_differ(["exit status 7"]) == "exit status 7"
+
+
+def test_the_page_names_who_made_each_mistake_and_how_each_student_did(reported):
+    page = _Page()
+    page.feed(reported.html)
+    text = " ".join(" ".join(page.text).split())
+    assert "eps1, eps2" in text  # the students behind the mistake two made
+    report = reported.report
+    assert set(report.outcomes) == set(report.scores)
+    assert report.outcomes["full"] == {LAYER_NORM: "passed", RMS_NORM: "passed"}
+    assert report.outcomes["stub"] == {LAYER_NORM: "not started", RMS_NORM: "not started"}
+    assert report.outcomes["eps1"][LAYER_NORM].startswith("failing: ") and report.outcomes["eps1"][RMS_NORM] == "passed"
+    for student, score in report.scores.items():  # one row per student, with their score
+        assert f"{student} {score:g}" in text
 
 
 def test_student_code_cannot_read_the_reports():

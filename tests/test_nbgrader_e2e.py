@@ -32,7 +32,16 @@ import attacks
 import nbformat
 import pytest
 from leaks import html_text, leaked, secret_lines
-from notebooks import NOTEBOOKS, ROOT, answer_source, grade_id, read, require_sandbox, solution_path
+from notebooks import (
+    NOTEBOOKS,
+    ROOT,
+    answer_source,
+    grade_id,
+    read,
+    release_path,
+    require_sandbox,
+    solution_path,
+)
 from released import release_into
 
 from autograder.exercises import checks_for
@@ -92,6 +101,13 @@ torch.equal = lambda *a, **k: True
 """
 
 
+def _answer_cell(notebook: str, exercise: str) -> int:
+    """The 0-based index of ``exercise``'s answer cell in the release."""
+    cells = read(release_path(notebook)).cells
+    (index,) = [i for i, cell in enumerate(cells) if grade_id(cell) == exercise]
+    return index
+
+
 def worker_breakers(nb: str) -> dict[str, Student]:
     """Notebook 01: everything that ends, hangs or floods the worker, or tampers with the notebook."""
     return {
@@ -108,8 +124,9 @@ def worker_breakers(nb: str) -> dict[str, Student]:
         "loops_forever": Student({"sinusoidal": "while True:\n    pass\n"}, {"sinusoidal"},
                                  says={"sinusoidal": ("infinite loop",)}),
         "prints_megabytes": Student({"embedding": right(nb, "embedding") + '\nprint("spam " * 4_000_000)\n'}, set()),
+        # The message names the cell as the student counts, from 1 (not its 0-based index).
         "raises": Student({"input_embedding": 'raise RuntimeError("I give up")\n'}, {"input_embedding"},
-                          says={"input_embedding": ("I give up",)}),
+                          says={"input_embedding": (f"I give up (line 1 of cell {_answer_cell(nb, 'input_embedding') + 1},",)}),
         # A cell that hangs when the grader replays it (after a later cell ended the process) costs its exercise.
         "replays_differently": Student(
             {"sinusoidal": attacks.REPLAYS_DIFFERENTLY + right(nb, "sinusoidal"),
