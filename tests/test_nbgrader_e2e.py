@@ -348,6 +348,13 @@ class TestClass01(_GradedClassTests):
         assert "spam spam" in _feedback(course, "prints_megabytes")
         assert "standard deviation" in _feedback(course, "wrong")  # the wrong Embedding's init
 
+    def test_feedback_says_what_the_grader_saw(self, course):
+        """A class the failed answer cell never defined: the grader ran every cell, so "run its answer cell
+        first", right in the notebook, is not what the feedback says."""
+        text = _feedback(course, "raises")
+        assert "the grader ran every cell of your notebook from the top" in text, text[-2000:]
+        assert "run its answer cell" not in text
+
 
 for _notebook in NOTEBOOKS:
     _name = f"TestClass{_notebook[:2]}"

@@ -15,11 +15,16 @@ import torch
 from torch import nn
 
 from autograder.rules import is_student_code
+from coursetools.budget import being_graded
 
 
 def need(namespace: dict, name: str):
-    """The student's definition of ``name``, or a NameError that says what to do."""
+    """The student's definition of ``name``, or a NameError that says what to do: in the notebook, run the cell
+    that defines it; in grading, which ran every cell from the top, that no cell defined it."""
     if name not in namespace:
+        if being_graded():
+            raise NameError(f"{name} is not defined: the grader ran every cell of your notebook from the top, and "
+                            "none defined it (did its answer cell fail, or define it under another name?)")
         raise NameError(f"{name} is not defined: run its answer cell (and the cells above it) first")
     value = namespace[name]
     if _is_the_courses(value):
