@@ -189,7 +189,9 @@ def progress_button() -> None:
 
     from autograder.grading import find_course_root
 
-    button = widgets.Button(description="Show my progress", icon="table", tooltip="python -m autograder progress")
+    # width auto: ipywidgets' default button width cut the label off ("Show my prog...")
+    button = widgets.Button(description="Show my progress", icon="table", tooltip="python -m autograder progress",
+                            layout=widgets.Layout(width="auto"))
     output = widgets.Output()
 
     def run() -> None:

@@ -198,6 +198,8 @@ def _progress_click(page) -> None:
     button = page.get_by_role("button", name="Show my progress")
     assert button.count() == 1, "Run All draws the progress button"
     button.scroll_into_view_if_needed()
+    widths = button.evaluate("b => [b.scrollWidth, b.clientWidth]")
+    assert widths[0] <= widths[1], f"the button's label is cut off (its text needs {widths[0]} px, it has {widths[1]})"
     button.click()
     table = _cells(page).filter(has=button).locator(".jp-OutputArea-output", has_text="not started")
     table.last.wait_for(timeout=180_000)
