@@ -14,11 +14,14 @@ class ChecksFailed(AssertionError):
         return [str(self)]
 
 
-def render(result: ExerciseResult) -> str:
-    """Each check, a line; under each failing one, why, except that a broken rule is said once."""
+def render(result: ExerciseResult, passed: bool | None = None) -> str:
+    """Each check, a line; under each failing one, why, except that a broken rule is said once. ``passed``: only
+    the checks that passed (True) or failed (False)."""
     ok, bad = "✓", "✗"
     lines, rule_said = [], False
     for r in result.results:
+        if passed is not None and r.passed != passed:
+            continue
         kind = " (hidden)" if r.check.hidden else ""
         lines.append(f"{ok if r.passed else bad} {r.check.description}{kind}")
         if not r.passed:
@@ -52,13 +55,20 @@ def check(exercise_id: str, namespace: dict, hidden: bool = False) -> None:
     if not hidden and result.passed and any(c.hidden for c in exercise.checks):
         graded = run_exercise(exercise, impl, visible=False, hidden=True)
         result = ExerciseResult(exercise, result.results + graded.results, result.note)
-    print(render(result))
     counts = {kind: sum(r.check.hidden == (kind == "hidden") for r in result.results) for kind in ("visible", "hidden")}
-    if not result.passed:
+    if result.passed:
+        print(render(result))
+    else:
+        # The checks that passed print; the failed ones, with why, are the error's own text, which is all that
+        # nbgrader's Validate button shows of a failing cell.
+        if shown := render(result, passed=True):
+            print(shown)
         failed = [r for r in result.results if not r.passed]
         if not hidden and all(r.check.hidden for r in failed):
-            raise ChecksFailed(f"{exercise.title}: the visible checks pass, but {len(failed)} of the "
-                               f"{counts['hidden']} hidden checks, which grade it too, fail (see above).")
-        raise ChecksFailed(f"{exercise.title}: {len(failed)} of {len(result.results)} checks failed (see above).")
+            summary = (f"{exercise.title}: the visible checks pass, but {len(failed)} of the {counts['hidden']} "
+                       "hidden checks, which grade it too, fail:")
+        else:
+            summary = f"{exercise.title}: {len(failed)} of {len(result.results)} checks failed:"
+        raise ChecksFailed(f"{summary}\n{render(result, passed=False)}")
     said = " and ".join(f"{n} {kind}" for kind, n in counts.items() if n)
     print(f"All {said} checks passed.")

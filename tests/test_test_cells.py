@@ -48,7 +48,7 @@ def test_a_mistake_only_a_hidden_check_catches_is_named_in_the_notebook(shell, c
                 ".float()\n", "ex5-answer", capsys)
     out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', "ex5-test", capsys)
     assert error and error.startswith("ChecksFailed") and "the visible checks pass, but" in error, (error, out)
-    assert "✗" in out and "(hidden)" in out, out
+    assert "✗" in error and "(hidden)" in error, (error, out)  # the failures are the error's own text
 
 
 def test_the_rules_are_read_from_the_answer_cell_by_its_id(shell, capsys):
@@ -56,7 +56,7 @@ def test_the_rules_are_read_from_the_answer_cell_by_its_id(shell, capsys):
     forbidden = RIGHT + "\n\ndef unused(tokens):\n    return F.one_hot(tokens)\n"
     _run(shell, forbidden, "ex5-answer", capsys)
     out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', "ex5-test", capsys)
-    assert error and "✗ follows the exercise's rules" in out and "do not call F.one_hot" in out, out
+    assert error and "✗ follows the exercise's rules" in error and "do not call F.one_hot" in error, (error, out)
     _run(shell, RIGHT, "ex5-answer", capsys)  # the answer cell run again: its latest source counts
     out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', "ex5-test", capsys)
     assert error is None, out
@@ -66,3 +66,26 @@ def test_without_cell_ids_the_checks_still_run(shell, capsys):
     _run(shell, RIGHT, None, capsys)
     out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', None, capsys)
     assert error is None and "rules" not in out, out
+
+
+def test_nbgrader_validate_shows_the_failed_checks(tmp_path):
+    """What the toolbar's Validate button runs (``nbgrader validate``) shows a failing test cell's error only: the
+    failed checks and why must be that error's text, not lines printed above it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import nbformat
+    from notebooks import answer_source, read, release_path, solution_path, with_answer
+
+    notebook, solution = read(release_path("02_normalization")), read(solution_path("02_normalization"))
+    wrong = answer_source(solution, "layer_norm").replace("+ self.eps", "+ 0 * self.eps")  # eps left out
+    assert wrong != answer_source(solution, "layer_norm")
+    for exercise in ("layer_norm", "rms_norm"):
+        notebook = with_answer(notebook, exercise, wrong if exercise == "layer_norm" else answer_source(solution, exercise))
+    nbformat.write(notebook, tmp_path / "02_normalization.ipynb")
+    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "validate", "02_normalization.ipynb"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    said = done.stdout
+    assert "VALIDATION FAILED ON 1 CELL" in said, said[-3000:]
+    assert "✗ eps sits inside the square root" in said and "LayerNorm(16, eps=" in said, said[-3000:]
