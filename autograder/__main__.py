@@ -129,11 +129,14 @@ def _progress(args, limits: Limits) -> int:
     when the grader itself could not grade a notebook (one line per reason)."""
     from pathlib import Path
 
-    from autograder.progress import progress, unsandboxed_note
+    from autograder.progress import progress, row_line, unsandboxed_note
+
+    def said(row, done: int, total: int) -> None:  # a line per notebook as it is graded: grading all takes minutes
+        print(row_line(row, done, total), file=sys.stderr, flush=True)
 
     try:
         result = progress(Path(args.course) if args.course else None, args.workers, args.timeout, limits,
-                          fresh=args.fresh)
+                          fresh=args.fresh, on_row=said)
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

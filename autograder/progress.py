@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -177,12 +178,24 @@ def _row(future, path: Path, course: Path) -> Row:
                    message=f"could not be graded: the grading process died ({type(error).__name__})")
 
 
+def row_line(row: Row, done: int, total: int) -> str:
+    """The line ``progress`` says as each notebook's row is known: ``[3/14] 03_rope: 4/9 points``."""
+    if row.status == "graded":
+        said = f"{row.score}/{row.max_score} points" + (", unchanged since the last run" if row.cached else "")
+    else:
+        said = row.message or row.status
+    return f"[{done}/{total}] {row.notebook}: {said}"
+
+
 def progress(course: Path | None = None, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT,
-             limits: Limits | None = None, fresh: bool = False, cache: Path | None = None) -> Progress:
+             limits: Limits | None = None, fresh: bool = False, cache: Path | None = None,
+             on_row: Callable[[Row, int, int], None] | None = None) -> Progress:
     """Grade every notebook of ``course`` (default: ``find_course()``), ``workers`` at a time.
 
     A notebook unchanged since an earlier run (same code, same grading code and options) keeps its result
     (``autograder.progress_cache``, in ``cache`` or the user's cache folder); ``fresh`` grades them all again.
+    ``on_row(row, done, total)`` is called for each notebook as soon as its row is known (a grading takes
+    seconds, the whole course minutes), in the order they finish.
     """
     from autograder.progress_cache import Cache, key
 
@@ -202,27 +215,36 @@ def progress(course: Path | None = None, workers: int | None = None, timeout: fl
                 rows[path] = Row(**{**stored, "cached": True})
             except TypeError:  # an entry of another shape: graded again
                 pass
+    report = on_row or (lambda row, done, total: None)
+    for done, row in enumerate(rows.values(), 1):
+        report(row, done, len(paths))
     todo = [path for path in paths if path not in rows]
-    for path, row in zip(todo, _grade_rows(todo, course, workers, timeout, limits), strict=True):
+    for path, row in _grade_rows(todo, course, workers, timeout, limits):
         rows[path] = row
+        report(row, len(rows), len(paths))
         # kept only for a graded notebook that did not change while it was graded
         if row.status == "graded" and keys[path] and key(path, course, options) == keys[path]:
             store.put(str(path.relative_to(course)), keys[path], row)
     return Progress(str(course), [rows[path] for path in paths])
 
 
-def _grade_rows(paths: list[Path], course: Path, workers: int | None, timeout: float, limits: Limits) -> list[Row]:
+def _grade_rows(paths: list[Path], course: Path, workers: int | None, timeout: float,
+                limits: Limits) -> Iterator[tuple[Path, Row]]:
+    """(path, row) of each notebook of ``paths``, as each is graded."""
     if not paths:
-        return []
+        return
     from autograder.parallel import default_workers, threads_per_grading
 
     workers = max(1, min(workers or default_workers(), len(paths)))
     if workers == 1:
-        return [grade_row(path, course, timeout, limits) for path in paths]
+        for path in paths:
+            yield path, grade_row(path, course, timeout, limits)
+        return
     # spawn, not fork: the grader has torch's thread pools, which do not survive a fork
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                              initargs=(threads_per_grading(workers),)) as pool:
-        futures = [pool.submit(grade_row, path, course, timeout, limits) for path in paths]
-        return [_row(future, path, course) for future, path in zip(futures, paths, strict=True)]
+        futures = {pool.submit(grade_row, path, course, timeout, limits): path for path in paths}
+        for future in as_completed(futures):
+            yield futures[future], _row(future, futures[future], course)
 

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -56,17 +57,21 @@ def course(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def serial(course) -> tuple[dict, dict, dict]:
-    """The command line's JSON with one worker, and the folder's fingerprint before and after."""
+def serial(course) -> tuple[dict, dict, dict, list[tuple[float, str]]]:
+    """The command line's JSON with one worker, the folder's fingerprint before and after, and each line it said
+    on stderr with the seconds since it started."""
     before = _fingerprint(course)
-    done = subprocess.run([sys.executable, "-m", "autograder", "progress", str(course), "--workers", "1", "--json"],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout), before, _fingerprint(course)
+    started = time.monotonic()
+    with subprocess.Popen([sys.executable, "-m", "autograder", "progress", str(course), "--workers", "1", "--json"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as done:
+        said = [(time.monotonic() - started, line.rstrip("\n")) for line in done.stderr]
+        out = done.stdout.read()
+    assert done.returncode == 0, said[-20:]
+    return json.loads(out), before, _fingerprint(course), said
 
 
 def test_scores_per_notebook_and_exercise(serial):
-    report, _, _ = serial
+    report, _, _, _ = serial
     rows = {row["path"]: row for row in report["notebooks"]}
     for notebook, student in FILLED.items():
         row = rows[f"{notebook}/{notebook}.ipynb"]
@@ -86,8 +91,20 @@ def test_scores_per_notebook_and_exercise(serial):
 
 
 def test_notebooks_are_never_modified(serial):
-    _, before, after = serial
+    _, before, after, _ = serial
     assert after == before
+
+
+def test_it_says_each_notebook_as_it_is_graded(serial):
+    """A line per notebook on stderr as each is graded, long before the table: grading all takes minutes."""
+    report, _, _, said = serial
+    rows = [(seconds, line) for seconds, line in said if line.startswith("[")]
+    total = len(report["notebooks"])
+    assert [line.split("]")[0] for _, line in rows] == [f"[{n}/{total}" for n in range(1, total + 1)], said
+    expected = sorted(f"{row['notebook']}: {row['score']}/{row['max_score']} points" if row["status"] == "graded"
+                      else f"{row['notebook']}: {row['message'] or row['status']}" for row in report["notebooks"])
+    assert sorted(line.split("] ", 1)[1] for _, line in rows) == expected, said
+    assert rows[0][0] < rows[-1][0] - 5, "the first line came only at the end"
 
 
 def test_parallel_gives_the_serial_result(course, serial):
