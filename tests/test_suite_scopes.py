@@ -20,11 +20,12 @@ def _in_process(item) -> bool:
     return _class(item) is not None and bool(IN_PROCESS_FIXTURES & set(item.fixturenames))
 
 
-def _expected(item, notebook_of: dict[str, str]) -> str:
+def _expected(item, notebook_of: dict[str, str], in_process: set[type]) -> str:
+    """A class stays whole: it is one notebook's scope when any of its tests executes that notebook."""
     path = item.path.resolve().relative_to(ROOT).as_posix()
     if _class(item) is None:
         return path
-    if _in_process(item) and f"{path}::{item.cls.__name__}" in notebook_of:
+    if item.cls in in_process and f"{path}::{item.cls.__name__}" in notebook_of:
         return f"notebook {item.cls.notebook}"
     return f"{path}::{item.cls.__name__}"
 
@@ -34,8 +35,9 @@ def test_each_class_or_module_is_one_scope_and_a_notebooks_in_process_classes_sh
     if not any(getattr(_class(item), "notebook", None) for item in items):
         pytest.skip("run with the suite: this run collected no notebook's test classes")
     notebook_of = in_process_notebooks()
-    wrong = {item.nodeid: (suite_scope(item.nodeid, notebook_of), _expected(item, notebook_of)) for item in items
-             if suite_scope(item.nodeid, notebook_of) != _expected(item, notebook_of)}
+    in_process = {item.cls for item in items if _in_process(item)}
+    wrong = {item.nodeid: (suite_scope(item.nodeid, notebook_of), _expected(item, notebook_of, in_process))
+             for item in items if suite_scope(item.nodeid, notebook_of) != _expected(item, notebook_of, in_process)}
     assert not wrong, list(wrong.items())[:5]
     # Every class whose tests execute a notebook in the test process is known, or its notebook runs on both workers.
     unknown = {f"{item.path.name}::{item.cls.__name__}" for item in items if _in_process(item)
