@@ -92,7 +92,10 @@ def describe(error: BaseException) -> str:
         for frame in traceback.extract_tb(error.__traceback__)
         if not frame.filename.startswith((_OURS, *_LIBRARIES)) and "site-packages" not in frame.filename
     ]
-    text = str(error) if isinstance(error, RuleBroken) else "".join(traceback.format_exception_only(type(error), error)).strip()
+    if isinstance(error, RuleBroken):  # the rule and what broke it, as the student should read it
+        text = str(error)
+    else:
+        text = "".join(traceback.format_exception_only(type(error), error)).strip()
     if frames:
         last = frames[-1]
         text += f" (line {last.lineno} of {_where(last.filename)}, in {last.name})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -168,6 +169,7 @@ def _version(python: str) -> tuple[int, int, int] | None:
     return tuple(map(int, done.stdout.split())) if done.returncode == 0 else None
 
 
+@functools.cache  # one search of the machine for all of the parametrized test's cases
 def _pythons() -> dict[int, tuple[tuple[int, int, int], str]]:
     """Minor -> (version, interpreter): the oldest patch release of each minor found on this machine (the strictest
     for a package's Requires-Python): python3 on PATH and Debian's /usr/bin/python3, python3.M, and pyenv's."""
