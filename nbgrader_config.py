@@ -28,6 +28,8 @@ from autograder.nbgrader_plugin import (
     FeedbackClearHiddenTests,
     RestoreCells,
     TrustedVerdict,
+    course_script,
+    feedback_template_dirs,
     quiet_gradebook_warnings,
 )
 
@@ -87,6 +89,10 @@ c.Autograde.autograde_preprocessors = [
 # Feedback never shows the hidden tests' source (none reaches the autograded notebook now, but a
 # gradebook written before the order above still holds them).
 c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, FeedbackClearHiddenTests]
+# Feedback typesets its maths offline: nbgrader's feedback template, with MathJax inlined from coursetools/static
+# instead of loaded from a CDN (autograder/templates/feedback/mathjax.html.j2; 2.3 MB more per HTML file).
+c.HTMLExporter.extra_template_basedirs = feedback_template_dirs()
+c.HTMLExporter.filters = {"course_script": course_script}
 
 # A submission that could not be graded (the grader failed, see TrustedVerdict) is exported with empty
 # scores, not the 0 nbgrader writes for every student without a graded submission.

@@ -31,6 +31,7 @@ from nbgrader.plugins import CsvExportPlugin
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor, OverwriteCells
 from traitlets import Bool, Float, Int, List, Unicode
 
+import coursetools
 from autograder.errors import GradingError
 from autograder.grading import DEFAULT_TIMEOUT, grade, is_test_cell
 from autograder.sandbox import (
@@ -99,6 +100,28 @@ class FeedbackClearHiddenTests(ClearHiddenTests):
 
     display_data_priority = List(Unicode(), help="Unused; the HTML exporter sets it for every preprocessor.").tag(
         config=True)
+
+
+# The feedback's maths: nbgrader's feedback template loads MathJax from a CDN, so offline its formulas stayed raw
+# ``$\gamma$``. nbgrader_config.py puts TEMPLATES before nbgrader's own templates: its feedback/mathjax.html.j2
+# replaces that macro and inlines MathJax from coursetools/static (see its SOURCES.md) through ``course_script``.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+STATIC = Path(coursetools.__file__).resolve().parent / "static"
+
+
+def feedback_template_dirs() -> list[str]:
+    """``HTMLExporter.extra_template_basedirs`` for ``generate_feedback``: the course's, then nbgrader's (which
+    nbgrader sets only where the configuration does not)."""
+    import nbgrader
+
+    return [str(TEMPLATES), str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]
+
+
+def course_script(name: str) -> str:
+    """The Jinja filter ``course_script``: the browser library ``coursetools/static/NAME`` as an inline script
+    (nbconvert's templates do not escape what filters return)."""
+    source = (STATIC / Path(name).name).read_text(encoding="utf-8")
+    return "<script>" + source.replace("</script", "<\\/script") + "</script>"
 
 
 class RestoreCells(OverwriteCells):

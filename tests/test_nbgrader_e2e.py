@@ -31,6 +31,7 @@ from pathlib import Path
 import attacks
 import nbformat
 import pytest
+from browser_driver import offline_page, requires_browser
 from leaks import html_text, leaked, secret_lines
 from notebooks import (
     NOTEBOOKS,
@@ -45,6 +46,7 @@ from notebooks import (
 from released import release_into
 
 from autograder.exercises import checks_for
+from autograder.nbgrader_plugin import course_script
 
 TIMEOUT = 10  # seconds per cell and per call in the grading worker
 # Notebook 01's class holds the students who hang (each costs the timeout); its cells and checks take well under
@@ -270,8 +272,19 @@ def _scores(course: GradedClass, student: str) -> dict[str, float]:
         return {grade.name.removesuffix("_test"): grade.score for grade in notebook.grades}
 
 
+def _feedback_path(course: GradedClass, student: str) -> Path:
+    return course.folder / "feedback" / student / course.notebook / f"{course.notebook}.html"
+
+
+@functools.cache
+def _mathjax() -> str:
+    """The inlined MathJax every feedback carries (nbgrader_config.py)."""
+    return course_script("mathjax-tex-svg-full.js")
+
+
 def _feedback(course: GradedClass, student: str) -> str:
-    return html_text((course.folder / "feedback" / student / course.notebook / f"{course.notebook}.html").read_text())
+    """The feedback's text, without the inlined MathJax (2 MB of library, none of it the course's)."""
+    return html_text(_feedback_path(course, student).read_text().replace(_mathjax(), ""))
 
 
 def _student_names(notebook: str) -> list[str]:
@@ -342,7 +355,7 @@ class TestClass01(_GradedClassTests):
 
     def test_feedback_shows_what_the_cells_printed(self, course):
         """The worker records the student's outputs for the feedback: text and figures."""
-        html = (course.folder / "feedback" / "full" / self.notebook / f"{self.notebook}.html").read_text()
+        html = _feedback_path(course, "full").read_text()
         assert "data:image/png;base64," in html
         assert '<img alt="Figure' in html  # described by its titles and axis labels (autograder.outputs)
         assert "spam spam" in _feedback(course, "prints_megabytes")
@@ -354,6 +367,44 @@ class TestClass01(_GradedClassTests):
         text = _feedback(course, "raises")
         assert "the grader ran every cell of your notebook from the top" in text, text[-2000:]
         assert "run its answer cell" not in text
+
+
+# After MathJax has typeset the page: how many formulas it drew (-1 when MathJax never loaded), and the text of
+# the Markdown cells (where the formulas were).
+TYPESET = """async () => {
+    if (!window.MathJax || !MathJax.startup || !MathJax.startup.promise) return {drawn: -1, text: []};
+    await MathJax.startup.promise;
+    return {drawn: document.querySelectorAll("mjx-container svg").length,
+            text: [...document.querySelectorAll(".text_cell_render")].map(cell => cell.innerText)};
+}"""
+RAW_TEX = re.compile(r"\$[^$]*\\[A-Za-z]+[^$]*\$")  # $\gamma$, $x \cdot y$: maths left as its source
+
+
+class TestClass02(_GradedClassTests):
+    notebook = "02_normalization"
+
+    def test_feedback_carries_its_mathjax(self, course):
+        """The feedback loads no script from anywhere: MathJax 3 is in the page, not on a CDN."""
+        html = _feedback_path(course, "full").read_text()
+        assert _mathjax() in html
+        assert not re.findall(r"<script[^>]*\bsrc=", html), "a script loaded from elsewhere"
+        assert "cdnjs.cloudflare.com" not in html and "text/x-mathjax-config" not in html  # nbconvert's MathJax 2
+        assert "$\\gamma$" in html  # the maths the browser test below sees typeset
+
+    @requires_browser
+    def test_feedback_typesets_its_maths_offline(self, course):
+        """Opened from disk with every outside request refused, the feedback draws its formulas: no raw $\\gamma$."""
+        page_url = _feedback_path(course, "full").as_uri()
+        with offline_page() as browsing:
+            requests = []
+            browsing.page.on("request", lambda request: requests.append(request.url))
+            browsing.page.goto(page_url)
+            typeset = browsing.page.evaluate(TYPESET)
+        assert browsing.blocked == [] and browsing.page_errors == []
+        assert [url for url in requests if not url.startswith("data:")] == [page_url]
+        assert typeset["drawn"] >= 10, typeset["drawn"]
+        raw = [found for text in typeset["text"] for found in RAW_TEX.findall(text)]
+        assert raw == [] and "\\gamma" not in "".join(typeset["text"]), raw[:5]
 
 
 for _notebook in NOTEBOOKS:
