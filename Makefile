@@ -46,16 +46,19 @@ $(STAMP): pyproject.toml requirements.lock
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-# Students' JupyterLab: jupyter/student/ hides nbgrader's instructor tools and the news pop-up (binder/postBuild
+# Students' JupyterLab: jupyter/student/ hides nbgrader's instructor tools and the news pop-up, and gives the lab's
+# terminals the course's Python first on their PATH, in a shell that is not a login shell (binder/postBuild
 # installs the same files). It is added to Jupyter's config path for this server only, so an instructor's own
 # `jupyter lab` keeps formgrader. Another folder and extra options: make lab LAB_DIR=../my-copy LAB_ARGS="--port=8899".
+# The server runs in the lab's root, where its terminals open, so the command that every notebook prints,
+# `python -m autograder check course/NN/NN.ipynb`, checks the notebook the lab shows.
 STUDENT_CONFIG := $(CURDIR)/jupyter/student
 LAB_DIR ?= .
 LAB_ARGS ?=
 
 lab: $(STAMP)
-	JUPYTER_CONFIG_PATH="$(STUDENT_CONFIG)$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
-	  $(BIN)/jupyter lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir="$(LAB_DIR)" --LabApp.default_url=/lab/tree/course $(LAB_ARGS)
+	cd "$(LAB_DIR)" && JUPYTER_CONFIG_PATH="$(STUDENT_CONFIG)$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+	  "$(CURDIR)/$(BIN)/jupyter" lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir="$$PWD" --LabApp.default_url=/lab/tree/course $(LAB_ARGS)
 
 # Test workers (pytest-xdist): one per core. The suite is CPU-bound: one more worker than the cores made it no
 # faster on the 2-core CI machine (benchmarks/suite_time.md). `make test TEST_WORKERS=N` chooses. solutions/

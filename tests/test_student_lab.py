@@ -85,16 +85,19 @@ def test_make_lab_serves_with_the_student_settings():
         check=True,
         env={k: v for k, v in os.environ.items() if k != "JUPYTER_CONFIG_PATH"},
     ).stdout
-    (command,) = [line for line in dry.replace("\\\n", " ").splitlines() if "jupyter lab" in line]
+    (command,) = [line for line in dry.replace("\\\n", " ").splitlines() if '/jupyter" lab' in line]
     assert f'JUPYTER_CONFIG_PATH="{STUDENT}"' in command
+    # The server runs in the lab's root, where its terminals open (tests/test_student_session.py types a command
+    # into one); jupyter/student/jupyter_server_config.py is what gives them the course's Python.
+    assert command.startswith('cd "/some/copy" && ')
     assert command.rstrip().endswith(
-        '--ServerApp.root_dir="/some/copy" --LabApp.default_url=/lab/tree/course --port=8999'
+        '--ServerApp.root_dir="$PWD" --LabApp.default_url=/lab/tree/course --port=8999'
     )
 
 
 # Run inside the scratch environment: what the server and JupyterLab would read there, as JSON.
 _PROBE = textwrap.dedent("""
-    import json, sys
+    import json, os, sys
     from jupyter_server.serverapp import ServerApp
     from jupyterlab_server.config import get_page_config
     from jupyterlab_server.settings_utils import get_settings
@@ -103,7 +106,7 @@ _PROBE = textwrap.dedent("""
         return sorted(ids if isinstance(ids, list) else [k for k, v in ids.items() if v])
 
     server = ServerApp()
-    server.load_config_file()
+    server.load_config_file()  # runs jupyter_server_config.py where there is one: it may set PATH
     server.find_server_extensions()
     page = get_page_config([sys.argv[1]])
     news, _ = get_settings(sys.argv[2], sys.argv[3], sys.argv[4], schema_name=sys.argv[5])
@@ -113,6 +116,8 @@ _PROBE = textwrap.dedent("""
         "disabled": on(page["disabledExtensions"]),
         "locked": on(page.get("lockedExtensions", [])),
         "news_defaults": {k: news["schema"]["properties"][k]["default"] for k in ("fetchNews", "checkForUpdates")},
+        "terminal_shell": server.terminado_settings.get("shell_command"),
+        "path_first": os.environ["PATH"].split(os.pathsep)[0],
     }))
 """)
 
@@ -173,11 +178,13 @@ def _probe(prefix: Path, env: dict, tmp_path: Path) -> dict:
 
 def test_binder_postbuild_in_a_scratch_prefix(tmp_path):
     prefix, env = _scratch_environment(tmp_path)
+    env["PATH"] = f"{tmp_path / 'stubs'}:{env['PATH']}"  # another folder before the environment's bin/ on PATH
     before = _probe(prefix, env, tmp_path)
     assert before["prefix"] == str(prefix)
     # The control: as pip leaves it, the environment offers the instructor's tools and asks about news.
     assert before["server_extensions"]["nbgrader.server_extensions.formgrader"] is True
     assert not INSTRUCTOR_PLUGINS & set(before["disabled"]) and before["news_defaults"]["fetchNews"] == "none"
+    assert before["terminal_shell"] is None and before["path_first"] == str(tmp_path / "stubs"), "as pip left it"
 
     done = subprocess.run(
         [ROOT / "binder" / "postBuild"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
@@ -194,6 +201,11 @@ def test_binder_postbuild_in_a_scratch_prefix(tmp_path):
     assert INSTRUCTOR_PLUGINS <= set(after["locked"]) and not STUDENT_PLUGINS & set(after["disabled"])
     assert after["news_defaults"] == {"fetchNews": "false", "checkForUpdates": False}
     written = prefix / "etc" / "jupyter"
+    # Terminals: bash, not a login shell, with the students' start-up file, installed beside the config; the
+    # environment's bin/ first on the server's PATH (terminals inherit it; terminal.bashrc puts it first again).
+    assert after["terminal_shell"] == [shutil.which("bash"), "--rcfile", str(written / "terminal.bashrc")], after
+    assert (written / "terminal.bashrc").read_text() == (STUDENT / "terminal.bashrc").read_text()
+    assert after["path_first"] == str(prefix / "bin"), after
     assert json.loads((written / "labconfig" / "page_config.json").read_text())[
         "lockedExtensions"
     ] == dict.fromkeys(sorted(INSTRUCTOR_PLUGINS), True)
@@ -205,7 +217,21 @@ def test_student_settings_install_is_idempotent(tmp_path):
         done = subprocess.run(
             [sys.executable, script, str(tmp_path)], capture_output=True, text=True, check=True
         )
-    assert done.stdout.count("student settings: ") == 3
+    assert done.stdout.count("student settings: ") == 5
     assert json.loads((tmp_path / "jupyter_server_config.json").read_text()) == _settings(
         "jupyter_server_config.json"
     )
+    python = (tmp_path / "jupyter_server_config.py").read_text()
+    assert python.count((STUDENT / "jupyter_server_config.py").read_text().strip()) == 1, "one block, not two"
+
+
+def test_student_settings_keep_an_existing_python_config(tmp_path):
+    """A jupyter_server_config.py that was there keeps its lines; ours is added once, as a marked block."""
+    theirs = "c = get_config()\nc.ServerApp.iopub_data_rate_limit = 10000000\n"
+    (tmp_path / "jupyter_server_config.py").write_text(theirs)
+    script = ROOT / "tools" / "student_settings.py"
+    for _ in range(2):
+        subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, check=True)
+    python = (tmp_path / "jupyter_server_config.py").read_text()
+    assert python.startswith(theirs)
+    assert python.count((STUDENT / "jupyter_server_config.py").read_text().strip()) == 1

@@ -12,6 +12,7 @@ The control, an instructor's plain `jupyter lab`, shows those tools and the pop-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,8 +20,11 @@ import shutil
 import time
 from pathlib import Path
 
+import nbformat
+import pytest
 from browser_driver import ROOT, jupyter_lab, offline_page, requires_browser
-from notebooks import answer_source, grade_id, read, release_path, solution_path
+from notebooks import answer_source, grade_id, read, release_path, solution_path, with_answer
+from test_check_command import printed_check_commands
 
 pytestmark = requires_browser
 
@@ -40,6 +44,9 @@ NEWS_QUESTION = "Would you like to get notified about official Jupyter news?"
 WRONG_ID = "rotary_attention"
 RIGHT_LINE = "q, k = self.rope(q, token_positions), self.rope(k, token_positions)"
 WRONG_LINE = "q = self.rope(q, token_positions)"
+# The notebook whose printed self-check command is typed into the lab's terminal, and its exercise answered.
+TERMINAL_NOTEBOOK = "01_tokens_embeddings"
+TERMINAL_ANSWERED = "embedding"
 
 
 def _environment(tmp_path: Path) -> dict:
@@ -62,6 +69,25 @@ def _scratch_course(tmp_path: Path) -> Path:
     (root / "data" / "tinystories").mkdir(parents=True)
     shutil.copy(ROOT / "data" / "tinystories" / "tinystories_tiny.txt", root / "data" / "tinystories")
     return root
+
+
+@pytest.fixture(scope="module")
+def student_lab(tmp_path_factory):
+    """`make lab` on a scratch course, shared by this module's tests of the students' lab.
+
+    Beside notebook 05 the course holds notebook 01 with one exercise answered and saved (the terminal's test
+    checks it), and the lab's root has no nbgrader exchange (its nbgrader_config.py points at a folder that does
+    not exist, wherever the machine's default exchange may be).
+    """
+    tmp = tmp_path_factory.mktemp("student-lab")
+    root = _scratch_course(tmp)
+    shutil.copytree(release_path(TERMINAL_NOTEBOOK).parent, root / "course" / TERMINAL_NOTEBOOK)
+    answered = with_answer(read(release_path(TERMINAL_NOTEBOOK)), TERMINAL_ANSWERED,
+                           answer_source(read(solution_path(TERMINAL_NOTEBOOK)), TERMINAL_ANSWERED))
+    nbformat.write(answered, root / "course" / TERMINAL_NOTEBOOK / f"{TERMINAL_NOTEBOOK}.ipynb")
+    (root / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(tmp / 'no-exchange')!r}\n")
+    with jupyter_lab(root, env=_environment(tmp), via_make=True) as lab:
+        yield lab
 
 
 def _open_notebook(page, lab) -> None:
@@ -116,7 +142,7 @@ def _shot(page, name: str) -> Path:
     return path
 
 
-def test_student_session_in_a_real_browser(tmp_path):
+def test_student_session_in_a_real_browser(student_lab):
     released, solved = read(release_path(NOTEBOOK)), read(solution_path(NOTEBOOK))
     answers = {
         grade_id(c): i for i, c in enumerate(released.cells) if c.metadata.get("nbgrader", {}).get("solution")
@@ -134,11 +160,8 @@ def test_student_session_in_a_real_browser(tmp_path):
     views = [i for view in ("head_view(", "model_view(") for i, source in code if view in source]
     assert plots and len(views) == 2 and max(plots[0], *views) < tests[WRONG_ID]
 
-    started = time.monotonic()
-    with (
-        jupyter_lab(_scratch_course(tmp_path), env=_environment(tmp_path), via_make=True) as lab,
-        offline_page(height=1000) as browsing,
-    ):
+    started, lab = time.monotonic(), student_lab
+    with offline_page(height=1000) as browsing:
         page = browsing.page
         try:
             _open_notebook(page, lab)
@@ -208,6 +231,70 @@ def test_student_session_in_a_real_browser(tmp_path):
             _shot(page, "failure")  # what the student saw when it went wrong
             raise
     print(f"student session: {time.monotonic() - started:.0f} s")
+
+
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\r")
+BROKEN = ("ModuleNotFoundError", "No module named", "command not found", "No such file")
+
+
+def _terminal_output(frames: list[str]) -> str:
+    """What the terminal's shell wrote, from terminado's websocket messages (["stdout", text]), as plain text."""
+    text = []
+    for frame in frames:
+        with contextlib.suppress(ValueError, TypeError):
+            kind, *data = json.loads(frame)
+            if kind == "stdout":
+                text.append(data[0])
+    return ANSI.sub("", "".join(text))
+
+
+def test_the_printed_check_command_runs_in_the_labs_terminal(student_lab):
+    """A student opens File > New > Terminal in `make lab` and types the command that notebook 01 prints.
+
+    The terminal opens in the lab's root with the course's Python first on PATH, so the check grades the lab's
+    copy of the notebook (one exercise answered there, none in the repository's course/) and prints its score;
+    in the old lab it opened in make's folder, and its login shell's /etc/profile took the course's Python off
+    PATH (`python: command not found`, or the system's: `No module named 'nbformat'`).
+    """
+    (command,) = printed_check_commands(read(release_path(TERMINAL_NOTEBOOK)))
+    total = sum(c.metadata["nbgrader"]["points"] for c in read(release_path(TERMINAL_NOTEBOOK)).cells
+                if c.metadata.get("nbgrader", {}).get("grade"))
+    (points,) = [c.metadata["nbgrader"]["points"] for c in read(release_path(TERMINAL_NOTEBOOK)).cells
+                 if grade_id(c) == f"{TERMINAL_ANSWERED}_test"]
+    lab, frames = student_lab, []
+    with offline_page(height=1000) as browsing:
+        page = browsing.page
+        page.on("websocket", lambda ws: "/terminals/websocket/" in ws.url
+                and ws.on("framereceived", lambda payload: frames.append(payload)))
+        try:
+            page.goto(f"{lab.url}/lab/workspaces/terminal?reset&token={lab.token}")
+            page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="File").click(timeout=60_000)
+            page.locator(".lm-Menu .lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
+            page.locator(".lm-Menu .lm-Menu-itemLabel", has_text=re.compile(r"^Terminal$")).click()
+            terminal = page.locator(".jp-Terminal .xterm")
+            terminal.wait_for(timeout=30_000)
+            deadline = time.monotonic() + 30
+            while not _terminal_output(frames).strip() and time.monotonic() < deadline:
+                page.wait_for_timeout(200)  # the shell's first prompt
+            terminal.click()
+            page.keyboard.type(command)
+            page.keyboard.press("Enter")
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                output = _terminal_output(frames)
+                if "Score:" in output or any(sign in output for sign in BROKEN):
+                    break
+                page.wait_for_timeout(250)
+            page.wait_for_timeout(500)
+            output = _terminal_output(frames)
+            _shot(page, "terminal_check")
+        except Exception:
+            _shot(page, "failure_terminal")
+            raise
+    assert "".join(command.split()) in "".join(output.split()), output[-3000:]  # typed (xterm wraps long lines)
+    assert not [sign for sign in BROKEN if sign in output], output[-3000:]
+    assert f"Score: {points}/{total}" in output, output[-3000:]
+    assert browsing.blocked == [], f"requests left this machine: {browsing.blocked}"
 
 
 def test_control_an_instructor_lab_shows_the_tools(tmp_path):
