@@ -35,6 +35,8 @@ STUDENT_PLUGINS = {
     "@jupyter/nbgrader:validate-assignment",
 }
 INSTRUCTOR_SERVER = {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"}
+# The course's own: the Assignment List says in one line that there is no exchange (coursetools/assignment_list.py).
+COURSE_SERVER = "coursetools.assignment_list"
 NEWS = "@jupyterlab/apputils-extension:notification"
 
 
@@ -62,7 +64,7 @@ def test_student_settings_name_real_plugins_and_extensions():
     assert {k for k, v in page["lockedExtensions"].items() if v} == INSTRUCTOR_PLUGINS
     shipped = json.loads((VENV_JUPYTER / "jupyter_server_config.d" / "nbgrader.json").read_text())
     server = _settings("jupyter_server_config.json")["ServerApp"]["jpserver_extensions"]
-    assert server == dict.fromkeys(INSTRUCTOR_SERVER, False)
+    assert server == {**dict.fromkeys(INSTRUCTOR_SERVER, False), COURSE_SERVER: True}
     assert INSTRUCTOR_SERVER < set(shipped["ServerApp"]["jpserver_extensions"])
     overrides = _settings("labconfig/default_setting_overrides.json")
     assert overrides == {NEWS: {"fetchNews": "false", "checkForUpdates": False}}
@@ -197,6 +199,7 @@ def test_binder_postbuild_in_a_scratch_prefix(tmp_path):
     assert all(extensions[name] is False for name in INSTRUCTOR_SERVER), extensions
     assert extensions["nbgrader.server_extensions.assignment_list"] is True
     assert extensions["nbgrader.server_extensions.validate_assignment"] is True
+    assert extensions[COURSE_SERVER] is True and COURSE_SERVER not in before["server_extensions"]
     assert set(after["disabled"]) == INSTRUCTOR_PLUGINS | {"some-other:plugin"}, "kept what was there"
     assert INSTRUCTOR_PLUGINS <= set(after["locked"]) and not STUDENT_PLUGINS & set(after["disabled"])
     assert after["news_defaults"] == {"fetchNews": "false", "checkForUpdates": False}
@@ -235,3 +238,45 @@ def test_student_settings_keep_an_existing_python_config(tmp_path):
     python = (tmp_path / "jupyter_server_config.py").read_text()
     assert python.startswith(theirs)
     assert python.count((STUDENT / "jupyter_server_config.py").read_text().strip()) == 1
+
+
+def test_the_assignment_list_says_one_line_where_there_is_no_exchange():
+    """nbgrader's error for a missing exchange becomes NO_EXCHANGE; every other answer passes unchanged.
+    (tests/test_student_session.py asks a real `make lab`, and a plain `jupyter lab` for nbgrader's own text.)"""
+    import asyncio
+    from types import SimpleNamespace
+
+    from nbgrader.server_extensions.assignment_list.handlers import AssignmentList
+
+    from coursetools import assignment_list as course
+
+    missing = {"success": False, "value": """The exchange directory does not exist and could
+                                    not be created. The "release" and "collect" functionality will not be available."""}
+    listed = {"success": True, "value": [{"course_id": "course101", "assignment_id": "02_normalization"}]}
+    other = {"success": False, "value": "Traceback (most recent call last): ..."}
+
+    class Manager(AssignmentList):  # nbgrader's manager, answering as it does without, and with, an exchange
+        def __init__(self, answer):
+            super().__init__()
+            self.answer = answer
+
+        def list_courses(self):
+            return self.answer
+
+        def list_assignments(self, course_id=None):
+            return self.answer
+
+    settings = {"assignment_list_manager": Manager(missing)}
+    server = SimpleNamespace(web_app=SimpleNamespace(settings=settings), log=SimpleNamespace(info=print))
+    assert course._jupyter_server_extension_points() == [{"module": COURSE_SERVER}]
+    asyncio.run(course._start_jupyter_server_extension(server))
+    asyncio.run(course._start_jupyter_server_extension(server))  # once wrapped, left as it is
+    manager = settings["assignment_list_manager"]
+    assert isinstance(manager, course.FriendlyAssignmentList) and isinstance(manager._manager, Manager)
+    expected = {"success": False, "value": course.NO_EXCHANGE}
+    assert manager.list_courses() == expected and manager.list_assignments("course101") == expected
+    assert "\n" not in course.NO_EXCHANGE and len(course.NO_EXCHANGE) < 150
+    for answer in (listed, other):
+        manager._manager.answer = answer
+        assert manager.list_courses() == answer and manager.list_assignments("course101") == answer
+    assert manager.fetch_assignment.__func__ is Manager.fetch_assignment  # the rest is nbgrader's

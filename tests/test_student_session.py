@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import time
+import urllib.request
 from pathlib import Path
 
 import nbformat
@@ -25,6 +26,8 @@ import pytest
 from browser_driver import ROOT, jupyter_lab, offline_page, requires_browser
 from notebooks import answer_source, grade_id, read, release_path, solution_path, with_answer
 from test_check_command import printed_check_commands
+
+from coursetools.assignment_list import NBGRADER_NO_EXCHANGE, NO_EXCHANGE
 
 pytestmark = requires_browser
 
@@ -63,12 +66,27 @@ def _environment(tmp_path: Path) -> dict:
 
 
 def _scratch_course(tmp_path: Path) -> Path:
-    """A copy of the notebook's folder, and of the data file it finds by walking up from it."""
+    """A copy of the notebook's folder, and of the data file it finds by walking up from it.
+
+    The lab's root has no nbgrader exchange: its nbgrader_config.py points at a folder that does not exist,
+    wherever the machine's default exchange may be.
+    """
     root = tmp_path / "lab"
     shutil.copytree(release_path(NOTEBOOK).parent, root / "course" / NOTEBOOK)
     (root / "data" / "tinystories").mkdir(parents=True)
     shutil.copy(ROOT / "data" / "tinystories" / "tinystories_tiny.txt", root / "data" / "tinystories")
+    (root / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(tmp_path / 'no-exchange')!r}\n")
     return root
+
+
+def _assignment_lists(lab) -> dict:
+    """What nbgrader's assignment-list server extension answers the panel: the course list, one course's lists."""
+    answers = {}
+    for path in ("courses", "assignments?course_id=course101"):
+        request = urllib.request.Request(f"{lab.url}/{path}", headers={"Authorization": f"token {lab.token}"})
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            answers[path.partition("?")[0]] = json.loads(reply.read())
+    return answers
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +94,7 @@ def student_lab(tmp_path_factory):
     """`make lab` on a scratch course, shared by this module's tests of the students' lab.
 
     Beside notebook 05 the course holds notebook 01 with one exercise answered and saved (the terminal's test
-    checks it), and the lab's root has no nbgrader exchange (its nbgrader_config.py points at a folder that does
-    not exist, wherever the machine's default exchange may be).
+    checks it).
     """
     tmp = tmp_path_factory.mktemp("student-lab")
     root = _scratch_course(tmp)
@@ -85,7 +102,6 @@ def student_lab(tmp_path_factory):
     answered = with_answer(read(release_path(TERMINAL_NOTEBOOK)), TERMINAL_ANSWERED,
                            answer_source(read(solution_path(TERMINAL_NOTEBOOK)), TERMINAL_ANSWERED))
     nbformat.write(answered, root / "course" / TERMINAL_NOTEBOOK / f"{TERMINAL_NOTEBOOK}.ipynb")
-    (root / "nbgrader_config.py").write_text(f"c = get_config()\nc.Exchange.root = {str(tmp / 'no-exchange')!r}\n")
     with jupyter_lab(root, env=_environment(tmp), via_make=True) as lab:
         yield lab
 
@@ -224,7 +240,11 @@ def test_student_session_in_a_real_browser(student_lab):
             # The assignment list is the student's tool: its extension loaded and opens.
             page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="Nbgrader").click()
             page.locator(".lm-Menu .lm-Menu-itemLabel", has_text="Assignment List").click()
-            page.locator("#nbgrader-assignment-list").wait_for(timeout=30_000)
+            panel = page.locator("#nbgrader-assignment-list")
+            panel.wait_for(timeout=30_000)
+            # Without an exchange it says, in one line, what it is for (coursetools/assignment_list.py).
+            panel.locator("#released_assignments_list_error", has_text=NO_EXCHANGE).wait_for(timeout=30_000)
+            assert NBGRADER_NO_EXCHANGE not in panel.inner_text()
             _shot(page, "assignment_list")
             assert browsing.blocked == [], f"requests left this machine: {browsing.blocked}"
         except Exception:
@@ -297,6 +317,13 @@ def test_the_printed_check_command_runs_in_the_labs_terminal(student_lab):
     assert browsing.blocked == [], f"requests left this machine: {browsing.blocked}"
 
 
+def test_the_assignment_list_says_in_one_line_that_this_lab_has_no_exchange(student_lab):
+    """The panel's requests, on a lab without an nbgrader exchange: one friendly line, not nbgrader's error."""
+    answers = _assignment_lists(student_lab)
+    assert answers == dict.fromkeys(("courses", "assignments"), {"success": False, "value": NO_EXCHANGE})
+    assert "\n" not in NO_EXCHANGE and len(NO_EXCHANGE) < 200
+
+
 def test_control_an_instructor_lab_shows_the_tools(tmp_path):
     """The same checks on an instructor's plain `jupyter lab` find every tool, and the news question."""
     with (
@@ -307,6 +334,10 @@ def test_control_an_instructor_lab_shows_the_tools(tmp_path):
         _open_notebook(page, lab)
         page.locator(".Toastify__toast", has_text=NEWS_QUESTION).wait_for(timeout=30_000)
         seen = _instructor_tools(page, lab)
+        lists = _assignment_lists(lab)
     assert INSTRUCTOR_MENU | {"Assignment List"} == seen["menu"], seen
+    # and nbgrader's own error for the missing exchange, which the students' lab says in one line instead
+    for answer in lists.values():
+        assert not answer["success"] and answer["value"].strip().startswith(NBGRADER_NO_EXCHANGE), answer
     assert "Nbgrader Create Assignment" in seen["sidebar"] and seen["formgrader_status"] == 200, seen
     assert not seen["locked"] and seen["news_toasts"] == 1, seen
