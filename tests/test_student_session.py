@@ -5,9 +5,13 @@ scratch copy of notebook 05, the one with both matplotlib plots and bertviz atte
 Chromium, with every request off this machine refused, types the solutions into the answer cells (one of
 them wrong on purpose), runs all cells, and the test reads what a student would see: the visible checks'
 verdicts, the wrong answer's message, a plot, the attention view drawn. It also checks what a student must
-not see: nbgrader's instructor tools and JupyterLab's news pop-up. Screenshots go to build/screenshots/.
+not see: nbgrader's instructor tools and JupyterLab's news pop-up. The same `make lab` serves two more tests: a
+terminal opened as a student opens one, into which the self-check command that notebook 01 prints is typed as
+printed, and the Assignment List's answer on a lab without an nbgrader exchange (one friendly line). Screenshots
+go to build/screenshots/.
 
-The control, an instructor's plain `jupyter lab`, shows those tools and the pop-up, so the checks can fail.
+The control, an instructor's plain `jupyter lab`, shows those tools and the pop-up, and nbgrader's own error for
+the missing exchange, so the checks can fail.
 """
 
 from __future__ import annotations
