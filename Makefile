@@ -58,7 +58,7 @@ LAB_ARGS ?=
 
 lab: $(STAMP)
 	cd "$(LAB_DIR)" && JUPYTER_CONFIG_PATH="$(STUDENT_CONFIG)$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
-	  "$(CURDIR)/$(BIN)/jupyter" lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir="$$PWD" --LabApp.default_url=/lab/tree/course $(LAB_ARGS)
+	  $(CURDIR)/$(BIN)/jupyter lab $(BROWSER_FLAG) $(ROOT_FLAG) --ServerApp.root_dir="$$PWD" --LabApp.default_url=/lab/tree/course $(LAB_ARGS)
 
 # Test workers (pytest-xdist): one per core. The suite is CPU-bound: one more worker than the cores made it no
 # faster on the 2-core CI machine (benchmarks/suite_time.md). `make test TEST_WORKERS=N` chooses. solutions/

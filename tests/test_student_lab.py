@@ -87,7 +87,7 @@ def test_make_lab_serves_with_the_student_settings():
         check=True,
         env={k: v for k, v in os.environ.items() if k != "JUPYTER_CONFIG_PATH"},
     ).stdout
-    (command,) = [line for line in dry.replace("\\\n", " ").splitlines() if '/jupyter" lab' in line]
+    (command,) = [line for line in dry.replace("\\\n", " ").splitlines() if "jupyter lab" in line]
     assert f'JUPYTER_CONFIG_PATH="{STUDENT}"' in command
     # The server runs in the lab's root, where its terminals open (tests/test_student_session.py types a command
     # into one); jupyter/student/jupyter_server_config.py is what gives them the course's Python.
