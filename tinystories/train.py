@@ -16,6 +16,7 @@ then the memory-efficient kernel runs); "math" forces the unfused formula of not
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -244,6 +245,48 @@ def _use_compile_cache(enabled: bool) -> None:
     inductor_config.fx_graph_cache = enabled
 
 
+class CompiledLoss:
+    """A loss run under ``torch.compile`` (``train.compile_loss``), falling back to the loss itself, with one
+    line, if compiling it fails.
+
+    PyTorch's ``F.cross_entropy`` is one fused kernel; a loss written out as separate operations (notebook
+    10's) reads and writes the float32 logits once per operation, and on a GPU that cost a student's stack
+    most of its gap to the reference (benchmarks/tinystories_gpu.md). Compiled, Inductor fuses those
+    operations; what the loss computes is unchanged (``tests/test_tinystories_gpu_paths.py``). A loss that
+    raises when run eagerly too raises its own error, readable, not a compiler's.
+    """
+
+    def __init__(self, loss, backend="inductor", say=print):
+        self.eager, self.say = loss, say
+        self.compiled = torch.compile(loss, backend=backend)
+        self.fallback: Exception | None = None
+
+    def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.fallback is None:
+            try:
+                return self.compiled(logits, targets)
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the eager call below tells a compiler failure from the loss's own
+                result = self.eager(logits, targets)
+                self.fallback = error
+                cause = getattr(error, "inner_exception", None) or error  # a compiler's own error, unwrapped
+                first_line = next(iter(str(cause).splitlines()), "")
+                self.say(f"torch.compile could not compile the loss ({type(cause).__name__}: {first_line}); "
+                         "it runs eagerly")
+                return result
+        return self.eager(logits, targets)
+
+
+def step_parts(stack: Stack, config, *, backend="inductor", say=print) -> Stack:
+    """``stack`` as a compiled run calls it every step: with ``train.compile`` and ``train.compile_loss``, a
+    loss that is not PyTorch's own runs compiled (``CompiledLoss``), as the model does; the rest unchanged."""
+    t = config.train
+    if not (t.compile and t.compile_loss) or stack.loss is torch.nn.functional.cross_entropy:
+        return stack
+    return dataclasses.replace(stack, loss=CompiledLoss(stack.loss, backend=backend, say=say))
+
+
 def run(config, *, stack: Stack | None = None, resume: bool = False, progress: bool = True,
         stop_after: int | None = None, course_dir=None) -> RunResult:
     """Train as ``config`` says and write out_dir/{config.toml, metrics.jsonl, checkpoint.pt,
@@ -317,6 +360,7 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
     if t.compile:
         _use_compile_cache(t.compile_cache)
         model = torch.compile(model)
+    stack = step_parts(stack, config, say=say)
     if d.world > 1:
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[d.local_rank] if device.type == "cuda" else None)
