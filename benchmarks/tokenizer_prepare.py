@@ -25,7 +25,7 @@ from _common import command, load_average, machine, now
 
 from tinystories import prepare as prep
 from tinystories.config import load_config
-from tinystories.stack import _visible_failures
+from tinystories.stack import visible_failures
 
 SOLUTIONS = Path("solutions")
 
@@ -69,7 +69,7 @@ def main():
     args = parser.parse_args()
     load_before, rows = load_average(), []
     start = time.perf_counter()
-    failures = _visible_failures((SOLUTIONS / prep.NB12 / f"{prep.NB12}.ipynb").resolve(), set(prep.NB12_EXERCISES))
+    failures = visible_failures((SOLUTIONS / prep.NB12 / f"{prep.NB12}.ipynb").resolve(), set(prep.NB12_EXERCISES))
     checks_s = time.perf_counter() - start
     assert not failures, failures
     for vocab_size in args.vocab_sizes:
