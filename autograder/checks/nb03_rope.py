@@ -489,7 +489,7 @@ def _bias_mistakes(n: int, q_len: int, k_len: int) -> list:
         (-s * (j - i), "the distance is i - j for a key j before the query i (a penalty there); "
                        "keys after the query get -slope * |i - j|"),
         (-s * (i - j), "keys after the query (j > i) get -slope * |i - j| too, not a positive bias"),
-        (right.flip(0), "the heads are in reverse order: head 0 has the largest slope"),
+        (right.flip(0), "the heads are in reverse order: head h takes alibi_slopes(n_heads)[h]"),
         (top_left, "the queries are the last q_len positions (i = k_len - q_len + r), as with a KV cache, "
                    "not positions 0 .. q_len - 1"),
     ]
