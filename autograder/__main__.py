@@ -2,7 +2,8 @@
 ``report``.
 
 ``check`` runs the notebook's code in a separate, sandboxed process and every check (visible and
-hidden) in this one; prints per-exercise results and exits 1 if anything failed, 2 if
+hidden) in this one; says on stderr what it is doing as it goes (starting Python, running cells i/N, checks j/M:
+``autograder.phases``), prints per-exercise results and exits 1 if anything failed, 2 if
 the file is not one of the course's notebooks or the grader itself could not run. ``progress`` does the same for every notebook of
 the course folder (``autograder.progress``); ``grade-class`` autogrades a class with nbgrader,
 several submissions at once (``autograder.class_grading``); ``doctor`` checks, one line per item, that
@@ -96,9 +97,14 @@ def main(argv=None) -> int:
     from autograder.errors import GradingError
     from autograder.grading import self_check, unsandboxed_note
     from autograder.notebook_format import nbformat
+    from autograder.phases import Display
 
+    display = Display(sys.stderr)  # what it is doing as it goes: a bar on a terminal, else a line per step
     try:
-        report, unsandboxed = self_check(args.notebook, timeout=args.timeout, limits=limits)
+        try:
+            report, unsandboxed = self_check(args.notebook, timeout=args.timeout, limits=limits, on_phase=display)
+        finally:
+            display.close()  # the bar leaves the terminal before anything else is said
     except (OSError, ValueError, nbformat.reader.NotJSONError) as error:
         print(f"{args.notebook}: cannot read it as a notebook ({error})", file=sys.stderr)
         return 2

@@ -192,22 +192,34 @@ def rules_result(exercise: Exercise, source: str, context: list[str] = ()) -> Ch
     return CheckResult(Check(follows_the_rules, hidden=False), not broken, "\n".join(broken), broke_rule=bool(broken))
 
 
+def checks_to_run(exercise: Exercise, *, visible: bool = True, hidden: bool = True,
+                  source: str | None = None) -> int:
+    """How many results ``run_exercise`` gives with these arguments: one per check it runs (or skips)."""
+    read = bool(exercise.rules) and source is not None and visible  # the rules, read from the source
+    return read + sum(hidden if check.hidden else visible for check in exercise.checks)
+
+
 def run_exercise(exercise: Exercise, impl, *, visible: bool = True, hidden: bool = True, note: str = "",
-                 source: str | None = None, context: list[str] = ()) -> ExerciseResult:
+                 source: str | None = None, context: list[str] = (),
+                 on_check: Callable[[], None] | None = None) -> ExerciseResult:
     """Run the chosen checks; once a check stops the student's process, skip the rest.
 
     With its rules, every call into the student's code refuses what they forbid; given the answer
     cell's ``source`` (and the notebook's other cells as ``context``, for their imports), the rules
-    are also read from the source first.
+    are also read from the source first. ``on_check()`` is called as each check begins (``checks_to_run``
+    counts them), to show how far grading is.
     """
     results, stopped = [], None
+    begin = on_check or (lambda: None)
     if exercise.rules:
         impl = impl._with_rules(exercise.rules)
         if source is not None and visible:
+            begin()
             results.append(rules_result(exercise, source, context))
     for check in exercise.checks:
         if (check.hidden and not hidden) or (not check.hidden and not visible):
             continue
+        begin()
         if stopped:
             results.append(CheckResult(check, False, f"not run: {stopped}"))
             continue

@@ -7,16 +7,18 @@ preprocessor, so a self-check and the gradebook always agree.
 from __future__ import annotations
 
 import importlib
+import itertools
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import wire
 from autograder.errors import cell_number
-from autograder.exercises import ExerciseResult, checks_for, run_exercise
+from autograder.exercises import ExerciseResult, checks_for, checks_to_run, run_exercise
 from autograder.impl import RemoteImpl
 from autograder.notebook_format import nbformat
+from autograder.phases import Phase, starting_detail
 from autograder.process import CellOutcome, StudentProcess, Worker
 from autograder.sandbox import (
     DEFAULT_TIMEOUT,
@@ -151,6 +153,7 @@ def grade(
     exercises: Collection[str] | None = None,
     hidden: bool = True,
     definitions_only: bool = False,
+    on_phase: Callable[[Phase], None] | None = None,
 ) -> NotebookReport:
     """Run notebook ``nb`` (found in folder ``cwd``) in a sandboxed worker and check every exercise.
 
@@ -159,12 +162,15 @@ def grade(
     those; ``hidden=False`` runs only the visible checks, as the notebook's test cells do (the
     TinyStories program asks this of the parts it trains). ``definitions_only`` runs only the cells
     that a later program loads (``definition_cells``), not the demos: the program checks what it will use,
-    in seconds rather than the time of the whole notebook.
+    in seconds rather than the time of the whole notebook. ``on_phase`` is told each step as it begins:
+    starting Python, each cell, each check (``autograder.phases``; the checker's own counts, for a display).
     """
+    said = on_phase or (lambda phase: None)
     with Sandbox(Path(cwd), course_root, list(private), limits or Limits(), enabled=sandboxed) as sandbox:
         # The worker starts first: it imports torch and IPython while this process imports the checks (and
         # torch), which ``identify`` does; on two cores that halves the wait before the first cell runs.
         starting = Worker(sandbox)
+        said(Phase("starting", detail=starting_detail(sandbox.enabled)))
         try:
             name = identify(nb)
             checks = checks_for(name)
@@ -172,7 +178,8 @@ def grade(
             starting.kill()
             raise
         cells = definition_cells(nb) if definitions_only else student_cells(nb)
-        process = StudentProcess(checks.adapter_module, cells, sandbox, timeout, record, starting=starting)
+        process = StudentProcess(checks.adapter_module, cells, sandbox, timeout, record, starting=starting,
+                                 on_phase=on_phase)
         try:
             # The checks' slow oracle imports (transformers) run here while the worker runs the cells, and
             # are done before any check runs: no two threads ever import at once while checking. Reading a reply
@@ -194,14 +201,19 @@ def grade(
                     return f"your answer cell (cell {cell_number(index)}) failed: {outcomes[index].error}"
                 return ""
 
-            results = []
-            for exercise in checks.exercises:
-                if exercises is not None and exercise.id not in exercises:
-                    continue
+            def source_of(exercise) -> str | None:
                 index = answer_index.get(exercise.id)
-                source = nb.cells[index].source if index is not None else None
-                result = run_exercise(exercise, RemoteImpl(process), note=note(exercise), source=source,
-                                      context=[text for i, text in cells if i != index], hidden=hidden)
+                return nb.cells[index].source if index is not None else None
+
+            chosen = [e for e in checks.exercises if exercises is None or e.id in exercises]
+            total = sum(checks_to_run(e, hidden=hidden, source=source_of(e)) for e in chosen)
+            steps = itertools.count(1)
+            results = []
+            for exercise in chosen:
+                index = answer_index.get(exercise.id)
+                result = run_exercise(exercise, RemoteImpl(process), note=note(exercise), source=source_of(exercise),
+                                      context=[text for i, text in cells if i != index], hidden=hidden,
+                                      on_check=lambda e=exercise: said(Phase("checks", next(steps), total, e.id)))
                 # A restart while checking may have replayed the answer cell, and the replay may have failed.
                 result.note = result.note or (note(exercise) if not result.passed else "")
                 results.append(result)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autograder import outputs, wire
@@ -30,6 +31,7 @@ from autograder.errors import (
     cell_number,
     could_not_grade,
 )
+from autograder.phases import Phase, starting_detail
 from autograder.sandbox import Sandbox
 
 START_TIMEOUT = 120.0  # seconds to import torch and get ready, on a slow, busy machine
@@ -202,14 +204,21 @@ class StudentProcess:
     outcomes: dict[int, CellOutcome] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # limits an unsandboxed worker could not set
     starting: Worker | None = None  # started before the adapters were known (grading.grade); readied at first use
+    on_phase: Callable[[Phase], None] | None = None  # told each cell, start and replay as it begins (display only)
     _worker: Worker | None = None
+    _started: bool = False  # a worker has been started (the next one is a restart)
+
+    def _phase(self, *args) -> None:
+        if self.on_phase is not None:
+            self.on_phase(Phase(*args))
 
     def run_cells(self) -> dict[int, CellOutcome]:
-        for index, source in self.cells:
+        for step, (index, source) in enumerate(self.cells, 1):
             if index in self.outcomes:
                 continue
             try:
                 worker = self._ready_worker()
+                self._phase("cells", step, len(self.cells), f"cell {cell_number(index)}")
                 reply = worker.request(
                     {"op": "exec", "index": index, "source": source, "record": self.record}, self.timeout,
                     f"running cell {cell_number(index)}",
@@ -254,6 +263,11 @@ class StudentProcess:
         while self._worker is None or self._worker.process.poll() is not None:
             starting, self.starting = self.starting, None
             self._worker = None  # until the new one is ready: a failed start leaves no worker behind
+            if self._started:
+                self._phase("restarting")
+            elif starting is None:  # else whoever started it has said so (grading.grade)
+                self._phase("starting", 0, 0, starting_detail(self.sandbox.enabled))
+            self._started = True
             try:
                 self._worker = (starting or Worker(self.sandbox)).ready(self.adapter_module)
             except WorkerDidNotStart as error:
@@ -261,10 +275,11 @@ class StudentProcess:
                     raise could_not_grade(error.reason) from None
                 raise
             self.warnings += [w for w in self._worker.warnings if w not in self.warnings]
-            for index, source in self.cells:
-                outcome = self.outcomes.get(index)
-                if outcome is None or outcome.stopped:
-                    continue
+            replayed = [(index, source) for index, source in self.cells
+                        if index in self.outcomes and not self.outcomes[index].stopped]
+            for step, (index, source) in enumerate(replayed, 1):
+                outcome = self.outcomes[index]
+                self._phase("replaying", step, len(replayed), f"cell {cell_number(index)}")
                 try:
                     reply = self._worker.request(
                         {"op": "exec", "index": index, "source": source}, self.timeout,

@@ -28,6 +28,7 @@ from test_nbgrader_e2e import Student, _one_right_submission, nbgrader
 
 import autograder
 from autograder.doctor import versions_finding
+from autograder.phases import PREFIX
 
 NOTEBOOK = "02_normalization"
 BREAKING_BWRAP = """#!{python}
@@ -80,7 +81,7 @@ def test_check_says_the_grader_could_not_run(tmp_path, what):
     path = _course_with(tmp_path, read(solution_path(NOTEBOOK)))
     done = _autograder("check", str(path), "--json", env=hiding(tmp_path, what))
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr[-2000:])
-    (line,) = done.stderr.strip().splitlines()
+    (line,) = [line for line in done.stderr.strip().splitlines() if not line.startswith(PREFIX)]  # less the phases
     assert "could not be graded" in line and "before any student code ran" in line, line
     assert HIDDEN[what][1] in line and "python -m autograder doctor" in line, line
     assert "your code" not in line  # never blamed on the student
@@ -245,10 +246,23 @@ def test_a_restart_replays_a_cell_that_raised_after_its_definitions(tmp_path):
     raising = with_answer(solution, "layer_norm", answer_source(solution, "layer_norm") + "\nundefined_name\n")
     exiting = nbformat.from_dict(json.loads(nbformat.writes(raising)))
     exiting.cells.append(nbformat.v4.new_code_cell("import os\nos._exit(3)"))
-    reports = {}
+    reports, phases = {}, {}
     for name, nb in (("raising", raising), ("exiting", exiting)):
         path = _course_with(tmp_path / name, nb)
         done = _autograder("check", str(path), "--json")
         reports[name] = {e["id"]: e["passed"] for e in json.loads(done.stdout)["exercises"]}
+        phases[name] = [line.removeprefix(PREFIX) for line in done.stderr.splitlines() if line.startswith(PREFIX)]
     assert reports["exiting"] == reports["raising"], reports
     assert "layer_norm" in reports["raising"]
+    # The restart shows as it goes: once, when a check first needs the process, then each cell replayed
+    # (all but the one that ended the process), then the checks go on where they were.
+    said = phases["exiting"]
+    cells = sum(line.startswith("running cells ") for line in said)
+    assert cells == sum(line.startswith("running cells ") for line in phases["raising"]) + 1, said
+    again = said.index("starting Python again")
+    assert said.count("starting Python again") == 1 and said[again - 1].startswith("checks "), said
+    replayed = [line.split(" (")[0] for line in said[again + 1:again + cells]]
+    assert replayed == [f"replaying cells {i}/{cells - 1}" for i in range(1, cells)], said
+    step, total = map(int, said[again - 1].split()[1].split("/"))
+    assert [line.split(" (")[0] for line in said[again + cells:]] == [
+        f"checks {j}/{total}" for j in range(step + 1, total + 1)], said
