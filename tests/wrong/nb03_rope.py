@@ -206,4 +206,11 @@ WRONG = [
     Wrong("alibi_bias", "heads in reverse order", alibi(body="-alibi_slopes(n_heads).flip(0)[:, None, None] * (i - j).abs().float()"),
           "reverse order"),
     Wrong("alibi_bias", "queries at positions 0 .. q_len - 1", alibi(queries="q_len"), "the last q_len positions"),
+    # From a blind round: one table for 512 positions, sliced; right for every short call, not for a long cache.
+    Wrong("alibi_bias", "a fixed table of 512 positions, sliced",
+          "def alibi_bias(n_heads, q_len, k_len):\n"
+          "    positions = torch.arange(512)\n"
+          "    table = -alibi_slopes(n_heads)[:, None, None] * (positions[:, None] - positions[None, :]).abs().float()\n"
+          "    return table[:, k_len - q_len:k_len, :k_len]\n",
+          "expected [3, 2, 1500]"),
 ]
