@@ -33,7 +33,7 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root (containers, some cloud machines) unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test tinystories release export envfiles lock outputs lint clean
+.PHONY: lab test tinystories release export envfiles lock outputs lint clean hub hub-install hub-start
 
 # An installed CPU build satisfies torch==VERSION too, so it is uninstalled first when the CUDA build is wanted.
 export TORCH_IS_CPU_BUILD := import importlib.metadata as m, sys; sys.exit(not m.version("torch").endswith("+cpu"))
@@ -65,9 +65,60 @@ lab: $(STAMP)
 # (nbval; notebooks 10 and 13 run about a minute each) comes first, so the last tests handed out are short.
 TEST_WORKERS ?= auto
 
-test: $(STAMP)
+# The hub's packages (jupyter/hub/requirements.txt: JupyterHub and the pure-Python proxy, with the lock as
+# constraints) go into .venv for the tests only (tests/test_hub.py runs a class on a hub from .venv): `make lab` and
+# Binder do without them.
+HUB_PACKAGES := $(VENV)/.hub-packages-$(shell cat requirements.lock jupyter/hub/requirements.txt | cksum | cut -d' ' -f1)
+$(HUB_PACKAGES): $(STAMP) jupyter/hub/requirements.txt
+	$(BIN)/python -m pip install --quiet -c requirements.lock -r jupyter/hub/requirements.txt
+	@rm -f $(VENV)/.hub-packages-*
+	@touch $@
+
+test: $(STAMP) $(HUB_PACKAGES)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg solutions tests
+
+# A JupyterHub for a class on one Linux server (docs/instructors.md, "One server"): `make hub`, as root. The first
+# run builds the class's environment (`hub-install`) where every account can read it, HUB_PREFIX, from HUB_PYTHON
+# (a Python that is not under /root or a home: the system's); then JupyterHub runs in the foreground (Ctrl-C stops
+# it and every user's server) with jupyter/hub/jupyterhub_config.py, which says what each setting is for.
+#   make hub [HUB_URL=http://:8000] [HUB_STUDENTS=course-students] [HUB_INSTRUCTORS=course-instructors] ...
+# `make hub-start` runs the hub from an environment built before (tests/test_hub.py uses .venv: HUB_PREFIX=.venv).
+HUB_PREFIX ?= /opt/transformer-course
+HUB_PYTHON ?= /usr/bin/python3
+HUB_DIR ?= /srv/transformer-course-hub
+HUB_URL ?= http://:8000
+HUB_INTERNAL_PORTS ?= 8081,8001
+HUB_STUDENTS ?= course-students
+HUB_INSTRUCTORS ?= course-instructors
+HUB_EXCHANGE ?= /usr/local/share/nbgrader/exchange
+HUB_ENV = $(abspath $(HUB_PREFIX))
+HUB_STAMP := $(HUB_PREFIX)/.installed-$(shell cat pyproject.toml requirements.lock jupyter/hub/requirements.txt | cksum | cut -d' ' -f1)-$(TORCH_BUILD)
+
+hub: $(HUB_STAMP)
+	@$(MAKE) --no-print-directory hub-start
+
+hub-install: $(HUB_STAMP)
+
+# umask 022: what root installs, every account may read. The course's package is installed, not linked (no -e): the
+# checkout may lie where the accounts cannot read it.
+$(HUB_STAMP): pyproject.toml requirements.lock jupyter/hub/requirements.txt
+	$(HUB_PYTHON) tools/hub.py preflight --prefix $(HUB_PREFIX)
+	umask 022 && { test -x $(HUB_PREFIX)/bin/python || $(HUB_PYTHON) -m venv $(HUB_PREFIX); }
+	umask 022 && $(HUB_PREFIX)/bin/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
+	umask 022 && $(HUB_PREFIX)/bin/python -m pip install --quiet $(TORCH_REQUIREMENT)
+	umask 022 && $(HUB_PREFIX)/bin/python -m pip install --quiet -c requirements.lock -r jupyter/hub/requirements.txt .
+	chmod -R a+rX $(HUB_PREFIX)
+	@rm -f $(HUB_PREFIX)/.installed-*
+	@touch $@
+
+# The hub's environment is only what it needs: its settings come from here, not from the caller's shell.
+hub-start:
+	$(HUB_ENV)/bin/python tools/hub.py preflight --prefix $(HUB_ENV) --running
+	cd jupyter/hub && umask 022 && exec env -i PATH=$(HUB_ENV)/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+	  COURSE_HUB_DIR=$(HUB_DIR) COURSE_HUB_URL=$(HUB_URL) COURSE_HUB_INTERNAL_PORTS=$(HUB_INTERNAL_PORTS) \
+	  COURSE_HUB_STUDENTS=$(HUB_STUDENTS) COURSE_HUB_INSTRUCTORS=$(HUB_INSTRUCTORS) COURSE_EXCHANGE=$(HUB_EXCHANGE) \
+	  $(HUB_ENV)/bin/jupyterhub -f jupyterhub_config.py
 
 # The capstone's training run, one command on a GPU machine (README, "A GPU for the capstone"):
 #   make tinystories CONFIG=gpu_h100 [STACK=reference] [ARGS="--stop-after 2000"]

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,24 +62,36 @@ class Browsing:
 @contextmanager
 def offline_page(*, width: int = 1280, height: int = 900) -> Iterator[Browsing]:
     """A fresh headless Chromium page that may reach only this machine."""
+    with offline_browser(width=width, height=height) as new_page:
+        yield new_page()
+
+
+@contextmanager
+def offline_browser(*, width: int = 1280, height: int = 900) -> Iterator[Callable[[], Browsing]]:
+    """One headless Chromium; each call of what it yields opens a page in a context of its own (its own cookies:
+    another person logged in), which may reach only this machine."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            browsing = Browsing(page)
-            page.on("pageerror", lambda error: browsing.page_errors.append(str(error)))
 
-            def route(route):
-                address = route.request.url
-                if LOCAL.match(address):
-                    return route.continue_()
-                browsing.blocked.append(address)
-                return route.abort()
+            def new_page() -> Browsing:
+                page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+                browsing = Browsing(page)
+                page.on("pageerror", lambda error: browsing.page_errors.append(str(error)))
 
-            page.route("**/*", route)
-            yield browsing
+                def route(route):
+                    address = route.request.url
+                    if LOCAL.match(address):
+                        return route.continue_()
+                    browsing.blocked.append(address)
+                    return route.abort()
+
+                page.route("**/*", route)
+                return browsing
+
+            yield new_page
         finally:
             browser.close()
 
