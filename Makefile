@@ -103,7 +103,7 @@ hub-install: $(HUB_STAMP)
 # umask 022: what root installs, every account may read. The course's package is installed, not linked (no -e): the
 # checkout may lie where the accounts cannot read it.
 $(HUB_STAMP): pyproject.toml requirements.lock jupyter/hub/requirements.txt
-	$(HUB_PYTHON) tools/hub.py preflight --prefix $(HUB_PREFIX)
+	$(HUB_PYTHON) tools/class_hub.py preflight --prefix $(HUB_PREFIX)
 	umask 022 && { test -x $(HUB_PREFIX)/bin/python || $(HUB_PYTHON) -m venv $(HUB_PREFIX); }
 	umask 022 && $(HUB_PREFIX)/bin/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
 	umask 022 && $(HUB_PREFIX)/bin/python -m pip install --quiet $(TORCH_REQUIREMENT)
@@ -114,7 +114,7 @@ $(HUB_STAMP): pyproject.toml requirements.lock jupyter/hub/requirements.txt
 
 # The hub's environment is only what it needs: its settings come from here, not from the caller's shell.
 hub-start:
-	$(HUB_ENV)/bin/python tools/hub.py preflight --prefix $(HUB_ENV) --running
+	$(HUB_ENV)/bin/python tools/class_hub.py preflight --prefix $(HUB_ENV) --running
 	cd jupyter/hub && umask 022 && exec env -i PATH=$(HUB_ENV)/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
 	  COURSE_HUB_DIR=$(HUB_DIR) COURSE_HUB_URL=$(HUB_URL) COURSE_HUB_INTERNAL_PORTS=$(HUB_INTERNAL_PORTS) \
 	  COURSE_HUB_STUDENTS=$(HUB_STUDENTS) COURSE_HUB_INSTRUCTORS=$(HUB_INSTRUCTORS) COURSE_EXCHANGE=$(HUB_EXCHANGE) \

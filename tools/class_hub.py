@@ -1,7 +1,7 @@
 """Checks before `make hub` builds or starts a class's JupyterHub (Makefile, "A JupyterHub for a class").
 
-    python tools/hub.py preflight --prefix /opt/transformer-course            # before building the environment
-    /opt/transformer-course/bin/python tools/hub.py preflight --prefix /opt/transformer-course --running
+    python tools/class_hub.py preflight --prefix /opt/transformer-course            # before building the environment
+    /opt/transformer-course/bin/python tools/class_hub.py preflight --prefix /opt/transformer-course --running
 
 The hub runs as root and starts each user's JupyterLab as that user, from one environment that every account must
 be able to read: its Python installation included. A pyenv Python under /root, or an environment in someone's
