@@ -36,10 +36,12 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -50,7 +52,7 @@ from pathlib import Path
 import pytest
 from browser_driver import free_port, missing, offline_browser
 from notebooks import ROOT, answer_source, read, release_path, solution_path
-from test_multiuser_exchange import Accounts, _skip_reason, _with_python_lent, home
+from test_multiuser_exchange import Accounts, home
 
 from autograder.exercises import checks_for
 
@@ -66,17 +68,55 @@ WRONG = "var = (centred * centred).sum(dim=-1, keepdim=True) / (x.shape[-1] - 1)
 IMPORTS, ANSWER, TEST = 2, 8, 9
 
 
+TOOLS = ("useradd", "userdel", "usermod", "groupadd", "groupdel", "chpasswd", "runuser", "unshare", "bwrap", "make")
+
+
 def _reason() -> str | None:
-    reason = _skip_reason()
-    if reason:
-        return reason
-    if shutil.which("groupadd") is None or shutil.which("chpasswd") is None:
-        return "needs groupadd and chpasswd (apt-get install passwd)"
+    if sys.platform != "linux":
+        return "a hub of local Unix accounts: Linux only"
+    if os.geteuid() != 0:
+        return "creates Unix accounts and runs JupyterHub's spawner (setuid): runs as root only, as in CI"
+    absent = [tool for tool in TOOLS if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()]
+    if absent:
+        return f"needs {', '.join(absent)} (apt-get install passwd util-linux bubblewrap make)"
     if missing():
         return f"needs a browser: {', '.join(missing())}"
     if not (ENV / "bin" / "jupyterhub").exists() or not (ENV / "bin" / "configurable-http-proxy").exists():
         return f"{ENV} has no jupyterhub: `make test` installs jupyter/hub/requirements.txt into it"
     return None
+
+
+def _closed_folder(path: Path) -> Path | None:
+    """The outermost folder on the way to ``path`` that other accounts cannot enter (None if they can)."""
+    for folder in reversed(path.resolve().parents):
+        if folder != Path("/") and not folder.stat().st_mode & stat.S_IXOTH:
+            return folder
+    return None
+
+
+def _lent(argv: list[str], paths: tuple[Path, ...] = (Path(sys.base_prefix).resolve(), ROOT)) -> list[str]:
+    """``argv`` in a private mount namespace where every folder that the accounts cannot enter on the way to this
+    Python's installation or this checkout (pyenv's under /root; a clone under /root) is an empty, enterable tmpfs
+    with only those two bound back in: the accounts reach the class's environment and nothing else of that folder
+    (nothing changes outside the namespace). As tests/test_multiuser_exchange.py lends its Python."""
+    lent: dict[Path, list[Path]] = {}
+    for path in paths:
+        folder = _closed_folder(path)
+        if folder is not None:
+            lent.setdefault(folder, []).append(path)
+    if not lent:
+        return argv
+    lines = ["set -e", "umask 022"]
+    for n, (folder, paths) in enumerate(lent.items()):
+        for m, path in enumerate(paths):
+            lines.append(f'k{n}_{m}=$(mktemp -d); mount --bind {shlex.quote(str(path))} "$k{n}_{m}"')
+        lines.append(f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(str(folder))}")
+        for m, path in enumerate(paths):
+            quoted = shlex.quote(str(path))
+            lines.append(f'mkdir -p {quoted}; mount --bind "$k{n}_{m}" {quoted}; umount "$k{n}_{m}"; rmdir "$k{n}_{m}"')
+    lines.append('exec "$@"')
+    return [shutil.which("unshare") or "/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+            "; ".join(lines), "lend", *argv]
 
 
 @dataclass
@@ -98,7 +138,7 @@ class Hub:
 
 
 def _as(user: str, *argv: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    done = subprocess.run(_with_python_lent([RUNUSER, "-u", user, "--", *argv]), cwd=cwd, env=env,
+    done = subprocess.run(_lent([RUNUSER, "-u", user, "--", *argv]), cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{user}: {' '.join(argv)}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done
@@ -139,7 +179,7 @@ def class_hub(tag: str, students_group: str, instructors_group: str):
     with open(log, "w") as out:
         # In a session of its own, so that one signal reaches make and the hub; in a mount namespace of its own
         # where this Python is lent to the accounts, if it lies where they cannot read it (/root).
-        process = subprocess.Popen(_with_python_lent(command), stdout=out, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(_lent(command), stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True, env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8"})
     url = f"http://127.0.0.1:{port}"
     try:
