@@ -24,14 +24,24 @@ from autograder.sandbox import DEFAULT_FILE_SIZE, DEFAULT_MEMORY, DEFAULT_PROCES
 
 
 def _limit_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                         help="seconds allowed per cell and per call into your code (default %(default)s)")
-    command.add_argument("--memory", default=DEFAULT_MEMORY,
-                         help="memory your code may use, e.g. 3G or 512M (default %(default)s)")
-    command.add_argument("--max-processes", type=int, default=DEFAULT_PROCESSES,
-                         help="processes and threads your code may run at once (default %(default)s)")
-    command.add_argument("--max-file-size", default=DEFAULT_FILE_SIZE,
-                         help="largest file your code may write (default %(default)s)")
+    command.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help="seconds allowed per cell and per call into your code (default %(default)s)",
+    )
+    command.add_argument(
+        "--memory", default=DEFAULT_MEMORY, help="memory your code may use, e.g. 3G or 512M (default %(default)s)"
+    )
+    command.add_argument(
+        "--max-processes",
+        type=int,
+        default=DEFAULT_PROCESSES,
+        help="processes and threads your code may run at once (default %(default)s)",
+    )
+    command.add_argument(
+        "--max-file-size", default=DEFAULT_FILE_SIZE, help="largest file your code may write (default %(default)s)"
+    )
 
 
 def _workers(text: str) -> int:
@@ -55,16 +65,19 @@ def main(argv=None) -> int:
     _limit_options(check)
     progress = commands.add_parser("progress", help="grade every notebook of the course folder, in a table")
     progress.add_argument("course", nargs="?", help="the course folder (default: course/ of this repository)")
-    progress.add_argument("--workers", type=_workers,
-                          help="notebooks graded at once (default: half the cores, as memory allows)")
+    progress.add_argument(
+        "--workers", type=_workers, help="notebooks graded at once (default: half the cores, as memory allows)"
+    )
     progress.add_argument("--json", action="store_true", help="print a JSON report")
-    progress.add_argument("--fresh", action="store_true",
-                          help="grade every notebook again, ignoring the results kept from earlier runs")
+    progress.add_argument(
+        "--fresh", action="store_true", help="grade every notebook again, ignoring the results kept from earlier runs"
+    )
     _limit_options(progress)
     classes = commands.add_parser("grade-class", help="nbgrader autograde, several submissions at once")
     classes.add_argument("assignment", help="the assignment (notebook) to autograde, e.g. 02_normalization")
-    classes.add_argument("--workers", type=_workers,
-                         help="submissions graded at once (default: every core, as memory allows)")
+    classes.add_argument(
+        "--workers", type=_workers, help="submissions graded at once (default: every core, as memory allows)"
+    )
     classes.add_argument("--csv", default="grades.csv", help="where to export the grades (default %(default)s)")
     classes.add_argument("--force", action="store_true", help="regrade submissions already autograded")
     commands.add_parser("doctor", help="check this machine can grade: sandbox, worker, data, versions, exchange")
@@ -141,8 +154,14 @@ def _progress(args, limits: Limits) -> int:
         print(row_line(row, done, total), file=sys.stderr, flush=True)
 
     try:
-        result = progress(Path(args.course) if args.course else None, args.workers, args.timeout, limits,
-                          fresh=args.fresh, on_row=said)
+        result = progress(
+            Path(args.course) if args.course else None,
+            args.workers,
+            args.timeout,
+            limits,
+            fresh=args.fresh,
+            on_row=said,
+        )
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

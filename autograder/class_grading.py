@@ -202,8 +202,14 @@ def _broken_setup(outcomes: list[Outcome]) -> str | None:
     return first[0].ungraded if len(first) == STOP_AFTER and len(reasons) == 1 and None not in reasons else None
 
 
-def grade_class(assignment: str, workers: int | None = None, csv: str | None = "grades.csv", force: bool = False,
-                options: list[str] = (), preflight: bool = True) -> tuple[list[Outcome], int, str | None]:
+def grade_class(
+    assignment: str,
+    workers: int | None = None,
+    csv: str | None = "grades.csv",
+    force: bool = False,
+    options: list[str] = (),
+    preflight: bool = True,
+) -> tuple[list[Outcome], int, str | None]:
     """Autograde every submission of ``assignment`` not graded yet.
 
     Returns the outcomes, how many were skipped (graded already), and why the run stopped early (None: it did
@@ -232,9 +238,15 @@ def grade_class(assignment: str, workers: int | None = None, csv: str | None = "
     stopped = None
     if todo:
         context = multiprocessing.get_context("spawn")  # no fork of a process that has torch's thread pools
-        with (ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                                  initargs=(assignment, list(options), threads_per_grading(workers))) as pool,
-              tqdm(total=len(todo), desc=f"autograde {assignment}", unit="student", file=sys.stderr) as bar):
+        with (
+            ProcessPoolExecutor(
+                workers,
+                mp_context=context,
+                initializer=_start_worker,
+                initargs=(assignment, list(options), threads_per_grading(workers)),
+            ) as pool,
+            tqdm(total=len(todo), desc=f"autograde {assignment}", unit="student", file=sys.stderr) as bar,
+        ):
             # One submission per free worker, so that a run that stops early has started no more than it must.
             waiting = iter(todo)
             running = {pool.submit(autograde_one, assignment, student) for student in islice(waiting, workers)}
@@ -244,13 +256,18 @@ def grade_class(assignment: str, workers: int | None = None, csv: str | None = "
                     outcome = future.result()
                     outcomes.append(outcome)
                     if not outcome.ok:
-                        bar.write(f"{outcome.student}: {'could not be graded' if outcome.ungraded else 'not graded'}: "
-                                  f"{outcome.message}", file=sys.stderr)
+                        bar.write(
+                            f"{outcome.student}: {'could not be graded' if outcome.ungraded else 'not graded'}: "
+                            f"{outcome.message}",
+                            file=sys.stderr,
+                        )
                     bar.set_postfix(failed=sum(not o.graded for o in outcomes), refresh=False)
                     bar.update()
                     stopped = stopped or _broken_setup(outcomes)
                 if stopped is None:
-                    running |= {pool.submit(autograde_one, assignment, student) for student in islice(waiting, len(done))}
+                    running |= {
+                        pool.submit(autograde_one, assignment, student) for student in islice(waiting, len(done))
+                    }
     if csv:
         _app(ExportApp, ["--to", csv, "--log-level=WARN", *options]).start()
     return outcomes, len(students) - len(todo), stopped
@@ -273,9 +290,12 @@ def main(assignment: str, workers: int | None, csv: str | None, force: bool, opt
     try:
         outcomes, skipped, stopped = grade_class(assignment, workers, csv, force, options)
     except MissingEntry:
-        print(f"error: no assignment {assignment!r} in the gradebook: run `nbgrader generate_assignment "
-              f"{assignment} --CourseDirectory.release_directory=build/release --force` first (it records the assignment "
-              "and leaves course/ as it is)", file=sys.stderr)
+        print(
+            f"error: no assignment {assignment!r} in the gradebook: run `nbgrader generate_assignment "
+            f"{assignment} --CourseDirectory.release_directory=build/release --force` first (it records the assignment "
+            "and leaves course/ as it is)",
+            file=sys.stderr,
+        )
         return 2
     except SandboxUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
@@ -289,16 +309,21 @@ def main(assignment: str, workers: int | None, csv: str | None, force: bool, opt
         print("interrupted: run the same command again to grade the rest", file=sys.stderr)
         return 130
     except BrokenProcessPool:  # a worker killed from outside (the OOM killer): what is graded stays graded
-        print("error: a grading worker died (out of memory?): run the same command again, perhaps with "
-              "fewer --workers, to grade the rest", file=sys.stderr)
+        print(
+            "error: a grading worker died (out of memory?): run the same command again, perhaps with "
+            "fewer --workers, to grade the rest",
+            file=sys.stderr,
+        )
         return 1
     ungraded = [o for o in outcomes if o.ungraded]
     failed = [o for o in outcomes if not o.ok and not o.ungraded]
     seconds = time.monotonic() - started
-    print(f"{assignment}: {sum(o.graded for o in outcomes)} graded, {skipped} already graded (skipped), "
-          f"{len(ungraded)} could not be graded, {len(failed)} failed, "
-          f"{sum(o.retries for o in outcomes)} retries on a locked gradebook, "
-          f"{seconds:.1f} s" + (f"; grades in {csv}" if csv else ""))
+    print(
+        f"{assignment}: {sum(o.graded for o in outcomes)} graded, {skipped} already graded (skipped), "
+        f"{len(ungraded)} could not be graded, {len(failed)} failed, "
+        f"{sum(o.retries for o in outcomes)} retries on a locked gradebook, "
+        f"{seconds:.1f} s" + (f"; grades in {csv}" if csv else "")
+    )
     if ungraded:
         print("could not be graded (the grader failed, not the student; no score was recorded):")
         for outcome in ungraded:
@@ -308,7 +333,9 @@ def main(assignment: str, workers: int | None, csv: str | None, force: bool, opt
         for outcome in failed:
             print(f"  {outcome.student}: {outcome.message}")
     if stopped:
-        print(f"stopped: the first {STOP_AFTER} submissions could not be graded for the same reason, so the grading "
-              f"set-up is broken; the rest were not started. Fix it and run the same command again: {stopped}",
-              file=sys.stderr)
+        print(
+            f"stopped: the first {STOP_AFTER} submissions could not be graded for the same reason, so the grading "
+            f"set-up is broken; the rest were not started. Fix it and run the same command again: {stopped}",
+            file=sys.stderr,
+        )
     return 2 if ungraded else 1 if failed else 0

@@ -152,18 +152,26 @@ class ClassReport:
             rate = "-" if row.rate is None else f"{row.rate:.0%}"
             rows.append((row.title, rate, str(row.passed), str(row.failing), str(row.not_started), str(row.n)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True)))
-                 for r in rows]
+        lines = [
+            "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True))
+            )
+            for r in rows
+        ]
         lines.insert(1, "  ".join("-" * w for w in widths))
         if self.scores:
             values = list(self.scores.values())
-            lines.append(f"\n{len(values)} graded: mean {statistics.fmean(values):.1f}, "
-                         f"median {statistics.median(values):g} of {self.max_score:g} points")
+            lines.append(
+                f"\n{len(values)} graded: mean {statistics.fmean(values):.1f}, "
+                f"median {statistics.median(values):g} of {self.max_score:g} points"
+            )
         else:
             lines.append("\nno graded submissions")
         if self.ungraded:
-            lines.append(f"{len(self.ungraded)} could not be graded: "
-                         + ", ".join(f"{student} ({why})" for student, why in self.ungraded.items()))
+            lines.append(
+                f"{len(self.ungraded)} could not be graded: "
+                + ", ".join(f"{student} ({why})" for student, why in self.ungraded.items())
+            )
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -180,8 +188,9 @@ def _known_checks(notebook: str) -> dict[str, list[str]]:
     except LookupError:
         return {}
     rules = (follows_the_rules.__doc__ or "").strip()
-    return {e.test_cell_id: sorted({c.description for c in e.checks} | {rules}, key=len, reverse=True)
-            for e in exercises}
+    return {
+        e.test_cell_id: sorted({c.description for c in e.checks} | {rules}, key=len, reverse=True) for e in exercises
+    }
 
 
 def failed_checks(message: str, descriptions: list[str]) -> list[tuple[str, str]]:
@@ -195,7 +204,7 @@ def failed_checks(message: str, descriptions: list[str]) -> list[tuple[str, str]
     for index, line in enumerate(message.splitlines()):
         check = next((d for d in descriptions if line.startswith(f"{d}: ")), None)
         if check is not None:
-            found.append((check, line[len(check) + 2:]))
+            found.append((check, line[len(check) + 2 :]))
         elif index == 0 and line.strip():
             found.append((ANSWER_CELL, line))
     return found
@@ -267,8 +276,9 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
             pass
         for cell in notebook.grade_cells:
             if cell.cell_type == "code":
-                exercises[notebook.name, cell.name] = ExerciseRow(notebook.name, cell.name,
-                                                                  titles.get(cell.name, cell.name), cell.max_score)
+                exercises[notebook.name, cell.name] = ExerciseRow(
+                    notebook.name, cell.name, titles.get(cell.name, cell.name), cell.max_score
+                )
     scores, ungraded, outcomes = {}, {}, {}
     mistakes: dict[tuple[str, str, str], Mistake] = {}
     for student in submitted_students(coursedir, assignment):
@@ -292,21 +302,27 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
                     outcome[row.title] = "passed"
                     continue
                 failed = failed_checks(verdicts.get(grade.name, ""), known[notebook.name].get(grade.name, []))
-                counted = [(check, text) for check, text in failed
-                           if not text.startswith(NOT_IMPLEMENTED) and not text.startswith("not run: ")]
+                counted = [
+                    (check, text)
+                    for check, text in failed
+                    if not text.startswith(NOT_IMPLEMENTED) and not text.startswith("not run: ")
+                ]
                 if failed and not counted:
                     row.not_started += 1
                     outcome[row.title] = "not started"
                     continue
                 row.failing += 1
-                check, text = counted[0] if counted else ("-", "no failed check in its verdict (a score given by hand?)")
+                check, text = (
+                    counted[0] if counted else ("-", "no failed check in its verdict (a score given by hand?)")
+                )
                 outcome[row.title] = f"failing: {check}"
                 key = (row.title, check, normalise(text))
                 mistakes.setdefault(key, Mistake(*key)).said[student] = text
     order = {title: index for index, title in enumerate(row.title for row in exercises.values())}
     ranked = sorted(mistakes.values(), key=lambda m: (-m.count, order.get(m.exercise, 0), m.check, m.key))
-    return ClassReport(assignment, float(record.max_score), scores, list(exercises.values()), ranked, ungraded, top,
-                       outcomes)
+    return ClassReport(
+        assignment, float(record.max_score), scores, list(exercises.values()), ranked, ungraded, top, outcomes
+    )
 
 
 # --------------------------------------------------------------------------- the page
@@ -330,22 +346,28 @@ def _histogram_svg(report: ClassReport) -> str:
     width, height, left, bottom, top = 640, 260, 40, 40, 20
     bar = (width - left - 10) / len(bins)
     said = "; ".join(f"{_bin_label(low, high, report)}: {count}" for low, high, count in bins)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-labelledby="histogram-title histogram-desc" '
-             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-             f'<title id="histogram-title">Histogram of the scores of {len(report.scores)} graded submissions</title>',
-             f'<desc id="histogram-desc">Submissions per score (points): {escape(said)}</desc>',
-             f'<line class="axis" x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}"/>',
-             f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}"/>',
-             f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">{most}</text>',
-             f'<text x="{left - 6}" y="{height - bottom + 4}" text-anchor="end">0</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-labelledby="histogram-title histogram-desc" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
+        f'<title id="histogram-title">Histogram of the scores of {len(report.scores)} graded submissions</title>',
+        f'<desc id="histogram-desc">Submissions per score (points): {escape(said)}</desc>',
+        f'<line class="axis" x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}"/>',
+        f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}"/>',
+        f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">{most}</text>',
+        f'<text x="{left - 6}" y="{height - bottom + 4}" text-anchor="end">0</text>',
+    ]
     for index, (low, high, count) in enumerate(bins):
         tall = (height - bottom - top) * count / most
         x = left + index * bar
         label = escape(_bin_label(low, high, report))
-        parts.append(f'<rect class="bar" x="{x + 2:.1f}" y="{height - bottom - tall:.1f}" width="{bar - 4:.1f}" '
-                     f'height="{tall:.1f}" data-low="{low:g}" data-count="{count}"><title>{label}: {count}</title></rect>')
+        parts.append(
+            f'<rect class="bar" x="{x + 2:.1f}" y="{height - bottom - tall:.1f}" width="{bar - 4:.1f}" '
+            f'height="{tall:.1f}" data-low="{low:g}" data-count="{count}"><title>{label}: {count}</title></rect>'
+        )
         parts.append(f'<text x="{x + bar / 2:.1f}" y="{height - bottom + 16}" text-anchor="middle">{label}</text>')
-    parts.append(f'<text x="{left + (width - left) / 2:.0f}" y="{height - 6}" text-anchor="middle">score (points)</text>')
+    parts.append(
+        f'<text x="{left + (width - left) / 2:.0f}" y="{height - 6}" text-anchor="middle">score (points)</text>'
+    )
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -360,56 +382,94 @@ def _percent(rate: float | None) -> str:
 
 def _html(report: ClassReport) -> str:
     name = escape(report.assignment)
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>Class report: {name}</title>", f"<style>{_STYLE}</style>", "</head>", "<body>",
-           f"<h1>Class report: {name}</h1>",
-           f"<p>{len(report.scores)} submissions graded, {len(report.ungraded)} could not be graded; "
-           f"{report.max_score:g} points in all.</p>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>Class report: {name}</title>",
+        f"<style>{_STYLE}</style>",
+        "</head>",
+        "<body>",
+        f"<h1>Class report: {name}</h1>",
+        f"<p>{len(report.scores)} submissions graded, {len(report.ungraded)} could not be graded; "
+        f"{report.max_score:g} points in all.</p>",
+    ]
 
-    out += ["<h2>Exercises</h2>", "<table>", "<caption>Pass rate of each exercise among the graded submissions</caption>",
-            "<thead><tr>" + "".join(f'<th scope="col"{cls}>{head}</th>' for head, cls in (
-                ("Exercise", ""), ("Points", ' class="num"'), ("Pass rate", ' class="num"'), ("Passed", ' class="num"'),
-                ("Failing", ' class="num"'), ("Not started", ' class="num"'), ("Graded", ' class="num"'))) + "</tr></thead>",
-            "<tbody>"]
+    out += [
+        "<h2>Exercises</h2>",
+        "<table>",
+        "<caption>Pass rate of each exercise among the graded submissions</caption>",
+        "<thead><tr>"
+        + "".join(
+            f'<th scope="col"{cls}>{head}</th>'
+            for head, cls in (
+                ("Exercise", ""),
+                ("Points", ' class="num"'),
+                ("Pass rate", ' class="num"'),
+                ("Passed", ' class="num"'),
+                ("Failing", ' class="num"'),
+                ("Not started", ' class="num"'),
+                ("Graded", ' class="num"'),
+            )
+        )
+        + "</tr></thead>",
+        "<tbody>",
+    ]
     for row in report.exercises:
-        out.append(f'<tr><th scope="row">{escape(row.title)}</th><td class="num">{row.points:g}</td>'
-                   f'<td class="num">{_percent(row.rate)}</td><td class="num">{row.passed}</td>'
-                   f'<td class="num">{row.failing}</td><td class="num">{row.not_started}</td><td class="num">{row.n}</td></tr>')
+        out.append(
+            f'<tr><th scope="row">{escape(row.title)}</th><td class="num">{row.points:g}</td>'
+            f'<td class="num">{_percent(row.rate)}</td><td class="num">{row.passed}</td>'
+            f'<td class="num">{row.failing}</td><td class="num">{row.not_started}</td><td class="num">{row.n}</td></tr>'
+        )
     out += ["</tbody>", "</table>"]
 
-    shown = report.mistakes[:report.top]
+    shown = report.mistakes[: report.top]
     out.append("<h2>Mistakes the class made most</h2>")
     if shown:
-        out += ["<p>Each failed exercise of each student counts once: its answer cell's error if it raised one, "
-                "else its first failed check, grouped by the check and the first line of its message (a number "
-                "that differs among the students shown as #). An untouched exercise is not counted.</p>", "<table>",
-                f"<caption>The {len(shown)} most frequent of {len(report.mistakes)} distinct mistakes</caption>",
-                '<thead><tr><th scope="col" class="num">Students</th><th scope="col">Exercise</th>'
-                '<th scope="col">Check</th><th scope="col">What it said</th><th scope="col">Who</th></tr></thead>',
-                "<tbody>"]
+        out += [
+            "<p>Each failed exercise of each student counts once: its answer cell's error if it raised one, "
+            "else its first failed check, grouped by the check and the first line of its message (a number "
+            "that differs among the students shown as #). An untouched exercise is not counted.</p>",
+            "<table>",
+            f"<caption>The {len(shown)} most frequent of {len(report.mistakes)} distinct mistakes</caption>",
+            '<thead><tr><th scope="col" class="num">Students</th><th scope="col">Exercise</th>'
+            '<th scope="col">Check</th><th scope="col">What it said</th><th scope="col">Who</th></tr></thead>',
+            "<tbody>",
+        ]
         for mistake in shown:
-            out.append(f'<tr><td class="num">{mistake.count}</td><td>{escape(mistake.exercise)}</td>'
-                       f"<td>{escape(mistake.check)}</td><td><code>{escape(mistake.text)}</code></td>"
-                       f"<td>{escape(', '.join(sorted(mistake.students)))}</td></tr>")
+            out.append(
+                f'<tr><td class="num">{mistake.count}</td><td>{escape(mistake.exercise)}</td>'
+                f"<td>{escape(mistake.check)}</td><td><code>{escape(mistake.text)}</code></td>"
+                f"<td>{escape(', '.join(sorted(mistake.students)))}</td></tr>"
+            )
         out += ["</tbody>", "</table>"]
     else:
         out.append("<p>No failed checks among the graded submissions.</p>")
 
     out += _students_table(report)
-    out += ["<h2>Scores</h2>", f"<figure>{_histogram_svg(report)}",
-            "<figcaption>Number of graded submissions per total score.</figcaption></figure>",
-            "<table>", "<caption>The histogram's numbers</caption>",
-            '<thead><tr><th scope="col">Score (points)</th><th scope="col" class="num">Submissions</th></tr></thead>',
-            "<tbody>"]
+    out += [
+        "<h2>Scores</h2>",
+        f"<figure>{_histogram_svg(report)}",
+        "<figcaption>Number of graded submissions per total score.</figcaption></figure>",
+        "<table>",
+        "<caption>The histogram's numbers</caption>",
+        '<thead><tr><th scope="col">Score (points)</th><th scope="col" class="num">Submissions</th></tr></thead>',
+        "<tbody>",
+    ]
     for low, high, count in report.histogram():
         out.append(f'<tr><th scope="row">{escape(_bin_label(low, high, report))}</th><td class="num">{count}</td></tr>')
     out += ["</tbody>", "</table>"]
 
     out.append("<h2>Submissions that could not be graded</h2>")
     if report.ungraded:
-        out += ["<table>", "<caption>In submitted/ without a complete autograded result</caption>",
-                '<thead><tr><th scope="col">Student</th><th scope="col">Why</th></tr></thead>', "<tbody>"]
+        out += [
+            "<table>",
+            "<caption>In submitted/ without a complete autograded result</caption>",
+            '<thead><tr><th scope="col">Student</th><th scope="col">Why</th></tr></thead>',
+            "<tbody>",
+        ]
         for student, why in report.ungraded.items():
             out.append(f'<tr><th scope="row">{escape(student)}</th><td><code>{escape(why)}</code></td></tr>')
         out += ["</tbody>", "</table>"]
@@ -422,13 +482,23 @@ def _html(report: ClassReport) -> str:
 def _students_table(report: ClassReport) -> list[str]:
     """Each graded student: their score, and how each exercise went (passed, not started, or the check it failed)."""
     titles = [row.title for row in report.exercises]
-    out = ["<h2>Students</h2>", "<table>", "<caption>Each graded student's score and exercises</caption>",
-           "<thead><tr>" + '<th scope="col">Student</th><th scope="col" class="num">Score</th>'
-           + "".join(f'<th scope="col">{escape(title)}</th>' for title in titles) + "</tr></thead>", "<tbody>"]
+    out = [
+        "<h2>Students</h2>",
+        "<table>",
+        "<caption>Each graded student's score and exercises</caption>",
+        "<thead><tr>"
+        + '<th scope="col">Student</th><th scope="col" class="num">Score</th>'
+        + "".join(f'<th scope="col">{escape(title)}</th>' for title in titles)
+        + "</tr></thead>",
+        "<tbody>",
+    ]
     for student in sorted(report.scores):
         went = report.outcomes.get(student, {})
-        out.append(f'<tr><th scope="row">{escape(student)}</th><td class="num">{report.scores[student]:g}</td>'
-                   + "".join(f"<td>{escape(went.get(title, '-'))}</td>" for title in titles) + "</tr>")
+        out.append(
+            f'<tr><th scope="row">{escape(student)}</th><td class="num">{report.scores[student]:g}</td>'
+            + "".join(f"<td>{escape(went.get(title, '-'))}</td>" for title in titles)
+            + "</tr>"
+        )
     return [*out, "</tbody>", "</table>"]
 
 
@@ -476,7 +546,9 @@ def main(assignment: str, output: str | None, top: int, options: list[str]) -> i
     if shown:
         print("\nmistakes made most (students: exercise: check: what it said [who]):")
         for mistake in shown:
-            print(f"  {mistake.count}: {mistake.exercise}: {mistake.check}: {mistake.text} "
-                  f"[{', '.join(sorted(mistake.students))}]")
+            print(
+                f"  {mistake.count}: {mistake.exercise}: {mistake.check}: {mistake.text} "
+                f"[{', '.join(sorted(mistake.students))}]"
+            )
     print(f"\nreport: {path}")
     return 0

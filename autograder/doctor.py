@@ -67,26 +67,34 @@ for _name in NOTEBOOKS:
 
 def _data_probe(data: Path) -> str:
     """What the worker runs (the grader's own code, not a student's) to read the course's data."""
-    return (f"import pathlib\n_files = [p for p in pathlib.Path({str(data)!r}).rglob('*') if p.is_file()]\n"
-            f"assert _files, 'no file under {data} is visible inside the sandbox'\n"
-            "_files[0].open('rb').read(1)\n")
+    return (
+        f"import pathlib\n_files = [p for p in pathlib.Path({str(data)!r}).rglob('*') if p.is_file()]\n"
+        f"assert _files, 'no file under {data} is visible inside the sandbox'\n"
+        "_files[0].open('rb').read(1)\n"
+    )
 
 
-FIX_IMPORT = ("install the course's package into the Python that grades, in a folder the sandbox shows "
-              "(`python -m pip install -c requirements.lock -e .` from the course root, with that Python), "
-              "not in the user site-packages or through PYTHONPATH")
+FIX_IMPORT = (
+    "install the course's package into the Python that grades, in a folder the sandbox shows "
+    "(`python -m pip install -c requirements.lock -e .` from the course root, with that Python), "
+    "not in the user site-packages or through PYTHONPATH"
+)
 
 
-def worker_findings(course_root: Path | None, private: list[Path] = (), limits: Limits | None = None,
-                    data: bool = True) -> list[Finding]:
+def worker_findings(
+    course_root: Path | None, private: list[Path] = (), limits: Limits | None = None, data: bool = True
+) -> list[Finding]:
     """Start a sandboxed worker as grading does; say whether it imports what grading needs (and, with ``data``,
     reads the course's data folder)."""
     from autograder.process import Worker
 
-    probes = [("worker", IMPORT_PROBE, "a sandboxed worker imports the course's package, torch, every adapter and check")]
+    probes = [
+        ("worker", IMPORT_PROBE, "a sandboxed worker imports the course's package, torch, every adapter and check")
+    ]
     if data and course_root is not None:
-        probes.append(("data", _data_probe(course_root / "data"),
-                       f"{course_root / 'data'} is readable inside a sandboxed worker"))
+        probes.append(
+            ("data", _data_probe(course_root / "data"), f"{course_root / 'data'} is readable inside a sandboxed worker")
+        )
     found = []
     with tempfile.TemporaryDirectory(prefix="autograder-doctor-") as empty:
         Path(empty).chmod(0o755)
@@ -97,24 +105,38 @@ def worker_findings(course_root: Path | None, private: list[Path] = (), limits: 
                     worker.ready(PROBE_ADAPTERS)
                     for item, source, said in probes:
                         reply = worker.request({"op": "exec", "index": 0, "source": source}, 120, f"checking {item}")
-                        fix = FIX_IMPORT if item == "worker" else f"make {course_root / 'data'} readable by all (chmod -R o+rX)"
-                        found.append(Finding(item, True, said) if reply["ok"]
-                                     else Finding(item, False, f"in a sandboxed worker: {reply['error']}", fix))
+                        fix = (
+                            FIX_IMPORT
+                            if item == "worker"
+                            else f"make {course_root / 'data'} readable by all (chmod -R o+rX)"
+                        )
+                        found.append(
+                            Finding(item, True, said)
+                            if reply["ok"]
+                            else Finding(item, False, f"in a sandboxed worker: {reply['error']}", fix)
+                        )
                 finally:
                     worker.kill()
         except (SandboxError, GradingError, SandboxUnavailable) as error:
             if isinstance(error, SandboxUnavailable):  # its message says what to change
                 return [Finding("worker", False, f"no sandbox for a worker: {error}")]
-            return [Finding("worker", False, f"a sandboxed worker did not start: {getattr(error, 'reason', error)}",
-                            FIX_IMPORT)]
+            return [
+                Finding(
+                    "worker", False, f"a sandboxed worker did not start: {getattr(error, 'reason', error)}", FIX_IMPORT
+                )
+            ]
     return found
 
 
 def data_finding(course_root: Path) -> Finding | None:
     """The grader's side of the data check: the folder exists (the worker checks it is readable inside)."""
     if not (course_root / "data").is_dir():
-        return Finding("data", False, f"no folder {course_root / 'data'}",
-                       "copy the repository's data/ folder into the course root")
+        return Finding(
+            "data",
+            False,
+            f"no folder {course_root / 'data'}",
+            "copy the repository's data/ folder into the course root",
+        )
     return None
 
 
@@ -160,8 +182,12 @@ def versions_finding(lock: Path = LOCK, pyproject: Path = PYPROJECT) -> Finding:
     torch = metadata.version("torch") if _installed("torch") else "missing"
     here = f"Python {sys.version.split()[0]}, torch {torch}"
     if problems:
-        return Finding("versions", False, f"{here}; differs from the lock: {', '.join(problems)}",
-                       f"{sys.executable} -m pip install -c {lock} -e . (from the course root)")
+        return Finding(
+            "versions",
+            False,
+            f"{here}; differs from the lock: {', '.join(problems)}",
+            f"{sys.executable} -m pip install -c {lock} -e . (from the course root)",
+        )
     return Finding("versions", True, f"{here}; every package at the lock's version")
 
 
@@ -178,12 +204,12 @@ def exchange_finding(root: str | None) -> Finding:
         return Finding("exchange", None, "no exchange configured")
     path = Path(root)
     if not path.exists():
-        return Finding("exchange", None, f"{path} does not exist (needed only where students submit through "
-                                         "nbgrader's exchange)")
+        return Finding(
+            "exchange", None, f"{path} does not exist (needed only where students submit through nbgrader's exchange)"
+        )
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & EXCHANGE_MODE != EXCHANGE_MODE:
-        return Finding("exchange", False, f"{path} has mode {mode:o}, not {EXCHANGE_MODE:o}",
-                       f"sudo chmod 1777 {path}")
+        return Finding("exchange", False, f"{path} has mode {mode:o}, not {EXCHANGE_MODE:o}", f"sudo chmod 1777 {path}")
     return Finding("exchange", True, f"{path} has mode {mode:o} (everyone may submit, only owners may delete)")
 
 
@@ -216,8 +242,10 @@ def findings(options: list[str] = ()) -> list[Finding]:
 def main(options: list[str] = ()) -> int:
     """Print one line per item; exit 0 when nothing failed, 1 otherwise."""
     if not Path("nbgrader_config.py").is_file():
-        print("note: no nbgrader_config.py here; run doctor from the course root to check its folders too",
-              file=sys.stderr)
+        print(
+            "note: no nbgrader_config.py here; run doctor from the course root to check its folders too",
+            file=sys.stderr,
+        )
     found = findings(options)
     for finding in found:
         print(finding.line())

@@ -75,8 +75,9 @@ DOCTOR_HINT = "run `python -m autograder doctor` on this machine: it checks what
 
 def could_not_grade(reason: str) -> GradingError:
     """The error for a worker that failed before any student code ran: the set-up's failure, with the fix."""
-    return GradingError(f"could not be graded: the grader's worker failed before any student code ran "
-                        f"({reason}); {DOCTOR_HINT}")
+    return GradingError(
+        f"could not be graded: the grader's worker failed before any student code ran ({reason}); {DOCTOR_HINT}"
+    )
 
 
 def cell_number(index: int) -> int:

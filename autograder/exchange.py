@@ -40,8 +40,9 @@ class PrivateSubmit(ExchangeSubmit):
         super().copy_files()
         folder = os.path.join(self.inbound_path, self.assignment_filename)
         if os.stat(folder).st_gid != os.stat(self.inbound_path).st_gid:  # inbound without its set-group-id bit
-            self.log.warning("%s is not in the group of %s: left readable by everyone who knows its name",
-                             folder, self.inbound_path)
+            self.log.warning(
+                "%s is not in the group of %s: left readable by everyone who knows its name", folder, self.inbound_path
+            )
             return
         os.chmod(folder, 0o770)
 
@@ -66,8 +67,9 @@ class OwnerCheckedCollect(ExchangeCollect):
             record = self._path_to_record(path)
             owner = _owner(path)
             if owner != record["username"]:
-                self.log.error("Not collected: %s is named as %s's submission but belongs to %s",
-                               path, record["username"], owner)
+                self.log.error(
+                    "Not collected: %s is named as %s's submission but belongs to %s", path, record["username"], owner
+                )
                 continue
             by_student[record["username"]].append(record)
         # As nbgrader chooses: the newest, or with --before-duedate the newest before the due date if any.

@@ -79,7 +79,9 @@ def checks_for(notebook: str) -> NotebookChecks:
     except ModuleNotFoundError:
         raise LookupError(f"no checks for a notebook named {notebook!r}") from None
     return NotebookChecks(
-        notebook, list(module.EXERCISES), f"autograder.adapters.{module_name(notebook)}",
+        notebook,
+        list(module.EXERCISES),
+        f"autograder.adapters.{module_name(notebook)}",
         tuple(getattr(module, "ORACLE_IMPORTS", ())),
     )
 
@@ -125,7 +127,7 @@ class ExerciseResult:
 
     @property
     def state(self) -> str:
-        """"passed", "not started" (every failing check met the stub and none passed) or "failing"."""
+        """ "passed", "not started" (every failing check met the stub and none passed) or "failing"."""
         if self.passed:
             return "passed"
         failed = [r for r in self.results if not r.passed]
@@ -167,16 +169,14 @@ def run_check(check: Check, impl) -> CheckResult:
     except StudentCodeError as error:
         text = str(error)
         if error.stub:
-            return CheckResult(check, False, NOT_IMPLEMENTED + f" {text[len('NotImplementedError'):].strip()}")
+            return CheckResult(check, False, NOT_IMPLEMENTED + f" {text[len('NotImplementedError') :].strip()}")
         if error.rule:  # its message is the rule, and what broke it
             return CheckResult(check, False, text, broke_rule=True)
         return CheckResult(check, False, f"your code raised {text}")
     except (SandboxError, GradingError):
         raise
     except Exception as error:  # noqa: BLE001 - the student's result broke the check itself
-        return CheckResult(
-            check, False, f"could not check your result ({type(error).__name__}: {error})"
-        )
+        return CheckResult(check, False, f"could not check your result ({type(error).__name__}: {error})")
     return CheckResult(check, True)
 
 
@@ -192,16 +192,23 @@ def rules_result(exercise: Exercise, source: str, context: list[str] = ()) -> Ch
     return CheckResult(Check(follows_the_rules, hidden=False), not broken, "\n".join(broken), broke_rule=bool(broken))
 
 
-def checks_to_run(exercise: Exercise, *, visible: bool = True, hidden: bool = True,
-                  source: str | None = None) -> int:
+def checks_to_run(exercise: Exercise, *, visible: bool = True, hidden: bool = True, source: str | None = None) -> int:
     """How many results ``run_exercise`` gives with these arguments: one per check it runs (or skips)."""
     read = bool(exercise.rules) and source is not None and visible  # the rules, read from the source
     return read + sum(hidden if check.hidden else visible for check in exercise.checks)
 
 
-def run_exercise(exercise: Exercise, impl, *, visible: bool = True, hidden: bool = True, note: str = "",
-                 source: str | None = None, context: list[str] = (),
-                 on_check: Callable[[], None] | None = None) -> ExerciseResult:
+def run_exercise(
+    exercise: Exercise,
+    impl,
+    *,
+    visible: bool = True,
+    hidden: bool = True,
+    note: str = "",
+    source: str | None = None,
+    context: list[str] = (),
+    on_check: Callable[[], None] | None = None,
+) -> ExerciseResult:
     """Run the chosen checks; once a check stops the student's process, skip the rest.
 
     With its rules, every call into the student's code refuses what they forbid; given the answer

@@ -24,8 +24,9 @@ def tensor(value, what: str, *, shape=None, dtype: torch.dtype | None = None) ->
     return value
 
 
-def close(actual, expected: torch.Tensor, what: str, *, atol: float, rtol: float = 0.0,
-          hint: str = "", alternatives=()):
+def close(
+    actual, expected: torch.Tensor, what: str, *, atol: float, rtol: float = 0.0, hint: str = "", alternatives=()
+):
     """Fail unless ``actual`` is within ``atol + rtol*|expected|`` of ``expected`` everywhere.
 
     ``alternatives`` are ``(tensor, diagnosis)`` pairs of known mistakes: when the result
@@ -79,7 +80,10 @@ def no_loops(rule: str, runs: dict) -> None:
     works = {label: work if isinstance(work, dict) else {"lines of Python": work} for label, work in runs.items()}
     grew = [what for what in next(iter(works.values())) if len({work.get(what) for work in works.values()}) > 1]
     if grew:
-        said = " and ".join(f"{', '.join(f'{works[label][what]} {what}' for what in grew)} for {label}"
-                            for label in works)
-        fail(f"this exercise's rule is: {rule}; your code ran {said}, so it loops over the data (a for or while "
-             "statement, a comprehension, or map, filter or itertools over the data: its work grows with the sizes)")
+        said = " and ".join(
+            f"{', '.join(f'{works[label][what]} {what}' for what in grew)} for {label}" for label in works
+        )
+        fail(
+            f"this exercise's rule is: {rule}; your code ran {said}, so it loops over the data (a for or while "
+            "statement, a comprehension, or map, filter or itertools over the data: its work grows with the sizes)"
+        )

@@ -50,8 +50,14 @@ def check(exercise_id: str, namespace: dict, hidden: bool = False) -> None:
     exercise, adapters = find_exercise(exercise_id)
     impl = LocalImpl(namespace, adapters)
     answer = cell_sources.answer_source()  # in JupyterLab: the rules are read from the answer cell too
-    result = run_exercise(exercise, impl, visible=not hidden, hidden=hidden,
-                          source=answer[0] if answer else None, context=answer[1] if answer else ())
+    result = run_exercise(
+        exercise,
+        impl,
+        visible=not hidden,
+        hidden=hidden,
+        source=answer[0] if answer else None,
+        context=answer[1] if answer else (),
+    )
     if not hidden and result.passed and any(c.hidden for c in exercise.checks):
         graded = run_exercise(exercise, impl, visible=False, hidden=True)
         result = ExerciseResult(exercise, result.results + graded.results, result.note)
@@ -65,8 +71,10 @@ def check(exercise_id: str, namespace: dict, hidden: bool = False) -> None:
             print(shown)
         failed = [r for r in result.results if not r.passed]
         if not hidden and all(r.check.hidden for r in failed):
-            summary = (f"{exercise.title}: the visible checks pass, but {len(failed)} of the {counts['hidden']} "
-                       "hidden checks, which grade it too, fail:")
+            summary = (
+                f"{exercise.title}: the visible checks pass, but {len(failed)} of the {counts['hidden']} "
+                "hidden checks, which grade it too, fail:"
+            )
         else:
             summary = f"{exercise.title}: {len(failed)} of {len(result.results)} checks failed:"
         raise ChecksFailed(f"{summary}\n{render(result, passed=False)}")

@@ -60,8 +60,11 @@ def definition_cells(nb) -> list[tuple[int, str]]:
     (imports, earlier notebooks' parts, given configs and classes) and the answer cells, in order."""
     from coursetools.notebook_import import is_preamble
 
-    return [(index, source) for index, source in student_cells(nb)
-            if is_preamble(nb.cells[index].get("id")) or _nbgrader(nb.cells[index]).get("solution")]
+    return [
+        (index, source)
+        for index, source in student_cells(nb)
+        if is_preamble(nb.cells[index].get("id")) or _nbgrader(nb.cells[index]).get("solution")
+    ]
 
 
 def identify(nb) -> str:
@@ -178,8 +181,9 @@ def grade(
             starting.kill()
             raise
         cells = definition_cells(nb) if definitions_only else student_cells(nb)
-        process = StudentProcess(checks.adapter_module, cells, sandbox, timeout, record, starting=starting,
-                                 on_phase=on_phase)
+        process = StudentProcess(
+            checks.adapter_module, cells, sandbox, timeout, record, starting=starting, on_phase=on_phase
+        )
         try:
             # The checks' slow oracle imports (transformers) run here while the worker runs the cells, and
             # are done before any check runs: no two threads ever import at once while checking. Reading a reply
@@ -191,7 +195,9 @@ def grade(
                 outcomes = process.run_cells()
             finally:
                 prefetch.join()
-            answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")}
+            answer_index = {
+                grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")
+            }
 
             def note(exercise) -> str:
                 index = answer_index.get(exercise.id)
@@ -211,9 +217,15 @@ def grade(
             results = []
             for exercise in chosen:
                 index = answer_index.get(exercise.id)
-                result = run_exercise(exercise, RemoteImpl(process), note=note(exercise), source=source_of(exercise),
-                                      context=[text for i, text in cells if i != index], hidden=hidden,
-                                      on_check=lambda e=exercise: said(Phase("checks", next(steps), total, e.id)))
+                result = run_exercise(
+                    exercise,
+                    RemoteImpl(process),
+                    note=note(exercise),
+                    source=source_of(exercise),
+                    context=[text for i, text in cells if i != index],
+                    hidden=hidden,
+                    on_check=lambda e=exercise: said(Phase("checks", next(steps), total, e.id)),
+                )
                 # A restart while checking may have replayed the answer cell, and the replay may have failed.
                 result.note = result.note or (note(exercise) if not result.passed else "")
                 results.append(result)

@@ -43,8 +43,9 @@ class LocalImpl:
                 with enforced(self._rules, self._namespace):
                     value = adapter(self._namespace, *args, **kwargs)
             except Exception as error:  # noqa: BLE001
-                raise StudentCodeError(describe(error), stub=is_stub(error),
-                                       rule=isinstance(error, RuleBroken)) from None
+                raise StudentCodeError(
+                    describe(error), stub=is_stub(error), rule=isinstance(error, RuleBroken)
+                ) from None
             return wire.load_reply(wire.dump_reply(wire.plain(value)))
 
         return call

@@ -62,8 +62,10 @@ def _verdict_outputs(result) -> list[NotebookNode]:
 def private_paths(coursedir: CourseDirectory) -> list[Path]:
     """What student code must not see of the course: instructor sources, submissions, grades, logs."""
     root = Path(coursedir.root)
-    paths = [root / getattr(coursedir, f"{step}_directory")
-             for step in ("source", "submitted", "autograded", "feedback", "solution", "source_with_tests")]
+    paths = [
+        root / getattr(coursedir, f"{step}_directory")
+        for step in ("source", "submitted", "autograded", "feedback", "solution", "source_with_tests")
+    ]
     # grades.csv: where `nbgrader export` and `grade-class` write the whole class's grades by default;
     # reports/: where `report` writes the class's pass rates, mistakes and scores
     paths += [root / ".nbgrader.log", root / "nbgrader_config.py.bak", root / "grades.csv", root / "reports"]
@@ -85,8 +87,12 @@ def quiet_gradebook_warnings() -> None:
     """
     from sqlalchemy.exc import SAWarning
 
-    warnings.filterwarnings("ignore", message=r"Object of type <\w+> not in session, add operation along",
-                            category=SAWarning, module=r"nbgrader\.api")
+    warnings.filterwarnings(
+        "ignore",
+        message=r"Object of type <\w+> not in session, add operation along",
+        category=SAWarning,
+        module=r"nbgrader\.api",
+    )
 
 
 class FeedbackClearHiddenTests(ClearHiddenTests):
@@ -99,7 +105,8 @@ class FeedbackClearHiddenTests(ClearHiddenTests):
     """
 
     display_data_priority = List(Unicode(), help="Unused; the HTML exporter sets it for every preprocessor.").tag(
-        config=True)
+        config=True
+    )
 
 
 # The feedback's maths: nbgrader's feedback template loads MathJax from a CDN, so offline its formulas stayed raw
@@ -178,7 +185,8 @@ def forget_ungraded(db_url: str, course_id: str, assignment: str, student: str) 
             return "the gradebook holds no submission for it"
         notebooks = submission.notebooks
         by_hand = any(grade.manual_score is not None for nb in notebooks for grade in nb.grades) or any(
-            comment.manual_comment for nb in notebooks for comment in nb.comments)
+            comment.manual_comment for nb in notebooks for comment in nb.comments
+        )
         if by_hand:
             return "the gradebook keeps its earlier scores: a person graded or commented on it"
         gradebook.remove_submission(assignment, student)
@@ -226,7 +234,9 @@ class TrustedVerdict(NbGraderPreprocessor):
     """Run the notebook in the sandbox, record its outputs, and write the verdict into the test cells."""
 
     timeout = Float(DEFAULT_TIMEOUT, help="Seconds per cell and per call into student code.").tag(config=True)
-    memory_limit = Unicode(DEFAULT_MEMORY, help="Memory student code may use (address space), e.g. 3G or 512M.").tag(config=True)
+    memory_limit = Unicode(DEFAULT_MEMORY, help="Memory student code may use (address space), e.g. 3G or 512M.").tag(
+        config=True
+    )
     max_processes = Int(DEFAULT_PROCESSES, help="Processes and threads student code may run at once.").tag(config=True)
     max_file_size = Unicode(DEFAULT_FILE_SIZE, help="Largest file student code may write.").tag(config=True)
     allow_unsandboxed = Bool(
@@ -236,8 +246,10 @@ class TrustedVerdict(NbGraderPreprocessor):
     def refusal(self, reason: str | None) -> str | None:
         """Why this grader refuses to grade where the sandbox cannot run for ``reason`` (None: it can), or None."""
         if reason and not self.allow_unsandboxed:
-            return (f"refusing to run student code unsandboxed: {reason}; {INSTALL_HINT}, "
-                    "or set c.TrustedVerdict.allow_unsandboxed = True in nbgrader_config.py")
+            return (
+                f"refusing to run student code unsandboxed: {reason}; {INSTALL_HINT}, "
+                "or set c.TrustedVerdict.allow_unsandboxed = True in nbgrader_config.py"
+            )
         return None
 
     def preprocess(self, nb, resources):
@@ -296,8 +308,14 @@ class TrustedVerdict(NbGraderPreprocessor):
             grade_id = cell.metadata["nbgrader"].get("grade_id", "")
             result = by_test_cell.get(grade_id)
             if result is None:  # a graded cell with no checks behind it never passes
-                cell.outputs = [NotebookNode(output_type="error", ename="UnknownTest", evalue=grade_id,
-                                             traceback=[f"no checks are registered for test cell {grade_id!r}"])]
+                cell.outputs = [
+                    NotebookNode(
+                        output_type="error",
+                        ename="UnknownTest",
+                        evalue=grade_id,
+                        traceback=[f"no checks are registered for test cell {grade_id!r}"],
+                    )
+                ]
             else:
                 cell.outputs = _verdict_outputs(result)
         self.log.info("Trusted verdict for %s: %s/%s", report.notebook, report.score, report.max_score)

@@ -39,8 +39,12 @@ def stream(name: str, text: str) -> dict:
 
 
 def error(ename: str, message: str) -> dict:
-    return {"output_type": "error", "ename": ename, "evalue": message.splitlines()[0] if message else "",
-            "traceback": [message]}
+    return {
+        "output_type": "error",
+        "ename": ename,
+        "evalue": message.splitlines()[0] if message else "",
+        "traceback": [message],
+    }
 
 
 def split_last_expression(source: str):
@@ -102,7 +106,9 @@ class Recorder:
     def _data(self, kind: str, data: dict, metadata: dict, alt: str = NO_DESCRIPTION, **extra) -> None:
         data = {k: v for k, v in data.items() if isinstance(v, str) and len(v) <= MAX_IMAGE * 4 // 3}
         if data and len(self.outputs) < MAX_OUTPUTS:
-            self.outputs.append({"output_type": kind, "data": data, "metadata": _with_alt(data, metadata, alt), **extra})
+            self.outputs.append(
+                {"output_type": kind, "data": data, "metadata": _with_alt(data, metadata, alt), **extra}
+            )
 
     def _figures(self) -> None:
         """Show and close the figures the cell left open, as the inline backend does."""
@@ -116,6 +122,10 @@ class Recorder:
             except Exception:  # noqa: BLE001 - a broken figure is the student's; skip it
                 continue
             png = base64.b64encode(buffer.getvalue()).decode()
-            self._data("display_data", {"image/png": png, "text/plain": "<Figure>"}, {},
-                       alt=describe_figure(plt.figure(number)))
+            self._data(
+                "display_data",
+                {"image/png": png, "text/plain": "<Figure>"},
+                {},
+                alt=describe_figure(plt.figure(number)),
+            )
         plt.close("all")

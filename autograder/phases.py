@@ -84,9 +84,16 @@ class Display:
             self._kind = phase.kind
             columns, lines = _size(self.stream)
             # no clock: it would stand still between steps, and a cell can take a minute
-            self._bar = tqdm(total=phase.total or None, initial=phase.step, desc=desc, file=self.stream, leave=False,
-                             ncols=columns, nrows=lines,
-                             bar_format="{desc} {n_fmt}/{total_fmt} |{bar}|{postfix}" if phase.total else "{desc}...")
+            self._bar = tqdm(
+                total=phase.total or None,
+                initial=phase.step,
+                desc=desc,
+                file=self.stream,
+                leave=False,
+                ncols=columns,
+                nrows=lines,
+                bar_format="{desc} {n_fmt}/{total_fmt} |{bar}|{postfix}" if phase.total else "{desc}...",
+            )
         self._bar.set_description_str(desc, refresh=False)
         if phase.total:
             self._bar.set_postfix_str(phase.detail, refresh=False)

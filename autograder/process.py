@@ -75,14 +75,26 @@ class Worker:
         # shape what the worker imports before it has given up root and set its limits (a json.py beside
         # the notebook must never run as grader code); -B: the environment's PYTHONDONTWRITEBYTECODE, which
         # -I ignores. The worker puts the folder on sys.path itself, once it runs student code.
-        argv = [sys.executable, "-I", "-B", "-m", "autograder.worker",
-                str(request_read), str(reply_write), json.dumps(sandbox.settings())]
+        argv = [
+            sys.executable,
+            "-I",
+            "-B",
+            "-m",
+            "autograder.worker",
+            str(request_read),
+            str(reply_write),
+            json.dumps(sandbox.settings()),
+        ]
         try:
             self.process = subprocess.Popen(
                 sandbox.wrap(argv, info_fd=info_write),
                 pass_fds=(request_read, reply_write, info_write),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                cwd=sandbox.submission, env=sandbox.environment(), start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=sandbox.submission,
+                env=sandbox.environment(),
+                start_new_session=True,
             )
         except OSError as error:  # bubblewrap or Python cannot be executed: nothing of the student's ran
             for fd in (request_read, self._request_write, self._reply_read, reply_write, self._info_read, info_write):
@@ -220,13 +232,15 @@ class StudentProcess:
                 worker = self._ready_worker()
                 self._phase("cells", step, len(self.cells), f"cell {cell_number(index)}")
                 reply = worker.request(
-                    {"op": "exec", "index": index, "source": source, "record": self.record}, self.timeout,
+                    {"op": "exec", "index": index, "source": source, "record": self.record},
+                    self.timeout,
                     f"running cell {cell_number(index)}",
                 )
                 self.outcomes[index] = CellOutcome(index, reply["ok"], reply.get("error"), reply["outputs"])
             except SandboxError as error:
-                self.outcomes[index] = CellOutcome(index, False, str(error), [outputs.error("SandboxError", str(error))],
-                                                   stopped=True)
+                self.outcomes[index] = CellOutcome(
+                    index, False, str(error), [outputs.error("SandboxError", str(error))], stopped=True
+                )
                 self._worker = None
         return self.outcomes
 
@@ -235,7 +249,8 @@ class StudentProcess:
         worker = self._ready_worker()
         try:
             reply = worker.request(
-                {"op": "call", "name": name, "args": args, "kwargs": kwargs, "rules": list(rules)}, self.timeout,
+                {"op": "call", "name": name, "args": args, "kwargs": kwargs, "rules": list(rules)},
+                self.timeout,
                 "checking your code",
             )
         except SandboxError:
@@ -275,14 +290,18 @@ class StudentProcess:
                     raise could_not_grade(error.reason) from None
                 raise
             self.warnings += [w for w in self._worker.warnings if w not in self.warnings]
-            replayed = [(index, source) for index, source in self.cells
-                        if index in self.outcomes and not self.outcomes[index].stopped]
+            replayed = [
+                (index, source)
+                for index, source in self.cells
+                if index in self.outcomes and not self.outcomes[index].stopped
+            ]
             for step, (index, source) in enumerate(replayed, 1):
                 outcome = self.outcomes[index]
                 self._phase("replaying", step, len(replayed), f"cell {cell_number(index)}")
                 try:
                     reply = self._worker.request(
-                        {"op": "exec", "index": index, "source": source}, self.timeout,
+                        {"op": "exec", "index": index, "source": source},
+                        self.timeout,
                         f"replaying cell {cell_number(index)}",
                     )
                 except SandboxError as error:

@@ -70,8 +70,10 @@ class Progress:
         lines.append(f"{'total':<{width}}  {f'{self.score}/{self.max_score}':>7}")
         reused = sum(row.cached for row in self.rows)
         if reused:
-            lines.append(f"({reused} of {len(self.rows)} notebooks unchanged since they were last graded: their results "
-                         "were reused; --fresh grades every notebook again)")
+            lines.append(
+                f"({reused} of {len(self.rows)} notebooks unchanged since they were last graded: their results "
+                "were reused; --fresh grades every notebook again)"
+            )
         return "\n".join(lines)
 
 
@@ -174,8 +176,12 @@ def _row(future, path: Path, course: Path) -> Row:
         return future.result()
     except Exception as error:  # noqa: BLE001 - BrokenProcessPool and the like
         relative = str(path.relative_to(course))
-        return Row(relative, relative, "error",
-                   message=f"could not be graded: the grading process died ({type(error).__name__})")
+        return Row(
+            relative,
+            relative,
+            "error",
+            message=f"could not be graded: the grading process died ({type(error).__name__})",
+        )
 
 
 def row_line(row: Row, done: int, total: int) -> str:
@@ -187,9 +193,15 @@ def row_line(row: Row, done: int, total: int) -> str:
     return f"[{done}/{total}] {row.notebook}: {said}"
 
 
-def progress(course: Path | None = None, workers: int | None = None, timeout: float = DEFAULT_TIMEOUT,
-             limits: Limits | None = None, fresh: bool = False, cache: Path | None = None,
-             on_row: Callable[[Row, int, int], None] | None = None) -> Progress:
+def progress(
+    course: Path | None = None,
+    workers: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    limits: Limits | None = None,
+    fresh: bool = False,
+    cache: Path | None = None,
+    on_row: Callable[[Row, int, int], None] | None = None,
+) -> Progress:
     """Grade every notebook of ``course`` (default: ``find_course()``), ``workers`` at a time.
 
     A notebook unchanged since an earlier run (same code, same grading code and options) keeps its result
@@ -228,8 +240,9 @@ def progress(course: Path | None = None, workers: int | None = None, timeout: fl
     return Progress(str(course), [rows[path] for path in paths])
 
 
-def _grade_rows(paths: list[Path], course: Path, workers: int | None, timeout: float,
-                limits: Limits) -> Iterator[tuple[Path, Row]]:
+def _grade_rows(
+    paths: list[Path], course: Path, workers: int | None, timeout: float, limits: Limits
+) -> Iterator[tuple[Path, Row]]:
     """(path, row) of each notebook of ``paths``, as each is graded."""
     if not paths:
         return
@@ -242,9 +255,9 @@ def _grade_rows(paths: list[Path], course: Path, workers: int | None, timeout: f
         return
     # spawn, not fork: the grader has torch's thread pools, which do not survive a fork
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                             initargs=(threads_per_grading(workers),)) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_start_worker, initargs=(threads_per_grading(workers),)
+    ) as pool:
         futures = {pool.submit(grade_row, path, course, timeout, limits): path for path in paths}
         for future in as_completed(futures):
             yield futures[future], _row(future, futures[future], course)
-

@@ -104,8 +104,10 @@ def key(path: Path, course: Path, options: dict) -> str | None:
     if code is None:
         return None
     where = str(path.relative_to(course))
-    text = json.dumps({"path": where, "code": code, "beside": beside(path), "grading": grading_code(),
-                       "options": options}, sort_keys=True)
+    text = json.dumps(
+        {"path": where, "code": code, "beside": beside(path), "grading": grading_code(), "options": options},
+        sort_keys=True,
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 

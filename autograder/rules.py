@@ -38,66 +38,231 @@ from dataclasses import dataclass
 from autograder.errors import RuleBroken
 
 # Ways around the runtime switch: torch's internals (which bypass torch-function modes) and the mode machinery.
-_ESCAPES = ("torch._C", "torch.ops", "torch.overrides", "torch._refs", "torch._prims", "torch._decomp",
-            "torch.utils._python_dispatch", "torch._ops")
-_ESCAPE_ATTRIBUTES = {"__torch_function__", "__torch_dispatch__", "TorchFunctionMode", "TorchDispatchMode",
-                      "_disable_torch_function", "DisableTorchFunction", "DisableTorchFunctionSubclass"}
+_ESCAPES = (
+    "torch._C",
+    "torch.ops",
+    "torch.overrides",
+    "torch._refs",
+    "torch._prims",
+    "torch._decomp",
+    "torch.utils._python_dispatch",
+    "torch._ops",
+)
+_ESCAPE_ATTRIBUTES = {
+    "__torch_function__",
+    "__torch_dispatch__",
+    "TorchFunctionMode",
+    "TorchDispatchMode",
+    "_disable_torch_function",
+    "DisableTorchFunction",
+    "DisableTorchFunctionSubclass",
+}
 
 
 # Families of ready-made functions that several exercises rule out, by qualified name. Each names every route
 # to the result that torch offers, not only the obvious one: a softmax is also exp(x - logsumexp(x)) or the last
 # column of logcumsumexp; a LayerNorm is also instance_norm or batch_norm on transposed tokens, group_norm with
 # one group, or normalize of the centred x; a ReLU is also threshold, hardtanh(0, inf) or leaky_relu with slope 0.
-SOFTMAXES = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
-             "torch.nn.Softmax", "torch.nn.Softmax2d", "torch.nn.functional.softmin", "torch.nn.Softmin",
-             "torch.nn.functional.gumbel_softmax", "torch._softmax", "torch._masked_softmax", "torch._safe_softmax",
-             "torch.ops.aten._softmax", "torch.ops.aten.softmax", "torch.ops.aten._safe_softmax")
-LOG_SOFTMAXES = ("torch.log_softmax", "torch.nn.functional.log_softmax", "torch.Tensor.log_softmax",
-                 "torch.special.log_softmax", "torch.nn.LogSoftmax", "torch.nn.AdaptiveLogSoftmaxWithLoss",
-                 "torch._log_softmax", "torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp",
-                 "torch.logcumsumexp", "torch.Tensor.logcumsumexp", "torch._logcumsumexp",
-                 "torch.logaddexp", "torch.Tensor.logaddexp", "torch.logaddexp2", "torch.Tensor.logaddexp2",
-                 "torch.ops.aten._log_softmax", "torch.ops.aten.log_softmax", "torch.ops.aten.logsumexp",
-                 "torch.ops.aten.logcumsumexp")
-NORMS = ("torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm", "torch.nn.LayerNorm",
-         "torch.nn.functional.rms_norm", "torch.rms_norm", "torch._fused_rms_norm", "torch.nn.RMSNorm",
-         "torch.nn.functional.group_norm", "torch.group_norm", "torch.native_group_norm", "torch.nn.GroupNorm",
-         "torch.nn.functional.instance_norm", "torch.instance_norm", "torch.nn.InstanceNorm1d",
-         "torch.nn.InstanceNorm2d", "torch.nn.InstanceNorm3d", "torch.nn.LazyInstanceNorm1d",
-         "torch.nn.LazyInstanceNorm2d", "torch.nn.LazyInstanceNorm3d",
-         "torch.nn.functional.batch_norm", "torch.batch_norm", "torch.native_batch_norm",
-         "torch._native_batch_norm_legit", "torch._native_batch_norm_legit_no_training", "torch._batch_norm_impl_index",
-         "torch.batch_norm_stats", "torch.batch_norm_elemt", "torch.batch_norm_gather_stats",
-         "torch.batch_norm_gather_stats_with_counts", "torch.batch_norm_update_stats", "torch.cudnn_batch_norm",
-         "torch.miopen_batch_norm", "torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d",
-         "torch.nn.LazyBatchNorm1d", "torch.nn.LazyBatchNorm2d", "torch.nn.LazyBatchNorm3d", "torch.nn.SyncBatchNorm",
-         "torch.nn.functional.local_response_norm", "torch.nn.LocalResponseNorm", "torch.nn.CrossMapLRN2d",
-         "torch.nn.functional.normalize",
-         "torch.ops.aten.native_layer_norm", "torch.ops.aten.layer_norm", "torch.ops.aten.rms_norm",
-         "torch.ops.aten._fused_rms_norm", "torch.ops.aten.native_group_norm", "torch.ops.aten.group_norm",
-         "torch.ops.aten.instance_norm", "torch.ops.aten.batch_norm", "torch.ops.aten.native_batch_norm")
-EMBEDDINGS = ("torch.nn.functional.embedding", "torch.embedding", "torch.nn.Embedding", "torch.nn.EmbeddingBag",
-              "torch.nn.functional.embedding_bag", "torch.ops.aten.embedding")
-ATTENTIONS = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
-              "torch.nn.MultiheadAttention")
+SOFTMAXES = (
+    "torch.softmax",
+    "torch.nn.functional.softmax",
+    "torch.Tensor.softmax",
+    "torch.special.softmax",
+    "torch.nn.Softmax",
+    "torch.nn.Softmax2d",
+    "torch.nn.functional.softmin",
+    "torch.nn.Softmin",
+    "torch.nn.functional.gumbel_softmax",
+    "torch._softmax",
+    "torch._masked_softmax",
+    "torch._safe_softmax",
+    "torch.ops.aten._softmax",
+    "torch.ops.aten.softmax",
+    "torch.ops.aten._safe_softmax",
+)
+LOG_SOFTMAXES = (
+    "torch.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.special.log_softmax",
+    "torch.nn.LogSoftmax",
+    "torch.nn.AdaptiveLogSoftmaxWithLoss",
+    "torch._log_softmax",
+    "torch.logsumexp",
+    "torch.Tensor.logsumexp",
+    "torch.special.logsumexp",
+    "torch.logcumsumexp",
+    "torch.Tensor.logcumsumexp",
+    "torch._logcumsumexp",
+    "torch.logaddexp",
+    "torch.Tensor.logaddexp",
+    "torch.logaddexp2",
+    "torch.Tensor.logaddexp2",
+    "torch.ops.aten._log_softmax",
+    "torch.ops.aten.log_softmax",
+    "torch.ops.aten.logsumexp",
+    "torch.ops.aten.logcumsumexp",
+)
+NORMS = (
+    "torch.nn.functional.layer_norm",
+    "torch.layer_norm",
+    "torch.native_layer_norm",
+    "torch.nn.LayerNorm",
+    "torch.nn.functional.rms_norm",
+    "torch.rms_norm",
+    "torch._fused_rms_norm",
+    "torch.nn.RMSNorm",
+    "torch.nn.functional.group_norm",
+    "torch.group_norm",
+    "torch.native_group_norm",
+    "torch.nn.GroupNorm",
+    "torch.nn.functional.instance_norm",
+    "torch.instance_norm",
+    "torch.nn.InstanceNorm1d",
+    "torch.nn.InstanceNorm2d",
+    "torch.nn.InstanceNorm3d",
+    "torch.nn.LazyInstanceNorm1d",
+    "torch.nn.LazyInstanceNorm2d",
+    "torch.nn.LazyInstanceNorm3d",
+    "torch.nn.functional.batch_norm",
+    "torch.batch_norm",
+    "torch.native_batch_norm",
+    "torch._native_batch_norm_legit",
+    "torch._native_batch_norm_legit_no_training",
+    "torch._batch_norm_impl_index",
+    "torch.batch_norm_stats",
+    "torch.batch_norm_elemt",
+    "torch.batch_norm_gather_stats",
+    "torch.batch_norm_gather_stats_with_counts",
+    "torch.batch_norm_update_stats",
+    "torch.cudnn_batch_norm",
+    "torch.miopen_batch_norm",
+    "torch.nn.BatchNorm1d",
+    "torch.nn.BatchNorm2d",
+    "torch.nn.BatchNorm3d",
+    "torch.nn.LazyBatchNorm1d",
+    "torch.nn.LazyBatchNorm2d",
+    "torch.nn.LazyBatchNorm3d",
+    "torch.nn.SyncBatchNorm",
+    "torch.nn.functional.local_response_norm",
+    "torch.nn.LocalResponseNorm",
+    "torch.nn.CrossMapLRN2d",
+    "torch.nn.functional.normalize",
+    "torch.ops.aten.native_layer_norm",
+    "torch.ops.aten.layer_norm",
+    "torch.ops.aten.rms_norm",
+    "torch.ops.aten._fused_rms_norm",
+    "torch.ops.aten.native_group_norm",
+    "torch.ops.aten.group_norm",
+    "torch.ops.aten.instance_norm",
+    "torch.ops.aten.batch_norm",
+    "torch.ops.aten.native_batch_norm",
+)
+EMBEDDINGS = (
+    "torch.nn.functional.embedding",
+    "torch.embedding",
+    "torch.nn.Embedding",
+    "torch.nn.EmbeddingBag",
+    "torch.nn.functional.embedding_bag",
+    "torch.ops.aten.embedding",
+)
+ATTENTIONS = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch.nn.MultiheadAttention",
+)
 # PyTorch's activation functions, every one (torch.nn.functional's "non-linear activations" and their modules),
 # but sigmoid and tanh, which are building blocks; and the normal CDF (GELU is x times it).
-_ACTIVATION_NAMES = ("relu", "relu_", "relu6", "threshold", "threshold_", "hardtanh", "hardtanh_", "leaky_relu",
-                     "leaky_relu_", "rrelu", "rrelu_", "prelu", "elu", "elu_", "celu", "celu_", "selu", "selu_",
-                     "gelu", "silu", "mish", "hardswish", "hardsigmoid", "softplus", "glu", "logsigmoid",
-                     "hardshrink", "softshrink", "tanhshrink", "softsign")
-ACTIVATIONS = (tuple(f"torch.nn.functional.{name}" for name in _ACTIVATION_NAMES)
-               + ("torch.nn.functional._threshold", "torch.relu", "torch.relu_", "torch.Tensor.relu",
-                  "torch.Tensor.relu_", "torch.threshold", "torch.threshold_", "torch.rrelu", "torch.rrelu_",
-                  "torch.prelu", "torch.Tensor.prelu", "torch._prelu_kernel", "torch.celu", "torch.celu_",
-                  "torch.selu", "torch.selu_", "torch.hardshrink", "torch.Tensor.hardshrink", "torch._add_relu",
-                  "torch._add_relu_", "torch.special.ndtr", "torch.special.log_ndtr")
-               + tuple(f"torch.nn.{name}" for name in (
-                   "ReLU", "ReLU6", "Threshold", "Hardtanh", "LeakyReLU", "RReLU", "PReLU", "ELU", "CELU", "SELU",
-                   "GELU", "SiLU", "Mish", "Hardswish", "Hardsigmoid", "Softplus", "GLU", "LogSigmoid",
-                   "Hardshrink", "Softshrink", "Tanhshrink", "Softsign"))
-               + tuple(f"torch.ops.aten.{name}" for name in ("relu", "gelu", "silu", "threshold", "hardtanh",
-                                                             "leaky_relu", "elu", "glu", "special_ndtr")))
+_ACTIVATION_NAMES = (
+    "relu",
+    "relu_",
+    "relu6",
+    "threshold",
+    "threshold_",
+    "hardtanh",
+    "hardtanh_",
+    "leaky_relu",
+    "leaky_relu_",
+    "rrelu",
+    "rrelu_",
+    "prelu",
+    "elu",
+    "elu_",
+    "celu",
+    "celu_",
+    "selu",
+    "selu_",
+    "gelu",
+    "silu",
+    "mish",
+    "hardswish",
+    "hardsigmoid",
+    "softplus",
+    "glu",
+    "logsigmoid",
+    "hardshrink",
+    "softshrink",
+    "tanhshrink",
+    "softsign",
+)
+ACTIVATIONS = (
+    tuple(f"torch.nn.functional.{name}" for name in _ACTIVATION_NAMES)
+    + (
+        "torch.nn.functional._threshold",
+        "torch.relu",
+        "torch.relu_",
+        "torch.Tensor.relu",
+        "torch.Tensor.relu_",
+        "torch.threshold",
+        "torch.threshold_",
+        "torch.rrelu",
+        "torch.rrelu_",
+        "torch.prelu",
+        "torch.Tensor.prelu",
+        "torch._prelu_kernel",
+        "torch.celu",
+        "torch.celu_",
+        "torch.selu",
+        "torch.selu_",
+        "torch.hardshrink",
+        "torch.Tensor.hardshrink",
+        "torch._add_relu",
+        "torch._add_relu_",
+        "torch.special.ndtr",
+        "torch.special.log_ndtr",
+    )
+    + tuple(
+        f"torch.nn.{name}"
+        for name in (
+            "ReLU",
+            "ReLU6",
+            "Threshold",
+            "Hardtanh",
+            "LeakyReLU",
+            "RReLU",
+            "PReLU",
+            "ELU",
+            "CELU",
+            "SELU",
+            "GELU",
+            "SiLU",
+            "Mish",
+            "Hardswish",
+            "Hardsigmoid",
+            "Softplus",
+            "GLU",
+            "LogSigmoid",
+            "Hardshrink",
+            "Softshrink",
+            "Tanhshrink",
+            "Softsign",
+        )
+    )
+    + tuple(
+        f"torch.ops.aten.{name}"
+        for name in ("relu", "gelu", "silu", "threshold", "hardtanh", "leaky_relu", "elu", "glu", "special_ndtr")
+    )
+)
 # Code run from a string is code the checks of "no Python loops" could not see: the answer may not run any.
 CODE_FROM_STRINGS = ("exec", "eval", "compile")
 
@@ -114,8 +279,12 @@ class Rule:
     builtins: tuple[str, ...] = ()  # Python builtins the student's code may not call (CODE_FROM_STRINGS)
 
     def to_wire(self) -> dict:
-        return {"text": self.text, "forbidden": list(self.forbidden), "keywords": list(self.keywords),
-                "builtins": list(self.builtins)}
+        return {
+            "text": self.text,
+            "forbidden": list(self.forbidden),
+            "keywords": list(self.keywords),
+            "builtins": list(self.builtins),
+        }
 
     @functools.cached_property
     def _methods(self) -> set[str]:
@@ -166,9 +335,11 @@ class Rule:
             elif isinstance(node, ast.keyword) and node.arg in self.keywords and _may_be_true(node.value):
                 found.append(f"line {line} passes {node.arg}=")
             elif isinstance(node, ast.keyword) and node.arg is None and isinstance(node.value, ast.Dict):
-                found += [f"line {line} passes {key.value}= in **{{...}}" for key, value in zip(
-                    node.value.keys, node.value.values, strict=True) if isinstance(key, ast.Constant)
-                    and key.value in self.keywords and _may_be_true(value)]
+                found += [
+                    f"line {line} passes {key.value}= in **{{...}}"
+                    for key, value in zip(node.value.keys, node.value.values, strict=True)
+                    if isinstance(key, ast.Constant) and key.value in self.keywords and _may_be_true(value)
+                ]
             for text in _looked_up_strings(node):
                 if text.strip() in self._leaves:
                     found.append(f"line {line} looks up {text.strip()!r} by name")
@@ -222,8 +393,11 @@ def _is_escape(qualified: str) -> bool:
 
 def _imports(tree: ast.AST, *, top_level_only: bool) -> dict[str, str]:
     """Local name -> qualified name, for each import in ``tree`` (or ``tree`` itself, an import)."""
-    nodes = [tree] if isinstance(tree, ast.Import | ast.ImportFrom) else (
-        tree.body if top_level_only else list(ast.walk(tree)))
+    nodes = (
+        [tree]
+        if isinstance(tree, ast.Import | ast.ImportFrom)
+        else (tree.body if top_level_only else list(ast.walk(tree)))
+    )
     found = {}
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -248,8 +422,20 @@ def _chain(node: ast.Attribute) -> list[str] | None:
     return [node.id, *reversed(parts)] if isinstance(node, ast.Name) else None
 
 
-_LOOKUPS = {"getattr", "attrgetter", "methodcaller", "__getattribute__", "__getattr__", "get", "pop",
-            "eval", "exec", "compile", "import_module", "__import__"}
+_LOOKUPS = {
+    "getattr",
+    "attrgetter",
+    "methodcaller",
+    "__getattribute__",
+    "__getattr__",
+    "get",
+    "pop",
+    "eval",
+    "exec",
+    "compile",
+    "import_module",
+    "__import__",
+}
 
 
 def _looked_up_strings(node: ast.AST) -> list[str]:
@@ -276,8 +462,13 @@ def _constant_string(node: ast.AST) -> str | None:
     if isinstance(node, ast.JoinedStr):
         parts = [_constant_string(v) for v in node.values]
         return None if None in parts else "".join(parts)
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join"
-            and len(node.args) == 1 and isinstance(node.args[0], ast.List | ast.Tuple)):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.List | ast.Tuple)
+    ):
         separator = _constant_string(node.func.value)
         parts = [_constant_string(e) for e in node.args[0].elts]
         return None if separator is None or None in parts else separator.join(parts)
@@ -352,8 +543,10 @@ def _refusing_torch(rules: list[dict], namespace: dict | None):
         return refused_call
 
     # Also switch the names off where they are looked up: torch's modules and classes, the student's globals.
-    saved = [(owner, key, getattr(owner, key), key in vars(owner))  # ..., whether the owner held it itself
-             for owner, key in owners.values()]
+    saved = [
+        (owner, key, getattr(owner, key), key in vars(owner))  # ..., whether the owner held it itself
+        for owner, key in owners.values()
+    ]
     if namespace is not None:
         saved += [(namespace, key, value, True) for key, value in list(namespace.items()) if broken(value)]
     for owner, key, value, _ in saved:
@@ -408,10 +601,15 @@ _AUDIT_HOOK_ADDED = []
 
 
 def _refuse_code_from_strings(event: str, args) -> None:
-    if _CODE_FROM_STRINGS_REFUSED and event in ("exec", "compile") and is_student_code(
-            sys._getframe(1).f_code.co_filename):
-        raise RuleBroken(f"this exercise's rule is: {_CODE_FROM_STRINGS_REFUSED[-1]} (your code ran code from a "
-                         "string with exec, eval or compile)")
+    if (
+        _CODE_FROM_STRINGS_REFUSED
+        and event in ("exec", "compile")
+        and is_student_code(sys._getframe(1).f_code.co_filename)
+    ):
+        raise RuleBroken(
+            f"this exercise's rule is: {_CODE_FROM_STRINGS_REFUSED[-1]} (your code ran code from a "
+            "string with exec, eval or compile)"
+        )
 
 
 @contextlib.contextmanager
@@ -436,10 +634,16 @@ def _library_roots() -> tuple[str, ...]:
 
     import autograder
 
-    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.abspath(autograder.__file__))}
+    roots = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.abspath(autograder.__file__)),
+    }
     return tuple(os.path.join(os.path.realpath(root), "") for root in roots) + tuple(
-        os.path.join(root, "") for root in roots)
+        os.path.join(root, "") for root in roots
+    )
 
 
 def is_student_code(filename: str) -> bool:
@@ -463,7 +667,8 @@ def _refusing_python_functions(rules: list[dict]):
                     swapped.append((function, function.__code__))
                     function.__code__ = _refusing_code(
                         f"this exercise's rule is: {rule['text']} (your code called {name})",
-                        len(function.__code__.co_freevars))
+                        len(function.__code__.co_freevars),
+                    )
     try:
         yield
     finally:
@@ -489,10 +694,13 @@ def _unseen_python_functions(target) -> list:
 def _refusing_code(message: str, free_variables: int):
     """Code that raises ``message``, with as many free variables as the code it stands in for (Python requires it)."""
     cells = [f"_cell{i}" for i in range(free_variables)]
-    source = ("def outer():\n" + "".join(f"    {cell} = None\n" for cell in cells)
-              + "    def refused(*args, **kwargs):\n"
-              + (f"        ({', '.join(cells)},)\n" if cells else "")
-              + f"        raise RuntimeError({message!r})\n    return refused\n")
+    source = (
+        "def outer():\n"
+        + "".join(f"    {cell} = None\n" for cell in cells)
+        + "    def refused(*args, **kwargs):\n"
+        + (f"        ({', '.join(cells)},)\n" if cells else "")
+        + f"        raise RuntimeError({message!r})\n    return refused\n"
+    )
     namespace = {}
     exec(compile(source, "<rule>", "exec"), namespace)  # noqa: S102 - our own code, built from our own text
     return namespace["outer"]().__code__

@@ -54,6 +54,8 @@ DEFAULT_TIMEOUT = 30.0  # seconds per cell and per call into student code
 def hidden_anyway(path: Path) -> bool:
     """Whether the sandbox hides ``path`` with one of the folders it always empties (the grader's home, /tmp...)."""
     return any(Path(path).resolve().is_relative_to(Path(h).resolve()) for h in (*HIDDEN, Path.home()))
+
+
 UNPRIVILEGED_UIDS = range(200_000, 1_000_000)  # for a sandbox started by root; no files belong to them
 
 
@@ -118,8 +120,10 @@ class Limits:
                 resource.setrlimit(which, (value, value))
             except (ValueError, OSError) as error:  # e.g. above a hard limit set by whoever started the grader
                 hard = resource.getrlimit(which)[1]
-                failed.append(f"the {name} limit ({shown(value)}) could not be set: {error} "
-                              f"(the hard limit here is {'unlimited' if hard == resource.RLIM_INFINITY else shown(hard)})")
+                failed.append(
+                    f"the {name} limit ({shown(value)}) could not be set: {error} "
+                    f"(the hard limit here is {'unlimited' if hard == resource.RLIM_INFINITY else shown(hard)})"
+                )
         # Writing past the file-size limit then raises OSError(EFBIG) instead of killing the process.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         return failed
@@ -219,7 +223,9 @@ class Sandbox:
         except BaseException as error:
             self.cleanup()
             if isinstance(error, OSError | shutil.Error):
-                raise GradingError(f"could not be graded: could not make the scratch copy of {self.submission}: {error}") from None
+                raise GradingError(
+                    f"could not be graded: could not make the scratch copy of {self.submission}: {error}"
+                ) from None
             raise
         return self
 
@@ -248,9 +254,14 @@ class Sandbox:
         threads = os.environ.get("OMP_NUM_THREADS") or str(min(os.cpu_count() or 1, 8))
         return {
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
-            "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
-            "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
-            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+            "HOME": home,
+            "TMPDIR": home,
+            "LANG": "C.UTF-8",
+            "MPLBACKEND": "Agg",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
             "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per arena otherwise
             GRADING_ENV: "1",  # notebooks cut their long demonstrations short (coursetools.budget)
         }
@@ -268,8 +279,16 @@ class Sandbox:
         hidden = sorted({p for p in hidden if not any(p != h and p.is_relative_to(h) for h in hidden)})
         shown = self._shown()
         bwrap = shutil.which(os.environ.get(BWRAP_ENV, "bwrap")) or "bwrap"
-        command = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-                   "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+        command = [
+            bwrap,
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+        ]
         if self.uid is None:
             command.append("--unshare-user")
         else:  # root: bubblewrap would keep every capability; the worker needs two, to switch to self.uid
@@ -302,5 +321,7 @@ class Sandbox:
 
 
 def unsandboxed_note(reason: str) -> str:
-    return (f"note: checking without a sandbox: {reason}. Your code runs with your own permissions; "
-            "the memory and file-size limits still apply.")
+    return (
+        f"note: checking without a sandbox: {reason}. Your code runs with your own permissions; "
+        "the memory and file-size limits still apply."
+    )

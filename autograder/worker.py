@@ -82,15 +82,22 @@ def main() -> None:
                     # dont_inherit: compile as a kernel does, without this module's `from __future__ import annotations`
                     exec(compile(body, name, "exec", dont_inherit=True), namespace)
                     if last is not None:
-                        recorder.result(eval(compile(last, name, "eval", dont_inherit=True), namespace), request["index"])
+                        recorder.result(
+                            eval(compile(last, name, "eval", dont_inherit=True), namespace), request["index"]
+                        )
             else:
                 function = getattr(adapters, request["name"])
                 with enforced(request["rules"], namespace):
                     reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
         except BaseException as error:  # noqa: BLE001 - SystemExit included: report, keep serving
             vars(builtins).update(pristine_builtins)
-            reply = {"nonce": request["nonce"], "ok": False, "error": explain(error), "stub": is_stub(error),
-                     "rule": isinstance(error, RuleBroken)}
+            reply = {
+                "nonce": request["nonce"],
+                "ok": False,
+                "error": explain(error),
+                "stub": is_stub(error),
+                "rule": isinstance(error, RuleBroken),
+            }
             recorder.outputs.append(outputs.error(type(error).__name__, reply["error"]))
         vars(builtins).update(pristine_builtins)
         if request["op"] == "exec":
@@ -98,9 +105,7 @@ def main() -> None:
         try:
             payload = wire.dump_reply(reply)
         except Exception as error:  # noqa: BLE001
-            payload = wire.dump_reply(
-                {"nonce": request["nonce"], "ok": False, "error": f"unsendable result: {error}"}
-            )
+            payload = wire.dump_reply({"nonce": request["nonce"], "ok": False, "error": f"unsendable result: {error}"})
         wire.send(reply_fd, payload)
 
 

@@ -85,28 +85,48 @@ SDPA, DECODER, CROSS = "scaled_dot_product_attention", "decoder_mask", "cross_at
 
 ATTACKS = [
     # The issue's list: what each did to an unsandboxed grader.
-    Attack("edits_checks", SDPA,
-           "import autograder.checks.nb04_attention as checks\n"
-           "open(checks.__file__, 'a').write('\\nEXERCISES = []  # every later grading passes\\n')", DENIED),
+    Attack(
+        "edits_checks",
+        SDPA,
+        "import autograder.checks.nb04_attention as checks\n"
+        "open(checks.__file__, 'a').write('\\nEXERCISES = []  # every later grading passes\\n')",
+        DENIED,
+    ),
     Attack("writes_outside", DECODER, WRITES_OUTSIDE, DENIED),
-    Attack("kills_grader", CROSS,
-           "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept PermissionError:\n    pass",
-           (), harmless=True),
+    Attack(
+        "kills_grader",
+        CROSS,
+        "import os, signal\ntry:\n    os.kill(os.getppid(), signal.SIGKILL)\nexcept PermissionError:\n    pass",
+        (),
+        harmless=True,
+    ),
     Attack("leaves_daemon", SDPA, DAEMON, (), harmless=True),
     Attack("allocates_6gb", DECODER, "import torch\nhog = torch.ones(6 * 2**30 // 4)", ("more than 3 GB of memory",)),
-    Attack("opens_sockets", CROSS,
-           "import socket\nserver = socket.create_server(('0.0.0.0', 0))\n"
-           "socket.create_connection(('127.0.0.1', {port}), timeout=5).sendall(b'leaked')", ("Connection refused",)),
+    Attack(
+        "opens_sockets",
+        CROSS,
+        "import socket\nserver = socket.create_server(('0.0.0.0', 0))\n"
+        "socket.create_connection(('127.0.0.1', {port}), timeout=5).sendall(b'leaked')",
+        ("Connection refused",),
+    ),
     Attack("reads_environment", SDPA, "import os\nleaked = os.environ['{secret}']", ("KeyError",)),
     # The other limits.
     Attack("fork_bomb", DECODER, FORK_BOMB, ("more than 256 processes or threads",)),
-    Attack("writes_huge_file", CROSS, "with open('huge.bin', 'wb') as f:\n    f.write(bytes(16 * 2**20))",
-           ("larger than 8 MB",)),
+    Attack(
+        "writes_huge_file",
+        CROSS,
+        "with open('huge.bin', 'wb') as f:\n    f.write(bytes(16 * 2**20))",
+        ("larger than 8 MB",),
+    ),
     # The exercise's rule, dodged by keeping a reference to the forbidden function before any check runs.
-    Attack("keeps_forbidden_reference", SDPA,
-           "attend = F.scaled_dot_product_attention\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
-           "    return torch.nan_to_num(attend(q, k, v, attn_mask=mask))\n",
-           ("this exercise's rule is: use your attention_weights",), alone=True),
+    Attack(
+        "keeps_forbidden_reference",
+        SDPA,
+        "attend = F.scaled_dot_product_attention\n\n\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    return torch.nan_to_num(attend(q, k, v, attn_mask=mask))\n",
+        ("this exercise's rule is: use your attention_weights",),
+        alone=True,
+    ),
 ]
 
 COURSE_FILES = ("autograder", "coursetools", "solutions", "course", "data", "nbgrader_config.py")

@@ -49,9 +49,12 @@ def in_process_notebooks() -> dict[str, str]:
     import test_checks
     import test_wrong_implementations
 
-    return {f"{Path(module.__file__).resolve().relative_to(ROOT).as_posix()}::{cls.__name__}": cls.notebook
-            for module in (test_checks, test_wrong_implementations)
-            for cls in vars(module).values() if isinstance(cls, type) and hasattr(cls, "notebook")}
+    return {
+        f"{Path(module.__file__).resolve().relative_to(ROOT).as_posix()}::{cls.__name__}": cls.notebook
+        for module in (test_checks, test_wrong_implementations)
+        for cls in vars(module).values()
+        if isinstance(cls, type) and hasattr(cls, "notebook")
+    }
 
 
 def suite_scope(nodeid: str, notebook_of: dict[str, str]) -> str:

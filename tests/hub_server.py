@@ -19,8 +19,16 @@ from pathlib import Path
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
-def _handler(repos: dict[str, Path], requests: list[str], *, etags: dict[str, str], cut_after: int | None,
-             fail_gets: int, ranges: bool, cdn: dict[str, str]):
+def _handler(
+    repos: dict[str, Path],
+    requests: list[str],
+    *,
+    etags: dict[str, str],
+    cut_after: int | None,
+    fail_gets: int,
+    ranges: bool,
+    cdn: dict[str, str],
+):
     state = {"cut": cut_after is None, "fail_gets": fail_gets}
     lock = threading.Lock()
 
@@ -82,7 +90,7 @@ def _handler(repos: dict[str, Path], requests: list[str], *, etags: dict[str, st
             self.send_header("Content-Length", str(len(data) - start))
             self.end_headers()
             if body:
-                self.wfile.write(data[start:start + cut_after] if cut else data[start:])
+                self.wfile.write(data[start : start + cut_after] if cut else data[start:])
                 if cut:  # the connection drops mid-file
                     self.wfile.flush()
                     self.close_connection = True
@@ -100,8 +108,16 @@ def _handler(repos: dict[str, Path], requests: list[str], *, etags: dict[str, st
 
 
 @contextlib.contextmanager
-def serving(repos: dict[str, Path], *, datasets: dict[str, Path] | None = None, etags: dict[str, str] | None = None,
-            cut_after: int | None = None, fail_gets: int = 0, ranges: bool = True, lfs: bool = False):
+def serving(
+    repos: dict[str, Path],
+    *,
+    datasets: dict[str, Path] | None = None,
+    etags: dict[str, str] | None = None,
+    cut_after: int | None = None,
+    fail_gets: int = 0,
+    ranges: bool = True,
+    lfs: bool = False,
+):
     """Yield (endpoint URL, list of requests seen) while serving model ``repos`` and ``datasets`` ({repo id: folder}).
 
     Requests are recorded as ``"GET /path"``, with ``" [bytes=N-]"`` appended when a Range was asked.
@@ -115,8 +131,9 @@ def serving(repos: dict[str, Path], *, datasets: dict[str, Path] | None = None, 
     requests: list[str] = []
     served = dict(repos) | {f"datasets/{repo}": folder for repo, folder in (datasets or {}).items()}
     cdn: dict[str, str] = {}
-    handler = _handler(served, requests, etags=etags or {}, cut_after=cut_after, fail_gets=fail_gets,
-                       ranges=ranges, cdn=cdn)
+    handler = _handler(
+        served, requests, etags=etags or {}, cut_after=cut_after, fail_gets=fail_gets, ranges=ranges, cdn=cdn
+    )
     servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) for _ in range(2 if lfs else 1)]
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -95,5 +95,14 @@ def run_here(nb, cwd: Path) -> dict:
     return namespace
 
 
-__all__ = ["NOTEBOOKS", "ROOT", "answer_source", "read", "release_path", "require_sandbox", "run_here", "solution_path",
-           "with_answer"]
+__all__ = [
+    "NOTEBOOKS",
+    "ROOT",
+    "answer_source",
+    "read",
+    "release_path",
+    "require_sandbox",
+    "run_here",
+    "solution_path",
+    "with_answer",
+]

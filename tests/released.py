@@ -37,8 +37,14 @@ def every_notebook_released() -> Generation:
     folder = Path(tempfile.mkdtemp(prefix="released-"))
     shutil.copytree(ROOT / "solutions", folder / "solutions")
     shutil.copy(ROOT / "nbgrader_config.py", folder)
-    done = subprocess.run([Path(sys.executable).parent / "nbgrader", "generate_assignment", "*", "--log-level=WARN"],
-                          cwd=folder, env=nbgrader_environment(), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [Path(sys.executable).parent / "nbgrader", "generate_assignment", "*", "--log-level=WARN"],
+        cwd=folder,
+        env=nbgrader_environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return Generation(folder, done.stdout + done.stderr)
 

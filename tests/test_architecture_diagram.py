@@ -63,8 +63,9 @@ def test_every_label_fits_in_its_box():
             if box is None or text.get_text().strip() in ("", "+"):
                 continue
             inner, outer = text.get_window_extent(renderer), box.get_window_extent(renderer)
-            assert outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0 and inner.y1 <= outer.y1, \
+            assert outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0 and inner.y1 <= outer.y1, (
                 f"{text.get_text()!r} overflows its box"
+            )
             placed += 1
         assert placed == len(boxes), "every box holds its label"
     finally:
@@ -73,6 +74,7 @@ def test_every_label_fits_in_its_box():
 
 def test_the_facts_each_model_shows():
     """The parts that tell the four models apart are in their drawings."""
+
     def texts(name):
         fig = draw_architectures([name])
         try:
@@ -115,8 +117,12 @@ def test_the_drawing_carries_its_alt_text(models):
     assert all(model.title in alt for model in drawn)
     if len(drawn) == 1:
         column_items = [item for column in drawn[0].columns for item in column.items]
-        parts = [" ".join(box.label.split()) for item in column_items
-                 for box in (item.boxes if isinstance(item, Row) else (item,)) if isinstance(box, Box)]
+        parts = [
+            " ".join(box.label.split())
+            for item in column_items
+            for box in (item.boxes if isinstance(item, Row) else (item,))
+            if isinstance(box, Box)
+        ]
         found = 0
         for part in parts:  # said in the order they are drawn, input first
             assert part in alt[found:], f"{part!r} is missing, or said out of order"

@@ -34,8 +34,10 @@ def _attention(layers=3, heads=4):
     seq = len(TOKENS)
     g = torch.Generator().manual_seed(0)
     causal = torch.ones(seq, seq, dtype=torch.bool).tril()
-    return [torch.softmax(torch.randn(1, heads, seq, seq, generator=g).masked_fill(~causal, float("-inf")), -1)
-            for _ in range(layers)]
+    return [
+        torch.softmax(torch.randn(1, heads, seq, seq, generator=g).masked_fill(~causal, float("-inf")), -1)
+        for _ in range(layers)
+    ]
 
 
 def _render(url: str, timeout_ms: int = 90000) -> dict:
@@ -83,15 +85,28 @@ def test_bertviz_alone_stays_blank_offline(tmp_path):
 def test_view_draws_offline_inside_jupyterlab(tmp_path):
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("head_view(attention, tokens)")
-    cell.outputs = [nbformat.v4.new_output(
-        "display_data", data={"text/html": attention_html(_attention(), TOKENS, "head"), "text/plain": "<HTML>"})]
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "display_data", data={"text/html": attention_html(_attention(), TOKENS, "head"), "text/plain": "<HTML>"}
+        )
+    ]
     nb.cells = [cell]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, tmp_path / "view.ipynb")
-    env = dict(os.environ, JUPYTER_DATA_DIR=str(tmp_path / "data"), JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
-    subprocess.run([Path(sys.executable).parent / "jupyter", "trust", "view.ipynb"], cwd=tmp_path, env=env,
-                   check=True, capture_output=True, timeout=60)  # JupyterLab runs scripts of trusted notebooks only
+    env = dict(
+        os.environ,
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
+    subprocess.run(
+        [Path(sys.executable).parent / "jupyter", "trust", "view.ipynb"],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )  # JupyterLab runs scripts of trusted notebooks only
     with jupyter_lab(tmp_path, env=env) as lab:
         result = _render(lab.tree("view.ipynb"))
     assert result["error"] is None, result

@@ -48,7 +48,8 @@ def test_a_driver_imports_only_modules_that_exist(path, monkeypatch):
             imported.add(node.module)
             module = importlib.import_module(node.module)
             for alias in node.names:  # `from M import name`: a name M lacks is as broken as a missing M
-                assert hasattr(module, alias.name) or importlib.util.find_spec(f"{node.module}.{alias.name}"), \
+                assert hasattr(module, alias.name) or importlib.util.find_spec(f"{node.module}.{alias.name}"), (
                     f"{path.name}: {node.module} has no {alias.name}"
+                )
     missing = sorted(name for name in imported if name not in sys.modules and importlib.util.find_spec(name) is None)
     assert not missing, f"{path.name} imports modules that do not exist: {missing}"

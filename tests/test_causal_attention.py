@@ -59,10 +59,13 @@ class SDPACalls(TorchFunctionMode):
 def test_attention_is_causal_equals_the_causal_mask(kv_heads):
     torch.manual_seed(0)
     x = torch.randn(2, 7, 32)
-    for attention in (RotaryGroupedQueryAttention(32, 4, kv_heads, ReferenceRoPE(8, 16)),
-                      course.RotaryGQA(32, 4, kv_heads, course.RoPE(8, 16))):
-        _assert_same(_outputs_and_grads(attention, x, None, is_causal=True),
-                     _outputs_and_grads(attention, x, _causal(7)))
+    for attention in (
+        RotaryGroupedQueryAttention(32, 4, kv_heads, ReferenceRoPE(8, 16)),
+        course.RotaryGQA(32, 4, kv_heads, course.RoPE(8, 16)),
+    ):
+        _assert_same(
+            _outputs_and_grads(attention, x, None, is_causal=True), _outputs_and_grads(attention, x, _causal(7))
+        )
 
 
 def test_reference_refuses_a_mask_with_is_causal():
@@ -114,7 +117,7 @@ def test_reference_cache_uses_the_offset_mask():
     with torch.no_grad():
         full_logits = model(tokens)
         cache = KVCache(2)
-        steps = [model(tokens[:, :6], cache=cache)] + [model(tokens[:, i:i + 1], cache=cache) for i in range(6, 9)]
+        steps = [model(tokens[:, :6], cache=cache)] + [model(tokens[:, i : i + 1], cache=cache) for i in range(6, 9)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full_logits, atol=ATOL, rtol=0)
 
 

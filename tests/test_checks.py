@@ -18,8 +18,11 @@ from autograder.impl import LocalImpl
 def pytest_generate_tests(metafunc):
     if "check" in metafunc.fixturenames:
         exercises = checks_for(metafunc.cls.notebook).exercises
-        metafunc.parametrize("check", [c for e in exercises for c in e.checks],
-                             ids=[f"{e.id}::{c.name}" for e in exercises for c in e.checks])
+        metafunc.parametrize(
+            "check",
+            [c for e in exercises for c in e.checks],
+            ids=[f"{e.id}::{c.name}" for e in exercises for c in e.checks],
+        )
 
 
 class _NotebookChecks:

@@ -38,13 +38,18 @@ NOTEBOOK = "02_normalization"
 STUDENTS = {
     "full": Student({}, set()),
     "stub": Student(None, set(points(NOTEBOOK))),
-    "cheater": Student({e: wrong(NOTEBOOK, e) + PATCH_TORCH + FAKE_AUTOGRADER for e in points(NOTEBOOK)},
-                       set(points(NOTEBOOK))),
+    "cheater": Student(
+        {e: wrong(NOTEBOOK, e) + PATCH_TORCH + FAKE_AUTOGRADER for e in points(NOTEBOOK)}, set(points(NOTEBOOK))
+    ),
     # Its RMSNorm cell ends the process, and its LayerNorm cell hangs when the grader replays it: both cost
     # their own points, with a report, and the others' grades are as they would be without this student.
-    "replayer": Student({"layer_norm": REPLAYS_DIFFERENTLY + right(NOTEBOOK, "layer_norm"),
-                         "rms_norm": right(NOTEBOOK, "rms_norm") + "\nimport os\nos._exit(1)\n"},
-                        set(points(NOTEBOOK))),
+    "replayer": Student(
+        {
+            "layer_norm": REPLAYS_DIFFERENTLY + right(NOTEBOOK, "layer_norm"),
+            "rms_norm": right(NOTEBOOK, "rms_norm") + "\nimport os\nos._exit(1)\n",
+        },
+        set(points(NOTEBOOK)),
+    ),
 }
 # Seconds per cell or call: the replayer's hang costs this much each time it is graded. Notebook 02's cells and
 # checks take well under a second each, sandboxed, on the busy 2-core machine.
@@ -60,7 +65,9 @@ def make_class(folder: Path, students: dict | None = None) -> Path:
     release = read(folder / "course" / NOTEBOOK / f"{NOTEBOOK}.ipynb")
     for name, student in (students or STUDENTS).items():
         (folder / "submitted" / name / NOTEBOOK).mkdir(parents=True)
-        nbformat.write(submission(release, NOTEBOOK, student), folder / "submitted" / name / NOTEBOOK / f"{NOTEBOOK}.ipynb")
+        nbformat.write(
+            submission(release, NOTEBOOK, student), folder / "submitted" / name / NOTEBOOK / f"{NOTEBOOK}.ipynb"
+        )
     (folder / "submitted" / BROKEN / NOTEBOOK).mkdir(parents=True)
     (folder / "submitted" / BROKEN / NOTEBOOK / f"{NOTEBOOK}.ipynb").write_text("{not a notebook")
     return folder
@@ -70,8 +77,10 @@ def gradebook_scores(folder: Path) -> dict[str, dict[str, float]]:
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gradebook:
-        return {s.student.id: {g.name: g.score for g in s.notebooks[0].grades}
-                for s in gradebook.find_assignment(NOTEBOOK).submissions}
+        return {
+            s.student.id: {g.name: g.score for g in s.notebooks[0].grades}
+            for s in gradebook.find_assignment(NOTEBOOK).submissions
+        }
 
 
 def graded_files(folder: Path) -> dict[str, tuple[int, int]]:
@@ -93,8 +102,15 @@ def graded_files(folder: Path) -> dict[str, tuple[int, int]]:
 
 def grade_class(folder: Path, *args: str, **popen) -> subprocess.Popen:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.Popen([sys.executable, "-m", "autograder", "grade-class", NOTEBOOK, *args], cwd=folder, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autograder", "grade-class", NOTEBOOK, *args],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +151,11 @@ def verdicts(folder: Path, student: str) -> list[str]:
 def test_gradebook_equals_plain_nbgrader_autograde(classes):
     plain, parallel, _, _, _, _ = classes
     ours, theirs = gradebook_scores(parallel), gradebook_scores(plain)
-    differ = {s: (verdicts(parallel, s), verdicts(plain, s)) for s in ours.keys() | theirs.keys()
-              if ours.get(s) != theirs.get(s)}
+    differ = {
+        s: (verdicts(parallel, s), verdicts(plain, s))
+        for s in ours.keys() | theirs.keys()
+        if ours.get(s) != theirs.get(s)
+    }
     assert ours == theirs, differ
     for name, student in STUDENTS.items():  # and both are right
         assert ours[name] == {f"{e}_test": p * (e not in student.zero) for e, p in points(NOTEBOOK).items()}
@@ -149,8 +168,9 @@ def test_resume_grades_the_rest_and_nothing_twice(classes):
     assert {name: after[name] for name in done_before} == done_before
     summary = out.splitlines()[0]
     regraded = len(STUDENTS) - len(done_before)
-    assert summary.startswith(f"{NOTEBOOK}: {regraded} graded, {len(done_before)} already graded (skipped), "
-                              "0 could not be graded, 1 failed")
+    assert summary.startswith(
+        f"{NOTEBOOK}: {regraded} graded, {len(done_before)} already graded (skipped), 0 could not be graded, 1 failed"
+    )
 
 
 def test_a_broken_submission_costs_only_its_student(classes):
@@ -193,7 +213,12 @@ def test_student_code_cannot_read_the_class_grades(tmp_path):
     seen = {}
     for name, private in (("hidden", private_paths(CourseDirectory(root=str(tmp_path)))), ("shown", [])):
         with Sandbox(folder, tmp_path, private) as sandbox:
-            seen[name] = subprocess.run(sandbox.wrap(["cat", str(tmp_path / "grades.csv")]), capture_output=True,
-                                        text=True, env=sandbox.environment(), timeout=60).stdout
+            seen[name] = subprocess.run(
+                sandbox.wrap(["cat", str(tmp_path / "grades.csv")]),
+                capture_output=True,
+                text=True,
+                env=sandbox.environment(),
+                timeout=60,
+            ).stdout
     assert "alice" in seen["shown"]  # the control: without the private path the file is readable
     assert "alice" not in seen["hidden"]

@@ -70,8 +70,9 @@ def make_class(folder: Path) -> Path:
 
 def autograder(folder: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run([sys.executable, "-m", "autograder", *args], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "autograder", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @dataclass
@@ -106,7 +107,7 @@ def test_pass_rates(reported):
     assert table[0].split() == ["exercise", "pass", "rate", "passed", "failing", "not", "started", "n"]
     for title in (LAYER_NORM, RMS_NORM):
         (line,) = [line for line in table if line.startswith(title)]
-        assert line[len(title):].split() == ["40%", "2", "2", "1", "5"]
+        assert line[len(title) :].split() == ["40%", "2", "2", "1", "5"]
 
 
 def test_the_mistake_two_students_made_comes_first(reported):
@@ -174,18 +175,24 @@ def test_refuses_without_a_gradebook(tmp_path, capsys):
 
 def test_reading_a_verdict():
     """The lines of a failed verdict that name checks, a multi-line message, and numbers grouped away."""
-    message = ("your answer cell (cell 4) failed: ValueError: 3 != 4\n"
-               "output matches: the shapes differ: [2, 3] against [2, 4]\nsecond line of it\n"
-               "grads: eps=1e-05 is used twice\n(the same for 2 more checks)")
+    message = (
+        "your answer cell (cell 4) failed: ValueError: 3 != 4\n"
+        "output matches: the shapes differ: [2, 3] against [2, 4]\nsecond line of it\n"
+        "grads: eps=1e-05 is used twice\n(the same for 2 more checks)"
+    )
     assert failed_checks(message, ["output matches", "grads"]) == [
         (ANSWER_CELL, "your answer cell (cell 4) failed: ValueError: 3 != 4"),
         ("output matches", "the shapes differ: [2, 3] against [2, 4]"),
-        ("grads", "eps=1e-05 is used twice")]
+        ("grads", "eps=1e-05 is used twice"),
+    ]
     assert normalise("the shapes  differ: [2, 3] vs -0.5, eps=1e-05; x32 in float16") == (
-        "the shapes differ: [#, #] vs #, eps=#; x32 in float16")
+        "the shapes differ: [#, #] vs #, eps=#; x32 in float16"
+    )
     # One mistake's messages: the numbers they share are kept, the ones that differ masked.
-    assert masked_where_they_differ(["divide by d - 1: got 0.53 at [2, 3]", "divide by d - 1:  got 0.61 at [2, 4]"]) \
+    assert (
+        masked_where_they_differ(["divide by d - 1: got 0.53 at [2, 3]", "divide by d - 1:  got 0.61 at [2, 4]"])
         == "divide by d - 1: got # at [2, #]"
+    )
     assert masked_where_they_differ(["exit status 7"]) == "exit status 7"
 
 

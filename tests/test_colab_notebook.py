@@ -27,13 +27,31 @@ NOTEBOOK = ROOT / "colab" / "tinystories_colab.ipynb"
 def _execute(tmp_path, stop_after):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     (index,) = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
-    overrides = [*TINY, "data.source=sample", f"data.dir={tmp_path}/data", "train.device=cpu",
-                 "train.precision=fp32", "train.max_steps=8", "train.warmup_steps=2", "train.eval_interval=4",
-                 "train.eval_batches=1", "sample.n=1", "sample.max_new_tokens=8"]
-    injected = "\n".join([
-        f"REPO = {str(ROOT)!r}", "NOTEBOOKS = 'none'", "INSTALL = False", f"RUN_DIR = {str(tmp_path / 'run')!r}",
-        f"OVERRIDES = {overrides!r}", "PREFLIGHT_STEPS = 4", "CHECKPOINT_MINUTES = 1e-4",
-        f"STOP_AFTER = {stop_after!r}"])
+    overrides = [
+        *TINY,
+        "data.source=sample",
+        f"data.dir={tmp_path}/data",
+        "train.device=cpu",
+        "train.precision=fp32",
+        "train.max_steps=8",
+        "train.warmup_steps=2",
+        "train.eval_interval=4",
+        "train.eval_batches=1",
+        "sample.n=1",
+        "sample.max_new_tokens=8",
+    ]
+    injected = "\n".join(
+        [
+            f"REPO = {str(ROOT)!r}",
+            "NOTEBOOKS = 'none'",
+            "INSTALL = False",
+            f"RUN_DIR = {str(tmp_path / 'run')!r}",
+            f"OVERRIDES = {overrides!r}",
+            "PREFLIGHT_STEPS = 4",
+            "CHECKPOINT_MINUTES = 1e-4",
+            f"STOP_AFTER = {stop_after!r}",
+        ]
+    )
     nb.cells.insert(index + 1, nbformat.v4.new_code_cell(injected, id="injected-parameters"))
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     return nb
@@ -90,11 +108,25 @@ def test_colab_requirements_are_the_lock_without_torch_and_its_own_packages():
 
 
 def test_colab_requirements_leave_out_cuda_packages_and_what_the_installed_torch_needs():
-    pins = {"torch": "2.13.0", "triton": "3.7.1", "nvidia-cublas": "13.1.1.3", "cuda-bindings": "13.5.0",
-            "sympy": "1.14.0", "mpmath": "1.3.0", "numpy": "2.4.6", "einops": "0.8.2"}
-    metadata = {"torch": ["sympy>=1.13.3", "nvidia-cublas==13.1.1.3; platform_system == 'Linux'",
-                          "optree>=0.13.0; extra == 'optree'"],
-                "sympy": ["mpmath<1.4,>=1.1.0"], "mpmath": []}
+    pins = {
+        "torch": "2.13.0",
+        "triton": "3.7.1",
+        "nvidia-cublas": "13.1.1.3",
+        "cuda-bindings": "13.5.0",
+        "sympy": "1.14.0",
+        "mpmath": "1.3.0",
+        "numpy": "2.4.6",
+        "einops": "0.8.2",
+    }
+    metadata = {
+        "torch": [
+            "sympy>=1.13.3",
+            "nvidia-cublas==13.1.1.3; platform_system == 'Linux'",
+            "optree>=0.13.0; extra == 'optree'",
+        ],
+        "sympy": ["mpmath<1.4,>=1.1.0"],
+        "mpmath": [],
+    }
 
     def requires(name):
         if name not in metadata:

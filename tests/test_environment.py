@@ -64,9 +64,21 @@ def test_binder_requirements_resolve_to_exactly_the_lock(tmp_path):
     requirements.write_text("\n".join(line for line in pip if not line.startswith("--extra-index-url")))
     report = tmp_path / "report.json"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-         "--report", str(report), "-r", str(requirements)],
-        check=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--report",
+            str(report),
+            "-r",
+            str(requirements),
+        ],
+        check=True,
+        timeout=600,
     )
     resolved = {
         envfiles.canonical(item["metadata"]["name"]): item["metadata"]["version"].split("+")[0]
@@ -108,8 +120,14 @@ def _make_dry_run(tmp_path, torch_choice, gpu_listing):
     fake.write_text(f"#!/bin/sh\necho '{gpu_listing}'\n" if gpu_listing else "#!/bin/sh\nexit 9\n")
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
-    return subprocess.run(["make", "-n", f"VENV={tmp_path}/venv", f"TORCH={torch_choice}", "export"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["make", "-n", f"VENV={tmp_path}/venv", f"TORCH={torch_choice}", "export"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _torch_commands(output):
@@ -120,8 +138,12 @@ def _torch_commands(output):
 def test_make_installs_the_cpu_or_the_cuda_build_of_the_locked_torch(tmp_path):
     version = envfiles.lock_pins()["torch"]
     gpu = "GPU 0: Tesla T4 (UUID: GPU-0)"
-    for choice, listing, build in [("auto", None, "cpu"), ("auto", gpu, "cuda"), ("cpu", gpu, "cpu"),
-                                   ("cuda", None, "cuda")]:
+    for choice, listing, build in [
+        ("auto", None, "cpu"),
+        ("auto", gpu, "cuda"),
+        ("cpu", gpu, "cpu"),
+        ("cuda", None, "cuda"),
+    ]:
         result = _make_dry_run(tmp_path, choice, listing)
         assert result.returncode == 0, result.stderr
         commands = _torch_commands(result.stdout)
@@ -162,8 +184,9 @@ NEWEST_MINOR = 14  # the newest Python release (3.14, October 2025)
 
 def _version(python: str) -> tuple[int, int, int] | None:
     try:
-        done = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:3])"], capture_output=True,
-                              text=True, timeout=30)
+        done = subprocess.run(
+            [python, "-c", "import sys; print(*sys.version_info[:3])"], capture_output=True, text=True, timeout=30
+        )
     except OSError:
         return None
     return tuple(map(int, done.stdout.split())) if done.returncode == 0 else None
@@ -175,8 +198,11 @@ def _pythons() -> dict[int, tuple[tuple[int, int, int], str]]:
     for a package's Requires-Python): python3 on PATH and Debian's /usr/bin/python3, python3.M, and pyenv's."""
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
     candidates = {"/usr/bin/python3", *(str(p) for p in pyenv.glob("3.*/bin/python3"))}
-    candidates |= {found for name in ("python3", *(f"python3.{m}" for m in range(OLDEST_MINOR, NEWEST_MINOR + 1)))
-                   if (found := shutil.which(name))}
+    candidates |= {
+        found
+        for name in ("python3", *(f"python3.{m}" for m in range(OLDEST_MINOR, NEWEST_MINOR + 1)))
+        if (found := shutil.which(name))
+    }
     found: dict[int, tuple[tuple[int, int, int], str]] = {}
     for python in sorted(candidates):
         version = _version(python)
@@ -199,12 +225,30 @@ def test_every_locked_version_installs_on_each_python_the_readme_promises(minor,
     (version, interpreter) = python
     report = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", interpreter, "install", "--dry-run", "--ignore-installed",
-         "--no-deps", "--quiet", "--report", str(report), "-r", str(ROOT / "requirements.lock")],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            interpreter,
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-deps",
+            "--quiet",
+            "--report",
+            str(report),
+            "-r",
+            str(ROOT / "requirements.lock"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     said = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
     assert done.returncode == 0, f"Python {'.'.join(map(str, version))} ({interpreter}): {said[-2:]}"
-    resolved = {envfiles.canonical(item["metadata"]["name"]): item["metadata"]["version"].split("+")[0]
-                for item in json.loads(report.read_text())["install"]}
+    resolved = {
+        envfiles.canonical(item["metadata"]["name"]): item["metadata"]["version"].split("+")[0]
+        for item in json.loads(report.read_text())["install"]
+    }
     assert resolved == envfiles.lock_pins()

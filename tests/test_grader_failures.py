@@ -58,8 +58,9 @@ def hiding(folder: Path, what: str = "autograder") -> dict[str, str]:
 
 
 def _autograder(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autograder", *args], capture_output=True, text=True, timeout=600,
-                          cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "autograder", *args], capture_output=True, text=True, timeout=600, cwd=cwd, env=env
+    )
 
 
 def _course_with(tmp_path: Path, nb) -> Path:
@@ -135,8 +136,11 @@ def test_nbgrader_autograde_fails_the_submission_and_records_no_score(tmp_path):
     _no_scores(tmp_path, ["full"])
     report = _autograder("report", NOTEBOOK, cwd=tmp_path)  # the report lists it as ungraded, with the reason
     assert report.returncode == 0, report.stderr[-2000:]
-    assert "no graded submissions" in report.stdout and "1 could not be graded: full (could not be graded" in \
-        report.stdout and "No module named 'autograder'" in report.stdout, report.stdout
+    assert (
+        "no graded submissions" in report.stdout
+        and "1 could not be graded: full (could not be graded" in report.stdout
+        and "No module named 'autograder'" in report.stdout
+    ), report.stdout
     # once the set-up is mended, it grades, and the reason is gone
     assert nbgrader(tmp_path, "autograde", NOTEBOOK).returncode == 0
     assert "could not be graded" not in _autograder("report", NOTEBOOK, cwd=tmp_path).stdout
@@ -163,8 +167,14 @@ STUDENTS = {name: Student({}, set()) for name in ("ann", "bob", "cy", "dee", "ev
 def test_grade_class_stops_before_grading_anyone(tmp_path):
     require_sandbox()
     course = make_class(tmp_path / "class", STUDENTS)
-    done = subprocess.run([sys.executable, "-m", "autograder", "grade-class", NOTEBOOK], cwd=course,
-                          env=hiding(tmp_path), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "autograder", "grade-class", NOTEBOOK],
+        cwd=course,
+        env=hiding(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 2, (done.stdout, done.stderr[-3000:])
     assert "nobody was graded" in done.stderr and "FAIL  worker" in done.stderr, done.stderr
     assert "No module named 'autograder'" in done.stderr and "fix:" in done.stderr
@@ -188,8 +198,14 @@ def test_grade_class_past_its_preflight_stops_after_the_first_few(tmp_path):
     shutil.rmtree(course / "submitted" / BROKEN)  # a failure of its own, which is not the set-up's
     env = hiding(tmp_path)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    done = subprocess.run([sys.executable, "-c", EARLY_STOP.format(notebook=NOTEBOOK)], cwd=course, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", EARLY_STOP.format(notebook=NOTEBOOK)],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     count, stop_after, ungraded, stopped = done.stdout.strip().splitlines()[-4:]
     # one worker, handed one submission at a time: exactly the first STOP_AFTER were tried
@@ -261,8 +277,9 @@ def test_a_restart_replays_a_cell_that_raised_after_its_definitions(tmp_path):
     assert cells == sum(line.startswith("running cells ") for line in phases["raising"]) + 1, said
     again = said.index("starting Python again")
     assert said.count("starting Python again") == 1 and said[again - 1].startswith("checks "), said
-    replayed = [line.split(" (")[0] for line in said[again + 1:again + cells]]
+    replayed = [line.split(" (")[0] for line in said[again + 1 : again + cells]]
     assert replayed == [f"replaying cells {i}/{cells - 1}" for i in range(1, cells)], said
     step, total = map(int, said[again - 1].split()[1].split("/"))
-    assert [line.split(" (")[0] for line in said[again + cells:]] == [
-        f"checks {j}/{total}" for j in range(step + 1, total + 1)], said
+    assert [line.split(" (")[0] for line in said[again + cells :]] == [
+        f"checks {j}/{total}" for j in range(step + 1, total + 1)
+    ], said

@@ -37,16 +37,28 @@ def test_the_recipe_records_only_the_assignment_it_teaches(tmp_path):
     shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
     before = {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "course").rglob("*") if p.is_file()}
     nbgrader = [str(Path(sys.executable).parent / "nbgrader")]
-    done = subprocess.run(nbgrader + shlex.split(generate)[1:] + ["--log-level=WARN"], cwd=tmp_path,
-                          env=nbgrader_environment(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        nbgrader + shlex.split(generate)[1:] + ["--log-level=WARN"],
+        cwd=tmp_path,
+        env=nbgrader_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     from nbgrader.api import Gradebook
 
     quiet_gradebook_warnings()
     with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:
         gradebook.add_student("alice")
-    exported = subprocess.run(nbgrader + ["export", "--log-level=WARN"], cwd=tmp_path, env=nbgrader_environment(),
-                              capture_output=True, text=True, timeout=300)
+    exported = subprocess.run(
+        nbgrader + ["export", "--log-level=WARN"],
+        cwd=tmp_path,
+        env=nbgrader_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert exported.returncode == 0, exported.stderr[-2000:]
     with (tmp_path / "grades.csv").open() as file:
         rows = [(row["assignment"], row["student_id"]) for row in csv.DictReader(file)]

@@ -72,20 +72,26 @@ def test_the_chart_version_and_licence_are_kept_with_its_schema():
     sources = (CHART / "SOURCES.md").read_text()
     assert "4.4.0" in sources and "BSD 3-Clause" in sources
     assert "Redistribution and use in source and binary forms" in (CHART / "LICENSE").read_text()
-    assert "helm upgrade --install" in (KUBERNETES / "values.yaml").read_text() and "--version 4.4.0" in (
-        KUBERNETES / "values.yaml").read_text()
+    assert (
+        "helm upgrade --install" in (KUBERNETES / "values.yaml").read_text()
+        and "--version 4.4.0" in (KUBERNETES / "values.yaml").read_text()
+    )
 
 
 def test_the_values_file_passes_the_charts_schema():
     assert _errors(_load(KUBERNETES / "values.yaml")) == []
 
 
-@pytest.mark.parametrize("broken", [
-    {"singleuser": {"imagee": {"name": "x"}}},  # a misspelt key
-    {"singleuser": {"storage": {"type": "nfs"}}},  # not one of dynamic, static, none
-    {"singleuser": {"image": {"name": ["not", "a", "string"]}}},
-    {"hub": None},  # a required section removed
-], ids=["misspelt key", "unknown storage type", "wrong type", "required section removed"])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"singleuser": {"imagee": {"name": "x"}}},  # a misspelt key
+        {"singleuser": {"storage": {"type": "nfs"}}},  # not one of dynamic, static, none
+        {"singleuser": {"image": {"name": ["not", "a", "string"]}}},
+        {"hub": None},  # a required section removed
+    ],
+    ids=["misspelt key", "unknown storage type", "wrong type", "required section removed"],
+)
 def test_the_check_refuses_what_the_chart_refuses(broken):
     values = _overlaid(_load(KUBERNETES / "values.yaml"), broken)
     assert _errors(values), f"the schema accepted {broken}"
@@ -110,8 +116,14 @@ def test_the_values_use_the_course_image_a_shared_exchange_and_a_real_login():
 
 def _spawner(*groups: str):
     user = SimpleNamespace(name="someone", groups=[SimpleNamespace(name=g) for g in groups])
-    return SimpleNamespace(user=user, environment={"COURSE_EXCHANGE": "/srv/nbgrader/exchange"}, privileged=False,
-                           allow_privilege_escalation=False, node_selector={}, tolerations=[])
+    return SimpleNamespace(
+        user=user,
+        environment={"COURSE_EXCHANGE": "/srv/nbgrader/exchange"},
+        privileged=False,
+        allow_privilege_escalation=False,
+        node_selector={},
+        tolerations=[],
+    )
 
 
 def test_the_hubs_extra_configuration_gives_instructors_their_tools_and_the_grading_pod():

@@ -101,8 +101,13 @@ def _skip_reason() -> str | None:
     # private folder (pyenv under /root, this project's CI machines) is lent to them (``_lent_python``).
     import nbgrader
 
-    for path in (ROOT / "nbgrader_config.py", solution_path(NOTEBOOK), Path(sys.executable),
-                 Path(nbgrader.__file__), Path(sys.base_prefix) / "lib"):
+    for path in (
+        ROOT / "nbgrader_config.py",
+        solution_path(NOTEBOOK),
+        Path(sys.executable),
+        Path(nbgrader.__file__),
+        Path(sys.base_prefix) / "lib",
+    ):
         closed = _closed_to_others(path)
         if closed and not (_lent_python() and shutil.which("unshare")):
             return f"other users cannot read this checkout or its Python: {closed}"
@@ -127,10 +132,23 @@ def _with_python_lent(argv: list[str]) -> list[str]:
     if lent is None:
         return argv
     folder, base = lent
-    script = ('set -e; keep=$(mktemp -d); mount --bind "$2" "$keep"; mount -t tmpfs -o mode=0755 tmpfs "$1"; '
-              'mkdir -p "$2"; mount --bind "$keep" "$2"; umount "$keep"; rmdir "$keep"; shift 2; exec "$@"')
-    return [shutil.which("unshare"), "--mount", "--propagation", "private", "/bin/sh", "-c", script, "lend",
-            str(folder), str(base), *argv]
+    script = (
+        'set -e; keep=$(mktemp -d); mount --bind "$2" "$keep"; mount -t tmpfs -o mode=0755 tmpfs "$1"; '
+        'mkdir -p "$2"; mount --bind "$keep" "$2"; umount "$keep"; rmdir "$keep"; shift 2; exec "$@"'
+    )
+    return [
+        shutil.which("unshare"),
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        script,
+        "lend",
+        str(folder),
+        str(base),
+        *argv,
+    ]
 
 
 class Accounts:
@@ -142,8 +160,12 @@ class Accounts:
 
     def add(self, role: str) -> str:
         name = f"ts_{role}_{self.tag}"
-        subprocess.run([shutil.which("useradd"), "--create-home", "--user-group", "--shell", "/bin/sh", name],
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            [shutil.which("useradd"), "--create-home", "--user-group", "--shell", "/bin/sh", name],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         self.made.append(name)
         # Many distributions create homes readable by everyone (UMASK 022); on a shared machine they must not be.
         home(name).chmod(0o700)
@@ -168,12 +190,23 @@ def home(user: str) -> Path:
 def as_user(user: str, *argv: str, cwd: Path | None = None, stdin: str | None = None, check: bool = True):
     """``argv`` run as ``user`` (runuser: their uid, their groups), in ``cwd`` or their home, with a clean environment."""
     env = {
-        "HOME": str(home(user)), "USER": user, "LOGNAME": user, "LANG": "C.UTF-8",
+        "HOME": str(home(user)),
+        "USER": user,
+        "LOGNAME": user,
+        "LANG": "C.UTF-8",
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
-        "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
     }
-    done = subprocess.run(_with_python_lent([shutil.which("runuser"), "-u", user, "--", *argv]), cwd=cwd or home(user), env=env,
-                          input=stdin, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        _with_python_lent([shutil.which("runuser"), "-u", user, "--", *argv]),
+        cwd=cwd or home(user),
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if check:
         assert done.returncode == 0, f"{user}: {' '.join(argv)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done
@@ -225,8 +258,9 @@ def exchange():
 def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
     started = time.monotonic()
     inst, stu1, stu2 = accounts.add("inst"), accounts.add("stu1"), accounts.add("stu2")
-    bwrap = as_user(inst, "bwrap", "--ro-bind", "/", "/", "--unshare-user", "--unshare-pid", "--unshare-net",
-                    "true", check=False)
+    bwrap = as_user(
+        inst, "bwrap", "--ro-bind", "/", "/", "--unshare-user", "--unshare-pid", "--unshare-net", "true", check=False
+    )
     if bwrap.returncode != 0:
         reason = f"bubblewrap cannot create namespaces for an unprivileged user here: {bwrap.stderr.strip()}"
         if os.environ.get("COURSE_REQUIRE_SANDBOX") == "1":
@@ -236,8 +270,15 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
     # Step 3: every account names the course and the exchange.
     for user in (inst, stu1, stu2):
         as_user(user, "mkdir", "-p", str(home(user) / ".jupyter"))
-        as_user(user, "sh", "-c", 'cat > "$1"', "_", str(home(user) / ".jupyter" / "nbgrader_config.py"),
-                stdin=USER_CONFIG.format(course_id=COURSE_ID, exchange=exchange))
+        as_user(
+            user,
+            "sh",
+            "-c",
+            'cat > "$1"',
+            "_",
+            str(home(user) / ".jupyter" / "nbgrader_config.py"),
+            stdin=USER_CONFIG.format(course_id=COURSE_ID, exchange=exchange),
+        )
 
     # Step 4: the instructor's course folder, private to them.
     course = home(inst) / "transformer-course"
@@ -258,8 +299,10 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
     # then also submits their notebook in student 1's name (nbgrader submit --student=...), after student 1.
     solution = read(solution_path(NOTEBOOK))
     every = {e.id: e.points for e in checks_for(NOTEBOOK).exercises}
-    answers = {stu1: {e: answer_source(solution, e) for e in every},  # the solutions: full marks
-               stu2: {"layer_norm": answer_source(solution, "layer_norm")}}  # rms_norm left as released
+    answers = {
+        stu1: {e: answer_source(solution, e) for e in every},  # the solutions: full marks
+        stu2: {"layer_norm": answer_source(solution, "layer_norm")},
+    }  # rms_norm left as released
     expected = {stu1: every, stu2: {e: p if e == "layer_norm" else 0 for e, p in every.items()}}
     first_submitted = threading.Event()
 
@@ -287,32 +330,38 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
     assert all(stat.S_IMODE(path.stat().st_mode) == 0o770 and path.group() == inst for path in submissions)
 
     # What a student must not reach, tried as student 2 with student 1's (and the instructor's) real paths.
-    tried = probe(stu2, {
-        "list the inbound submissions": ("list", inbound),
-        "list student 1's submission, by its name": ("list", submission),
-        "read student 1's submitted notebook": ("read", submission / f"{NOTEBOOK}.ipynb"),
-        "change student 1's submitted notebook": ("write", submission / f"{NOTEBOOK}.ipynb"),
-        "rename student 1's submission": ("rename", submission),
-        "list student 1's home": ("list", home(stu1)),
-        "read student 1's fetched notebook": ("read", home(stu1) / NOTEBOOK / f"{NOTEBOOK}.ipynb"),
-        "list the instructor's course folder": ("list", course),
-        "read the gradebook": ("read", course / "gradebook.db"),
-        "read the source notebook": ("read", course / "solutions" / NOTEBOOK / f"{NOTEBOOK}.ipynb"),
-        "change the released notebook": ("write", outbound / f"{NOTEBOOK}.ipynb"),
-        "add a file to the release": ("create", outbound / "extra.py"),
-    })
+    tried = probe(
+        stu2,
+        {
+            "list the inbound submissions": ("list", inbound),
+            "list student 1's submission, by its name": ("list", submission),
+            "read student 1's submitted notebook": ("read", submission / f"{NOTEBOOK}.ipynb"),
+            "change student 1's submitted notebook": ("write", submission / f"{NOTEBOOK}.ipynb"),
+            "rename student 1's submission": ("rename", submission),
+            "list student 1's home": ("list", home(stu1)),
+            "read student 1's fetched notebook": ("read", home(stu1) / NOTEBOOK / f"{NOTEBOOK}.ipynb"),
+            "list the instructor's course folder": ("list", course),
+            "read the gradebook": ("read", course / "gradebook.db"),
+            "read the source notebook": ("read", course / "solutions" / NOTEBOOK / f"{NOTEBOOK}.ipynb"),
+            "change the released notebook": ("write", outbound / f"{NOTEBOOK}.ipynb"),
+            "add a file to the release": ("create", outbound / "extra.py"),
+        },
+    )
     assert set(tried.values()) == {"PermissionError"}, tried
 
     # Step 7: doctor (as the instructor, from the course folder: every line ok, the exchange's mode the recipe's),
     # collect (without the forged submission), autograde (student code in the sandbox).
     doctor = as_user(inst, sys.executable, "-m", "autograder", "doctor", cwd=course, check=False)
     said = {line.split(":")[0].split()[-1]: line for line in doctor.stdout.splitlines() if ":" in line}
-    assert doctor.returncode == 0 and all(said[item].startswith("ok") for item in
-                                          ("sandbox", "worker", "data", "versions", "exchange")), doctor.stdout
+    assert doctor.returncode == 0 and all(
+        said[item].startswith("ok") for item in ("sandbox", "worker", "data", "versions", "exchange")
+    ), doctor.stdout
     assert str(exchange) in said["exchange"], doctor.stdout
     collected = nbgrader(inst, "collect", NOTEBOOK, cwd=course)
     assert f"Not collected: {forged} is named as {stu1}'s submission but belongs to {stu2}" in collected.stderr
-    assert (course / "submitted" / stu1 / NOTEBOOK / "timestamp.txt").read_text() == (submission / "timestamp.txt").read_text()
+    assert (course / "submitted" / stu1 / NOTEBOOK / "timestamp.txt").read_text() == (
+        submission / "timestamp.txt"
+    ).read_text()
     nbgrader(inst, "autograde", NOTEBOOK, cwd=course)
     assert stat.S_IMODE(course.stat().st_mode) == 0o700 and course.owner() == inst  # nbgrader left it private
     from nbgrader.api import Gradebook
@@ -325,11 +374,17 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
 
     # After grading, the graded copies and the gradebook stay the instructor's alone.
     for student in (stu1, stu2):
-        tried = probe(student, {
-            "list autograded/": ("list", course / "autograded"),
-            "read the gradebook": ("read", course / "gradebook.db"),
-            "read their own graded notebook": ("read", course / "autograded" / student / NOTEBOOK / f"{NOTEBOOK}.ipynb"),
-        })
+        tried = probe(
+            student,
+            {
+                "list autograded/": ("list", course / "autograded"),
+                "read the gradebook": ("read", course / "gradebook.db"),
+                "read their own graded notebook": (
+                    "read",
+                    course / "autograded" / student / NOTEBOOK / f"{NOTEBOOK}.ipynb",
+                ),
+            },
+        )
         assert set(tried.values()) == {"PermissionError"}, (student, tried)
     print(f"\nthe class took {time.monotonic() - started:.1f} s")
 
@@ -342,8 +397,13 @@ def _exchange(cls, tmp_path: Path):
     from nbgrader.coursedir import CourseDirectory
 
     coursedir = CourseDirectory(root=str(tmp_path / "course"), course_id=COURSE_ID, assignment_id=NOTEBOOK)
-    return cls(coursedir=coursedir, authenticator=Authenticator(), root=str(tmp_path / "exchange"),
-               cache=str(tmp_path / "cache"), assignment_dir=str(tmp_path / "work"))
+    return cls(
+        coursedir=coursedir,
+        authenticator=Authenticator(),
+        root=str(tmp_path / "exchange"),
+        cache=str(tmp_path / "cache"),
+        assignment_dir=str(tmp_path / "work"),
+    )
 
 
 def _submission(inbound: Path, name: str, when: str) -> Path:
@@ -357,7 +417,9 @@ def _submission(inbound: Path, name: str, when: str) -> Path:
 def test_collect_leaves_out_a_submission_made_in_someone_elses_name(tmp_path, caplog, monkeypatch):
     from autograder.exchange import OwnerCheckedCollect
 
-    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # the gradebook runs alembic
+    monkeypatch.setenv(
+        "PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    )  # the gradebook runs alembic
 
     me = pwd.getpwuid(os.getuid()).pw_name
     inbound = tmp_path / "exchange" / COURSE_ID / "inbound"

@@ -114,59 +114,96 @@ def worker_breakers(nb: str) -> dict[str, Student]:
     """Notebook 01: everything that ends, hangs or floods the worker, or tampers with the notebook."""
     return {
         "patches_builtins": Student(
-            {"learned_positions": wrong(nb, "learned_positions") + "\nimport builtins\n"
-             "builtins.isinstance = lambda *a: True\nbuiltins.AssertionError = Warning\n"}, {"learned_positions"}),
-        "exits_in_cell": Student({"input_embedding": right(nb, "input_embedding") + "\nimport os\nos._exit(0)\n"},
-                                 {"input_embedding"}),
+            {
+                "learned_positions": wrong(nb, "learned_positions") + "\nimport builtins\n"
+                "builtins.isinstance = lambda *a: True\nbuiltins.AssertionError = Warning\n"
+            },
+            {"learned_positions"},
+        ),
+        "exits_in_cell": Student(
+            {"input_embedding": right(nb, "input_embedding") + "\nimport os\nos._exit(0)\n"}, {"input_embedding"}
+        ),
         "exits_in_forward": Student(
-            {"learned_positions": right(nb, "learned_positions").replace(
-                "def forward(self, positions: torch.Tensor) -> torch.Tensor:\n",
-                "def forward(self, positions: torch.Tensor) -> torch.Tensor:\n        import os; os._exit(1)\n")},
-            {"learned_positions"}),
-        "loops_forever": Student({"sinusoidal": "while True:\n    pass\n"}, {"sinusoidal"},
-                                 says={"sinusoidal": ("infinite loop",)}),
+            {
+                "learned_positions": right(nb, "learned_positions").replace(
+                    "def forward(self, positions: torch.Tensor) -> torch.Tensor:\n",
+                    "def forward(self, positions: torch.Tensor) -> torch.Tensor:\n        import os; os._exit(1)\n",
+                )
+            },
+            {"learned_positions"},
+        ),
+        "loops_forever": Student(
+            {"sinusoidal": "while True:\n    pass\n"}, {"sinusoidal"}, says={"sinusoidal": ("infinite loop",)}
+        ),
         "prints_megabytes": Student({"embedding": right(nb, "embedding") + '\nprint("spam " * 4_000_000)\n'}, set()),
         # The message names the cell as the student counts, from 1 (not its 0-based index).
-        "raises": Student({"input_embedding": 'raise RuntimeError("I give up")\n'}, {"input_embedding"},
-                          says={"input_embedding": (f"I give up (line 1 of cell {_answer_cell(nb, 'input_embedding') + 1},",)}),
+        "raises": Student(
+            {"input_embedding": 'raise RuntimeError("I give up")\n'},
+            {"input_embedding"},
+            says={"input_embedding": (f"I give up (line 1 of cell {_answer_cell(nb, 'input_embedding') + 1},",)},
+        ),
         # A cell that hangs when the grader replays it (after a later cell ended the process) costs its exercise.
         "replays_differently": Student(
-            {"sinusoidal": attacks.REPLAYS_DIFFERENTLY + right(nb, "sinusoidal"),
-             "learned_positions": right(nb, "learned_positions") + "\nimport os\nos._exit(1)\n"},
-            {"sinusoidal", "learned_positions"}, says={"sinusoidal": ("when the grader ran it again",)}),
+            {
+                "sinusoidal": attacks.REPLAYS_DIFFERENTLY + right(nb, "sinusoidal"),
+                "learned_positions": right(nb, "learned_positions") + "\nimport os\nos._exit(1)\n",
+            },
+            {"sinusoidal", "learned_positions"},
+            says={"sinusoidal": ("when the grader ran it again",)},
+        ),
         # Modules beside the notebook that would end the worker if it imported them as it starts.
         "shadows_modules": Student(
-            {"embedding": "from mylocal import SCALE\n" + right(nb, "embedding")}, set(),
-            files={**{f"{name}.py": attacks.SHADOW.format(name=name) for name in attacks.SHADOWED}, "mylocal.py": "SCALE = 1.0\n"}),
+            {"embedding": "from mylocal import SCALE\n" + right(nb, "embedding")},
+            set(),
+            files={
+                **{f"{name}.py": attacks.SHADOW.format(name=name) for name in attacks.SHADOWED},
+                "mylocal.py": "SCALE = 1.0\n",
+            },
+        ),
         "deletes_tests": Student({"embedding": wrong(nb, "embedding")}, {"embedding"}, edit="delete"),
         "edits_tests": Student({"embedding": wrong(nb, "embedding")}, {"embedding"}, edit="edit"),
     }
 
 
 NBGRADER_ATTACKS = [
-    attacks.Attack("copies_solution", attacks.SDPA,
-                   "import json, pathlib\n"
-                   "source = pathlib.Path.cwd().parents[2] / 'solutions' / '04_attention' / '04_attention.ipynb'\n"
-                   "for cell in json.loads(source.read_text())['cells']:\n"
-                   "    if cell['cell_type'] == 'code' and 'BEGIN SOLUTION' in ''.join(cell['source']):\n"
-                   "        exec(''.join(cell['source']))", ("No such file",)),
-    attacks.Attack("copies_classmate", attacks.DECODER,
-                   "import json, pathlib\n"
-                   "theirs = pathlib.Path.cwd().parents[2] / 'submitted' / 'full' / '04_attention' / '04_attention.ipynb'\n"
-                   "exec('\\n'.join(''.join(c['source']) for c in json.loads(theirs.read_text())['cells']\n"
-                   "                if c['cell_type'] == 'code'))", ("No such file",)),
-    attacks.Attack("edits_gradebook", attacks.CROSS,
-                   "import pathlib, sqlite3\n"
-                   "db = sqlite3.connect(pathlib.Path.cwd().parents[2] / 'gradebook.db')\n"
-                   "db.execute('UPDATE grade SET manual_score = 100')\ndb.commit()", ("OperationalError", "Error")),
+    attacks.Attack(
+        "copies_solution",
+        attacks.SDPA,
+        "import json, pathlib\n"
+        "source = pathlib.Path.cwd().parents[2] / 'solutions' / '04_attention' / '04_attention.ipynb'\n"
+        "for cell in json.loads(source.read_text())['cells']:\n"
+        "    if cell['cell_type'] == 'code' and 'BEGIN SOLUTION' in ''.join(cell['source']):\n"
+        "        exec(''.join(cell['source']))",
+        ("No such file",),
+    ),
+    attacks.Attack(
+        "copies_classmate",
+        attacks.DECODER,
+        "import json, pathlib\n"
+        "theirs = pathlib.Path.cwd().parents[2] / 'submitted' / 'full' / '04_attention' / '04_attention.ipynb'\n"
+        "exec('\\n'.join(''.join(c['source']) for c in json.loads(theirs.read_text())['cells']\n"
+        "                if c['cell_type'] == 'code'))",
+        ("No such file",),
+    ),
+    attacks.Attack(
+        "edits_gradebook",
+        attacks.CROSS,
+        "import pathlib, sqlite3\n"
+        "db = sqlite3.connect(pathlib.Path.cwd().parents[2] / 'gradebook.db')\n"
+        "db.execute('UPDATE grade SET manual_score = 100')\ndb.commit()",
+        ("OperationalError", "Error"),
+    ),
 ]
 
 
 def attackers(nb: str, harm: attacks.Harm) -> dict[str, Student]:
     """Notebook 04: each attack on the grader is one student."""
     return {
-        attack.name: Student({attack.exercise: attack.answer(right(nb, attack.exercise), harm)}, {attack.exercise},
-                             says={attack.exercise: attack.says} if attack.says else {})
+        attack.name: Student(
+            {attack.exercise: attack.answer(right(nb, attack.exercise), harm)},
+            {attack.exercise},
+            says={attack.exercise: attack.says} if attack.says else {},
+        )
         for attack in attacks.ATTACKS + NBGRADER_ATTACKS
     }
 
@@ -209,7 +246,11 @@ def nbgrader(course: Path, *args, env: dict | None = None, wrapper: list[str] = 
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return subprocess.run(
         [*wrapper, str(Path(sys.executable).parent / "nbgrader"), *args, "--log-level=WARN"],
-        cwd=course, env=env, capture_output=True, text=True, timeout=1200,
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
 
 
@@ -233,28 +274,53 @@ def graded(notebook: str, scratch: Path) -> GradedClass:
     release = read(folder / "course" / notebook / f"{notebook}.ipynb")
     # Run All goes on past a failing test cell (tools/run_all_tags.py); the students of ``zero`` prove
     # that grading still scores such a cell 0.
-    assert all("raises-exception" in c.metadata.get("tags", []) for c in release.cells
-               if c.metadata.get("nbgrader", {}).get("grade")), "the release's test cells lost their tag"
+    assert all(
+        "raises-exception" in c.metadata.get("tags", [])
+        for c in release.cells
+        if c.metadata.get("nbgrader", {}).get("grade")
+    ), "the release's test cells lost their tag"
     harm = attacks.Harm(folder=folder / "autograded")
     students = class_of(notebook, harm)
     for name, student in students.items():
         (folder / "submitted" / name / notebook).mkdir(parents=True)
-        nbformat.write(submission(release, notebook, student), folder / "submitted" / name / notebook / f"{notebook}.ipynb")
+        nbformat.write(
+            submission(release, notebook, student), folder / "submitted" / name / notebook / f"{notebook}.ipynb"
+        )
         for file, text in student.files.items():
             (folder / "submitted" / name / notebook / file).parent.mkdir(parents=True, exist_ok=True)
             (folder / "submitted" / name / notebook / file).write_text(text)
-    instructor = [folder / "solutions", folder / "course", folder / "data", folder / "nbgrader_config.py",
-                  folder / "submitted"]
+    instructor = [
+        folder / "solutions",
+        folder / "course",
+        folder / "data",
+        folder / "nbgrader_config.py",
+        folder / "submitted",
+    ]
     before = attacks.checksum(*instructor)
     timeout = HANGING_CLASS_TIMEOUT if notebook == "01_tokens_embeddings" else TIMEOUT
-    done = nbgrader(folder, "autograde", notebook, f"--TrustedVerdict.timeout={timeout}",
-                    f"--TrustedVerdict.max_file_size={attacks.FILE_SIZE_LIMIT}", env=harm.environment())
+    done = nbgrader(
+        folder,
+        "autograde",
+        notebook,
+        f"--TrustedVerdict.timeout={timeout}",
+        f"--TrustedVerdict.max_file_size={attacks.FILE_SIZE_LIMIT}",
+        env=harm.environment(),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    said = [done, nbgrader(folder, "generate_feedback", notebook),
-            nbgrader(folder, "export", "--to", str(folder / "grades.csv"))]
+    said = [
+        done,
+        nbgrader(folder, "generate_feedback", notebook),
+        nbgrader(folder, "export", "--to", str(folder / "grades.csv")),
+    ]
     assert said[-2].returncode == 0 and said[-1].returncode == 0
-    return GradedClass(notebook, folder, students, harm.check(), attacks.checksum(*instructor) == before,
-                       generation_log + "".join(step.stdout + step.stderr for step in said))
+    return GradedClass(
+        notebook,
+        folder,
+        students,
+        harm.check(),
+        attacks.checksum(*instructor) == before,
+        generation_log + "".join(step.stdout + step.stderr for step in said),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -324,8 +390,10 @@ class _GradedClassTests:
         assert course.untouched, "the instructor's files or the submissions changed during autograde"
         with open(course.folder / "grades.csv") as handle:
             rows = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle)}
-        assert rows == {name: sum(p for e, p in points(self.notebook).items() if e not in s.zero)
-                        for name, s in course.students.items()}
+        assert rows == {
+            name: sum(p for e, p in points(self.notebook).items() if e not in s.zero)
+            for name, s in course.students.items()
+        }
 
     def test_nbgrader_warns_only_of_what_students_did(self, course):
         """An untouched test cell (the stub's, everyone's) raises no tampering warning; an edited one does.
@@ -335,8 +403,10 @@ class _GradedClassTests:
         a restored cell without an id, options it does not know, images without alternative text.
         """
         test_cells = [e.test_cell_id for e in checks_for(self.notebook).exercises]
-        for edit, said in (("edit", r"Attribute 'checksum' for cell (\S+) has changed!"),
-                           ("delete", r"Missing grade cell (\S+) encountered")):
+        for edit, said in (
+            ("edit", r"Attribute 'checksum' for cell (\S+) has changed!"),
+            ("delete", r"Missing grade cell (\S+) encountered"),
+        ):
             students = sum(student.edit == edit for student in course.students.values())
             assert sorted(re.findall(said, course.log)) == sorted(test_cells * students), course.log[-3000:]
         # Python's warnings (SAWarning, nbformat's MissingIDFieldWarning for a restored cell) and traitlets' and nbconvert's

@@ -26,8 +26,13 @@ CALLS_NODE = re.compile(r"(?:^|[\s;&|(`/])(?:" + "|".join(sorted(NODE_TOOLS)) + 
 
 
 def without_node(*command: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "tools" / "without_node.py"), *command],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "without_node.py"), *command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def planned_commands(makefile: Path = ROOT / "Makefile") -> list[str]:
@@ -44,7 +49,9 @@ def node_calls(lines: list[str]) -> list[str]:
 
 
 def test_without_node_hides_node_and_keeps_the_rest():
-    done = without_node("sh", "-c", "for t in node npm npx; do command -v $t && exit 1; done; command -v make && command -v python3")
+    done = without_node(
+        "sh", "-c", "for t in node npm npx; do command -v $t && exit 1; done; command -v make && command -v python3"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     if shutil.which("node"):  # this machine has Node: it was there to hide
         assert shutil.which("node") in done.stderr, done.stderr
@@ -59,8 +66,13 @@ def test_make_lab_and_test_call_no_node():
 
 def test_the_check_sees_a_node_step(tmp_path):
     """The Makefile as it was (an `npm ci` step for the browser libraries) is caught, and so is a $(shell node)."""
-    old = (ROOT / "Makefile").read_text().replace(
-        "lab: $(STAMP)", "node_modules/.stamp: $(STAMP)\n\tnpm ci --no-audit\n\nlab: $(STAMP) node_modules/.stamp")
+    old = (
+        (ROOT / "Makefile")
+        .read_text()
+        .replace(
+            "lab: $(STAMP)", "node_modules/.stamp: $(STAMP)\n\tnpm ci --no-audit\n\nlab: $(STAMP) node_modules/.stamp"
+        )
+    )
     makefile = tmp_path / "Makefile"
     makefile.write_text(old)
     assert node_calls(planned_commands(makefile)) == ["npm ci --no-audit"]
@@ -68,7 +80,8 @@ def test_the_check_sees_a_node_step(tmp_path):
     with pytest.raises(AssertionError, match="shell"):
         planned_commands(makefile)
     assert node_calls(["torchrun --nproc_per_node=8 -m tinystories", "cd x && node tests/render.mjs"]) == [
-        "cd x && node tests/render.mjs"]
+        "cd x && node tests/render.mjs"
+    ]
 
 
 def test_binder_and_conda_need_no_node():

@@ -50,11 +50,13 @@ def test_says_what_is_missing(tmp_path):
 
 # use_earlier: later notebooks build on earlier answers, or on the course's reference with one line saying so.
 
+
 def test_use_earlier_gives_the_students_own_module(capsys):
     from autograder.reference.attention import MultiHeadAttention as Reference
 
-    MultiHeadAttention = use_earlier("05_multihead_attention", "MultiHeadAttention", Reference,
-                                     folder=ROOT / "solutions")
+    MultiHeadAttention = use_earlier(
+        "05_multihead_attention", "MultiHeadAttention", Reference, folder=ROOT / "solutions"
+    )
     assert MultiHeadAttention is not Reference and MultiHeadAttention.__module__ == "notebook_05_multihead_attention"
     assert capsys.readouterr().out == "Using your MultiHeadAttention from 05_multihead_attention.\n"
 
@@ -64,8 +66,10 @@ def test_use_earlier_falls_back_on_a_stub_and_says_so(capsys):
 
     assert use_earlier("06_feed_forward", "FeedForward", Reference, folder=ROOT / "course") is Reference
     (line,) = capsys.readouterr().out.splitlines()
-    assert line.startswith("Your FeedForward from 06_feed_forward is not finished (its answer cell still says raise "
-                           "NotImplementedError()); using the course's reference version built on PyTorch instead.")
+    assert line.startswith(
+        "Your FeedForward from 06_feed_forward is not finished (its answer cell still says raise "
+        "NotImplementedError()); using the course's reference version built on PyTorch instead."
+    )
     assert line.endswith("Finish notebook 06 and re-run this cell to use your own.")
 
 
@@ -93,16 +97,23 @@ def test_the_reference_cannot_stand_in_for_an_exercise():
     exercise, adapters = find_exercise("multi_head_attention")
     result = run_exercise(exercise, LocalImpl(namespace, adapters))
     assert not result.passed
-    assert "`MultiHeadAttention` is the course's reference implementation; the exercise asks for your own" \
-        in result.message, result.message
+    assert (
+        "`MultiHeadAttention` is the course's reference implementation; the exercise asks for your own"
+        in result.message
+    ), result.message
 
 
 # The given configuration classes load with the answers, and the course's fallbacks match them.
-@pytest.mark.parametrize(("notebook", "name"), [("08_decoder_models", "GPT2Config"),
-                                                 ("08_decoder_models", "DecoderConfig"),
-                                                 ("09_bert_encoder_decoder", "BertConfig"),
-                                                 ("09_bert_encoder_decoder", "TransformerConfig"),
-                                                 ("10_training", "TrainConfig")])
+@pytest.mark.parametrize(
+    ("notebook", "name"),
+    [
+        ("08_decoder_models", "GPT2Config"),
+        ("08_decoder_models", "DecoderConfig"),
+        ("09_bert_encoder_decoder", "BertConfig"),
+        ("09_bert_encoder_decoder", "TransformerConfig"),
+        ("10_training", "TrainConfig"),
+    ],
+)
 def test_the_reference_configs_match_the_notebooks(notebook, name):
     import dataclasses
 

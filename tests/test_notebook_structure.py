@@ -12,13 +12,13 @@ from notebooks import NOTEBOOKS, discovered, read, release_path, solution_path
 from autograder.checks import NOTEBOOKS as REGISTERED
 from autograder.exercises import checks_for
 
-TEST_CELL = '''# Visible checks for this exercise: run this cell after your answer cell.
+TEST_CELL = """# Visible checks for this exercise: run this cell after your answer cell.
 from autograder import check
 
 check("{id}", globals())
 ### BEGIN HIDDEN TESTS
 check("{id}", globals(), hidden=True)
-### END HIDDEN TESTS'''
+### END HIDDEN TESTS"""
 
 
 def _meta(cell) -> dict:
@@ -46,8 +46,9 @@ def test_each_exercise_has_an_answer_cell_then_its_test_cell(notebook):
         assert index > answers[exercise.id], f"{exercise.test_cell_id} comes before its answer cell"
         assert meta["locked"] and meta["points"] == exercise.points
         assert nb.cells[index].source == TEST_CELL.format(id=exercise.id)
-        assert all(c.cell_type == "markdown" for c in nb.cells[answers[exercise.id] + 1 : index]), \
+        assert all(c.cell_type == "markdown" for c in nb.cells[answers[exercise.id] + 1 : index]), (
             "only explanations may stand between an answer cell and its test cell"
+        )
         # the test cell finds its answer cell's source by these ids (coursetools.cell_sources)
         assert nb.cells[index].id.endswith("-test"), nb.cells[index].id
         assert nb.cells[answers[exercise.id]].id == nb.cells[index].id.removesuffix("-test") + "-answer"
@@ -91,6 +92,11 @@ def test_every_figure_of_the_solutions_describes_itself():
     """No figure in the committed outputs has only the generic alt text: each has a title or axis labels, or
     describes itself through its figure label (coursetools.figures.describe_figure)."""
     generic = "Figure without a title or axis labels"
-    found = [f"{name} cell {cell.get('id')}" for name in NOTEBOOKS for cell in read(solution_path(name)).cells
-             for output in cell.get("outputs", []) if generic in str(output.get("metadata", {}))]
+    found = [
+        f"{name} cell {cell.get('id')}"
+        for name in NOTEBOOKS
+        for cell in read(solution_path(name)).cells
+        for output in cell.get("outputs", [])
+        if generic in str(output.get("metadata", {}))
+    ]
     assert not found, f"figures described only as {generic!r}: {found}"

@@ -28,8 +28,9 @@ def saved_gpt2(tmp_path_factory):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=2, n_head=2,
-                                       bos_token_id=0, eos_token_id=0)).eval()
+    model = GPT2LMHeadModel(
+        GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0)
+    ).eval()
     folder = tmp_path_factory.mktemp("tiny-gpt2")
     model.save_pretrained(folder)
     return model, folder
@@ -93,21 +94,22 @@ def test_a_folder_without_the_weights_says_which_file(tmp_path):
         load_checkpoint(str(tmp_path))
 
 
-
 @pytest.mark.parametrize("served", [False, True], ids=["folder", "local hub"])
 def test_notebook_08_loads_a_saved_gpt2_into_its_own_model(saved_gpt2, tmp_path, served, solution_namespaces):
     """Notebook 08's path for the real GPT-2 (fetch, config, convert, load, generate), on a tiny saved one."""
     ns = solution_namespaces["08_decoder_models"]
     hf, folder = saved_gpt2
     with serving({"someone/tiny-gpt2": folder}) as (endpoint, _):
-        checkpoint = load_checkpoint("someone/tiny-gpt2" if served else str(folder), endpoint=endpoint,
-                                     cache_dir=tmp_path)
+        checkpoint = load_checkpoint(
+            "someone/tiny-gpt2" if served else str(folder), endpoint=endpoint, cache_dir=tmp_path
+        )
     config = ns["gpt2_config_from_hf"](checkpoint.config)
     model = ns["GPT2"](config).eval()
     model.load_state_dict(ns["gpt2_state_from_hf"](checkpoint.state, config), strict=True)
     prompt = torch.tensor([[5, 17, 3, 42]])
     with torch.no_grad():
         torch.testing.assert_close(model(prompt), hf(prompt).logits, atol=1e-5, rtol=1e-4)
-        theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
-                             pad_token_id=0)
-    assert ns["greedy"](model, prompt, steps=12) == theirs[0, prompt.shape[1]:].tolist()
+        theirs = hf.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False, pad_token_id=0
+        )
+    assert ns["greedy"](model, prompt, steps=12) == theirs[0, prompt.shape[1] :].tolist()

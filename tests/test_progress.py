@@ -37,8 +37,11 @@ FILLED = {
 
 def _fingerprint(folder: Path) -> dict[str, tuple[str, int]]:
     """Every file's SHA-256 and modification time (ns)."""
-    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +51,15 @@ def course(tmp_path_factory) -> Path:
     folder = root / "course"
     for notebook, student in FILLED.items():
         (folder / notebook).mkdir(parents=True)
-        nbformat.write(submission(nbformat.read(release_path(notebook), as_version=4), notebook, student),
-                       folder / notebook / f"{notebook}.ipynb")
+        nbformat.write(
+            submission(nbformat.read(release_path(notebook), as_version=4), notebook, student),
+            folder / notebook / f"{notebook}.ipynb",
+        )
     (folder / "06_feed_forward" / "notes.ipynb").write_text("{not a notebook")
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]),
-                   folder / "02_normalization" / "scratch.ipynb")
+    nbformat.write(
+        nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]),
+        folder / "02_normalization" / "scratch.ipynb",
+    )
     return folder
 
 
@@ -62,8 +69,12 @@ def serial(course) -> tuple[dict, dict, dict, list[tuple[float, str]]]:
     on stderr with the seconds since it started."""
     before = _fingerprint(course)
     started = time.monotonic()
-    with subprocess.Popen([sys.executable, "-m", "autograder", "progress", str(course), "--workers", "1", "--json"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as done:
+    with subprocess.Popen(
+        [sys.executable, "-m", "autograder", "progress", str(course), "--workers", "1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as done:
         said = [(time.monotonic() - started, line.rstrip("\n")) for line in done.stderr]
         out = done.stdout.read()
     assert done.returncode == 0, said[-20:]
@@ -101,8 +112,12 @@ def test_it_says_each_notebook_as_it_is_graded(serial):
     rows = [(seconds, line) for seconds, line in said if line.startswith("[")]
     total = len(report["notebooks"])
     assert [line.split("]")[0] for _, line in rows] == [f"[{n}/{total}" for n in range(1, total + 1)], said
-    expected = sorted(f"{row['notebook']}: {row['score']}/{row['max_score']} points" if row["status"] == "graded"
-                      else f"{row['notebook']}: {row['message'] or row['status']}" for row in report["notebooks"])
+    expected = sorted(
+        f"{row['notebook']}: {row['score']}/{row['max_score']} points"
+        if row["status"] == "graded"
+        else f"{row['notebook']}: {row['message'] or row['status']}"
+        for row in report["notebooks"]
+    )
     assert sorted(line.split("] ", 1)[1] for _, line in rows) == expected, said
     assert rows[0][0] < rows[-1][0] - 5, "the first line came only at the end"
 
@@ -128,8 +143,11 @@ def test_table_has_a_line_per_notebook_and_a_total(serial):
     assert line["02_normalization"].endswith("1 of 2 passed")
     # Under a notebook under way, each unfinished exercise with the first line of why (the wrong LayerNorm's).
     below = table[table.index(line["02_normalization"]) + 1]
-    layer_norm = next(e for e in rows_by_path(report)["02_normalization/02_normalization.ipynb"]["exercises"]
-                      if e["id"] == "layer_norm")
+    layer_norm = next(
+        e
+        for e in rows_by_path(report)["02_normalization/02_normalization.ipynb"]["exercises"]
+        if e["id"] == "layer_norm"
+    )
     assert below == f"    {checks_for('02_normalization').exercises[0].title}: failing: {layer_norm['reason']}"
     assert layer_norm["state"] == "failing" and layer_norm["reason"] and "\n" not in layer_norm["reason"]
     assert line["06_feed_forward"].endswith("not started")  # untouched: one word, no line per exercise
@@ -144,13 +162,16 @@ def test_a_missing_course_folder_is_one_line(tmp_path, capsys):
     assert said.out == "" and said.err.count("\n") == 1 and "no course folder" in said.err
 
 
-@pytest.mark.parametrize(("cpus", "memory_gb", "expected"), [
-    (2, 20, 1),  # this machine: the other core stays with JupyterLab
-    (16, 64, 8),
-    (16, 2, 1),  # Binder: a many-core host, 2 GB for the student
-    (16, 5, 3),
-    (1, 8, 1),
-])
+@pytest.mark.parametrize(
+    ("cpus", "memory_gb", "expected"),
+    [
+        (2, 20, 1),  # this machine: the other core stays with JupyterLab
+        (16, 64, 8),
+        (16, 2, 1),  # Binder: a many-core host, 2 GB for the student
+        (16, 5, 3),
+        (1, 8, 1),
+    ],
+)
 def test_default_workers_takes_half_the_cores_as_memory_allows(monkeypatch, cpus, memory_gb, expected):
     monkeypatch.setattr(parallel, "usable_cpus", lambda: cpus)
     monkeypatch.setattr(parallel, "available_memory", lambda: memory_gb * 2**30)
@@ -169,6 +190,7 @@ def test_a_cgroup_cpu_quota_caps_the_cores(monkeypatch):
 
 
 # --- The results kept between runs (autograder.progress_cache). These tests come last: they edit the course.
+
 
 def _graded_paths(monkeypatch) -> list[str]:
     """Records which notebooks get graded; each grading is a stand-in row, so nothing costs a real grading."""
@@ -219,8 +241,11 @@ def test_a_changed_notebook_alone_is_graded_again(course, serial, monkeypatch):
     assert not any(p.startswith(("02_normalization/02", "06_feed_forward/06")) for p in graded)
     # an edit in a test cell (which grading never runs from the student's copy) changes nothing
     nb = nbformat.read(path, as_version=4)
-    test_cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
-                     and not c.metadata.get("nbgrader", {}).get("solution"))
+    test_cell = next(
+        c
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata.get("nbgrader", {}).get("solution")
+    )
     test_cell.source += "\n# an edit"
     nbformat.write(nb, path)
     graded.clear()
@@ -269,8 +294,13 @@ def test_an_entry_that_is_not_the_one_wanted_is_graded_again(course, serial, mon
     stored = json.loads(entry.read_text())
     assert set(stored) == {"version", "key", "path", "row"}
     graded = _graded_paths(monkeypatch)
-    for mangled in [dict(stored, key="0" * 64), dict(stored, path="01_tokens_embeddings/01_tokens_embeddings.ipynb"),
-                    dict(stored, version=1), dict(stored, row={"unknown": 1}), "{not json"]:
+    for mangled in [
+        dict(stored, key="0" * 64),
+        dict(stored, path="01_tokens_embeddings/01_tokens_embeddings.ipynb"),
+        dict(stored, version=1),
+        dict(stored, row={"unknown": 1}),
+        "{not json",
+    ]:
         entry.write_text(mangled if isinstance(mangled, str) else json.dumps(mangled))
         graded.clear()
         result = progress(course, workers=1)

@@ -23,9 +23,15 @@ def _hf(documents, vocab_size):
 
     hf = Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    hf.train_from_iterator(documents, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOT], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
+    hf.train_from_iterator(
+        documents,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=[EOT],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     to_byte = {c: b for b, c in bpe.bytes_to_unicode().items()}
     merges = [tuple(bytes(to_byte[c] for c in part) for part in m) for m in json.loads(hf.to_str())["model"]["merges"]]
     return hf, merges
@@ -60,8 +66,12 @@ def test_reference_encoder_equals_rank_order_and_hf():
     vocab, merges = bpe.train(TEXT[:12_000], 420, (EOT,))
     ranks = {pair: r for r, pair in enumerate(merges)}
     char = bpe.bytes_to_unicode()
-    hf = Tokenizer(models.BPE(vocab={"".join(char[b] for b in t): i for i, t in vocab.items() if i != 256},
-                              merges=[("".join(char[b] for b in a), "".join(char[b] for b in c)) for a, c in merges]))
+    hf = Tokenizer(
+        models.BPE(
+            vocab={"".join(char[b] for b in t): i for i, t in vocab.items() if i != 256},
+            merges=[("".join(char[b] for b in a), "".join(char[b] for b in c)) for a, c in merges],
+        )
+    )
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     text = TEXT[12_000:16_000].replace(EOT, "") + " naïve 😀 日本語"
     ids = bpe.encode(text, vocab, merges, (EOT,))

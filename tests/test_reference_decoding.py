@@ -28,8 +28,9 @@ def one_thread():
 
 def _decoder(seed=0):
     torch.manual_seed(seed)
-    model = LlamaDecoder(DecoderConfig(vocab_size=30, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_seq_len=64,
-                                       n_kv_heads=2)).eval()
+    model = LlamaDecoder(
+        DecoderConfig(vocab_size=30, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_seq_len=64, n_kv_heads=2)
+    ).eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:

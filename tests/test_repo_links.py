@@ -26,7 +26,8 @@ def test_check_catches_a_stale_name_and_a_missing_notebook(tmp_path, monkeypatch
     (tmp_path / "docs").mkdir()
     (tmp_path / "README.md").write_text(
         "[b](https://mybinder.org/v2/gh/someone/else/main?urlpath=lab/tree/course/nope.ipynb)\n"
-        "git clone https://github.com/someone/else\n")
+        "git clone https://github.com/someone/else\n"
+    )
     monkeypatch.setattr(repo_links, "ROOT", tmp_path)
     monkeypatch.setattr(repo_links, "PYPROJECT", tmp_path / "pyproject.toml")
     assert len(repo_links.problems()) == 3  # two stale names, one missing file

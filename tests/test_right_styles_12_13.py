@@ -371,8 +371,11 @@ RIGHT_STYLES = [
 ]
 
 
-@pytest.mark.parametrize(("notebook", "exercise_id", "style", "code"), RIGHT_STYLES,
-                         ids=[f"{exercise}: {style}" for _, exercise, style, _ in RIGHT_STYLES])
+@pytest.mark.parametrize(
+    ("notebook", "exercise_id", "style", "code"),
+    RIGHT_STYLES,
+    ids=[f"{exercise}: {style}" for _, exercise, style, _ in RIGHT_STYLES],
+)
 def test_right_answer_in_another_style_passes(notebook, exercise_id, style, code, solution_namespaces):
     namespace = dict(solution_namespaces[notebook])
     exec(compile(PRELUDE + code, "<answer>", "exec"), namespace)

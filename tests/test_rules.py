@@ -84,12 +84,16 @@ RIGHT_STYLES |= {
         gqa().replace("attn_mask=mask)", "attn_mask=mask, **{'enable_gqa': False})"),
     ],
     # A loop of fixed length (map over the three of q, k, v) is no loop over the heads.
-    "multi_head_attention": [mha().replace(
-        "q, k, v = (einops.rearrange(t, 'b s (h d) -> b h s d', h=self.num_heads) for t in (self.q_proj(x), "
-        "self.k_proj(x), self.v_proj(x)))",
-        "q, k, v = map(functools.partial(einops.rearrange, pattern='b s (h d) -> b h s d', h=self.num_heads), "
-        "(self.q_proj(x), self.k_proj(x), self.v_proj(x)))").replace("class MultiHeadAttention", "import functools\n\n\n"
-                                                                     "class MultiHeadAttention")],
+    "multi_head_attention": [
+        mha()
+        .replace(
+            "q, k, v = (einops.rearrange(t, 'b s (h d) -> b h s d', h=self.num_heads) for t in (self.q_proj(x), "
+            "self.k_proj(x), self.v_proj(x)))",
+            "q, k, v = map(functools.partial(einops.rearrange, pattern='b s (h d) -> b h s d', h=self.num_heads), "
+            "(self.q_proj(x), self.k_proj(x), self.v_proj(x)))",
+        )
+        .replace("class MultiHeadAttention", "import functools\n\n\nclass MultiHeadAttention")
+    ],
     # "Use your attention_weights", called however you like: kept in a default argument, looked up in globals(),
     # its result used through another product.
     "scaled_dot_product_attention": [
@@ -117,19 +121,32 @@ RIGHT_STYLES |= {
 }
 # Notebook 10's train in another order than the text lists it (zero_grad after the step, the lr set after the
 # batch is drawn) and with a bar made with total= and updated by hand: the same values, so it must pass.
-RIGHT_STYLES["train"] = [TRAIN.replace(
-    "        optimizer.zero_grad()\n        loss.backward()\n", "        loss.backward()\n").replace(
-    "        optimizer.step()\n", "        optimizer.step()\n        optimizer.zero_grad(set_to_none=True)\n").replace(
-    "    model.train()\n", "    model.train()\n    optimizer.zero_grad()\n").replace(
-    "    bar = tqdm(range(1, config.max_steps + 1), desc=\"training\", disable=not progress)\n    for step in bar:\n",
-    "    bar = tqdm(total=config.max_steps, disable=not progress)\n    for step in range(1, config.max_steps + 1):\n"
-    "        bar.update(1)\n")]
+RIGHT_STYLES["train"] = [
+    TRAIN.replace("        optimizer.zero_grad()\n        loss.backward()\n", "        loss.backward()\n")
+    .replace("        optimizer.step()\n", "        optimizer.step()\n        optimizer.zero_grad(set_to_none=True)\n")
+    .replace("    model.train()\n", "    model.train()\n    optimizer.zero_grad()\n")
+    .replace(
+        '    bar = tqdm(range(1, config.max_steps + 1), desc="training", disable=not progress)\n    for step in bar:\n',
+        "    bar = tqdm(total=config.max_steps, disable=not progress)\n    for step in range(1, config.max_steps + 1):\n"
+        "        bar.update(1)\n",
+    )
+]
 
-NOTEBOOK_OF = {"grouped_query_attention": "05_multihead_attention", "multi_head_attention": "05_multihead_attention",
-               "scaled_dot_product_attention": "04_attention", "layer_norm": "02_normalization",
-               "rms_norm": "02_normalization", "train": "10_training", "softmax": "04_attention", "one_hot": "00_welcome", "relative_positions": "00_welcome",
-               "pairwise_sq_distances": "00_welcome", "ffn_activations": "06_feed_forward",
-               "cross_entropy": "10_training", "clip_grad_norm": "10_training"}
+NOTEBOOK_OF = {
+    "grouped_query_attention": "05_multihead_attention",
+    "multi_head_attention": "05_multihead_attention",
+    "scaled_dot_product_attention": "04_attention",
+    "layer_norm": "02_normalization",
+    "rms_norm": "02_normalization",
+    "train": "10_training",
+    "softmax": "04_attention",
+    "one_hot": "00_welcome",
+    "relative_positions": "00_welcome",
+    "pairwise_sq_distances": "00_welcome",
+    "ffn_activations": "06_feed_forward",
+    "cross_entropy": "10_training",
+    "clip_grad_norm": "10_training",
+}
 
 
 # Issue 34: right answers written otherwise, beside the behaviours the checks now observe (in-place edits of the
@@ -144,18 +161,24 @@ _ISSUE_34_STYLES = {
         "def head_dot_products(q, k):\n    return q @ k.transpose(-1, -2)\n",
         "def head_dot_products(q, k):\n    return torch.einsum('...sd,...td->...st', q, k)\n",
     ],
-    "fused_swiglu": [ffn_fused(
-        cat_weight='torch.vstack([state["w1.weight"], state["w3.weight"]])',
-        cat_bias='torch.concat((state["w1.bias"], state["w3.bias"]))',
-        split='whole = state[f"gate_up_proj.{kind}"]\n            gate, up = whole[:len(whole) // 2], whole[len(whole) // 2:]',
-        forward="h = self.gate_up_proj(x)\n        d = h.shape[-1] // 2\n"
-                "        return self.down_proj(F.silu(h[..., :d]) * h[..., d:])")],
-    "fused_rotary_gqa": [fuse_only(
-        "\ndef fuse_qkv(state):\n    fused = dict(state)  # a new dict: popping from it leaves the caller's as it was\n"
-        "    for key in list(fused):\n        for kind in ('weight', 'bias'):\n"
-        "            if key.endswith(f'q_proj.{kind}'):\n                prefix = key[:-len(f'q_proj.{kind}')]\n"
-        "                parts = [fused.pop(f'{prefix}{n}_proj.{kind}') for n in 'qkv']\n"
-        "                fused[f'{prefix}qkv_proj.{kind}'] = torch.cat(parts)\n    return fused\n")],
+    "fused_swiglu": [
+        ffn_fused(
+            cat_weight='torch.vstack([state["w1.weight"], state["w3.weight"]])',
+            cat_bias='torch.concat((state["w1.bias"], state["w3.bias"]))',
+            split='whole = state[f"gate_up_proj.{kind}"]\n            gate, up = whole[:len(whole) // 2], whole[len(whole) // 2:]',
+            forward="h = self.gate_up_proj(x)\n        d = h.shape[-1] // 2\n"
+            "        return self.down_proj(F.silu(h[..., :d]) * h[..., d:])",
+        )
+    ],
+    "fused_rotary_gqa": [
+        fuse_only(
+            "\ndef fuse_qkv(state):\n    fused = dict(state)  # a new dict: popping from it leaves the caller's as it was\n"
+            "    for key in list(fused):\n        for kind in ('weight', 'bias'):\n"
+            "            if key.endswith(f'q_proj.{kind}'):\n                prefix = key[:-len(f'q_proj.{kind}')]\n"
+            "                parts = [fused.pop(f'{prefix}{n}_proj.{kind}') for n in 'qkv']\n"
+            "                fused[f'{prefix}qkv_proj.{kind}'] = torch.cat(parts)\n    return fused\n"
+        )
+    ],
     "gpt2_num_parameters": [
         "def gpt2_num_parameters(config):\n    d, f = config.d_model, config.d_ff\n"
         "    block = [(d,), (d,)] + [(d, d), (d,)] * 4 + [(d,), (d,)] + [(f, d), (f,), (d, f), (d,)]\n"
@@ -165,13 +188,17 @@ _ISSUE_34_STYLES = {
 }
 for _exercise_id, _codes in _ISSUE_34_STYLES.items():
     RIGHT_STYLES.setdefault(_exercise_id, []).extend(_codes)
-NOTEBOOK_OF |= {"head_dot_products": "00_welcome", "fused_swiglu": "06_feed_forward",
-                "fused_rotary_gqa": "08_decoder_models", "gpt2_num_parameters": "08_decoder_models"}
+NOTEBOOK_OF |= {
+    "head_dot_products": "00_welcome",
+    "fused_swiglu": "06_feed_forward",
+    "fused_rotary_gqa": "08_decoder_models",
+    "gpt2_num_parameters": "08_decoder_models",
+}
 
 # Blind round b1: right answers written otherwise, beside the behaviours the checks now observe (RoPE's float64
 # angles, bfloat16 rounded once, x left unchanged, IndexError naming max_seq_len; the fused product's result
 # used, however it is computed; the decoder's causal mask on the device of x).
-_ROPE_STYLE = '''
+_ROPE_STYLE = """
 class RoPE(nn.Module):
     def __init__(self, d_k, max_seq_len, base=10000.0):
         super().__init__()
@@ -190,17 +217,23 @@ class RoPE(nn.Module):
             raise IndexError(f"a position is outside [0, max_seq_len) with max_seq_len={self.max_seq_len}")
         cos, sin = self.cos[token_positions], self.sin[token_positions]
         {body}
-'''
+"""
 _BLIND_B1_STYLES = {
     "rope": [
-        _ROPE_STYLE.replace("{body}", "pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())\n"
-                                "        rotated = pairs * torch.complex(cos, sin)\n"
-                                "        return torch.view_as_real(rotated).flatten(-2).type_as(x)"),
-        _ROPE_STYLE.replace("{body}", "out = x.float().clone()  # a copy of its own: the in-place writes leave x as it was\n"
-                                "        even, odd = x[..., 0::2].float(), x[..., 1::2].float()\n"
-                                "        out[..., 0::2] = even * cos - odd * sin\n"
-                                "        out[..., 1::2] = even * sin + odd * cos\n"
-                                "        return out.to(x.dtype)"),
+        _ROPE_STYLE.replace(
+            "{body}",
+            "pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2).contiguous())\n"
+            "        rotated = pairs * torch.complex(cos, sin)\n"
+            "        return torch.view_as_real(rotated).flatten(-2).type_as(x)",
+        ),
+        _ROPE_STYLE.replace(
+            "{body}",
+            "out = x.float().clone()  # a copy of its own: the in-place writes leave x as it was\n"
+            "        even, odd = x[..., 0::2].float(), x[..., 1::2].float()\n"
+            "        out[..., 0::2] = even * cos - odd * sin\n"
+            "        out[..., 1::2] = even * sin + odd * cos\n"
+            "        return out.to(x.dtype)",
+        ),
     ],
     "halves_permutation": [
         "def halves_permutation(d_k):\n    return torch.arange(d_k).view(-1, 2).t().reshape(-1)\n",
@@ -213,12 +246,16 @@ _BLIND_B1_STYLES = {
         "        out[2 * i:2 * i + 2, 2 * i:2 * i + 2] = rotation_matrix(a)\n    return out\n",
     ],
     "fused_swiglu": [
-        ffn_fused(forward="h = F.linear(x, self.gate_up_proj.weight, self.gate_up_proj.bias)\n"
-                          "        gate, up = h.tensor_split(2, dim=-1)\n        return self.down_proj(F.silu(gate) * up)"),
-        ffn_fused(forward="flat = x.reshape(-1, x.shape[-1]) @ self.gate_up_proj.weight.t()\n"
-                          "        if self.gate_up_proj.bias is not None:\n            flat = flat + self.gate_up_proj.bias\n"
-                          "        gate, up = flat.reshape(*x.shape[:-1], -1).chunk(2, dim=-1)\n"
-                          "        return self.down_proj(gate * torch.sigmoid(gate) * up)"),
+        ffn_fused(
+            forward="h = F.linear(x, self.gate_up_proj.weight, self.gate_up_proj.bias)\n"
+            "        gate, up = h.tensor_split(2, dim=-1)\n        return self.down_proj(F.silu(gate) * up)"
+        ),
+        ffn_fused(
+            forward="flat = x.reshape(-1, x.shape[-1]) @ self.gate_up_proj.weight.t()\n"
+            "        if self.gate_up_proj.bias is not None:\n            flat = flat + self.gate_up_proj.bias\n"
+            "        gate, up = flat.reshape(*x.shape[:-1], -1).chunk(2, dim=-1)\n"
+            "        return self.down_proj(gate * torch.sigmoid(gate) * up)"
+        ),
     ],
     "decoder_block": [
         decoder(causal="torch.arange(length, device=x.device)[:, None] >= torch.arange(length, device=x.device)"),
@@ -226,34 +263,58 @@ _BLIND_B1_STYLES = {
 }
 for _exercise_id, _codes in _BLIND_B1_STYLES.items():
     RIGHT_STYLES.setdefault(_exercise_id, []).extend(_codes)
-NOTEBOOK_OF |= {"rope": "03_rope", "halves_permutation": "03_rope", "rope_matrix": "03_rope",
-                "decoder_block": "07_blocks"}
+NOTEBOOK_OF |= {
+    "rope": "03_rope",
+    "halves_permutation": "03_rope",
+    "rope_matrix": "03_rope",
+    "decoder_block": "07_blocks",
+}
 
 # Blind round b2, notebook 08: right answers written otherwise, beside the behaviours the checks now observe (the
 # model's tensors on the device of tokens, the caller's hf_state left as it was, lm_head the same tensor as wte,
 # is_causal passed on to SDPA when SDPA is called, q, k and v taken from the one product's result).
-_MANUAL_ATTENTION = ("None\n        scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5\n        if is_causal:\n"
-                     "            mask = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()\n"
-                     "        if mask is not None:\n            scores = scores.masked_fill(~mask, float('-inf'))\n"
-                     "        out = scores.softmax(-1) @ v")
+_MANUAL_ATTENTION = (
+    "None\n        scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5\n        if is_causal:\n"
+    "            mask = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()\n"
+    "        if mask is not None:\n            scores = scores.masked_fill(~mask, float('-inf'))\n"
+    "        out = scores.softmax(-1) @ v"
+)
 _BLIND_B2_NB08_STYLES = {
-    "gpt2_model": [nb08_gpt2(causal="torch.arange(length, device=tokens.device)[:, None] >= "
-                                    "torch.arange(length, device=tokens.device)")],
-    "modern_decoder": [nb08_decoder().replace("torch.arange(length, device=tokens.device)",
-                                              "torch.arange(length).to(tokens.device)")],
-    "gpt2_state_from_hf": [nb08_gpt2_convert(head='state["lm_head.weight"] = src.get("lm_head.weight", '
-                                                  'state["wte.weight"])  # tied in HF\'s state_dict')],
-    "llama_state_from_hf": [nb08_llama_convert().replace(
-        "    head_dim = config.d_model", "    hf_state = dict(hf_state)  # a copy of its own: popping leaves the "
-        "caller's\n    hf_state['lm_head.weight'] = hf_state.pop('lm_head.weight')\n    head_dim = config.d_model")],
-    "rotary_gqa": [nb08_rotary(attend=_MANUAL_ATTENTION),  # attention by hand: no SDPA call to pass is_causal to
-                   nb08_rotary(attend="F.scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal)")],
-    "fused_rotary_gqa": [nb08_fused(qkv="y = F.linear(x, self.qkv_proj.weight)\n"
-                                        "        q, k, v = y[..., :h * hd], y[..., h * hd:(h + g) * hd], y[..., (h + g) * hd:]")],
+    "gpt2_model": [
+        nb08_gpt2(
+            causal="torch.arange(length, device=tokens.device)[:, None] >= torch.arange(length, device=tokens.device)"
+        )
+    ],
+    "modern_decoder": [
+        nb08_decoder().replace("torch.arange(length, device=tokens.device)", "torch.arange(length).to(tokens.device)")
+    ],
+    "gpt2_state_from_hf": [
+        nb08_gpt2_convert(
+            head='state["lm_head.weight"] = src.get("lm_head.weight", state["wte.weight"])  # tied in HF\'s state_dict'
+        )
+    ],
+    "llama_state_from_hf": [
+        nb08_llama_convert().replace(
+            "    head_dim = config.d_model",
+            "    hf_state = dict(hf_state)  # a copy of its own: popping leaves the "
+            "caller's\n    hf_state['lm_head.weight'] = hf_state.pop('lm_head.weight')\n    head_dim = config.d_model",
+        )
+    ],
+    "rotary_gqa": [
+        nb08_rotary(attend=_MANUAL_ATTENTION),  # attention by hand: no SDPA call to pass is_causal to
+        nb08_rotary(attend="F.scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal)"),
+    ],
+    "fused_rotary_gqa": [
+        nb08_fused(
+            qkv="y = F.linear(x, self.qkv_proj.weight)\n"
+            "        q, k, v = y[..., :h * hd], y[..., h * hd:(h + g) * hd], y[..., (h + g) * hd:]"
+        )
+    ],
 }
 for _exercise_id, _codes in _BLIND_B2_NB08_STYLES.items():
     RIGHT_STYLES.setdefault(_exercise_id, []).extend(_codes)
 NOTEBOOK_OF |= {exercise_id: "08_decoder_models" for exercise_id in _BLIND_B2_NB08_STYLES}
+
 
 def _rule_bound() -> list[tuple[str, str]]:
     """(notebook, exercise) for every exercise that declares a rule."""
@@ -329,8 +390,12 @@ def test_the_rule_is_switched_off_afterwards_and_restores_everything():
     x = torch.randn(3)
     expected = torch.softmax(x, 0)
     with enforced([rule.to_wire()], namespace):
-        for call in (lambda: torch.softmax(x, 0), lambda: x.softmax(0), lambda: namespace["sm"](x, 0),
-                     lambda: torch.nn.functional.softmax(x, 0)):
+        for call in (
+            lambda: torch.softmax(x, 0),
+            lambda: x.softmax(0),
+            lambda: namespace["sm"](x, 0),
+            lambda: torch.nn.functional.softmax(x, 0),
+        ):
             with pytest.raises(RuntimeError, match="no softmax"):
                 call()
         assert torch.equal(namespace["other"](x), torch.exp(x))  # what the rule does not name still works
@@ -340,37 +405,70 @@ def test_the_rule_is_switched_off_afterwards_and_restores_everything():
 
 # Ways around a rule in notebooks whose catalogue of wrong versions (tests/wrong) is kept elsewhere: each names the
 # exercise, the dodge, a whole answer cell, and what the message says.
-_ACTIVATIONS = ("def relu(x):\n    return {relu}\n\n\ndef gelu(x):\n    return {gelu}\n\n\n"
-                "def gelu_tanh(x):\n    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))\n"
-                "\n\ndef silu(x):\n    return {silu}\n")
+_ACTIVATIONS = (
+    "def relu(x):\n    return {relu}\n\n\ndef gelu(x):\n    return {gelu}\n\n\n"
+    "def gelu_tanh(x):\n    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))\n"
+    "\n\ndef silu(x):\n    return {silu}\n"
+)
 
 
-def _activations(relu="torch.clamp(x, min=0)", gelu="0.5 * x * (1 + torch.erf(x / math.sqrt(2)))", silu="x * torch.sigmoid(x)"):
+def _activations(
+    relu="torch.clamp(x, min=0)", gelu="0.5 * x * (1 + torch.erf(x / math.sqrt(2)))", silu="x * torch.sigmoid(x)"
+):
     return _ACTIVATIONS.format(relu=relu, gelu=gelu, silu=silu)
 
 
 RULE_DODGES = [
-    ("relative_positions", "a loop with no line of its own: starmap over the pairs, handed to torch.tensor",
-     "import itertools\nimport operator\n\n\ndef relative_positions(n):\n"
-     "    return -torch.tensor(list(itertools.starmap(operator.sub, itertools.product(range(n), repeat=2)))).reshape(n, n)\n",
-     "this exercise's rule is: no Python loops"),
-    ("relative_positions", "a double loop run from a string",
-     "def relative_positions(n):\n    return eval('torch.tensor([[j - i for j in range(n)] for i in range(n)])')\n",
-     "this exercise's rule is: no Python loops"),
-    ("pairwise_sq_distances", "a loop over the points written as map",
-     "import itertools\n\n\ndef pairwise_sq_distances(a, b):\n"
-     "    return torch.stack(list(map(torch.sub, a.unbind(0), itertools.repeat(b)))).pow(2).sum(-1)\n",
-     "this exercise's rule is: no Python loops"),
-    ("ffn_activations", "ReLU as F.threshold", _activations(relu="F.threshold(x, 0.0, 0.0)"),
-     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
-    ("ffn_activations", "ReLU as F.hardtanh(x, 0, inf)", _activations(relu="F.hardtanh(x, 0.0, float('inf'))"),
-     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
-    ("ffn_activations", "ReLU as leaky_relu with slope 0", _activations(relu="F.leaky_relu(x, 0.0)"),
-     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
-    ("ffn_activations", "SiLU through F.glu", _activations(silu="F.glu(torch.cat([x, x], dim=-1), dim=-1)"),
-     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
-    ("ffn_activations", "GELU as x times the normal CDF", _activations(gelu="x * torch.special.ndtr(x)"),
-     "this exercise's rule is: do not call any of PyTorch's ready-made activations"),
+    (
+        "relative_positions",
+        "a loop with no line of its own: starmap over the pairs, handed to torch.tensor",
+        "import itertools\nimport operator\n\n\ndef relative_positions(n):\n"
+        "    return -torch.tensor(list(itertools.starmap(operator.sub, itertools.product(range(n), repeat=2)))).reshape(n, n)\n",
+        "this exercise's rule is: no Python loops",
+    ),
+    (
+        "relative_positions",
+        "a double loop run from a string",
+        "def relative_positions(n):\n    return eval('torch.tensor([[j - i for j in range(n)] for i in range(n)])')\n",
+        "this exercise's rule is: no Python loops",
+    ),
+    (
+        "pairwise_sq_distances",
+        "a loop over the points written as map",
+        "import itertools\n\n\ndef pairwise_sq_distances(a, b):\n"
+        "    return torch.stack(list(map(torch.sub, a.unbind(0), itertools.repeat(b)))).pow(2).sum(-1)\n",
+        "this exercise's rule is: no Python loops",
+    ),
+    (
+        "ffn_activations",
+        "ReLU as F.threshold",
+        _activations(relu="F.threshold(x, 0.0, 0.0)"),
+        "this exercise's rule is: do not call any of PyTorch's ready-made activations",
+    ),
+    (
+        "ffn_activations",
+        "ReLU as F.hardtanh(x, 0, inf)",
+        _activations(relu="F.hardtanh(x, 0.0, float('inf'))"),
+        "this exercise's rule is: do not call any of PyTorch's ready-made activations",
+    ),
+    (
+        "ffn_activations",
+        "ReLU as leaky_relu with slope 0",
+        _activations(relu="F.leaky_relu(x, 0.0)"),
+        "this exercise's rule is: do not call any of PyTorch's ready-made activations",
+    ),
+    (
+        "ffn_activations",
+        "SiLU through F.glu",
+        _activations(silu="F.glu(torch.cat([x, x], dim=-1), dim=-1)"),
+        "this exercise's rule is: do not call any of PyTorch's ready-made activations",
+    ),
+    (
+        "ffn_activations",
+        "GELU as x times the normal CDF",
+        _activations(gelu="x * torch.special.ndtr(x)"),
+        "this exercise's rule is: do not call any of PyTorch's ready-made activations",
+    ),
 ]
 NOTEBOOK_OF |= {"relative_positions": "00_welcome", "ffn_activations": "06_feed_forward"}
 
@@ -385,11 +483,20 @@ def test_each_rule_dodge_is_rejected_with_the_rule(exercise_id, dodge, code, say
 
 # The dodges only the runtime half can see (a name computed, a reference kept where the cell does not show it).
 RUNTIME_DODGES = [
-    ("clip_grad_norm", "def clip_grad_norm(parameters, max_norm, _clip=getattr(torch.nn.utils, 'clip_grad_norm' + chr(95))):"
-                       "\n    return _clip(parameters, max_norm)\n"),
-    ("relative_positions", "_run = vars(__import__('built' + 'ins'))[''.join(reversed('lave'))]\n\n\ndef relative_positions(n):\n"
-                           "    return _run('torch.tensor([[j - i for j in range(n)] for i in range(n)])', dict(torch=torch, n=n))\n"),
-    ("grouped_query_attention", gqa(repeat="k, v").replace("attn_mask=mask)", "attn_mask=mask, **{'enable_' + 'gqa': True})")),
+    (
+        "clip_grad_norm",
+        "def clip_grad_norm(parameters, max_norm, _clip=getattr(torch.nn.utils, 'clip_grad_norm' + chr(95))):"
+        "\n    return _clip(parameters, max_norm)\n",
+    ),
+    (
+        "relative_positions",
+        "_run = vars(__import__('built' + 'ins'))[''.join(reversed('lave'))]\n\n\ndef relative_positions(n):\n"
+        "    return _run('torch.tensor([[j - i for j in range(n)] for i in range(n)])', dict(torch=torch, n=n))\n",
+    ),
+    (
+        "grouped_query_attention",
+        gqa(repeat="k, v").replace("attn_mask=mask)", "attn_mask=mask, **{'enable_' + 'gqa': True})"),
+    ),
 ]
 
 
@@ -409,7 +516,9 @@ def test_a_refused_python_function_is_restored_afterwards():
     parameter.grad = torch.full((4,), 3.0)
     with enforced([rule.to_wire()]), pytest.raises(RuntimeError, match="no clip"):
         kept([parameter], 1.0)
-    assert torch.isclose(kept([parameter], 1.0), torch.tensor(6.0)) and torch.allclose(parameter.grad, torch.full((4,), 0.5))
+    assert torch.isclose(kept([parameter], 1.0), torch.tensor(6.0)) and torch.allclose(
+        parameter.grad, torch.full((4,), 0.5)
+    )
 
 
 def test_a_broken_rule_is_said_once_without_the_graders_class_name(solution_namespaces):
@@ -419,8 +528,9 @@ def test_a_broken_rule_is_said_once_without_the_graders_class_name(solution_name
 
     code = "def softmax(x, dim=-1):\n    return torch.softmax(x, dim=dim)\n"
     exercise, adapters = find_exercise("softmax")
-    result = run_exercise(exercise, LocalImpl(_namespace(solution_namespaces, "softmax", code), adapters),
-                          source=code, context=[PRELUDE])
+    result = run_exercise(
+        exercise, LocalImpl(_namespace(solution_namespaces, "softmax", code), adapters), source=code, context=[PRELUDE]
+    )
     failed = [r for r in result.results if not r.passed]
     assert len(failed) >= 3 and all(r.broke_rule for r in failed), [r.message for r in failed]
     runtime_only = _runtime_only(solution_namespaces, "softmax", code)  # as for a helper the source does not show

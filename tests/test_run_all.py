@@ -22,8 +22,9 @@ WAITING = run_all_tags.load_waiting()
 
 
 def test_tags_match_the_committed_list():
-    done = subprocess.run([sys.executable, ROOT / "tools" / "run_all_tags.py", "--check"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, ROOT / "tools" / "run_all_tags.py", "--check"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -36,8 +37,11 @@ def test_every_notebook_has_a_list_and_calls_the_explainer():
 
 class _Frame:
     def __init__(self, filename, qualname, lineno):
-        self.tb_frame = type("F", (), {"f_code": type("C", (), {"co_filename": filename, "co_qualname": qualname,
-                                                                 "co_name": qualname})()})()
+        self.tb_frame = type(
+            "F",
+            (),
+            {"f_code": type("C", (), {"co_filename": filename, "co_qualname": qualname, "co_name": qualname})()},
+        )()
         self.tb_lineno = lineno
         self.tb_next = None
 
@@ -45,13 +49,17 @@ class _Frame:
 def test_only_a_stub_line_gets_the_short_message(tmp_path, monkeypatch):
     cell = tmp_path / "ipykernel_1" / "123.py"
     cell.parent.mkdir()
-    cell.write_text("class RMSNorm:\n    def forward(self, x):\n        # YOUR CODE HERE\n"
-                    "        raise NotImplementedError()\n    def other(self):\n"
-                    "        raise NotImplementedError('not a stub')\n")
+    cell.write_text(
+        "class RMSNorm:\n    def forward(self, x):\n        # YOUR CODE HERE\n"
+        "        raise NotImplementedError()\n    def other(self):\n"
+        "        raise NotImplementedError('not a stub')\n"
+    )
     assert run_all.stub_name(_Frame(str(cell), "RMSNorm.forward", 4)) == "RMSNorm.forward"
     assert run_all.stub_name(_Frame(str(cell), "RMSNorm.other", 6)) is None  # some other NotImplementedError
     assert run_all.stub_name(_Frame("/site-packages/torch/nn/module.py", "forward", 4)) is None
     monkeypatch.chdir(tmp_path)
     title = run_all.exercise_for("RMSNorm.forward", release_path("02_normalization"))
     assert title and title.startswith("Exercise ")
-    assert run_all.message("RMSNorm.forward", title).startswith(f'This cell waits for "{title}": your `RMSNorm.forward`')
+    assert run_all.message("RMSNorm.forward", title).startswith(
+        f'This cell waits for "{title}": your `RMSNorm.forward`'
+    )

@@ -46,8 +46,16 @@ WELCOME = "00_welcome"
 
 # Each class runs on one worker, and they take about the same time: 70 s and 74 s, each alone on a busy
 # 2-core machine (2026-11-26, load 3; 108 s and 106 s at load 5). This test prints each notebook's time.
-EARLY = ("00_welcome", "01_tokens_embeddings", "02_normalization", "03_rope", "04_attention",
-         "05_multihead_attention", "06_feed_forward", "07_blocks")
+EARLY = (
+    "00_welcome",
+    "01_tokens_embeddings",
+    "02_normalization",
+    "03_rope",
+    "04_attention",
+    "05_multihead_attention",
+    "06_feed_forward",
+    "07_blocks",
+)
 LATE = ("08_decoder_models", "09_bert_encoder_decoder", "10_training", "11_decoding", "12_bpe", "13_tinystories")
 
 
@@ -76,8 +84,10 @@ def lab_and_page(request, tmp_path_factory):
     env["COURSE_TINYSTORIES_STEPS"] = "5"
     env.pop("COURSE_GRADING", None)
     # expose_app_in_browser: window.jupyterapp, to open and save notebooks with JupyterLab's own commands
-    with jupyter_lab(root, env=env, args=("--LabApp.expose_app_in_browser=True",)) as lab, \
-            offline_page(height=1000) as browsing:
+    with (
+        jupyter_lab(root, env=env, args=("--LabApp.expose_app_in_browser=True",)) as lab,
+        offline_page(height=1000) as browsing,
+    ):
         _load(browsing.page, lab)
         yield lab, browsing
 
@@ -98,8 +108,7 @@ def _wait_idle(page, timeout_ms: int = RUN_ALL_TIMEOUT * 1000) -> None:
 
 
 def _api(lab, method: str, path: str):
-    request = urllib.request.Request(f"{lab.url}{path}", method=method,
-                                     headers={"Authorization": f"token {lab.token}"})
+    request = urllib.request.Request(f"{lab.url}{path}", method=method, headers={"Authorization": f"token {lab.token}"})
     with urllib.request.urlopen(request, timeout=30) as reply:
         body = reply.read()
     return json.loads(body) if body else None
@@ -163,8 +172,9 @@ def _run_all(page, notebook: str, cells) -> None:
         first = not_run[0]
         after = f" after cell {code[first - 1]}" if first else ""
         if stopped_since and time.monotonic() - stopped_since > 5:
-            pytest.fail(f"{notebook}: Run All stopped{after}: cell {code[first]} (and {len(not_run) - 1} more) "
-                        "never ran")
+            pytest.fail(
+                f"{notebook}: Run All stopped{after}: cell {code[first]} (and {len(not_run) - 1} more) never ran"
+            )
         if time.monotonic() - start > RUN_ALL_TIMEOUT:
             pytest.fail(f"{notebook}: Run All did not finish in {RUN_ALL_TIMEOUT} s: cell {code[first]} has not run")
         time.sleep(0.5)
@@ -219,12 +229,16 @@ def run_all_in_the_lab(notebook: str, lab, browsing) -> None:
     try:
         # Opened as a student's double click would, in the page already loaded (a fresh page for each
         # notebook took 3-4 s more): the only notebook open, so the page's cells are its cells.
-        page.evaluate("async path => { await window.jupyterapp.commands.execute('docmanager:open', "
-                      "{path, factory: 'Notebook'}); }", f"{_where(notebook)}/{notebook}.ipynb")
+        page.evaluate(
+            "async path => { await window.jupyterapp.commands.execute('docmanager:open', "
+            "{path, factory: 'Notebook'}); }",
+            f"{_where(notebook)}/{notebook}.ipynb",
+        )
         _cells(page).first.wait_for(timeout=60_000)
         # every cell drawn (JupyterLab draws a long notebook a batch of cells at a time)
-        page.wait_for_function(f"() => document.querySelectorAll('.jp-Notebook .jp-CodeCell').length >= {len(code)}",
-                               timeout=60_000)
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.jp-Notebook .jp-CodeCell').length >= {len(code)}", timeout=60_000
+        )
         # A notebook opened after another may ask which kernel to start: the default.
         accept = page.locator(".jp-Dialog", has_text="Select Kernel").locator(".jp-mod-accept")
         idle = page.locator("#jp-main-statusbar", has_text=IDLE)  # a kernel, started and idle
@@ -257,8 +271,9 @@ def run_all_in_the_lab(notebook: str, lab, browsing) -> None:
         page.evaluate("async () => { await window.jupyterapp.commands.execute('application:close-all'); }")
         for session in _api(lab, "GET", "/api/sessions"):
             if session["path"].endswith(f"{notebook}.ipynb"):
-                threading.Thread(target=_api, args=(lab, "DELETE", f"/api/sessions/{session['id']}"),
-                                 daemon=True).start()
+                threading.Thread(
+                    target=_api, args=(lab, "DELETE", f"/api/sessions/{session['id']}"), daemon=True
+                ).start()
     print(f"{notebook}: Run All in the browser, saved and checked in {time.monotonic() - start:.1f} s")
 
 

@@ -28,14 +28,14 @@ from autograder.phases import PREFIX
 NOTEBOOK = "01_tokens_embeddings"
 SOLUTION = read(solution_path(NOTEBOOK))
 
-MALICIOUS_REPLY = '''
+MALICIOUS_REPLY = """
 import os, pickle, struct, sys
 class Payload:
     def __reduce__(self):
         return (os.system, ("touch {marker}",))
 frame = pickle.dumps({{"nonce": None, "ok": True, "value": Payload()}})
 os.write(int(sys.argv[2]), struct.pack("!Q", len(frame)) + frame)
-'''
+"""
 
 
 def _answer(exercise, before="", inside=None):
@@ -49,14 +49,22 @@ def _answer(exercise, before="", inside=None):
 def test_misbehaving_code_costs_only_its_exercise(tmp_path):
     marker = tmp_path / "unpickled"
     answers = {
-        "embedding": _answer("embedding", inside=(
-            "def forward(self, token_ids: torch.Tensor) -> torch.Tensor:\n", "import os; os._exit(0)")),
+        "embedding": _answer(
+            "embedding",
+            inside=("def forward(self, token_ids: torch.Tensor) -> torch.Tensor:\n", "import os; os._exit(0)"),
+        ),
         "sinusoidal": _answer("sinusoidal") + MALICIOUS_REPLY.format(marker=marker),
-        "learned_positions": _answer("learned_positions", inside=(
-            "def forward(self, positions: torch.Tensor) -> torch.Tensor:\n", "while True: pass")),
-        "input_embedding": _answer("input_embedding", inside=(
-            "def forward(self, token_ids: torch.Tensor, start_pos: int = 0) -> torch.Tensor:\n",
-            'print("spam " * 1_000_000)')),
+        "learned_positions": _answer(
+            "learned_positions",
+            inside=("def forward(self, positions: torch.Tensor) -> torch.Tensor:\n", "while True: pass"),
+        ),
+        "input_embedding": _answer(
+            "input_embedding",
+            inside=(
+                "def forward(self, token_ids: torch.Tensor, start_pos: int = 0) -> torch.Tensor:\n",
+                'print("spam " * 1_000_000)',
+            ),
+        ),
     }
     nb = nbformat.v4.new_notebook()
     nb.cells = [c for c in SOLUTION.cells if c.cell_type == "code" and c.get("id") == "setup"]
@@ -75,7 +83,9 @@ def test_misbehaving_code_costs_only_its_exercise(tmp_path):
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "autograder", "check", str(path), "--json", "--timeout", "4"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     elapsed = time.monotonic() - started
     report = {e["id"]: e for e in json.loads(done.stdout)["exercises"]}
@@ -99,7 +109,10 @@ def test_misbehaving_code_costs_only_its_exercise(tmp_path):
 def _cli(path: Path, *args: str, env: dict | None = None):
     done = subprocess.run(
         [sys.executable, "-m", "autograder", "check", str(path), "--json", *args],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     return done.returncode, (json.loads(done.stdout) if done.stdout.strip() else None), done.stderr
 
@@ -194,7 +207,6 @@ def test_grading_runs_say_so_to_the_notebook(tmp_path, monkeypatch):
 # --- a cell that behaves differently when replayed; files that would shadow the grader's modules ----------
 
 
-
 def replaying_submission(solution, hangs: str, exits: str):
     """``solution`` whose answer ``hangs`` hangs when replayed and whose answer ``exits`` ends its process.
 
@@ -248,8 +260,12 @@ def test_a_limit_that_cannot_be_set_stops_grading_with_one_line(tmp_path):
     capability can raise it."""
     require_sandbox()
     path = _course_folder(tmp_path, "02_normalization", read(solution_path("02_normalization")))
-    done = subprocess.run([*LOW_HARD_FILE_SIZE, sys.executable, "-m", "autograder", "check", str(path)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*LOW_HARD_FILE_SIZE, sys.executable, "-m", "autograder", "check", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
     (line,) = _besides_phases(done.stderr)
     assert "file size limit (1 GB) could not be set" in line and "hard limit here is 9.5" in line, line
@@ -261,9 +277,23 @@ def test_unsandboxed_a_limit_that_cannot_be_set_is_one_warning(tmp_path):
     As root, setrlimit may raise a hard limit; setpriv takes that capability away, as for any user."""
     path = _course_folder(tmp_path, "02_normalization", read(solution_path("02_normalization")))
     env = dict(os.environ, AUTOGRADER_BWRAP="/nonexistent/bwrap")
-    done = subprocess.run(["setpriv", "--bounding-set=-sys_resource", *LOW_HARD_FILE_SIZE, sys.executable, "-m",
-                           "autograder", "check", str(path), "--json"], capture_output=True, text=True, timeout=300,
-                          env=env)
+    done = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set=-sys_resource",
+            *LOW_HARD_FILE_SIZE,
+            sys.executable,
+            "-m",
+            "autograder",
+            "check",
+            str(path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["score"] == 6
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
@@ -299,6 +329,7 @@ def test_the_scratch_copy_is_removed_when_making_it_fails(tmp_path, monkeypatch)
     (folder / "pipe").unlink()
 
     if os.geteuid() == 0:  # grading as root chowns the copy to the sandbox's own user
+
         def refuse(*args):
             raise PermissionError(1, "Operation not permitted")
 

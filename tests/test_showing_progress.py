@@ -32,8 +32,12 @@ def test_check_says_each_phase_as_it_goes_and_keeps_stdout_for_the_report():
     exercises = checks_for(NOTEBOOK).exercises
     checks = [e.id for e in exercises for _ in range(len(e.checks) + bool(e.rules))]  # the rules, read: one more
     started = time.monotonic()
-    with subprocess.Popen([sys.executable, "-m", "autograder", "check", str(solution_path(NOTEBOOK)), "--json"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as done:
+    with subprocess.Popen(
+        [sys.executable, "-m", "autograder", "check", str(solution_path(NOTEBOOK)), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as done:
         said = [(time.monotonic() - started, line.rstrip("\n")) for line in done.stderr]
         out = done.stdout.read()
     ended = time.monotonic() - started

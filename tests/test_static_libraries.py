@@ -23,13 +23,19 @@ PAPERWORK = {"SHA256SUMS", "SOURCES.md"}
 MATHJAX = "mathjax-tex-svg-full.js"
 # What each file says about itself, independently of the pinned sums: the versions bertviz is run with, in the
 # first lines; MathJax has no banner, and states its version once, deep in the file.
-BANNERS = {"require.js": "RequireJS 2.3.6", "d3.min.js": "https://d3js.org v5.7.0", "jquery.min.js": "jQuery v2.2.4 ",
-           MATHJAX: 'e.VERSION="3.2.2"'}
+BANNERS = {
+    "require.js": "RequireJS 2.3.6",
+    "d3.min.js": "https://d3js.org v5.7.0",
+    "jquery.min.js": "jQuery v2.2.4 ",
+    MATHJAX: 'e.VERSION="3.2.2"',
+}
 WITHOUT_BANNER = {MATHJAX}
-LICENCES = {"require.js": ("LICENSE-requirejs.txt", "Permission is hereby granted"),
-            "d3.min.js": ("LICENSE-d3.txt", "Redistribution and use in source and binary forms"),
-            "jquery.min.js": ("LICENSE-jquery.txt", "Permission is hereby granted"),
-            MATHJAX: ("LICENSE-mathjax.txt", "Licensed under the Apache License, Version 2.0")}
+LICENCES = {
+    "require.js": ("LICENSE-requirejs.txt", "Permission is hereby granted"),
+    "d3.min.js": ("LICENSE-d3.txt", "Redistribution and use in source and binary forms"),
+    "jquery.min.js": ("LICENSE-jquery.txt", "Permission is hereby granted"),
+    MATHJAX: ("LICENSE-mathjax.txt", "Licensed under the Apache License, Version 2.0"),
+}
 
 
 def pinned(directory: Path) -> dict[str, str]:
@@ -76,7 +82,9 @@ def test_the_feedback_inlines_the_vendored_mathjax():
     assert nbgrader_plugin.STATIC == STATIC
     template = (nbgrader_plugin.TEMPLATES / "feedback" / "mathjax.html.j2").read_text()
     assert f'"{MATHJAX}" | course_script' in template
-    assert nbgrader_plugin.course_script(MATHJAX) == f"<script>{(STATIC / MATHJAX).read_text(encoding='utf-8')}</script>"
+    assert (
+        nbgrader_plugin.course_script(MATHJAX) == f"<script>{(STATIC / MATHJAX).read_text(encoding='utf-8')}</script>"
+    )
 
 
 def test_sources_lists_the_pinned_sums():
@@ -89,6 +97,7 @@ def test_sources_lists_the_pinned_sums():
 
 def test_the_check_rejects_wrong_files(tmp_path):
     """A newer d3, an edited jQuery, a lost licence and an unpinned extra file are each reported."""
+
     def copy() -> Path:
         target = tmp_path / f"static{len(list(tmp_path.iterdir()))}"
         shutil.copytree(STATIC, target)
@@ -109,7 +118,10 @@ def test_the_check_rejects_wrong_files(tmp_path):
     assert problems(extra) == ["jquery-3.7.1.min.js: not in SHA256SUMS"]
     other_mathjax = copy()
     (other_mathjax / MATHJAX).write_text('(function(){e.VERSION="3.2.1"})();')
-    assert problems(other_mathjax) == [f"{MATHJAX}: sha256 differs from SHA256SUMS", f'{MATHJAX}: not e.VERSION="3.2.2"']
+    assert problems(other_mathjax) == [
+        f"{MATHJAX}: sha256 differs from SHA256SUMS",
+        f'{MATHJAX}: not e.VERSION="3.2.2"',
+    ]
 
 
 def test_an_installed_package_carries_them():
@@ -121,4 +133,6 @@ def test_an_installed_package_carries_them():
         assert files
         for path in files:
             relative = path.relative_to(folder.parent).as_posix()
-            assert any(fnmatch(relative, glob) for glob in data.get(package, [])), f"{relative} would be left out of the wheel"
+            assert any(fnmatch(relative, glob) for glob in data.get(package, [])), (
+                f"{relative} would be left out of the wheel"
+            )

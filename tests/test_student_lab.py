@@ -92,9 +92,7 @@ def test_make_lab_serves_with_the_student_settings():
     # The server runs in the lab's root, where its terminals open (tests/test_student_session.py types a command
     # into one); jupyter/student/jupyter_server_config.py is what gives them the course's Python.
     assert command.startswith('cd "/some/copy" && ')
-    assert command.rstrip().endswith(
-        '--ServerApp.root_dir="$PWD" --LabApp.default_url=/lab/tree/course --port=8999'
-    )
+    assert command.rstrip().endswith('--ServerApp.root_dir="$PWD" --LabApp.default_url=/lab/tree/course --port=8999')
 
 
 # Run inside the scratch environment: what the server and JupyterLab would read there, as JSON.
@@ -138,9 +136,7 @@ def _scratch_environment(tmp_path: Path) -> tuple[Path, dict]:
     shutil.copytree(VENV_JUPYTER, prefix / "etc" / "jupyter")
     labconfig = prefix / "etc" / "jupyter" / "labconfig"
     labconfig.mkdir(exist_ok=True)
-    (labconfig / "page_config.json").write_text(
-        json.dumps({"disabledExtensions": {"some-other:plugin": True}})
-    )
+    (labconfig / "page_config.json").write_text(json.dumps({"disabledExtensions": {"some-other:plugin": True}}))
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     pip = stubs / "pip"  # installs are proven elsewhere (the dry-run resolution); here only recorded
@@ -209,21 +205,17 @@ def test_binder_postbuild_in_a_scratch_prefix(tmp_path):
     assert after["terminal_shell"] == [shutil.which("bash"), "--rcfile", str(written / "terminal.bashrc")], after
     assert (written / "terminal.bashrc").read_text() == (STUDENT / "terminal.bashrc").read_text()
     assert after["path_first"] == str(prefix / "bin"), after
-    assert json.loads((written / "labconfig" / "page_config.json").read_text())[
-        "lockedExtensions"
-    ] == dict.fromkeys(sorted(INSTRUCTOR_PLUGINS), True)
+    assert json.loads((written / "labconfig" / "page_config.json").read_text())["lockedExtensions"] == dict.fromkeys(
+        sorted(INSTRUCTOR_PLUGINS), True
+    )
 
 
 def test_student_settings_install_is_idempotent(tmp_path):
     script = ROOT / "tools" / "student_settings.py"
     for _ in range(2):
-        done = subprocess.run(
-            [sys.executable, script, str(tmp_path)], capture_output=True, text=True, check=True
-        )
+        done = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, check=True)
     assert done.stdout.count("student settings: ") == 5
-    assert json.loads((tmp_path / "jupyter_server_config.json").read_text()) == _settings(
-        "jupyter_server_config.json"
-    )
+    assert json.loads((tmp_path / "jupyter_server_config.json").read_text()) == _settings("jupyter_server_config.json")
     python = (tmp_path / "jupyter_server_config.py").read_text()
     assert python.count((STUDENT / "jupyter_server_config.py").read_text().strip()) == 1, "one block, not two"
 
@@ -250,8 +242,11 @@ def test_the_assignment_list_says_one_line_where_there_is_no_exchange():
 
     from coursetools import assignment_list as course
 
-    missing = {"success": False, "value": """The exchange directory does not exist and could
-                                    not be created. The "release" and "collect" functionality will not be available."""}
+    missing = {
+        "success": False,
+        "value": """The exchange directory does not exist and could
+                                    not be created. The "release" and "collect" functionality will not be available.""",
+    }
     listed = {"success": True, "value": [{"course_id": "course101", "assignment_id": "02_normalization"}]}
     other = {"success": False, "value": "Traceback (most recent call last): ..."}
 

@@ -103,8 +103,11 @@ def student_lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("student-lab")
     root = _scratch_course(tmp)
     shutil.copytree(release_path(TERMINAL_NOTEBOOK).parent, root / "course" / TERMINAL_NOTEBOOK)
-    answered = with_answer(read(release_path(TERMINAL_NOTEBOOK)), TERMINAL_ANSWERED,
-                           answer_source(read(solution_path(TERMINAL_NOTEBOOK)), TERMINAL_ANSWERED))
+    answered = with_answer(
+        read(release_path(TERMINAL_NOTEBOOK)),
+        TERMINAL_ANSWERED,
+        answer_source(read(solution_path(TERMINAL_NOTEBOOK)), TERMINAL_ANSWERED),
+    )
     nbformat.write(answered, root / "course" / TERMINAL_NOTEBOOK / f"{TERMINAL_NOTEBOOK}.ipynb")
     with jupyter_lab(root, env=_environment(tmp), via_make=True) as lab:
         yield lab
@@ -164,9 +167,7 @@ def _shot(page, name: str) -> Path:
 
 def test_student_session_in_a_real_browser(student_lab):
     released, solved = read(release_path(NOTEBOOK)), read(solution_path(NOTEBOOK))
-    answers = {
-        grade_id(c): i for i, c in enumerate(released.cells) if c.metadata.get("nbgrader", {}).get("solution")
-    }
+    answers = {grade_id(c): i for i, c in enumerate(released.cells) if c.metadata.get("nbgrader", {}).get("solution")}
     tests = {
         grade_id(c).removesuffix("_test"): i
         for i, c in enumerate(released.cells)
@@ -186,21 +187,21 @@ def test_student_session_in_a_real_browser(student_lab):
         try:
             _open_notebook(page, lab)
             for exercise, index in answers.items():
-                _type_into_cell(
-                    page, index, wrong if exercise == WRONG_ID else answer_source(solved, exercise)
-                )
+                _type_into_cell(page, index, wrong if exercise == WRONG_ID else answer_source(solved, exercise))
             page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="Run").click()
             page.locator(".lm-Menu .lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
             failing = page.locator(".jp-Notebook .jp-Cell").nth(tests[WRONG_ID])
-            failing.locator(".jp-OutputArea", has_text="checks failed").wait_for(
-                state="attached", timeout=90_000
-            )
+            failing.locator(".jp-OutputArea", has_text="checks failed").wait_for(state="attached", timeout=90_000)
             _wait_idle(page)
 
             verdicts = {exercise: _output_text(page, index) for exercise, index in tests.items()}
             for exercise, text in verdicts.items():
                 if exercise != WRONG_ID:
-                    assert "✓" in text and "✗" not in text and re.search(r"All \d+ visible( and \d+ hidden)? checks passed\.", text), (
+                    assert (
+                        "✓" in text
+                        and "✗" not in text
+                        and re.search(r"All \d+ visible( and \d+ hidden)? checks passed\.", text)
+                    ), (
                         exercise,
                         text,
                     )
@@ -238,9 +239,7 @@ def test_student_session_in_a_real_browser(student_lab):
                 headers={"Authorization": f"token {lab.token}"},
                 data=json.dumps({"cmd": "enable", "plugin_name": "@jupyter/nbgrader:create-assignment"}),
             )
-            assert refused.status == 500 and "locked" in refused.text(), (
-                "the Extension Manager could turn it back on"
-            )
+            assert refused.status == 500 and "locked" in refused.text(), "the Extension Manager could turn it back on"
             # The assignment list is the student's tool: its extension loaded and opens.
             page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="Nbgrader").click()
             page.locator(".lm-Menu .lm-Menu-itemLabel", has_text="Assignment List").click()
@@ -281,15 +280,25 @@ def test_the_printed_check_command_runs_in_the_labs_terminal(student_lab):
     PATH (`python: command not found`, or the system's: `No module named 'nbformat'`).
     """
     (command,) = printed_check_commands(read(release_path(TERMINAL_NOTEBOOK)))
-    total = sum(c.metadata["nbgrader"]["points"] for c in read(release_path(TERMINAL_NOTEBOOK)).cells
-                if c.metadata.get("nbgrader", {}).get("grade"))
-    (points,) = [c.metadata["nbgrader"]["points"] for c in read(release_path(TERMINAL_NOTEBOOK)).cells
-                 if grade_id(c) == f"{TERMINAL_ANSWERED}_test"]
+    total = sum(
+        c.metadata["nbgrader"]["points"]
+        for c in read(release_path(TERMINAL_NOTEBOOK)).cells
+        if c.metadata.get("nbgrader", {}).get("grade")
+    )
+    (points,) = [
+        c.metadata["nbgrader"]["points"]
+        for c in read(release_path(TERMINAL_NOTEBOOK)).cells
+        if grade_id(c) == f"{TERMINAL_ANSWERED}_test"
+    ]
     lab, frames = student_lab, []
     with offline_page(height=1000) as browsing:
         page = browsing.page
-        page.on("websocket", lambda ws: "/terminals/websocket/" in ws.url
-                and ws.on("framereceived", lambda payload: frames.append(payload)))
+        page.on(
+            "websocket",
+            lambda ws: (
+                "/terminals/websocket/" in ws.url and ws.on("framereceived", lambda payload: frames.append(payload))
+            ),
+        )
         try:
             page.goto(f"{lab.url}/lab/workspaces/terminal?reset&token={lab.token}")
             page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="File").click(timeout=60_000)

@@ -36,10 +36,17 @@ def test_each_class_or_module_is_one_scope_and_a_notebooks_in_process_classes_sh
         pytest.skip("run with the suite: this run collected no notebook's test classes")
     notebook_of = in_process_notebooks()
     in_process = {item.cls for item in items if _in_process(item)}
-    wrong = {item.nodeid: (suite_scope(item.nodeid, notebook_of), _expected(item, notebook_of, in_process))
-             for item in items if suite_scope(item.nodeid, notebook_of) != _expected(item, notebook_of, in_process)}
+    wrong = {
+        item.nodeid: (suite_scope(item.nodeid, notebook_of), _expected(item, notebook_of, in_process))
+        for item in items
+        if suite_scope(item.nodeid, notebook_of) != _expected(item, notebook_of, in_process)
+    }
     assert not wrong, list(wrong.items())[:5]
     # Every class whose tests execute a notebook in the test process is known, or its notebook runs on both workers.
-    unknown = {f"{item.path.name}::{item.cls.__name__}" for item in items if _in_process(item)
-               and f"{item.path.resolve().relative_to(ROOT).as_posix()}::{item.cls.__name__}" not in notebook_of}
+    unknown = {
+        f"{item.path.name}::{item.cls.__name__}"
+        for item in items
+        if _in_process(item)
+        and f"{item.path.resolve().relative_to(ROOT).as_posix()}::{item.cls.__name__}" not in notebook_of
+    }
     assert not unknown, f"add these classes' modules to in_process_notebooks(): {sorted(unknown)}"

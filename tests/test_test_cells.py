@@ -22,7 +22,9 @@ def shell(monkeypatch):
     shell = InteractiveShell.instance()
     monkeypatch.setattr("IPython.get_ipython", lambda: shell)
     cell_sources._SOURCES.clear()
-    shell.run_cell(SETUP + "explain_unfinished()\n", store_history=True, cell_id="setup")  # as the notebooks' setup cells do
+    shell.run_cell(
+        SETUP + "explain_unfinished()\n", store_history=True, cell_id="setup"
+    )  # as the notebooks' setup cells do
     yield shell
     shell.events.unregister("pre_run_cell", cell_sources._record)
     shell.set_custom_exc((), None)
@@ -44,8 +46,12 @@ def test_a_passing_exercise_runs_its_hidden_checks_too(shell, capsys):
 
 def test_a_mistake_only_a_hidden_check_catches_is_named_in_the_notebook(shell, capsys):
     # right for a 1-D sequence, which the visible check gives; a hidden one gives a [batch, seq] grid
-    _run(shell, "def one_hot(tokens, vocab_size):\n    return (tokens.reshape(-1, 1) == torch.arange(vocab_size))"
-                ".float()\n", "ex5-answer", capsys)
+    _run(
+        shell,
+        "def one_hot(tokens, vocab_size):\n    return (tokens.reshape(-1, 1) == torch.arange(vocab_size)).float()\n",
+        "ex5-answer",
+        capsys,
+    )
     out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', "ex5-test", capsys)
     assert error and error.startswith("ChecksFailed") and "the visible checks pass, but" in error, (error, out)
     assert "✗" in error and "(hidden)" in error, (error, out)  # the failures are the error's own text
@@ -82,10 +88,17 @@ def test_nbgrader_validate_shows_the_failed_checks(tmp_path):
     wrong = answer_source(solution, "layer_norm").replace("+ self.eps", "+ 0 * self.eps")  # eps left out
     assert wrong != answer_source(solution, "layer_norm")
     for exercise in ("layer_norm", "rms_norm"):
-        notebook = with_answer(notebook, exercise, wrong if exercise == "layer_norm" else answer_source(solution, exercise))
+        notebook = with_answer(
+            notebook, exercise, wrong if exercise == "layer_norm" else answer_source(solution, exercise)
+        )
     nbformat.write(notebook, tmp_path / "02_normalization.ipynb")
-    done = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "validate", "02_normalization.ipynb"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "nbgrader"), "validate", "02_normalization.ipynb"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     said = done.stdout
     assert "VALIDATION FAILED ON 1 CELL" in said, said[-3000:]
     assert "✗ eps sits inside the square root" in said and "LayerNorm(16, eps=" in said, said[-3000:]

@@ -37,12 +37,15 @@ def test_existing_checkpoint_without_resume(trained):
     assert (out / "checkpoint.pt").read_bytes() == before
 
 
-@pytest.mark.parametrize("args, words", [
-    (["train", "--set", "model.d_modle=3"], ["model.d_modle", "d_model"]),
-    (["train", "--config", "no_such_config"], ["no config", "cpu_demo"]),
-    (["train", "--set", "train.precision=fp16", "--set", "train.device=cpu"], ["fp16"]),
-    (["sample", "--out", "/nonexistent/run"], ["checkpoint.pt is missing"]),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["train", "--set", "model.d_modle=3"], ["model.d_modle", "d_model"]),
+        (["train", "--config", "no_such_config"], ["no config", "cpu_demo"]),
+        (["train", "--set", "train.precision=fp16", "--set", "train.device=cpu"], ["fp16"]),
+        (["sample", "--out", "/nonexistent/run"], ["checkpoint.pt is missing"]),
+    ],
+)
 def test_bad_input_is_one_line(args, words, tmp_path):
     if args[0] == "train":
         args = [*args, "--quiet", "--out", str(tmp_path / "o"), "--set", f"data.dir={tmp_path / 'd'}"]
@@ -74,8 +77,20 @@ def test_gpu_benchmark_script_runs_tiny_on_cpu(stack, tmp_path):
     JSON and Markdown."""
     import json
 
-    result = cli("--device", "cpu", "--tiny", "--steps", "3", "--warmup", "1", "--stack", stack,
-                 "--output", str(tmp_path / "bench"), module=(str(ROOT / "benchmarks" / "tinystories_gpu.py"),))
+    result = cli(
+        "--device",
+        "cpu",
+        "--tiny",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--stack",
+        stack,
+        "--output",
+        str(tmp_path / "bench"),
+        module=(str(ROOT / "benchmarks" / "tinystories_gpu.py"),),
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "bench.json").read_text())
     assert report["timed_steps"] == 3 and report["tokens_per_s"] > 0 and report["mfu"] is None

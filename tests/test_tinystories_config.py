@@ -20,29 +20,39 @@ def test_the_gpu_config_is_the_reference_run():
     config = load_config("gpu_h100")
     m, t = config.model, config.train
     assert (config.data.vocab_size, m.context_length, m.d_model, m.d_ff, m.n_layers, m.n_heads) == (
-        10000, 256, 512, 1344, 4, 16)
+        10000,
+        256,
+        512,
+        1344,
+        4,
+        16,
+    )
     assert t.batch_size * m.context_length * t.max_steps == 327_680_000
     assert (t.precision, t.compile, config.data.source) == ("bf16", True, "tinystories_v2")
     assert load_config("gpu_t4").train.precision == "fp16"
 
 
 def test_overrides_are_typed():
-    config = load_config("cpu_demo", ["train.max_steps=700", "train.max_lr=1e-3", "train.compile=true",
-                                      "model.d_model=64", "out_dir=x"])
+    config = load_config(
+        "cpu_demo", ["train.max_steps=700", "train.max_lr=1e-3", "train.compile=true", "model.d_model=64", "out_dir=x"]
+    )
     assert (config.train.max_steps, config.train.max_lr, config.train.compile) == (700, 1e-3, True)
     assert (config.model.d_model, config.out_dir) == (64, "x")
 
 
-@pytest.mark.parametrize("override, words", [
-    ("train.max_stepz=3", ["train.max_stepz", "max_steps"]),
-    ("trian.max_steps=3", ["trian.max_steps", "train"]),
-    ("train.max_steps=many", ["train.max_steps", "int"]),
-    ("train.precision=fp8", ["train.precision", "bf16"]),
-    ("train.micro_batch_size=5", ["micro_batch_size", "multiple"]),
-    ("model.n_heads=3", ["n_heads"]),
-    ("data.vocab_size=70000", ["vocab_size"]),
-    ("train.max_steps", ["section.key=value"]),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("train.max_stepz=3", ["train.max_stepz", "max_steps"]),
+        ("trian.max_steps=3", ["trian.max_steps", "train"]),
+        ("train.max_steps=many", ["train.max_steps", "int"]),
+        ("train.precision=fp8", ["train.precision", "bf16"]),
+        ("train.micro_batch_size=5", ["micro_batch_size", "multiple"]),
+        ("model.n_heads=3", ["n_heads"]),
+        ("data.vocab_size=70000", ["vocab_size"]),
+        ("train.max_steps", ["section.key=value"]),
+    ],
+)
 def test_bad_values_name_the_key(override, words):
     with pytest.raises(RunError) as error:
         load_config("cpu_demo", [override])

@@ -29,8 +29,18 @@ def test_two_processes_train_like_one(tmp_path):
     steps = ["train.max_steps=4", "train.eval_interval=2", "train.checkpoint_interval=4"]
     single = cli("train", *tiny_args(data, tmp_path / "one", *steps), "--course-dir", str(course))
     assert single.returncode == 0, single.stderr
-    ddp = cli("--standalone", "--nproc_per_node=2", "-m", "tinystories", "train", "--course-dir", str(course),
-              *tiny_args(data, tmp_path / "two", *steps), module=("-m", "torch.distributed.run"), timeout=240)
+    ddp = cli(
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "tinystories",
+        "train",
+        "--course-dir",
+        str(course),
+        *tiny_args(data, tmp_path / "two", *steps),
+        module=("-m", "torch.distributed.run"),
+        timeout=240,
+    )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     assert ddp.stdout.count("the parts of this run") == ddp.stdout.count("model: ModernDecoder (") == 1  # rank 0 alone
     assert ddp.stdout.count("with notebook 10's visible checks") == 1, ddp.stdout  # checked once, not per rank

@@ -124,7 +124,10 @@ def test_a_corrupted_copy_is_rejected_and_deleted(repo, tmp_path, monkeypatch):
     (corrupted / FILES["valid"]).write_bytes(original[:1000] + bytes(100) + original[1100:])  # same size
     cache = tmp_path / "cache"
     sha256 = hashlib.sha256(original).hexdigest()
-    with _hub(monkeypatch, corrupted, etags={FILES["valid"]: sha256}), pytest.raises(RunError, match="corrupt.*deleted") as raised:
+    with (
+        _hub(monkeypatch, corrupted, etags={FILES["valid"]: sha256}),
+        pytest.raises(RunError, match="corrupt.*deleted") as raised,
+    ):
         fetch("valid", cache_dir=cache)
     assert "\n" not in str(raised.value)
     assert not [p for p in cache.rglob("*") if p.is_file() and not p.name.endswith(".lock")], "nothing kept"

@@ -56,9 +56,11 @@ def your_loss(yours):
 
 def _recording_backend(graphs: list):
     """A torch.compile backend that keeps each FX graph Dynamo captures and runs it as it is."""
+
     def backend(graph_module, example_inputs):
         graphs.append(graph_module)
         return graph_module.forward
+
     return backend
 
 
@@ -76,8 +78,12 @@ def test_a_students_loss_runs_inside_the_compiled_region(yours, your_loss, data_
         logits = torch.randn(positions, vocabulary, generator=generator)
         targets = torch.randint(0, vocabulary, (positions,), generator=generator)
         torch.testing.assert_close(parts.loss(logits, targets), your_loss(logits, targets), rtol=1e-6, atol=0)
-    captured = {getattr(node.target, "__name__", node.target) for graph in graphs for node in graph.graph.nodes
-                if node.op in ("call_function", "call_method")}
+    captured = {
+        getattr(node.target, "__name__", node.target)
+        for graph in graphs
+        for node in graph.graph.nodes
+        if node.op in ("call_function", "call_method")
+    }
     assert {"max", "exp", "sum", "log", "gather"} <= captured, captured
     assert parts.loss.fallback is None
     reference = reference_stack()
@@ -89,6 +95,7 @@ def test_a_students_loss_runs_inside_the_compiled_region(yours, your_loss, data_
 def test_a_loss_the_compiler_cannot_take_runs_eagerly_with_one_line(your_loss):
     """A compiler failure costs speed, not the run: the loss runs eagerly from then on, and one line says why.
     A loss that fails eagerly too raises its own error (the student's, readable), not the compiler's."""
+
     def broken_compiler(graph_module, example_inputs):
         raise RuntimeError("no C++ compiler\nmore detail")
 
@@ -157,8 +164,9 @@ def test_fused_adamw_is_torchs_fused_kernel():
     steps = []
     for fused in (True, False):
         params = [torch.nn.Parameter(w.clone()) for w in weights]
-        optimizer = reference_stack().make_optimizer([{"params": params, "weight_decay": 0.1}], fused=fused,
-                                                     lr=1e-2, betas=(0.9, 0.95))
+        optimizer = reference_stack().make_optimizer(
+            [{"params": params, "weight_decay": 0.1}], fused=fused, lr=1e-2, betas=(0.9, 0.95)
+        )
         assert optimizer.defaults["fused"] is (True if fused else None)
         for p in params:
             p.grad = torch.ones_like(p)

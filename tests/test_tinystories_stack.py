@@ -17,10 +17,10 @@ from tinystories.config import load_config
 from tinystories.model import build_model
 from tinystories.stack import PARTS, reference_stack, student_stack
 
-SUMMED = '''def cross_entropy(logits, targets, *, ignore_index=-100, label_smoothing=0.0):
+SUMMED = """def cross_entropy(logits, targets, *, ignore_index=-100, label_smoothing=0.0):
     log_probs = logits - logits.logsumexp(-1, keepdim=True)
     return -log_probs.gather(-1, targets.unsqueeze(-1)).sum()  # summed, not averaged
-'''
+"""
 
 
 def test_untouched_stubs_train_the_reference_and_say_so():
@@ -42,7 +42,10 @@ def test_each_part_is_yours_unless_it_fails_its_visible_checks(tmp_path):
     nbformat.write(nb, path)
 
     stack = student_stack(tmp_path)
-    assert stack.origins["model"] == f"reference (no notebook {tmp_path / '08_decoder_models' / '08_decoder_models.ipynb'})"
+    assert (
+        stack.origins["model"]
+        == f"reference (no notebook {tmp_path / '08_decoder_models' / '08_decoder_models.ipynb'})"
+    )
     assert stack.origins["loss"].startswith("reference (failing: cross_entropy: ")
     assert stack.loss is torch.nn.functional.cross_entropy
     for key in ("optimizer", "schedule", "clipping", "batches"):
@@ -64,10 +67,11 @@ def test_your_model_is_the_notebook_class_and_equals_the_reference():
 
 
 def test_the_command_prints_the_table_first(tmp_path):
-    default = cli("train", *tiny_args(tmp_path / "d", tmp_path / "a", "train.max_steps=3"),
-                  "--course-dir", str(ROOT / "course"))
+    default = cli(
+        "train", *tiny_args(tmp_path / "d", tmp_path / "a", "train.max_steps=3"), "--course-dir", str(ROOT / "course")
+    )
     assert default.returncode == 0, default.stderr
-    first = default.stdout.splitlines()[:len(PARTS) + 1]
+    first = default.stdout.splitlines()[: len(PARTS) + 1]
     assert first[0] == "the parts of this run (--stack yours):"
     assert all("reference (not started:" in line for line in first[1:])
     reference = cli("train", *tiny_args(tmp_path / "d", tmp_path / "b", "train.max_steps=3"), "--stack", "reference")
@@ -80,7 +84,9 @@ def test_reference_parts_take_the_courses_parts_all_the_same():
     from tinystories.errors import RunError
     from tinystories.stack import resolve
 
-    stack = resolve("yours", ROOT / "solutions", keys=("loss", "optimizer", "schedule"), reference_parts="loss, optimizer")
+    stack = resolve(
+        "yours", ROOT / "solutions", keys=("loss", "optimizer", "schedule"), reference_parts="loss, optimizer"
+    )
     assert stack.optimizer is torch.optim.AdamW and stack.loss is reference_stack().loss
     assert stack.origins["optimizer"] == stack.origins["loss"] == "reference (--reference-parts)"
     assert stack.origins["schedule"] == "yours" and stack.schedule is not reference_stack().schedule

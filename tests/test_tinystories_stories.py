@@ -22,7 +22,7 @@ CRAFTED = [
     f"cut-off end{SEPARATOR} Story one. \n{SEPARATOR}\n\nStory two.{SEPARATOR}start of a cut-off st",
     f"{SEPARATOR}Une fée naïve — 🐉 dragon!{SEPARATOR}   \n\t {SEPARATOR}<|endof{SEPARATOR}<|<|endoftext|>x",
     f"a<|endoftext|<|endoftext|>b{SEPARATOR}{SEPARATOR}é{SEPARATOR}ü\n",
-    "Lily said, \"Hi!\"\n<|endoftext|>\nTom 😊 smiled.\n<|endoftext|>\n",
+    'Lily said, "Hi!"\n<|endoftext|>\nTom 😊 smiled.\n<|endoftext|>\n',
 ]
 
 
@@ -107,8 +107,9 @@ def test_a_big_file_is_streamed_not_read_whole(tmp_path):
 
     whole, whole_peak = peak_memory(lambda: len(path.read_text(encoding="utf-8").split(SEPARATOR)))
     assert whole == n and whole_peak > size, "the measure sees a whole-file read"
-    count, peak = peak_memory(lambda: sum(1 for _ in iter_stories(path, drop_partial=False, block_bytes=1 << 16,
-                                                                  progress=False)))
+    count, peak = peak_memory(
+        lambda: sum(1 for _ in iter_stories(path, drop_partial=False, block_bytes=1 << 16, progress=False))
+    )
     assert count == n
     assert peak < 1_000_000, f"peak {peak:,} bytes of Python memory for a {size:,}-byte file"
 

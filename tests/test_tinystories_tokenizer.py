@@ -81,8 +81,23 @@ def test_the_default_is_fast_and_says_so(tmp_path, capsys):
 
 def test_an_unfinished_notebook_falls_back_with_the_reason(tmp_path, capsys):
     """course/ is the release: its answer cells still hold the stubs."""
-    assert main(["prepare", "--quiet", "--tokenizer", "yours", "--course-dir", str(ROOT / "course"),
-                 "--set", f"data.dir={tmp_path}", "--set", "data.vocab_size=300"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "--quiet",
+                "--tokenizer",
+                "yours",
+                "--course-dir",
+                str(ROOT / "course"),
+                "--set",
+                f"data.dir={tmp_path}",
+                "--set",
+                "data.vocab_size=300",
+            ]
+        )
+        == 0
+    )
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("tokenizer: fast (Hugging Face tokenizers); yours is not used (not started: "), first
     assert "raise NotImplementedError()" in first
@@ -97,11 +112,13 @@ def test_a_failing_tokenizer_falls_back(tmp_path, monkeypatch, broken):
     def loaded(path, code_hash, *, check):
         student = real(path, code_hash, check=False)
         if broken == "train_bpe":
+
             def train_bpe(*args, **kwargs):
                 raise RuntimeError("out of patience")
 
             student.train_bpe = train_bpe
         else:
+
             class Tokenizer(student.tokenizer_class):
                 calls = 0
 
@@ -128,11 +145,14 @@ def test_failing_visible_checks_fall_back(tmp_path):
 
     nb = nbformat.read(SOLUTIONS / "12_bpe" / "12_bpe.ipynb", as_version=4)
     answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "encode_iterable")
-    answer.source = ("def encode_iterable(self, lines):\n    for line in lines:\n        yield from self.encode(line)\n\n\n"
-                     "Tokenizer.encode_iterable = encode_iterable\n")
+    answer.source = (
+        "def encode_iterable(self, lines):\n    for line in lines:\n        yield from self.encode(line)\n\n\n"
+        "Tokenizer.encode_iterable = encode_iterable\n"
+    )
     (tmp_path / "course" / "12_bpe").mkdir(parents=True)
     nbformat.write(nb, tmp_path / "course" / "12_bpe" / "12_bpe.ipynb")
-    data = prep.prepare(_data(tmp_path / "data", "data.tokenizer=yours"), progress=False,
-                        course_dir=tmp_path / "course")
+    data = prep.prepare(
+        _data(tmp_path / "data", "data.tokenizer=yours"), progress=False, course_dir=tmp_path / "course"
+    )
     assert data.origin.startswith(f"{prep.FAST}; yours is not used (failing: encode_iterable: "), data.origin
     assert data.stats["tokenizer"] == "fast"

@@ -97,13 +97,15 @@ def test_rank_micro_batches_cover_the_batch_once():
 def test_attention_maps_reproduce_the_attention_output(n_kv_heads):
     """Oracle: maps @ V (V from v_proj, kv heads repeated) then out_proj is what SDPA gave the block."""
     torch.manual_seed(0)
-    config = DecoderConfig(vocab_size=60, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=16,
-                           n_kv_heads=n_kv_heads)
+    config = DecoderConfig(
+        vocab_size=60, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=16, n_kv_heads=n_kv_heads
+    )
     model = ModernDecoder(config).eval()
     tokens = torch.randint(0, 60, (2, 10))
     seen = []
-    handles = [b.attn.register_forward_hook(lambda mod, args, out: seen.append((mod, args[0], out)))
-               for b in model.blocks]
+    handles = [
+        b.attn.register_forward_hook(lambda mod, args, out: seen.append((mod, args[0], out))) for b in model.blocks
+    ]
     maps = attention_maps(model, tokens)
     for h in handles:
         h.remove()

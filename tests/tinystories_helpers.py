@@ -11,10 +11,23 @@ from tinystories.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = ["data.vocab_size=384", "model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.d_ff=64",
-        "model.context_length=32", "train.batch_size=8", "train.micro_batch_size=4", "train.max_steps=6",
-        "train.warmup_steps=2", "train.eval_interval=3", "train.eval_batches=2", "train.checkpoint_interval=3",
-        "sample.n=1", "sample.max_new_tokens=8"]
+TINY = [
+    "data.vocab_size=384",
+    "model.d_model=32",
+    "model.n_layers=2",
+    "model.n_heads=2",
+    "model.d_ff=64",
+    "model.context_length=32",
+    "train.batch_size=8",
+    "train.micro_batch_size=4",
+    "train.max_steps=6",
+    "train.warmup_steps=2",
+    "train.eval_interval=3",
+    "train.eval_batches=2",
+    "train.checkpoint_interval=3",
+    "sample.n=1",
+    "sample.max_new_tokens=8",
+]
 
 
 def tiny_config(data_dir: Path, out_dir: Path, *overrides: str):
@@ -29,5 +42,6 @@ def tiny_args(data_dir: Path, out_dir: Path, *overrides: str) -> list[str]:
 def cli(*args: str, module: tuple[str, ...] = ("-m", "tinystories"), timeout: int = 120):
     """Run the program in a subprocess from the repository root (so this checkout's package is used)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, *module, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *module, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )

@@ -48,8 +48,9 @@ def homes() -> set[Path]:
     return found
 
 
-def problems(prefix: Path, *, running: bool, python: Path | None = None, stdlib: Path | None = None,
-             root: bool | None = None) -> list[str]:
+def problems(
+    prefix: Path, *, running: bool, python: Path | None = None, stdlib: Path | None = None, root: bool | None = None
+) -> list[str]:
     """What stops a class's hub from using ``prefix`` as its environment, with this Python, each with its fix."""
     said = []
     if sys.platform != "linux":
@@ -57,29 +58,36 @@ def problems(prefix: Path, *, running: bool, python: Path | None = None, stdlib:
     if not (os.geteuid() == 0 if root is None else root):
         said.append("run it as root: the hub starts each user's server as that user (sudo make hub)")
     if sys.version_info < OLDEST:
-        said.append(f"Python {sys.version.split()[0]} is too old: the course needs {'.'.join(map(str, OLDEST))} or "
-                    "later (HUB_PYTHON=/path/to/python3.11)")
+        said.append(
+            f"Python {sys.version.split()[0]} is too old: the course needs {'.'.join(map(str, OLDEST))} or "
+            "later (HUB_PYTHON=/path/to/python3.11)"
+        )
     python = python or Path(os.path.realpath(sys.executable))
     stdlib = stdlib or Path(sysconfig.get_paths()["stdlib"])
     for what, path in (("this Python", python), ("its standard library", stdlib)):
         closed = closed_to_others(path)
         if closed:
-            said.append(f"{what} ({path}) is where the students' accounts cannot read it: {closed}. Build the "
-                        "class's environment from a Python every account can read, e.g. make hub "
-                        "HUB_PYTHON=/usr/bin/python3")
+            said.append(
+                f"{what} ({path}) is where the students' accounts cannot read it: {closed}. Build the "
+                "class's environment from a Python every account can read, e.g. make hub "
+                "HUB_PYTHON=/usr/bin/python3"
+            )
     prefix = Path(os.path.abspath(prefix))
     home = next((h for h in homes() if prefix == h or h in prefix.parents), None)
     if home:
-        said.append(f"the class's environment {prefix} lies in {home}, a home: install it where every account "
-                    "can read it and no one can change it, e.g. HUB_PREFIX=/opt/transformer-course")
+        said.append(
+            f"the class's environment {prefix} lies in {home}, a home: install it where every account "
+            "can read it and no one can change it, e.g. HUB_PREFIX=/opt/transformer-course"
+        )
     closed = closed_to_others(prefix)
     if closed:
         said.append(f"the class's environment {prefix} is where the students' accounts cannot read it: {closed}")
     if running:
         for tool in ("jupyterhub", "jupyterhub-singleuser", "configurable-http-proxy"):
             if not (prefix / "bin" / tool).is_file():
-                said.append(f"{prefix} has no {tool}: build the environment first (make hub-install "
-                            f"HUB_PREFIX={prefix})")
+                said.append(
+                    f"{prefix} has no {tool}: build the environment first (make hub-install HUB_PREFIX={prefix})"
+                )
     return said
 
 

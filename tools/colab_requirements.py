@@ -65,8 +65,11 @@ def requirements(pins: dict[str, str] | None = None, keep_out: set[str] | None =
     """``name==version`` lines of the lock, less the torch family and ``keep_out`` (default: torch's closure here)."""
     pins = lock_pins() if pins is None else pins
     keep_out = torch_closure() if keep_out is None else keep_out
-    return [f"{name}=={version}" for name, version in sorted(pins.items())
-            if not TORCH_FAMILY.match(name) and name not in keep_out]
+    return [
+        f"{name}=={version}"
+        for name, version in sorted(pins.items())
+        if not TORCH_FAMILY.match(name) and name not in keep_out
+    ]
 
 
 def main() -> int:

@@ -53,7 +53,9 @@ def lock_pins() -> dict[str, str]:
 def freeze() -> str:
     frozen = subprocess.run(
         [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     pins = parse_pins(line for line in frozen.splitlines() if "==" in line)
     for tool in ("transformer-course", "pip", "wheel"):  # the project itself and the installer
@@ -67,8 +69,14 @@ def environment(binder: bool) -> str:
     lines = [HEADER]
     if binder:
         lines.append("# mybinder.org reads only this folder (repo2docker ignores the root files).\n")
-    lines += ["name: transformer-course\n", "channels:\n  - conda-forge\n", "dependencies:\n",
-              f"  - python={PYTHON}\n", "  - pip\n", "  - pip:\n"]
+    lines += [
+        "name: transformer-course\n",
+        "channels:\n  - conda-forge\n",
+        "dependencies:\n",
+        f"  - python={PYTHON}\n",
+        "  - pip\n",
+        "  - pip:\n",
+    ]
     if binder:
         lines.append(f"      - --extra-index-url {TORCH_CPU_INDEX}\n")
     for name, version in sorted(pins.items()):
@@ -78,8 +86,10 @@ def environment(binder: bool) -> str:
 
 
 def targets() -> dict[Path, str]:
-    return {ROOT / "environment.yml": environment(binder=False),
-            ROOT / "binder" / "environment.yml": environment(binder=True)}
+    return {
+        ROOT / "environment.yml": environment(binder=False),
+        ROOT / "binder" / "environment.yml": environment(binder=True),
+    }
 
 
 def main(command: str) -> int:

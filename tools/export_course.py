@@ -28,14 +28,16 @@ TARGET = ROOT / "tinystories" / "course.py"
 
 # notebook folder              names to export (their dependencies come along)
 EXPORTS: list[tuple[str, tuple[str, ...]]] = [
-    ("02_normalization",        ("RMSNorm",)),
-    ("03_rope",                 ("RoPE",)),
-    ("06_feed_forward",         ("SwiGLU",)),
-    ("08_decoder_models",       ("DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder")),
-    ("10_training",             ("get_batch", "cosine_lr")),
-    ("11_decoding",             ("sample_next", "generate", "KVCache", "CachedDecoder")),
-    ("13_tinystories",          ("bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps",
-                                 "generate_with_cache")),
+    ("02_normalization", ("RMSNorm",)),
+    ("03_rope", ("RoPE",)),
+    ("06_feed_forward", ("SwiGLU",)),
+    ("08_decoder_models", ("DecoderConfig", "RotaryGQA", "ModernBlock", "ModernDecoder")),
+    ("10_training", ("get_batch", "cosine_lr")),
+    ("11_decoding", ("sample_next", "generate", "KVCache", "CachedDecoder")),
+    (
+        "13_tinystories",
+        ("bits_per_byte", "flops_per_token", "mfu", "rank_micro_batches", "attention_maps", "generate_with_cache"),
+    ),
 ]
 
 HEADER = '''"""The course's own code, exported from the solution notebooks for the TinyStories program.
@@ -67,10 +69,14 @@ def _code_cells(notebook: str) -> list[str]:
     path = ROOT / "solutions" / notebook / f"{notebook}.ipynb"
     cells = nbformat.read(path, as_version=4).cells
     return [
-        cell.source for cell in cells
+        cell.source
+        for cell in cells
         if cell.cell_type == "code"
-        and (cell.metadata.get("nbgrader", {}).get("solution") or (cell.get("id") or "").startswith("configs")
-             or cell.get("id") in GIVEN)
+        and (
+            cell.metadata.get("nbgrader", {}).get("solution")
+            or (cell.get("id") or "").startswith("configs")
+            or cell.get("id") in GIVEN
+        )
     ]
 
 
@@ -84,7 +90,7 @@ def _definitions(notebook: str) -> dict[str, tuple[int, str, set[str]]]:
             if not isinstance(node, ast.FunctionDef | ast.ClassDef):
                 continue
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            code = "\n".join(lines[first - 1:node.end_lineno])
+            code = "\n".join(lines[first - 1 : node.end_lineno])
             # Names bound inside (arguments, local variables) are not dependencies, even when a
             # notebook defines the same name (ModernDecoder's argument padding_mask, notebook 04's function).
             bound = {n.arg for n in ast.walk(node) if isinstance(n, ast.arg)}

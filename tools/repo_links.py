@@ -38,7 +38,9 @@ def repository() -> str:
 def documents() -> list[Path]:
     """The files whose links carry the name: the docs, and the notebooks (the Colab notebook clones the course
     and opens with a badge, as notebook 13 links it)."""
-    notebooks = [path for folder in ("colab", "solutions", "course") for path in sorted((ROOT / folder).rglob("*.ipynb"))]
+    notebooks = [
+        path for folder in ("colab", "solutions", "course") for path in sorted((ROOT / folder).rglob("*.ipynb"))
+    ]
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *notebooks]
 
 
@@ -74,7 +76,7 @@ def set_repository(new: str) -> None:
     if not re.fullmatch(NAME, new):
         raise SystemExit(f"not OWNER/NAME: {new!r}")
     old = repository()
-    PYPROJECT.write_text(PYPROJECT.read_text().replace(f"https://github.com/{old}\"", f"https://github.com/{new}\""))
+    PYPROJECT.write_text(PYPROJECT.read_text().replace(f'https://github.com/{old}"', f'https://github.com/{new}"'))
     for doc in documents():
         text = doc.read_text()
         for prefix in ("mybinder.org/v2/gh/", "github.com/", "colab.research.google.com/github/"):

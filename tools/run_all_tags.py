@@ -86,13 +86,21 @@ def failing_cells(path: Path, timeout: int = 600) -> list[str]:
             cell.metadata["tags"] = [t for t in cell.metadata["tags"] if t != TAG]
     env_before = os.environ.pop("COURSE_GRADING", None)
     try:
-        NotebookClient(nb, timeout=timeout, allow_errors=True, kernel_name="python3",
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=timeout,
+            allow_errors=True,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
     finally:
         if env_before is not None:
             os.environ["COURSE_GRADING"] = env_before
-    return [c.id for c in nb.cells if c.cell_type == "code"
-            and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    return [
+        c.id
+        for c in nb.cells
+        if c.cell_type == "code" and any(o.get("output_type") == "error" for o in c.get("outputs", []))
+    ]
 
 
 def discover(names: list[str] | None) -> dict[str, list[str]]:
@@ -102,8 +110,11 @@ def discover(names: list[str] | None) -> dict[str, list[str]]:
         tests = {c.id for c in nb.cells if is_graded_test(c)}
         start = time.perf_counter()
         demos = [i for i in failing_cells(path) if i not in tests]
-        print(f"{path.stem} ({time.perf_counter() - start:.0f} s): {len(demos)} demonstration(s) wait for "
-              f"an exercise: {', '.join(demos) or '-'}", flush=True)
+        print(
+            f"{path.stem} ({time.perf_counter() - start:.0f} s): {len(demos)} demonstration(s) wait for "
+            f"an exercise: {', '.join(demos) or '-'}",
+            flush=True,
+        )
         waiting[path.stem] = demos
     WAITING.write_text(json.dumps(dict(sorted(waiting.items())), indent=1) + "\n")
     return waiting
@@ -123,8 +134,10 @@ def drift(waiting: dict[str, list[str]]) -> list[str]:
         if release.exists():
             rnb = nbformat.read(release, as_version=4)
             if tagged_ids(rnb) != wanted & {c.id for c in rnb.cells}:
-                problems.append(f"course/{path.stem}: tags differ from solutions/ "
-                                f"(nbgrader generate_assignment {path.stem} --force)")
+                problems.append(
+                    f"course/{path.stem}: tags differ from solutions/ "
+                    f"(nbgrader generate_assignment {path.stem} --force)"
+                )
     return problems
 
 

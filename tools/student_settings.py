@@ -40,7 +40,7 @@ def _merge_python(source: Path, destination: Path) -> None:
     text = destination.read_text(encoding="utf-8") if destination.exists() else ""
     start, end = text.find(BEGIN), text.find(END)
     if start >= 0 and end > start:
-        text = text[:start] + block + text[end + len(END):].lstrip("\n")
+        text = text[:start] + block + text[end + len(END) :].lstrip("\n")
     else:
         text = text + ("\n" if text and not text.endswith("\n") else "") + block
     destination.parent.mkdir(parents=True, exist_ok=True)

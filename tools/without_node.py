@@ -46,8 +46,12 @@ def main(command: list[str]) -> int:
         python = shutil.which("python3")
         if python and "PYTHON" not in env:
             env["PYTHON"] = python
-        print(f"without_node: running {' '.join(command)!r} with no Node.js on PATH"
-              + (f" (left out: {', '.join(left_out)})" if left_out else ""), file=sys.stderr, flush=True)
+        print(
+            f"without_node: running {' '.join(command)!r} with no Node.js on PATH"
+            + (f" (left out: {', '.join(left_out)})" if left_out else ""),
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             return subprocess.run(command, env=env).returncode
         except FileNotFoundError:

@@ -23,8 +23,10 @@ def need(namespace: dict, name: str):
     that defines it; in grading, which ran every cell from the top, that no cell defined it."""
     if name not in namespace:
         if being_graded():
-            raise NameError(f"{name} is not defined: the grader ran every cell of your notebook from the top, and "
-                            "none defined it (did its answer cell fail, or define it under another name?)")
+            raise NameError(
+                f"{name} is not defined: the grader ran every cell of your notebook from the top, and "
+                "none defined it (did its answer cell fail, or define it under another name?)"
+            )
         raise NameError(f"{name} is not defined: run its answer cell (and the cells above it) first")
     value = namespace[name]
     if _is_the_courses(value):
@@ -70,8 +72,7 @@ def summary(module) -> dict:
         "parameters": {name: list(p.shape) for name, p in module.named_parameters()},
         "trainable": {name: p.requires_grad for name, p in module.named_parameters()},
         "buffers": {
-            name: {"shape": list(b.shape), "persistent": name in persistent_names}
-            for name, b in module.named_buffers()
+            name: {"shape": list(b.shape), "persistent": name in persistent_names} for name, b in module.named_buffers()
         },
         "submodules": {name: type(m).__name__ for name, m in module.named_modules() if name},
     }
@@ -104,7 +105,9 @@ def forward_backward(module: nn.Module, grad_output: torch.Tensor | None, *args,
     if grad_output is None:
         return result
     if not isinstance(output, torch.Tensor) or output.shape != grad_output.shape:
-        result["grads"] = f"the output has shape {list(getattr(output, 'shape', []))}, expected {list(grad_output.shape)}"
+        result["grads"] = (
+            f"the output has shape {list(getattr(output, 'shape', []))}, expected {list(grad_output.shape)}"
+        )
     elif not output.requires_grad:
         result["grads"] = (
             "the output does not require grad, so no gradient can reach the parameters "
@@ -113,8 +116,7 @@ def forward_backward(module: nn.Module, grad_output: torch.Tensor | None, *args,
     else:
         output.backward(grad_output)
         result["grads"] = {
-            name: (p.grad if p.grad is not None else torch.zeros_like(p))
-            for name, p in module.named_parameters()
+            name: (p.grad if p.grad is not None else torch.zeros_like(p)) for name, p in module.named_parameters()
         }
     return result
 
@@ -229,9 +231,27 @@ def shapes_made(function, *args, **kwargs) -> dict:
 
 
 # Torch functions that multiply matrices, by the name a TorchFunctionMode sees, however they are reached.
-MATRIX_PRODUCTS = frozenset({"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm",
-                             "addbmm", "einsum", "tensordot", "mv", "addmv", "inner", "bilinear", "chain_matmul",
-                             "multi_dot"})
+MATRIX_PRODUCTS = frozenset(
+    {
+        "linear",
+        "matmul",
+        "__matmul__",
+        "__rmatmul__",
+        "mm",
+        "bmm",
+        "addmm",
+        "baddbmm",
+        "addbmm",
+        "einsum",
+        "tensordot",
+        "mv",
+        "addmv",
+        "inner",
+        "bilinear",
+        "chain_matmul",
+        "multi_dot",
+    }
+)
 
 
 @contextlib.contextmanager
@@ -247,8 +267,14 @@ def first_product_perturbed(delta: torch.Tensor):
     class Perturb(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             result = func(*args, **(kwargs or {}))
-            if (not done and getattr(func, "__name__", "") in MATRIX_PRODUCTS and isinstance(result, torch.Tensor)
-                    and result.dim() and result.shape[-1] == width and result.numel() == numel):
+            if (
+                not done
+                and getattr(func, "__name__", "") in MATRIX_PRODUCTS
+                and isinstance(result, torch.Tensor)
+                and result.dim()
+                and result.shape[-1] == width
+                and result.numel() == numel
+            ):
                 done.append(True)
                 return result + delta.reshape(result.shape).to(result.dtype)
             return result
@@ -270,8 +296,10 @@ def dict_call_observed(function, state: dict) -> tuple[object, dict]:
         "removed": sorted(set(state) - set(given)),
         "added": sorted(str(k) for k in set(given) - set(state)),
         "replaced": sorted(k for k in state if k in given and given[k] is not state[k]),
-        "edited": sorted(k for k, value in originals.items()
-                         if state[k]._version != versions[k] or state[k].shape != value.shape
-                         or not torch.equal(state[k], value)),
+        "edited": sorted(
+            k
+            for k, value in originals.items()
+            if state[k]._version != versions[k] or state[k].shape != value.shape or not torch.equal(state[k], value)
+        ),
     }
     return result, caller

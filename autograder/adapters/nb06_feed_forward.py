@@ -26,8 +26,12 @@ def activation(ns, name: str, x, grad_output=None):
     x = x.clone().requires_grad_(grad_output is not None)
     output = function(x)
     result = {"output": output, "grad": None}
-    if grad_output is not None and isinstance(output, torch.Tensor) and output.requires_grad \
-            and output.shape == grad_output.shape:
+    if (
+        grad_output is not None
+        and isinstance(output, torch.Tensor)
+        and output.requires_grad
+        and output.shape == grad_output.shape
+    ):
         output.backward(grad_output)
         result["grad"] = x.grad
     return result
@@ -35,8 +39,12 @@ def activation(ns, name: str, x, grad_output=None):
 
 # Exercise 1's functions, as PyTorch computes them: the FeedForward and SwiGLU exercises are graded with these in
 # the student's namespace, so a mistake in Exercise 1 costs Exercise 1 only.
-_REFERENCE_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-                          "silu": F.silu}
+_REFERENCE_ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
 
 
 def ffn_summary(ns, class_name: str, args: list, kwargs: dict):
@@ -83,14 +91,19 @@ def call(ns, name: str, args: list, kwargs: dict):
 
 
 # Exercise 6 is graded with the course's activations and width (Exercises 1 and 3), for the same reason.
-_FUSED_GIVEN = {**_REFERENCE_ACTIVATIONS,
-                "swiglu_hidden_dim": lambda d_model, multiple_of=64: -(-8 * d_model // (3 * multiple_of)) * multiple_of}
+_FUSED_GIVEN = {
+    **_REFERENCE_ACTIVATIONS,
+    "swiglu_hidden_dim": lambda d_model, multiple_of=64: -(-8 * d_model // (3 * multiple_of)) * multiple_of,
+}
+
 
 def products_made(function, *args, **kwargs) -> dict:
     """``function(*args, **kwargs)`` and, for every matrix product a torch function ran, its name and output shape."""
     value, made = tensors_made(function, *args, **kwargs)
-    return {"value": value, "products": [{"name": name, "shape": shape} for name, shape in made
-                                         if name in MATRIX_PRODUCTS]}
+    return {
+        "value": value,
+        "products": [{"name": name, "shape": shape} for name, shape in made if name in MATRIX_PRODUCTS],
+    }
 
 
 def fused_summary(ns, args: list, kwargs: dict):

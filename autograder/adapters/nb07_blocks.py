@@ -50,8 +50,9 @@ def block_summary(ns, class_name: str, args: list, kwargs: dict):
     return summary(_build(ns, class_name, args, kwargs))
 
 
-def block_forward(ns, class_name: str, args: list, kwargs: dict, state: dict, inputs: list, call_kwargs: dict,
-                  grad_output=None):
+def block_forward(
+    ns, class_name: str, args: list, kwargs: dict, state: dict, inputs: list, call_kwargs: dict, grad_output=None
+):
     """Build the block with the reference components, load ``state`` by name, run it (and backward)."""
     module = load(_build(ns, class_name, args, kwargs), state)
     return forward_backward(module, grad_output, *inputs, **call_kwargs)
@@ -63,9 +64,18 @@ def decoder_on_meta(ns, args: list, x_shape: list, memory_len: int, padded: bool
     ``device=x.device``, or kept as a plain attribute) cannot be mixed with meta tensors, so it raises."""
     block = _build(ns, "DecoderBlock", args, {}).to("meta")
     batch, length, d_model = x_shape
-    x, memory = torch.empty(batch, length, d_model, device="meta"), torch.empty(batch, memory_len, d_model, device="meta")
-    paddings = ([torch.ones(batch, length, dtype=torch.bool, device="meta"),
-                 torch.ones(batch, memory_len, dtype=torch.bool, device="meta")] if padded else [])
+    x, memory = (
+        torch.empty(batch, length, d_model, device="meta"),
+        torch.empty(batch, memory_len, d_model, device="meta"),
+    )
+    paddings = (
+        [
+            torch.ones(batch, length, dtype=torch.bool, device="meta"),
+            torch.ones(batch, memory_len, dtype=torch.bool, device="meta"),
+        ]
+        if padded
+        else []
+    )
     made = []
     result = outcome(lambda: made.append(block(x, memory, *paddings)))
     output = made[0] if made else None

@@ -39,8 +39,11 @@ def _model_summary(model) -> dict:
     if "parameters" in result:
         result["state_keys"] = list(model.state_dict().keys())
         head, embedding = getattr(model, "lm_head", None), getattr(model, "wte", getattr(model, "tok_emb", None))
-        result["tied"] = bool(isinstance(head, nn.Module) and isinstance(embedding, nn.Module)
-                              and getattr(head, "weight", None) is getattr(embedding, "weight", 0))
+        result["tied"] = bool(
+            isinstance(head, nn.Module)
+            and isinstance(embedding, nn.Module)
+            and getattr(head, "weight", None) is getattr(embedding, "weight", 0)
+        )
     return result
 
 
@@ -58,11 +61,13 @@ def _options(token_positions, is_causal) -> dict:
 
 # --- Exercise 1 ------------------------------------------------------------------------
 
+
 def num_parameters(ns, fields: dict):
     return _number(need(ns, "gpt2_num_parameters")(need(ns, "GPT2Config")(**fields)))
 
 
 # --- Exercise 2 ------------------------------------------------------------------------
+
 
 def _gpt2(ns, fields: dict):
     return need(ns, "GPT2")(need(ns, "GPT2Config")(**fields), block=PreNormBlock, norm=nn.LayerNorm)
@@ -81,7 +86,9 @@ def model_on_meta(ns, model: str, fields: dict, shape: list, padded: bool) -> di
     """``GPT2`` or ``ModernDecoder`` moved to PyTorch's meta device and run on meta tokens (shapes only, no
     values): what it raised, or its logits' device and shape. A mask or positions made on the CPU (without
     ``device=tokens.device``) cannot be mixed with meta tensors, so it raises."""
-    module = (_gpt2(ns, fields) if model == "GPT2" else _decoder(ns, fields, rope=_RoPEOnTheDeviceOfX)).to("meta").eval()
+    module = (
+        (_gpt2(ns, fields) if model == "GPT2" else _decoder(ns, fields, rope=_RoPEOnTheDeviceOfX)).to("meta").eval()
+    )
     tokens = torch.zeros(shape, dtype=torch.long, device="meta")
     arguments = (tokens, torch.ones(shape, dtype=torch.bool, device="meta")) if padded else (tokens,)
     made = []
@@ -92,12 +99,14 @@ def model_on_meta(ns, model: str, fields: dict, shape: list, padded: bool) -> di
 
 # --- Exercise 3 ------------------------------------------------------------------------
 
+
 def causal_lm_loss(ns, logits, labels, ignore_index=None):
     loss = need(ns, "causal_lm_loss")
     return loss(logits, labels) if ignore_index is None else loss(logits, labels, ignore_index=ignore_index)
 
 
 # --- Exercises 4 and 8 -----------------------------------------------------------------
+
 
 def convert(ns, function: str, config_class: str, fields: dict, hf_state: dict, tied=()):
     """The student's converted state dict (plain tensors), for the check to load into a reference model; what the
@@ -119,12 +128,18 @@ def convert(ns, function: str, config_class: str, fields: dict, hf_state: dict, 
 
 def _same_tensor(a, b) -> bool:
     """Whether two tensors are views of the same numbers (one object, or detached views of one parameter)."""
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
-            and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
-            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.storage_offset() == b.storage_offset()
+        and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    )
 
 
 # --- Exercise 5 ------------------------------------------------------------------------
+
 
 def _rotary_gqa(ns, d_model, num_heads, num_kv_heads, max_seq_len):
     rope = RoPE(d_model // num_heads, max_seq_len)
@@ -142,12 +157,14 @@ def rotary_gqa_attributes(ns, d_model: int, num_heads: int, num_kv_heads: int) -
     module = need(ns, "RotaryGQA")(d_model, num_heads, num_kv_heads, rope)
     found = {name: getattr(module, name, None) for name in ("num_heads", "num_kv_heads", "head_dim")}
     return {name: value if isinstance(value, int) else repr(value)[:40] for name, value in found.items()} | {
-        "rope_is_given": getattr(module, "rope", None) is rope}
+        "rope_is_given": getattr(module, "rope", None) is rope
+    }
 
 
 @torch.no_grad()
-def rotary_gqa_forward(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None,
-                       token_positions=None, is_causal=None):
+def rotary_gqa_forward(
+    ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None, token_positions=None, is_causal=None
+):
     module = load(_rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64), state).eval()
     return module(x, mask, **_options(token_positions, is_causal))
 
@@ -164,8 +181,12 @@ def _sdpa_calls(module, x, mask, token_positions, is_causal) -> list:
             if getattr(func, "__name__", "") == "scaled_dot_product_attention":
                 given = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
                 causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
-                calls.append({"attn_mask": list(given.shape) if isinstance(given, torch.Tensor) else repr(given)[:40],
-                              "is_causal": causal if isinstance(causal, bool) else repr(causal)[:40]})
+                calls.append(
+                    {
+                        "attn_mask": list(given.shape) if isinstance(given, torch.Tensor) else repr(given)[:40],
+                        "is_causal": causal if isinstance(causal, bool) else repr(causal)[:40],
+                    }
+                )
             return func(*args, **kwargs)
 
     with torch.no_grad(), Record():
@@ -173,19 +194,23 @@ def _sdpa_calls(module, x, mask, token_positions, is_causal) -> list:
     return calls
 
 
-def rotary_gqa_sdpa_calls(ns, d_model: int, num_heads: int, num_kv_heads: int, x, mask=None, token_positions=None,
-                          is_causal=None) -> list:
-    return _sdpa_calls(_rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64).eval(), x, mask, token_positions,
-                       is_causal)
+def rotary_gqa_sdpa_calls(
+    ns, d_model: int, num_heads: int, num_kv_heads: int, x, mask=None, token_positions=None, is_causal=None
+) -> list:
+    return _sdpa_calls(
+        _rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64).eval(), x, mask, token_positions, is_causal
+    )
 
 
 # --- Exercise 6 ------------------------------------------------------------------------
 
+
 def _modern_block(ns, fields: dict):
     config = need(ns, "DecoderConfig")(**fields)
     rope = RoPE(config.d_model // config.n_heads, config.max_seq_len, config.rope_base)
-    return need(ns, "ModernBlock")(config, rope, attention=RotaryGroupedQueryAttention, feed_forward=SwiGLU,
-                                   norm=nn.RMSNorm)
+    return need(ns, "ModernBlock")(
+        config, rope, attention=RotaryGroupedQueryAttention, feed_forward=SwiGLU, norm=nn.RMSNorm
+    )
 
 
 def modern_block_summary(ns, fields: dict):
@@ -200,9 +225,9 @@ def modern_block_forward(ns, fields: dict, state: dict, x, mask=None, token_posi
 
 # --- Exercise 7 ------------------------------------------------------------------------
 
+
 def _decoder(ns, fields: dict, rope=RoPE):
-    return need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=ModernBlock, norm=nn.RMSNorm,
-                                     rope=rope)
+    return need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=rope)
 
 
 class _RoPEOnTheDeviceOfX(RoPE):
@@ -253,12 +278,18 @@ def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
 
     model = need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=block, norm=nn.RMSNorm, rope=rope)
     model(tokens) if padding_mask is None else model(tokens, padding_mask)
-    return {"ropes_made": seen["ropes_made"], "blocks": len(seen["block_ropes"]),
-            "distinct_ropes": len(set(seen["block_ropes"])), "positions": seen["positions"], "masks": seen["masks"],
-            "is_causal": [value if isinstance(value, bool) else repr(value)[:40] for value in seen["is_causal"]]}
+    return {
+        "ropes_made": seen["ropes_made"],
+        "blocks": len(seen["block_ropes"]),
+        "distinct_ropes": len(set(seen["block_ropes"])),
+        "positions": seen["positions"],
+        "masks": seen["masks"],
+        "is_causal": [value if isinstance(value, bool) else repr(value)[:40] for value in seen["is_causal"]],
+    }
 
 
 # --- Exercise 9 ------------------------------------------------------------------------
+
 
 def fuse_qkv(ns, state: dict):
     """``fuse_qkv(state)``'s result, and what the call did to the caller's dict ("the result is a new dict")."""
@@ -281,18 +312,21 @@ def fused_attributes(ns, d_model: int, num_heads: int, num_kv_heads: int) -> dic
     module = _fused(ns, d_model, num_heads, num_kv_heads, rope)
     found = {name: getattr(module, name, None) for name in ("num_heads", "num_kv_heads", "head_dim")}
     return {name: value if isinstance(value, int) else repr(value)[:40] for name, value in found.items()} | {
-        "rope_is_given": getattr(module, "rope", None) is rope}
+        "rope_is_given": getattr(module, "rope", None) is rope
+    }
 
 
 @torch.no_grad()
-def fused_forward(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None,
-                  token_positions=None, is_causal=None):
+def fused_forward(
+    ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None, token_positions=None, is_causal=None
+):
     module = load(_fused(ns, d_model, num_heads, num_kv_heads), state).eval()
     return module(x, mask, **_options(token_positions, is_causal))
 
 
-def fused_sdpa_calls(ns, d_model: int, num_heads: int, num_kv_heads: int, x, mask=None, token_positions=None,
-                     is_causal=None) -> list:
+def fused_sdpa_calls(
+    ns, d_model: int, num_heads: int, num_kv_heads: int, x, mask=None, token_positions=None, is_causal=None
+) -> list:
     return _sdpa_calls(_fused(ns, d_model, num_heads, num_kv_heads).eval(), x, mask, token_positions, is_causal)
 
 

@@ -35,6 +35,7 @@ def _counted(module) -> dict:
 
 # --- Exercise 1 ----------------------------------------------------------------------------
 
+
 def _embeddings(ns, fields):
     return need(ns, "BertEmbeddings")(_bert_config(ns, fields), norm=nn.LayerNorm)
 
@@ -50,6 +51,7 @@ def embeddings_forward(ns, fields: dict, state: dict, tokens, token_type_ids=Non
 
 
 # --- Exercise 2 ----------------------------------------------------------------------------
+
 
 def _head(ns, fields):
     config = _bert_config(ns, fields)
@@ -102,6 +104,7 @@ def bert_forward(ns, fields: dict, state: dict, tokens, token_type_ids=None, pad
 
 # --- Exercise 4 ----------------------------------------------------------------------------
 
+
 def mask_tokens_run(ns, tokens, options: dict, seed: int, global_seed: int = 0, draws: int = 1):
     """``draws`` calls of ``mask_tokens`` with one generator seeded ``seed`` (global RNG seeded ``global_seed``)."""
     mask_tokens = need(ns, "mask_tokens")
@@ -122,6 +125,7 @@ def mask_tokens_run(ns, tokens, options: dict, seed: int, global_seed: int = 0, 
 
 # --- Exercise 5 ----------------------------------------------------------------------------
 
+
 def mlm_loss_run(ns, logits, labels, backward: bool = False):
     logits = logits.clone().requires_grad_(backward)
     loss = need(ns, "mlm_loss")(logits, labels)
@@ -134,8 +138,12 @@ def mlm_loss_run(ns, logits, labels, backward: bool = False):
 
 # --- Exercise 6 ----------------------------------------------------------------------------
 
-ENCDEC_PARTS = {"encoder_block": EncoderBlock, "decoder_block": DecoderBlock, "norm": nn.LayerNorm,
-                "positions": SinusoidalPositionalEncoding}
+ENCDEC_PARTS = {
+    "encoder_block": EncoderBlock,
+    "decoder_block": DecoderBlock,
+    "norm": nn.LayerNorm,
+    "positions": SinusoidalPositionalEncoding,
+}
 
 
 def _encdec(ns, fields):
@@ -165,6 +173,7 @@ def encdec_forward(ns, fields: dict, state: dict, src, tgt, src_padding=None, tg
 
 
 # --- Exercise 7 ----------------------------------------------------------------------------
+
 
 def count_parameters(ns, fields: dict):
     """What ``transformer_num_parameters(TransformerConfig(**fields))`` returns (an int as a plain int)."""

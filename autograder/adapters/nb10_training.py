@@ -27,15 +27,28 @@ def _describe_batch(value, with_values: bool) -> dict:
         return {"returned": type(value).__name__}
     result = {"returned": "pair", "types": [type(v).__name__ for v in value]}
     if all(isinstance(v, torch.Tensor) for v in value):
-        result |= {"devices": [str(v.device) for v in value], "dtypes": [str(v.dtype) for v in value],
-                   "shapes": [list(v.shape) for v in value]}
+        result |= {
+            "devices": [str(v.device) for v in value],
+            "dtypes": [str(v.dtype) for v in value],
+            "shapes": [list(v.shape) for v in value],
+        }
         if with_values:
             result |= {"inputs": value[0], "targets": value[1]}
     return result
 
 
-def batch(ns, tokens: torch.Tensor, batch_size: int, context_length: int, *, kind: str = "numpy",
-          dtype: str = "uint16", device: str = "cpu", seed: int | None = 0, global_seed: int = 0) -> dict:
+def batch(
+    ns,
+    tokens: torch.Tensor,
+    batch_size: int,
+    context_length: int,
+    *,
+    kind: str = "numpy",
+    dtype: str = "uint16",
+    device: str = "cpu",
+    seed: int | None = 0,
+    global_seed: int = 0,
+) -> dict:
     """``get_batch`` on ``tokens`` handed over as a NumPy array, an ``np.memmap`` file or a tensor."""
     get_batch = need(ns, "get_batch")
     array = tokens.numpy().astype(dtype)
@@ -54,6 +67,7 @@ def batch(ns, tokens: torch.Tensor, batch_size: int, context_length: int, *, kin
 
 
 # --- Exercise 1: cross_entropy -----------------------------------------------------------
+
 
 def loss(ns, logits: torch.Tensor, targets: torch.Tensor, kwargs: dict) -> dict:
     """``cross_entropy(logits, targets, **kwargs)`` and the gradient of the loss with respect to ``logits``."""
@@ -74,8 +88,16 @@ def loss(ns, logits: torch.Tensor, targets: torch.Tensor, kwargs: dict) -> dict:
 # --- Exercise 2: AdamW -------------------------------------------------------------------
 
 
-def adamw(ns, initial: list, groups: list, defaults: dict, grads: list, *, resume_at: int | None = None,
-          closure_at: int | None = None) -> dict:
+def adamw(
+    ns,
+    initial: list,
+    groups: list,
+    defaults: dict,
+    grads: list,
+    *,
+    resume_at: int | None = None,
+    closure_at: int | None = None,
+) -> dict:
     """Run the student's AdamW over a fixed sequence of gradients (None: no gradient this step).
 
     ``groups``: ``[{"params": [indices], **options}]``. At ``resume_at`` the optimizer's ``state_dict()`` goes
@@ -117,10 +139,14 @@ def adamw(ns, initial: list, groups: list, defaults: dict, grads: list, *, resum
         else:
             optimizer.step()
         result["trajectory"].append([p.detach().clone() for p in params])
-    result["state_keys"] = {i: sorted(map(str, optimizer.state[p].keys())) for i, p in enumerate(params)
-                            if p in optimizer.state}
-    result["steps"] = {i: float(optimizer.state[p]["step"]) for i, p in enumerate(params)
-                       if p in optimizer.state and "step" in optimizer.state[p]}
+    result["state_keys"] = {
+        i: sorted(map(str, optimizer.state[p].keys())) for i, p in enumerate(params) if p in optimizer.state
+    }
+    result["steps"] = {
+        i: float(optimizer.state[p]["step"])
+        for i, p in enumerate(params)
+        if p in optimizer.state and "step" in optimizer.state[p]
+    }
     return result
 
 
@@ -151,8 +177,9 @@ def clip(ns, grads: list, max_norm: float, *, as_generator: bool = False) -> dic
 # --- Exercise 7 --------------------------------------------------------------------------
 
 
-def checkpoint(ns, state: dict, tokens: torch.Tensor, config: dict, schedule_kwargs: dict, *, total: int,
-               stop: int, seeds: dict) -> dict:
+def checkpoint(
+    ns, state: dict, tokens: torch.Tensor, config: dict, schedule_kwargs: dict, *, total: int, stop: int, seeds: dict
+) -> dict:
     """A reference run of ``total`` updates, and the same run saved after ``stop`` and resumed into fresh objects."""
     save_checkpoint, load_checkpoint = need(ns, "save_checkpoint"), need(ns, "load_checkpoint")
     config = ref.TrainConfig(**config)
@@ -167,11 +194,13 @@ def checkpoint(ns, state: dict, tokens: torch.Tensor, config: dict, schedule_kwa
         return model, optimizer, torch.Generator().manual_seed(seeds["batches"])
 
     model, optimizer, generator = start()
-    uninterrupted = ref.run_steps(model, optimizer, tokens, total, first_step=1, generator=generator, config=config,
-                                  schedule=schedule)
+    uninterrupted = ref.run_steps(
+        model, optimizer, tokens, total, first_step=1, generator=generator, config=config, schedule=schedule
+    )
     model, optimizer, generator = start()
-    first = ref.run_steps(model, optimizer, tokens, stop, first_step=1, generator=generator, config=config,
-                          schedule=schedule)
+    first = ref.run_steps(
+        model, optimizer, tokens, stop, first_step=1, generator=generator, config=config, schedule=schedule
+    )
     path = Path(tempfile.mkdtemp(prefix="checkpoint-")) / "run.pt"
     save_checkpoint(path, model=model, optimizer=optimizer, step=stop, generator=generator)
     fresh_model, fresh_optimizer = ref.tiny_setup(seeds["init"] + 1)  # other weights, an empty optimizer
@@ -179,17 +208,38 @@ def checkpoint(ns, state: dict, tokens: torch.Tensor, config: dict, schedule_kwa
     torch.manual_seed(seeds["dropout"] + 1)  # another global random state
     step = load_checkpoint(path, model=fresh_model, optimizer=fresh_optimizer, generator=fresh_generator)
     following = (step if isinstance(step, int) and not isinstance(step, bool) else stop) + 1
-    resumed = ref.run_steps(fresh_model, fresh_optimizer, tokens, total - stop, first_step=following,
-                            generator=fresh_generator, config=config, schedule=schedule)
-    return {"uninterrupted": uninterrupted, "first": first, "resumed": resumed,
-            "step": step if isinstance(step, int | float | None) else {"__unsupported__": type(step).__qualname__}}
+    resumed = ref.run_steps(
+        fresh_model,
+        fresh_optimizer,
+        tokens,
+        total - stop,
+        first_step=following,
+        generator=fresh_generator,
+        config=config,
+        schedule=schedule,
+    )
+    return {
+        "uninterrupted": uninterrupted,
+        "first": first,
+        "resumed": resumed,
+        "step": step if isinstance(step, int | float | None) else {"__unsupported__": type(step).__qualname__},
+    }
 
 
 # --- Exercise 8 --------------------------------------------------------------------------
 
 
-def evaluate(ns, state: dict, tokens: torch.Tensor, *, batches: int, batch_size: int, context_length: int, seed: int,
-             training: bool) -> dict:
+def evaluate(
+    ns,
+    state: dict,
+    tokens: torch.Tensor,
+    *,
+    batches: int,
+    batch_size: int,
+    context_length: int,
+    seed: int,
+    training: bool,
+) -> dict:
     """``evaluate`` on a TinyLM (with dropout) handed over in train or eval mode, with PyTorch's loss injected."""
     evaluate = need(ns, "evaluate")
     model = ref.TinyLM()
@@ -202,16 +252,33 @@ def evaluate(ns, state: dict, tokens: torch.Tensor, *, batches: int, batch_size:
         return ref.loss_fn(logits, targets)
 
     torch.manual_seed(0)
-    value = evaluate(model, tokens, batches=batches, batch_size=batch_size, context_length=context_length,
-                     generator=torch.Generator().manual_seed(seed), get_batch=ref.get_batch, loss_fn=loss_fn)
+    value = evaluate(
+        model,
+        tokens,
+        batches=batches,
+        batch_size=batch_size,
+        context_length=context_length,
+        generator=torch.Generator().manual_seed(seed),
+        get_batch=ref.get_batch,
+        loss_fn=loss_fn,
+    )
     return {"value": value, "calls": calls, "training_after": model.training}
 
 
 # --- Exercise 9 --------------------------------------------------------------------------
 
 
-def train(ns, state: dict, train_tokens: torch.Tensor, val_tokens: torch.Tensor, config: dict, schedule_kwargs: dict,
-          *, seed: int, global_seed: int) -> dict:
+def train(
+    ns,
+    state: dict,
+    train_tokens: torch.Tensor,
+    val_tokens: torch.Tensor,
+    config: dict,
+    schedule_kwargs: dict,
+    *,
+    seed: int,
+    global_seed: int,
+) -> dict:
     """``train`` on a TinyLM (with dropout, handed over in eval mode) with PyTorch's parts injected."""
     train = need(ns, "train")
     model, optimizer = ref.tiny_setup(0)
@@ -222,11 +289,24 @@ def train(ns, state: dict, train_tokens: torch.Tensor, val_tokens: torch.Tensor,
         return ref.cosine_lr(step, **schedule_kwargs)
 
     torch.manual_seed(global_seed)
-    history = train(model, optimizer, train_tokens, val_tokens, ref.TrainConfig(**config), schedule=schedule,
-                    generator=torch.Generator().manual_seed(seed), get_batch=ref.get_batch, loss_fn=ref.loss_fn,
-                    clip=ref.clip, evaluate=ref.evaluate, progress=False)
-    return {"history": history if isinstance(history, dict) else {"__unsupported__": type(history).__qualname__},
-            "training_after": model.training}
+    history = train(
+        model,
+        optimizer,
+        train_tokens,
+        val_tokens,
+        ref.TrainConfig(**config),
+        schedule=schedule,
+        generator=torch.Generator().manual_seed(seed),
+        get_batch=ref.get_batch,
+        loss_fn=ref.loss_fn,
+        clip=ref.clip,
+        evaluate=ref.evaluate,
+        progress=False,
+    )
+    return {
+        "history": history if isinstance(history, dict) else {"__unsupported__": type(history).__qualname__},
+        "training_after": model.training,
+    }
 
 
 @contextlib.contextmanager
@@ -260,8 +340,16 @@ def _watched_bars():
         base.__init__, base.set_postfix, base.set_postfix_str = init, postfix, postfix_str
 
 
-def train_bars(ns, state: dict, train_tokens: torch.Tensor, val_tokens: torch.Tensor, config: dict,
-               schedule_kwargs: dict, *, seed: int) -> dict:
+def train_bars(
+    ns,
+    state: dict,
+    train_tokens: torch.Tensor,
+    val_tokens: torch.Tensor,
+    config: dict,
+    schedule_kwargs: dict,
+    *,
+    seed: int,
+) -> dict:
     """The tqdm bars ``train`` shows with progress=True and with progress=False (PyTorch's parts injected)."""
     train = need(ns, "train")
     shown = {}
@@ -269,10 +357,20 @@ def train_bars(ns, state: dict, train_tokens: torch.Tensor, val_tokens: torch.Te
         model, optimizer = ref.tiny_setup(0)
         model.load_state_dict(state)
         with _watched_bars() as bars:
-            train(model, optimizer, train_tokens, val_tokens, ref.TrainConfig(**config),
-                  schedule=lambda step: ref.cosine_lr(step, **schedule_kwargs),
-                  generator=torch.Generator().manual_seed(seed), get_batch=ref.get_batch, loss_fn=ref.loss_fn,
-                  clip=ref.clip, evaluate=ref.evaluate, progress=progress)
+            train(
+                model,
+                optimizer,
+                train_tokens,
+                val_tokens,
+                ref.TrainConfig(**config),
+                schedule=lambda step: ref.cosine_lr(step, **schedule_kwargs),
+                generator=torch.Generator().manual_seed(seed),
+                get_batch=ref.get_batch,
+                loss_fn=ref.loss_fn,
+                clip=ref.clip,
+                evaluate=ref.evaluate,
+                progress=progress,
+            )
         shown[str(progress)] = bars
     return shown
 

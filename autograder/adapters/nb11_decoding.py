@@ -29,6 +29,7 @@ from autograder.reference.toy import PrefixTableModel
 
 # --- Exercises 1-3 -----------------------------------------------------------------------
 
+
 def greedy_of(ns, logits):
     return need(ns, "greedy")(logits)
 
@@ -51,14 +52,20 @@ def filter_of(ns, name: str, logits, value):
 
 # --- Exercise 4 --------------------------------------------------------------------------
 
+
 def sample_counts(ns, logits, draws: int, kwargs: dict, seed: int):
     """Counts of each token over ``draws`` draws per row of ``logits`` [rows, vocab], in one call, twice
     with generators seeded alike; the course's filters stand in for the notebook's."""
     rows, vocab = logits.shape
     batch = logits.repeat_interleave(draws, dim=0)
     results = []
-    with given(ns, apply_temperature=sampling.apply_temperature, top_k_filter=sampling.top_k_filter,
-                top_p_filter=sampling.top_p_filter, greedy=sampling.greedy):
+    with given(
+        ns,
+        apply_temperature=sampling.apply_temperature,
+        top_k_filter=sampling.top_k_filter,
+        top_p_filter=sampling.top_p_filter,
+        greedy=sampling.greedy,
+    ):
         for _ in range(2):
             out = need(ns, "sample_next")(batch.clone(), **kwargs, generator=torch.Generator().manual_seed(seed))
             results.append(out)
@@ -67,12 +74,17 @@ def sample_counts(ns, logits, draws: int, kwargs: dict, seed: int):
         return {"draws": first, "counts": None}
     if first.min() < 0 or first.max() >= vocab:
         return {"draws": first, "counts": None, "out_of_range": True}
-    counts = torch.stack([torch.bincount(first[r * draws:(r + 1) * draws].long(), minlength=vocab)
-                          for r in range(rows)])
-    return {"counts": counts, "repeatable": isinstance(results[1], torch.Tensor) and torch.equal(results[0], results[1])}
+    counts = torch.stack(
+        [torch.bincount(first[r * draws : (r + 1) * draws].long(), minlength=vocab) for r in range(rows)]
+    )
+    return {
+        "counts": counts,
+        "repeatable": isinstance(results[1], torch.Tensor) and torch.equal(results[0], results[1]),
+    }
 
 
 # --- Exercises 5 and 6: models that report how they were called --------------------------
+
 
 class _Watched(nn.Module):
     def __init__(self, model):
@@ -80,8 +92,13 @@ class _Watched(nn.Module):
         self.model, self.calls = model, []
 
     def forward(self, tokens, padding_mask=None):
-        self.calls.append({"shape": list(tokens.shape), "tokens": tokens.clone(),
-                           "mask": None if padding_mask is None else padding_mask.clone()})
+        self.calls.append(
+            {
+                "shape": list(tokens.shape),
+                "tokens": tokens.clone(),
+                "mask": None if padding_mask is None else padding_mask.clone(),
+            }
+        )
         return self.model(tokens, padding_mask)
 
 
@@ -107,25 +124,45 @@ def generate_with(ns, spec: dict, prompt, max_new_tokens: int, eos_id):
 
 def generate_batch_with(ns, spec: dict, prompts: list, max_new_tokens: int, pad_id: int, eos_id):
     model = _Watched(_model(spec))
-    out = need(ns, "generate_batch")(model, [p.clone() for p in prompts], max_new_tokens=max_new_tokens,
-                                     pad_id=pad_id, eos_id=eos_id, pick=_greedy_pick)
+    out = need(ns, "generate_batch")(
+        model,
+        [p.clone() for p in prompts],
+        max_new_tokens=max_new_tokens,
+        pad_id=pad_id,
+        eos_id=eos_id,
+        pick=_greedy_pick,
+    )
     first = model.calls[0] if model.calls else {"shape": None, "mask": None}
     last = model.calls[-1] if model.calls else {"tokens": None, "mask": None}
-    return {"output": out, "calls": len(model.calls), "first_shape": first["shape"],
-            "first_mask": first["mask"], "masks_given": all(c["mask"] is not None for c in model.calls),
-            "last_tokens": last["tokens"], "last_mask": last["mask"]}  # what the model was fed, every column
+    return {
+        "output": out,
+        "calls": len(model.calls),
+        "first_shape": first["shape"],
+        "first_mask": first["mask"],
+        "masks_given": all(c["mask"] is not None for c in model.calls),
+        "last_tokens": last["tokens"],
+        "last_mask": last["mask"],
+    }  # what the model was fed, every column
 
 
 # --- Exercise 7 --------------------------------------------------------------------------
 
+
 def beam_search_with(ns, table, prompt, beam_size: int, max_new_tokens: int, eos_id: int, length_penalty: float):
     model = PrefixTableModel(table)
-    tokens, score = need(ns, "beam_search")(model, prompt.clone(), beam_size=beam_size, max_new_tokens=max_new_tokens,
-                                            eos_id=eos_id, length_penalty=length_penalty)
+    tokens, score = need(ns, "beam_search")(
+        model,
+        prompt.clone(),
+        beam_size=beam_size,
+        max_new_tokens=max_new_tokens,
+        eos_id=eos_id,
+        length_penalty=length_penalty,
+    )
     return {"tokens": tokens, "score": float(score) if isinstance(score, numbers.Real | torch.Tensor) else score}
 
 
 # --- Exercise 8 --------------------------------------------------------------------------
+
 
 def kv_cache_updates(ns, n_layers: int, updates: list):
     """``KVCache(n_layers)``: its length before anything, then each update's result and the length after it."""
@@ -133,13 +170,16 @@ def kv_cache_updates(ns, n_layers: int, updates: list):
     record = {"length_empty": cache.length, "steps": []}
     for layer, k, v in updates:
         k_all, v_all = cache.update(layer, k.clone(), v.clone())
-        stored = {name: list(value) if isinstance(value := getattr(cache, name, None), list | tuple) else None
-                  for name in ("keys", "values")}  # the spec names them: one entry per layer
+        stored = {
+            name: list(value) if isinstance(value := getattr(cache, name, None), list | tuple) else None
+            for name in ("keys", "values")
+        }  # the spec names them: one entry per layer
         record["steps"].append({"k": k_all, "v": v_all, "length": cache.length, **stored})
     return record
 
 
 # --- Exercise 9 --------------------------------------------------------------------------
+
 
 def cached_attention_summary(ns, d_model: int, heads: int, kv_heads: int):
     return summary(need(ns, "CachedRotaryGQA")(d_model, heads, kv_heads, RoPE()))
@@ -181,6 +221,7 @@ def _by_chunks(call, chunks: list, cache: KVCache) -> dict:
 
 # --- Exercise 10 -------------------------------------------------------------------------
 
+
 def _decoder(ns, fields: dict):
     return need(ns, "CachedDecoder")(DecoderConfig(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=RoPE)
 
@@ -216,11 +257,13 @@ def cached_decoder_generate(ns, fields: dict, state: dict, prompt, max_new_token
 
 # --- Exercise 11 -------------------------------------------------------------------------
 
+
 def serve(ns, spec: dict, prompts: list, n_slots: int, max_new_tokens: int, eos_id):
     if "table" in spec:
         engine = RecomputeEngine(PrefixTableModel(spec["table"]), n_slots)
     else:
         engine = SlotEngine(_llama(spec["fields"], spec["state"]), n_slots, spec["max_len"])
-    out = need(ns, "continuous_batching")(engine, [p.clone() for p in prompts], max_new_tokens=max_new_tokens,
-                                          eos_id=eos_id)
+    out = need(ns, "continuous_batching")(
+        engine, [p.clone() for p in prompts], max_new_tokens=max_new_tokens, eos_id=eos_id
+    )
     return {"output": out, "events": [[kind, what] for kind, what in engine.events]}

@@ -51,8 +51,13 @@ def count_pairs_of(ns, word_counts: dict):
     pairs = []
     for pair, n in out.items():
         ok = isinstance(pair, tuple) and len(pair) == 2
-        pairs.append([_hex(pair[0]) if ok else repr(pair)[:80], _hex(pair[1]) if ok else "", n if isinstance(n, int) else
-                      f"<not int: {type(n).__name__}>"])
+        pairs.append(
+            [
+                _hex(pair[0]) if ok else repr(pair)[:80],
+                _hex(pair[1]) if ok else "",
+                n if isinstance(n, int) else f"<not int: {type(n).__name__}>",
+            ]
+        )
     return {"pairs": pairs, "type": "dict"}
 
 
@@ -72,8 +77,10 @@ def train_bpe_of(ns, text: str, vocab_size: int, special_tokens: list):
         return {"error": f"merges is a {type(merges).__name__}, expected a list of (bytes, bytes) pairs"}
     return {
         "vocab": [[k if isinstance(k, int) else repr(k)[:40], _hex(v)] for k, v in vocab.items()],
-        "merges": [[_hex(m[0]), _hex(m[1])] if isinstance(m, tuple | list) and len(m) == 2 else [repr(m)[:80], ""]
-                   for m in merges],
+        "merges": [
+            [_hex(m[0]), _hex(m[1])] if isinstance(m, tuple | list) and len(m) == 2 else [repr(m)[:80], ""]
+            for m in merges
+        ],
     }
 
 
@@ -92,8 +99,11 @@ def _counted_files():
     """Which source files' lines count as the trainer's work: every file but the standard library's, installed
     packages' and the course's own grading code; the course's ``count_pairs`` and ``merge_word``
     (``autograder.reference.bpe``), which the trainer is given, count too."""
-    skip = {Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                                          *sysconfig.get_paths().values()} if p}
+    skip = {
+        Path(p).resolve()
+        for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sysconfig.get_paths().values()}
+        if p
+    }
     skip.add(Path(__file__).resolve().parents[1])  # autograder/
     counted_file = str(Path(bpe.__file__).resolve())
     decided: dict = {}
@@ -166,16 +176,23 @@ def train_bpe_work(ns, text: str, vocab_sizes: list, special_tokens: list, limit
 
             return counted_call
 
-        with given(ns, pretokenize=_fast_pretokenize, count_pairs=counting("count_pairs", bpe.count_pairs),
-                   merge_word=counting("merge_word", bpe.merge_word)):
-            result, lines, stopped, intact = _traced(function, text, vocab_size, list(special_tokens),
-                                                     counted=counted, limit=limit, deadline=deadline)
+        with given(
+            ns,
+            pretokenize=_fast_pretokenize,
+            count_pairs=counting("count_pairs", bpe.count_pairs),
+            merge_word=counting("merge_word", bpe.merge_word),
+        ):
+            result, lines, stopped, intact = _traced(
+                function, text, vocab_size, list(special_tokens), counted=counted, limit=limit, deadline=deadline
+            )
         if stopped:
             runs.append({"lines": lines, **calls, "merges": [], "tracing_intact": intact, "stopped": True})
             break
         merges = result[1] if isinstance(result, tuple | list) and len(result) == 2 else []
-        merges = [[_hex(m[0]), _hex(m[1])] if isinstance(m, tuple | list) and len(m) == 2 else [repr(m)[:80], ""]
-                  for m in (merges if isinstance(merges, list | tuple) else [])]
+        merges = [
+            [_hex(m[0]), _hex(m[1])] if isinstance(m, tuple | list) and len(m) == 2 else [repr(m)[:80], ""]
+            for m in (merges if isinstance(merges, list | tuple) else [])
+        ]
         runs.append({"lines": lines, **calls, "merges": merges, "tracing_intact": intact, "stopped": False})
     return {"runs": runs}
 
@@ -202,8 +219,9 @@ def tokenizer_of(ns, vocab: dict, merges: list, special_tokens: list, texts: lis
     }
 
 
-def tokenizer_work(ns, vocab: dict, merges: list, special_tokens: list, piece: str, repeats: int, limit: int,
-                   seconds: float) -> dict:
+def tokenizer_work(
+    ns, vocab: dict, merges: list, special_tokens: list, piece: str, repeats: int, limit: int, seconds: float
+) -> dict:
     """The lines of Python (counted as ``train_bpe_work`` counts them, the course's ``apply_merges`` included)
     that the student's ``Tokenizer`` runs to encode the pre-token ``piece``: a first time, again in a second call,
     and ``repeats`` times over in one call on a new tokenizer; and what the course's ``apply_merges`` runs for it
@@ -211,15 +229,19 @@ def tokenizer_work(ns, vocab: dict, merges: list, special_tokens: list, piece: s
     counted = _counted_files()
     deadline = time.monotonic() + seconds
     ranks = {tuple(pair): rank for rank, pair in enumerate(merges)}
-    _, merge_lines, _, _ = _traced(bpe.apply_merges, piece.encode("utf-8"), ranks, counted=counted, limit=limit,
-                                   deadline=deadline)
+    _, merge_lines, _, _ = _traced(
+        bpe.apply_merges, piece.encode("utf-8"), ranks, counted=counted, limit=limit, deadline=deadline
+    )
     work = {"apply_merges": merge_lines, "stopped": False, "tracing_intact": True}
     with given(ns, pretokenize=_fast_pretokenize, apply_merges=bpe.apply_merges):
         make = need(ns, "Tokenizer")
         tokenizer = make(dict(vocab), [tuple(m) for m in merges], list(special_tokens))
         fresh = make(dict(vocab), [tuple(m) for m in merges], list(special_tokens))
-        for name, encoder, text in (("first", tokenizer, piece), ("again", tokenizer, piece),
-                                    ("repeated", fresh, piece * repeats)):
+        for name, encoder, text in (
+            ("first", tokenizer, piece),
+            ("again", tokenizer, piece),
+            ("repeated", fresh, piece * repeats),
+        ):
             _, lines, stopped, intact = _traced(encoder.encode, text, counted=counted, limit=limit, deadline=deadline)
             work[name] = lines
             work["stopped"] |= stopped
@@ -280,8 +302,17 @@ def _scratch_file(text: str):
     return handle
 
 
-def encode_iterable_of(ns, vocab: dict, merges: list, special_tokens: list, inputs: list, *,
-                       endless: bool = False, limit: int = 0, take: int = 0) -> list:
+def encode_iterable_of(
+    ns,
+    vocab: dict,
+    merges: list,
+    special_tokens: list,
+    inputs: list,
+    *,
+    endless: bool = False,
+    limit: int = 0,
+    take: int = 0,
+) -> list:
     """For each input (a list of chunks, or ``{"file_text": text}``: a real file holding ``text``, written to this
     process's scratch folder and read line by line), what ``encode_iterable``
     yielded and, for each id, how many chunks and how many bytes it had read when that id came out.

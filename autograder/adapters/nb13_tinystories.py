@@ -38,8 +38,10 @@ def micro_batches(ns, batch: torch.Tensor, world_size: int, accumulation_steps: 
     for rank in range(world_size):
         value = function(batch.clone(), rank, world_size, accumulation_steps)
         if not isinstance(value, list):
-            ranks.append(f"returned a {type(value).__name__}, expected a list of tensors"
-                         + (" (list(...) around torch.split's tuple)" if isinstance(value, tuple) else ""))
+            ranks.append(
+                f"returned a {type(value).__name__}, expected a list of tensors"
+                + (" (list(...) around torch.split's tuple)" if isinstance(value, tuple) else "")
+            )
         elif not all(isinstance(part, torch.Tensor) for part in value):
             ranks.append("returned a list that holds something other than tensors")
         else:
@@ -73,8 +75,13 @@ def maps(ns, fields: dict, state: dict, tokens: torch.Tensor) -> dict:
     attn_calls, model_calls = [], []
 
     def at_attention(module, args):
-        attn_calls.append({"grad": torch.is_grad_enabled(), "forward_replaced": "forward" in vars(module),
-                           "hooks": len(module._forward_hooks) + len(module._forward_pre_hooks) - 1})
+        attn_calls.append(
+            {
+                "grad": torch.is_grad_enabled(),
+                "forward_replaced": "forward" in vars(module),
+                "hooks": len(module._forward_hooks) + len(module._forward_pre_hooks) - 1,
+            }
+        )
 
     ours = [block.attn.register_forward_pre_hook(at_attention) for block in model.blocks]
     ours.append(model.register_forward_pre_hook(lambda module, args: model_calls.append(1)))
@@ -94,8 +101,14 @@ def maps(ns, fields: dict, state: dict, tokens: torch.Tensor) -> dict:
     with contextlib.suppress(Exception):  # the failure, or the student's code's own error around it
         attention_maps(model, tokens)
     failing.remove()
-    return {"maps": value, "hooks_left": hooks, "logits_unchanged": unchanged, "attn_calls": attn_calls,
-            "model_calls": len(model_calls), "hooks_left_after_failure": _hook_count(model)}
+    return {
+        "maps": value,
+        "hooks_left": hooks,
+        "logits_unchanged": unchanged,
+        "attn_calls": attn_calls,
+        "model_calls": len(model_calls),
+        "hooks_left_after_failure": _hook_count(model),
+    }
 
 
 _DTYPES = {None: None, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -113,12 +126,15 @@ class _Logits(torch.Tensor):
         result = super().__torch_function__(func, types, args, kwargs or {})
         with torch._C.DisableTorchFunctionSubclass():
             inputs = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, _Logits)]
-            differentiable = any(isinstance(r, torch.Tensor) and r.requires_grad
-                                 for r in (result if isinstance(result, tuple | list) else (result,)))
+            differentiable = any(
+                isinstance(r, torch.Tensor) and r.requires_grad
+                for r in (result if isinstance(result, tuple | list) else (result,))
+            )
             if differentiable and any(a.numel() > 1 for a in inputs):
                 device = inputs[0].device.type
-                _LOSS_OPS.append({"op": getattr(func, "__name__", str(func)),
-                                  "autocast": torch.is_autocast_enabled(device)})
+                _LOSS_OPS.append(
+                    {"op": getattr(func, "__name__", str(func)), "autocast": torch.is_autocast_enabled(device)}
+                )
         return result
 
 
@@ -130,8 +146,18 @@ def _grads_left(model) -> dict:
     return left
 
 
-def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, optimizer_kwargs: dict,
-               dtype: str | None = None, scaler: dict | None = None, grad_clip: float | None = None) -> dict:
+def train_step(
+    ns,
+    fields: dict,
+    state: dict,
+    steps: list,
+    *,
+    optimizer: str,
+    optimizer_kwargs: dict,
+    dtype: str | None = None,
+    scaler: dict | None = None,
+    grad_clip: float | None = None,
+) -> dict:
     """The student's ``train_step`` on the reference decoder, once per entry of ``steps`` (a list of micro-batch lists).
 
     Reports the parameters after every call, the optimizer's update count per parameter, the scaler's scale,
@@ -151,8 +177,13 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
     forwards, events, backward_autocast = [], [], []
 
     def watch(module, args, kwargs, output):
-        forwards.append({"autocast": torch.is_autocast_enabled("cpu"), "dtype": str(torch.get_autocast_dtype("cpu")),
-                         "logits": str(getattr(output, "dtype", None))})
+        forwards.append(
+            {
+                "autocast": torch.is_autocast_enabled("cpu"),
+                "dtype": str(torch.get_autocast_dtype("cpu")),
+                "logits": str(getattr(output, "dtype", None)),
+            }
+        )
         tokens = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
         events.append(f"F{tokens.shape[0] if tokens is not None and tokens.dim() else '?'}")
         return output.as_subclass(_Logits) if isinstance(output, torch.Tensor) else output
@@ -164,26 +195,46 @@ def train_step(ns, fields: dict, state: dict, steps: list, *, optimizer: str, op
 
     model.register_forward_hook(watch, with_kwargs=True)
     model.lm_head.weight.register_hook(backward_pass)
-    result = {"losses": [], "states": [], "updates": [], "scales": [], "forwards": [], "events": [], "loss_ops": [],
-              "backward_autocast": [], "grads_left": [], "raised": None}
+    result = {
+        "losses": [],
+        "states": [],
+        "updates": [],
+        "scales": [],
+        "forwards": [],
+        "events": [],
+        "loss_ops": [],
+        "backward_autocast": [],
+        "grads_left": [],
+        "raised": None,
+    }
     for call, micro_batches in enumerate(steps):
         forwards.clear()
         events.clear()
         backward_autocast.clear()
         _LOSS_OPS.clear()
         try:
-            loss = function(model, [(x.clone(), y.clone()) for x, y in micro_batches], opt, dtype=_DTYPES[dtype],
-                            scaler=grad_scaler, grad_clip=grad_clip)
+            loss = function(
+                model,
+                [(x.clone(), y.clone()) for x, y in micro_batches],
+                opt,
+                dtype=_DTYPES[dtype],
+                scaler=grad_scaler,
+                grad_clip=grad_clip,
+            )
         except NotImplementedError:
             raise
         except Exception as error:  # noqa: BLE001
             result["raised"] = {"call": call, "type": type(error).__name__, "message": str(error)}
             break
-        result["losses"].append(loss if isinstance(loss, int | float) else {
-            "__unsupported__": "Tensor" if isinstance(loss, torch.Tensor) else type(loss).__qualname__})
+        result["losses"].append(
+            loss
+            if isinstance(loss, int | float)
+            else {"__unsupported__": "Tensor" if isinstance(loss, torch.Tensor) else type(loss).__qualname__}
+        )
         result["states"].append({name: p.detach().clone() for name, p in model.named_parameters()})
-        result["updates"].append(sorted({int(opt.state[p]["step"]) for p in model.parameters()
-                                         if "step" in opt.state.get(p, {})}))
+        result["updates"].append(
+            sorted({int(opt.state[p]["step"]) for p in model.parameters() if "step" in opt.state.get(p, {})})
+        )
         result["scales"].append(grad_scaler.get_scale() if grad_scaler is not None else None)
         result["forwards"].append(list(forwards))
         result["events"].append(list(events))
@@ -206,13 +257,29 @@ class _Watched(torch.nn.Module):
         before = None if cache is None else getattr(cache, "length", None)
         shape = list(tokens.shape) if isinstance(tokens, torch.Tensor) else None
         logits = self.model(tokens, cache=cache)
-        self.calls.append({"cache": id(cache) if cache is not None else None, "before": before, "shape": shape,
-                           "after": None if cache is None else cache.length, "grad": torch.is_grad_enabled()})
+        self.calls.append(
+            {
+                "cache": id(cache) if cache is not None else None,
+                "before": before,
+                "shape": shape,
+                "after": None if cache is None else cache.length,
+                "grad": torch.is_grad_enabled(),
+            }
+        )
         return logits
 
 
-def generate_with_cache(ns, fields: dict, state: dict, prompt: torch.Tensor, *, max_new_tokens: int, window: int,
-                        eos_id: int | None = None, pick: dict | None = None) -> dict:
+def generate_with_cache(
+    ns,
+    fields: dict,
+    state: dict,
+    prompt: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    window: int,
+    eos_id: int | None = None,
+    pick: dict | None = None,
+) -> dict:
     """The student's ``generate_with_cache`` on the reference decoder (float64) holding ``state``, with the
     reference ``KVCache``: what it returned, every model call, the caches it asked for, and the picks it made.
     Gradients are left as they are (no ``no_grad`` here): turning them off is the student's job, and observed.
@@ -235,9 +302,21 @@ def generate_with_cache(ns, fields: dict, state: dict, prompt: torch.Tensor, *, 
         return sample_next(logits, temperature=pick["temperature"], top_k=pick["top_k"], generator=generator)
 
     original = prompt.clone()
-    value = function(_Watched(model, calls), prompt, max_new_tokens=max_new_tokens, window=window,
-                     new_cache=new_cache, eos_id=eos_id, pick=chooser)
+    value = function(
+        _Watched(model, calls),
+        prompt,
+        max_new_tokens=max_new_tokens,
+        window=window,
+        new_cache=new_cache,
+        eos_id=eos_id,
+        pick=chooser,
+    )
     for call in calls:  # which cache, as its number in the order new_cache made them
         call["cache"] = next((i for i, c in enumerate(caches) if id(c) == call["cache"]), None)
-    return {"tokens": value, "calls": calls, "caches": len(caches), "picks": picks,
-            "prompt_unchanged": bool(torch.equal(prompt, original))}
+    return {
+        "tokens": value,
+        "calls": calls,
+        "caches": len(caches),
+        "picks": picks,
+        "prompt_unchanged": bool(torch.equal(prompt, original)),
+    }

@@ -36,17 +36,38 @@ from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.rules import CODE_FROM_STRINGS, Rule
 
-RELATIVE = Exercise("relative_positions", "Exercise 1: relative positions", points=1, rules=(
-    Rule("no Python loops, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),))
+RELATIVE = Exercise(
+    "relative_positions",
+    "Exercise 1: relative positions",
+    points=1,
+    rules=(Rule("no Python loops, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),),
+)
 DISTANCES = Exercise(
-    "pairwise_sq_distances", "Exercise 2: pairwise squared distances by broadcasting", points=2, rules=(
+    "pairwise_sq_distances",
+    "Exercise 2: pairwise squared distances by broadcasting",
+    points=2,
+    rules=(
         Rule("no Python loops, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),
-        Rule("no torch.cdist", ("torch.cdist", "torch.nn.functional.pairwise_distance", "torch.nn.PairwiseDistance",
-                                "torch._euclidean_dist", "torch.ops.aten._cdist_forward")),))
+        Rule(
+            "no torch.cdist",
+            (
+                "torch.cdist",
+                "torch.nn.functional.pairwise_distance",
+                "torch.nn.PairwiseDistance",
+                "torch._euclidean_dist",
+                "torch.ops.aten._cdist_forward",
+            ),
+        ),
+    ),
+)
 DOTS = Exercise("head_dot_products", "Exercise 3: every query-key dot product with einsum", points=2)
 HEADS = Exercise("split_merge_heads", "Exercise 4: split and merge heads with einops", points=2)
-ONE_HOT = Exercise("one_hot", "Exercise 5: one-hot vectors", points=1, rules=(
-    Rule("do not call F.one_hot", ("torch.nn.functional.one_hot",)),))
+ONE_HOT = Exercise(
+    "one_hot",
+    "Exercise 5: one-hot vectors",
+    points=1,
+    rules=(Rule("do not call F.one_hot", ("torch.nn.functional.one_hot",)),),
+)
 EXERCISES = [RELATIVE, DISTANCES, DOTS, HEADS, ONE_HOT]
 
 F32 = {"atol": 1e-4, "rtol": 1e-5}
@@ -70,8 +91,9 @@ def _result(got: dict, what: str, *, shape, dtype, shape_mistakes=()) -> torch.T
     return expect.tensor(value, what, shape=shape, dtype=dtype)
 
 
-_IN_PLACE = ("work on new tensors (a[:, None] or a.unsqueeze(1), a - b), not with methods ending in _ such as "
-             "unsqueeze_ or sub_")
+_IN_PLACE = (
+    "work on new tensors (a[:, None] or a.unsqueeze(1), a - b), not with methods ending in _ such as unsqueeze_ or sub_"
+)
 
 
 def _unchanged(got: dict, originals: dict[str, torch.Tensor]) -> None:
@@ -79,15 +101,21 @@ def _unchanged(got: dict, originals: dict[str, torch.Tensor]) -> None:
     in-place operation ran on them (their version counter, which every in-place method raises, even one whose
     change is undone afterwards, as ``unsqueeze_`` then ``squeeze_``)."""
     layouts = zip(got.get("layout_before", ()), got.get("layout_after", ()), strict=True)
-    for (name, before), after, (layout, layout_after) in zip(originals.items(), got["args_after"], layouts,
-                                                             strict=False):
+    for (name, before), after, (layout, layout_after) in zip(
+        originals.items(), got["args_after"], layouts, strict=False
+    ):
         same = isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)
         expect.that(same, f"your function changed its input `{name}` in place; {_IN_PLACE}")
         if layout != layout_after:
-            changed = ", ".join(f"its {key} went from {layout[key]} to {layout_after[key]}"
-                                for key in ("shape", "stride", "version") if layout[key] != layout_after[key])
-            expect.fail(f"your function changed its input `{name}` in place, even if it put it back afterwards "
-                        f"({changed}: the version counter counts the in-place operations on a tensor); " + _IN_PLACE)
+            changed = ", ".join(
+                f"its {key} went from {layout[key]} to {layout_after[key]}"
+                for key in ("shape", "stride", "version")
+                if layout[key] != layout_after[key]
+            )
+            expect.fail(
+                f"your function changed its input `{name}` in place, even if it put it back afterwards "
+                f"({changed}: the version counter counts the in-place operations on a tensor); " + _IN_PLACE
+            )
 
 
 def _fitting(alternatives, shape) -> list:
@@ -185,9 +213,11 @@ def _check_sq_distances(impl, n: int, m: int, d: int, seed: int, *, dtype=torch.
                 "these are the distances; the exercise asks for their squares (leave out the square root)",
             ),
             (expected + (a.double() @ b.double().T), "in |a|² + |b|² - 2 a·b the factor 2 is missing"),
-            ((a.double()[:, None, :] - b.double()[None, :, :]).abs().sum(-1).to(dtype),
-             "these are sums of absolute differences |a - b|; square the differences before the sum "
-             "((diff ** 2).sum(-1))"),
+            (
+                (a.double()[:, None, :] - b.double()[None, :, :]).abs().sum(-1).to(dtype),
+                "these are sums of absolute differences |a - b|; square the differences before the sum "
+                "((diff ** 2).sum(-1))",
+            ),
         ],
     )
     _unchanged(got, {"a": a, "b": b})
@@ -205,10 +235,15 @@ def _check_sq_distances_same(impl, n: int, d: int, seed: int) -> None:
         return
     # The same values in two tensors: if that is right, only sharing one tensor made the difference.
     apart = impl.call("pairwise_sq_distances", [x, x.clone()])
-    cause = ("; with two distinct tensors of the same values it is right, so your function changes a or b in place "
-             "(a method ending in _, such as unsqueeze_, or an assignment to .data), and when they are one tensor, "
-             "changing a changes b too: "
-             + _IN_PLACE) if _right_table(apart.get("value"), expected) else ""
+    cause = (
+        (
+            "; with two distinct tensors of the same values it is right, so your function changes a or b in place "
+            "(a method ending in _, such as unsqueeze_, or an assignment to .data), and when they are one tensor, "
+            "changing a changes b too: " + _IN_PLACE
+        )
+        if _right_table(apart.get("value"), expected)
+        else ""
+    )
     value = expect.tensor(got.get("value"), what)
     expect.that(tuple(value.shape) == (n, n), f"{what} has shape {list(value.shape)}, expected {[n, n]}{cause}")
     expect.fail(f"{what} does not hold the squared distances |x[i] - x[j]|²{cause}")
@@ -231,8 +266,10 @@ def test_sq_distances_values(impl):
 @DISTANCES.visible
 def test_sq_distances_no_loops(impl):
     "no Python loops: your code does the same work (lines of your code, torch calls) for 2 and for 9 points"
-    runs = {f"{n} points": impl.lines("pairwise_sq_distances", [_randn((n, 3), n), _randn((n + 1, 3), n + 1)])
-            for n in (2, 9)}
+    runs = {
+        f"{n} points": impl.lines("pairwise_sq_distances", [_randn((n, 3), n), _randn((n + 1, 3), n + 1)])
+        for n in (2, 9)
+    }
     expect.no_loops("no Python loops", runs)
 
 
@@ -258,9 +295,7 @@ def test_sq_distances_same_tensor_twice(impl):
 # --- Exercise 3: query-key dot products -----------------------------------------------------------
 
 
-def _check_dots(
-    impl, b: int, h: int, s: int, t: int, d: int, seed: int, *, dtype=torch.float32, strided=False
-):
+def _check_dots(impl, b: int, h: int, s: int, t: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
     q, k = _randn((b, h, s, d), seed).to(dtype), _randn((b, h, t, d), seed + 50).to(dtype)
     got = impl.call("head_dot_products", [q, k], strided=[0, 1] if strided else [])
     what = f"head_dot_products(q, k) for q of shape {[b, h, s, d]} and k of shape {[b, h, t, d]}"
@@ -298,19 +333,26 @@ def _dots_mistakes(q: torch.Tensor, k: torch.Tensor, expected: torch.Tensor) -> 
             "it is divided by sqrt(d): this exercise asks for the plain dot products "
             "(the scaling comes with attention, in notebook 04)",
         ),
-        (expected.softmax(-1), "a softmax was applied: this exercise asks for the raw dot products "
-         "(the softmax comes with attention, in notebook 04)"),
+        (
+            expected.softmax(-1),
+            "a softmax was applied: this exercise asks for the raw dot products "
+            "(the softmax comes with attention, in notebook 04)",
+        ),
         (expected.transpose(-1, -2), "it is transposed: out[..., i, j] = q[..., i, :] · k[..., j, :]"),
         (
             expected.transpose(0, 1),
             "the batch and head axes are swapped; keep the order [batch, heads, s, t]",
         ),
-        (torch.matmul(q, k.sum(0, keepdim=True).transpose(-1, -2)),
-         "every query meets the keys of all batch elements added up: in the einsum string the batch axis of k has "
-         "a letter of its own, so it is summed over; give q and k the same batch letter (bhsd,bhtd->bhst)"),
-        (torch.matmul(q, k.sum(1, keepdim=True).transpose(-1, -2)),
-         "every query meets the keys of all heads added up: in the einsum string the head axis of k has a letter "
-         "of its own, so it is summed over; give q and k the same head letter (bhsd,bhtd->bhst)"),
+        (
+            torch.matmul(q, k.sum(0, keepdim=True).transpose(-1, -2)),
+            "every query meets the keys of all batch elements added up: in the einsum string the batch axis of k has "
+            "a letter of its own, so it is summed over; give q and k the same batch letter (bhsd,bhtd->bhst)",
+        ),
+        (
+            torch.matmul(q, k.sum(1, keepdim=True).transpose(-1, -2)),
+            "every query meets the keys of all heads added up: in the einsum string the head axis of k has a letter "
+            "of its own, so it is summed over; give q and k the same head letter (bhsd,bhtd->bhst)",
+        ),
     ]
 
 
@@ -346,8 +388,7 @@ def _merge_oracle(y: torch.Tensor) -> torch.Tensor:
 
 
 _SPLIT_ORDER = (
-    "head i owns the columns i * d_head up to (i + 1) * d_head - 1, so the pattern is "
-    "'b s (h d)', not 'b s (d h)'"
+    "head i owns the columns i * d_head up to (i + 1) * d_head - 1, so the pattern is 'b s (h d)', not 'b s (d h)'"
 )
 
 

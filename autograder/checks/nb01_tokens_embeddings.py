@@ -25,11 +25,19 @@ from autograder import expect
 from autograder.exercises import Exercise
 from autograder.rules import EMBEDDINGS, Rule
 
-EMBEDDING = Exercise("embedding", "Exercise 1: an Embedding module from scratch", points=3, rules=(
-    Rule("do not use nn.Embedding or F.embedding", EMBEDDINGS),))
+EMBEDDING = Exercise(
+    "embedding",
+    "Exercise 1: an Embedding module from scratch",
+    points=3,
+    rules=(Rule("do not use nn.Embedding or F.embedding", EMBEDDINGS),),
+)
 SINUSOIDAL = Exercise("sinusoidal", "Exercise 2: sinusoidal positional encoding", points=3)
-LEARNED = Exercise("learned_positions", "Exercise 3: learned positional embeddings", points=2, rules=(
-    Rule("do not reuse your Embedding, nn.Embedding or F.embedding", EMBEDDINGS, names=("Embedding",)),))
+LEARNED = Exercise(
+    "learned_positions",
+    "Exercise 3: learned positional embeddings",
+    points=2,
+    rules=(Rule("do not reuse your Embedding, nn.Embedding or F.embedding", EMBEDDINGS, names=("Embedding",)),),
+)
 INPUT = Exercise("input_embedding", "Exercise 4: token plus position", points=2)
 EXERCISES = [EMBEDDING, SINUSOIDAL, LEARNED, INPUT]
 
@@ -113,9 +121,13 @@ def test_embedding_lookup(impl):
     weight, ids = _random((13, 6), 0), _ids(13, (2, 7), 0)
     out = impl.embedding_forward(weight, ids)["output"]
     expect.close(
-        out, F.embedding(ids, weight), "Embedding(13, 6)(token_ids) for token_ids of shape [2, 7]",
+        out,
+        F.embedding(ids, weight),
+        "Embedding(13, 6)(token_ids) for token_ids of shape [2, 7]",
         atol=LOOKUP_TOL,
-        alternatives=[(F.embedding(ids, weight) * math.sqrt(6), "it is scaled by sqrt(embedding_dim) although scale=False")],
+        alternatives=[
+            (F.embedding(ids, weight) * math.sqrt(6), "it is scaled by sqrt(embedding_dim) although scale=False")
+        ],
     )
 
 
@@ -126,7 +138,11 @@ def test_embedding_scale(impl):
     out = impl.embedding_forward(weight, ids, scale=True)["output"]
     expected = F.embedding(ids, weight) * math.sqrt(16)
     expect.close(
-        out, expected, "Embedding(9, 16, scale=True)(token_ids)", atol=LOOKUP_TOL, rtol=1e-6,
+        out,
+        expected,
+        "Embedding(9, 16, scale=True)(token_ids)",
+        atol=LOOKUP_TOL,
+        rtol=1e-6,
         alternatives=[
             (F.embedding(ids, weight), "scale=True did not scale the rows"),
             (F.embedding(ids, weight) / math.sqrt(16), "it divides by sqrt(embedding_dim); multiply instead"),
@@ -151,7 +167,9 @@ def test_embedding_initialisation(impl):
         num, dim = 1000, 64 + 32 * seed
         weight = impl.embedding_summary(num, dim, seed)["weight"]
         _check_init(
-            weight, std=math.sqrt(2 / (num + dim)), truncated=True,
+            weight,
+            std=math.sqrt(2 / (num + dim)),
+            truncated=True,
             what=f"Embedding({num}, {dim}).weight at initialisation",
             rule="Xavier/Glorot: sqrt(2 / (num_embeddings + embedding_dim)), truncated at ±3 std",
         )
@@ -168,7 +186,10 @@ def test_embedding_gradient(impl):
         result = impl.embedding_forward(weight.detach(), ids, scale=scale, grad_output=grad_output)
         grads = expect.gradients(result, "weight.grad after backward")
         expect.close(
-            grads.get("weight"), weight.grad, f"weight.grad after backward (scale={scale})", atol=1e-5,
+            grads.get("weight"),
+            weight.grad,
+            f"weight.grad after backward (scale={scale})",
+            atol=1e-5,
             hint="Rows 2 and 4-7 were not used and must get zero gradient; row 1 was used three times.",
         )
 
@@ -180,10 +201,7 @@ def sinusoidal_table(max_len: int, d_model: int, positions=None) -> torch.Tensor
     """pe[p, 2i] = sin(p / 10000^(2i/d)), pe[p, 2i+1] = cos(p / 10000^(2i/d)), in float64."""
     rows = range(max_len) if positions is None else positions.flatten().tolist()
     table = [
-        [
-            (math.sin if j % 2 == 0 else math.cos)(p / 10000 ** ((j - j % 2) / d_model))
-            for j in range(d_model)
-        ]
+        [(math.sin if j % 2 == 0 else math.cos)(p / 10000 ** ((j - j % 2) / d_model)) for j in range(d_model)]
         for p in rows
     ]
     shape = (max_len,) if positions is None else tuple(positions.shape)
@@ -201,17 +219,27 @@ def _sinusoidal_mistakes(max_len: int, d_model: int):
     j = torch.arange(d_model, dtype=torch.float64)
     pair = torch.div(j, 2, rounding_mode="floor")
     angle, angle_i = p / 10000 ** (2 * pair / d_model), p / 10000 ** (pair / d_model)
-    use_sin = (j % 2 == 0)
+    use_sin = j % 2 == 0
     return [
-        (torch.where(use_sin, torch.cos(angle), torch.sin(angle)),
-         "sine and cosine are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos"),
-        (halves[:, :d_model],
-         "it puts all sines first and all cosines after; this course interleaves them: "
-         "column 2i is sin, column 2i+1 is cos of the same frequency"),
-        (torch.where(use_sin, torch.sin(angle_i), torch.cos(angle_i)),
-         "the frequencies are off: pair i uses 10000^(-2i/d_model) (the exponent is 2i/d_model, not i/d_model)"),
-        (torch.where(use_sin, torch.sin(p * 10000 ** (2 * pair / d_model)), torch.cos(p * 10000 ** (2 * pair / d_model))),
-         "the frequencies are inverted: divide the position by 10000^(2i/d_model)"),
+        (
+            torch.where(use_sin, torch.cos(angle), torch.sin(angle)),
+            "sine and cosine are swapped: even columns 2i hold sin, odd columns 2i+1 hold cos",
+        ),
+        (
+            halves[:, :d_model],
+            "it puts all sines first and all cosines after; this course interleaves them: "
+            "column 2i is sin, column 2i+1 is cos of the same frequency",
+        ),
+        (
+            torch.where(use_sin, torch.sin(angle_i), torch.cos(angle_i)),
+            "the frequencies are off: pair i uses 10000^(-2i/d_model) (the exponent is 2i/d_model, not i/d_model)",
+        ),
+        (
+            torch.where(
+                use_sin, torch.sin(p * 10000 ** (2 * pair / d_model)), torch.cos(p * 10000 ** (2 * pair / d_model))
+            ),
+            "the frequencies are inverted: divide the position by 10000^(2i/d_model)",
+        ),
     ]
 
 
@@ -221,9 +249,11 @@ def test_sinusoidal_values(impl):
     max_len, d_model = 50, 16
     out = impl.sinusoidal_forward(max_len, d_model, torch.arange(max_len))
     expect.close(
-        out, sinusoidal_table(max_len, d_model),
+        out,
+        sinusoidal_table(max_len, d_model),
         f"SinusoidalPositionalEncoding({max_len}, {d_model})(torch.arange({max_len}))",
-        atol=_sinusoidal_tolerance(max_len), alternatives=_sinusoidal_mistakes(max_len, d_model),
+        atol=_sinusoidal_tolerance(max_len),
+        alternatives=_sinusoidal_mistakes(max_len, d_model),
     )
 
 
@@ -251,8 +281,11 @@ def test_sinusoidal_odd_and_other_sizes(impl):
     for max_len, d_model in [(30, 7), (64, 9), (12, 2), (40, 33)]:
         out = impl.sinusoidal_forward(max_len, d_model, torch.arange(max_len))
         expect.close(
-            out, sinusoidal_table(max_len, d_model), f"the encoding with d_model={d_model}",
-            atol=_sinusoidal_tolerance(max_len), alternatives=_sinusoidal_mistakes(max_len, d_model),
+            out,
+            sinusoidal_table(max_len, d_model),
+            f"the encoding with d_model={d_model}",
+            atol=_sinusoidal_tolerance(max_len),
+            alternatives=_sinusoidal_mistakes(max_len, d_model),
         )
 
 
@@ -265,7 +298,8 @@ def test_sinusoidal_any_positions(impl):
         positions[0, 0] = max_len - 1
         out = impl.sinusoidal_forward(max_len, d_model, positions)
         expect.close(
-            out, sinusoidal_table(max_len, d_model, positions),
+            out,
+            sinusoidal_table(max_len, d_model, positions),
             f"the encoding of positions of shape [3, 5] (d_model={d_model})",
             atol=_sinusoidal_tolerance(max_len),
             hint="Look up the given positions; do not assume they are 0, 1, 2, ...",
@@ -303,7 +337,10 @@ def test_learned_lookup(impl):
     weight, positions = _random((24, 6), 3), torch.tensor([[5, 0, 23], [7, 7, 1]])
     out = impl.learned_forward(weight, positions)["output"]
     expect.close(
-        out, F.embedding(positions, weight), "LearnedPositionalEmbedding(24, 6)(positions)", atol=LOOKUP_TOL,
+        out,
+        F.embedding(positions, weight),
+        "LearnedPositionalEmbedding(24, 6)(positions)",
+        atol=LOOKUP_TOL,
         alternatives=[(weight[: positions.shape[-1]].expand(2, 3, 6), "it ignores the positions it is given")],
     )
 
@@ -313,8 +350,13 @@ def test_learned_initialisation(impl):
     "weight starts normal with mean 0 and std 0.02 (GPT-2's choice)"
     for seed in SEEDS:
         weight = impl.learned_summary(1024, 64, seed)["weight"]
-        _check_init(weight, std=0.02, truncated=False, what="LearnedPositionalEmbedding(1024, 64).weight",
-                    rule="normal with std 0.02")
+        _check_init(
+            weight,
+            std=0.02,
+            truncated=False,
+            what="LearnedPositionalEmbedding(1024, 64).weight",
+            rule="normal with std 0.02",
+        )
 
 
 @LEARNED.hidden
@@ -326,7 +368,12 @@ def test_learned_any_positions_and_gradient(impl):
         grad_output = _random((*shape, 5), seed + 20)
         (F.embedding(positions, weight) * grad_output).sum().backward()
         result = impl.learned_forward(weight.detach(), positions, grad_output=grad_output)
-        expect.close(result["output"], F.embedding(positions, weight), f"the output for positions of shape {list(shape)}", atol=LOOKUP_TOL)
+        expect.close(
+            result["output"],
+            F.embedding(positions, weight),
+            f"the output for positions of shape {list(shape)}",
+            atol=LOOKUP_TOL,
+        )
         grads = expect.gradients(result, "weight.grad after backward")
         expect.close(grads.get("weight"), weight.grad, "weight.grad after backward", atol=1e-5)
 
@@ -366,11 +413,15 @@ def test_input_adds_token_and_position(impl):
     got, (expected, _, _), (tw, pw, ids) = _input_case(impl, 0, (2, 5), None)
     positions_on_batch = torch.arange(ids.shape[0])[:, None].expand_as(ids)
     expect.close(
-        got["output"], expected, "InputEmbedding(...)(token_ids) for token_ids of shape [2, 5]",
+        got["output"],
+        expected,
+        "InputEmbedding(...)(token_ids) for token_ids of shape [2, 5]",
         atol=LOOKUP_TOL,
         alternatives=[
-            (F.embedding(ids, tw) + F.embedding(positions_on_batch, pw),
-             "positions run along the batch axis; they must count along the last (sequence) axis"),
+            (
+                F.embedding(ids, tw) + F.embedding(positions_on_batch, pw),
+                "positions run along the batch axis; they must count along the last (sequence) axis",
+            ),
         ],
     )
 
@@ -381,7 +432,10 @@ def test_input_start_pos(impl):
     for seed, start in zip(SEEDS, (3, 7, 11), strict=True):
         got, (expected, _, _), _ = _input_case(impl, seed, (2, 4), start)
         expect.close(
-            got["output"], expected, f"the output with start_pos={start}", atol=LOOKUP_TOL,
+            got["output"],
+            expected,
+            f"the output with start_pos={start}",
+            atol=LOOKUP_TOL,
             hint="Positions are start_pos, start_pos + 1, ... (used when generating one token at a time).",
         )
 
@@ -407,6 +461,9 @@ def test_input_submodules_and_gradients(impl):
     grads = expect.gradients(got, "InputEmbedding")
     expect.close(grads["token_embedding.weight"], token_grad, "the token table's gradient", atol=1e-5)
     expect.close(
-        grads["position_embedding.weight"], position_grad, "the position table's gradient", atol=1e-5,
+        grads["position_embedding.weight"],
+        position_grad,
+        "the position table's gradient",
+        atol=1e-5,
         hint="Each position's row collects the gradient of every sequence in the batch.",
     )

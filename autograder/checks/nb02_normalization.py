@@ -23,8 +23,10 @@ from autograder.rules import NORMS, Rule
 
 # Every route to a normalization that torch offers (``rules.NORMS``): LayerNorm is also instance_norm or batch_norm on
 # the tokens as channels, group_norm with one group, normalize of the centred x.
-_READY_MADE = ("do not call any of PyTorch's ready-made normalizations: F.layer_norm, F.rms_norm, F.group_norm, "
-               "F.instance_norm, F.batch_norm, F.local_response_norm, F.normalize or their nn modules")
+_READY_MADE = (
+    "do not call any of PyTorch's ready-made normalizations: F.layer_norm, F.rms_norm, F.group_norm, "
+    "F.instance_norm, F.batch_norm, F.local_response_norm, F.normalize or their nn modules"
+)
 LAYER_NORM = Exercise("layer_norm", "Exercise 1: LayerNorm from scratch", points=3, rules=(Rule(_READY_MADE, NORMS),))
 RMS_NORM = Exercise("rms_norm", "Exercise 2: RMSNorm", points=3, rules=(Rule(_READY_MADE, NORMS),))
 EXERCISES = [LAYER_NORM, RMS_NORM]
@@ -61,7 +63,10 @@ def _check_params(impl, class_name, expected_names):
         + " (the names torch uses, so checkpoints load; not `gamma`/`beta`)",
     )
     state = info["state"]
-    expect.that(bool((state["weight"] == 1).all()), "weight (the gain) must start at ones: the layer starts as a pure normalization")
+    expect.that(
+        bool((state["weight"] == 1).all()),
+        "weight (the gain) must start at ones: the layer starts as a pure normalization",
+    )
     if "bias" in expected_names:
         expect.that(bool((state["bias"] == 0).all()), "bias must start at zeros")
 
@@ -74,22 +79,28 @@ def _layer_norm_mistakes(x, weight, bias, eps):
     centred = x - mean
     var = centred.pow(2).mean(-1, keepdim=True)
     mistakes = [
-        (centred / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias,
-         "it uses the unbiased variance (divide by d - 1, torch.var's default); LayerNorm divides by d "
-         "(use unbiased=False / correction=0)"),
-        (centred / (torch.sqrt(var) + eps) * weight + bias,
-         "eps is added outside the square root; it belongs inside: sqrt(var + eps)"),
-        (centred / torch.sqrt(var + eps),
-         "the learnable gain `weight` and `bias` are not applied"),
-        (centred / torch.sqrt(var + eps) * weight,
-         "the `bias` is not added"),
+        (
+            centred / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias,
+            "it uses the unbiased variance (divide by d - 1, torch.var's default); LayerNorm divides by d "
+            "(use unbiased=False / correction=0)",
+        ),
+        (
+            centred / (torch.sqrt(var) + eps) * weight + bias,
+            "eps is added outside the square root; it belongs inside: sqrt(var + eps)",
+        ),
+        (centred / torch.sqrt(var + eps), "the learnable gain `weight` and `bias` are not applied"),
+        (centred / torch.sqrt(var + eps) * weight, "the `bias` is not added"),
     ]
     if x.dim() >= 2 and x.shape[-2] > 1:
         m2 = x.mean(-2, keepdim=True)
         v2 = (x - m2).pow(2).mean(-2, keepdim=True)
-        mistakes.append(((x - m2) / torch.sqrt(v2 + eps) * weight + bias,
-                         "it normalizes over the wrong dimension; statistics are taken over the last "
-                         "dimension (the features of each token)"))
+        mistakes.append(
+            (
+                (x - m2) / torch.sqrt(v2 + eps) * weight + bias,
+                "it normalizes over the wrong dimension; statistics are taken over the last "
+                "dimension (the features of each token)",
+            )
+        )
     return mistakes
 
 
@@ -114,8 +125,11 @@ def test_layer_norm_forward(impl):
     got, x, state, _ = _layer_norm_case(impl, (2, 5, 8), 0)
     w, b = state["weight"], state["bias"]
     expect.close(
-        got["output"], F.layer_norm(x, (8,), w, b, 1e-5), "LayerNorm(8)(x) for x of shape [2, 5, 8]",
-        **F32, alternatives=_layer_norm_mistakes(x, w, b, 1e-5),
+        got["output"],
+        F.layer_norm(x, (8,), w, b, 1e-5),
+        "LayerNorm(8)(x) for x of shape [2, 5, 8]",
+        **F32,
+        alternatives=_layer_norm_mistakes(x, w, b, 1e-5),
     )
 
 
@@ -126,8 +140,11 @@ def test_layer_norm_eps_inside_sqrt(impl):
         got, x, state, _ = _layer_norm_case(impl, (4, 16), seed, eps=eps, scale=0.01, shift=0.0)
         w, b = state["weight"], state["bias"]
         expect.close(
-            got["output"], F.layer_norm(x, (16,), w, b, eps), f"LayerNorm(16, eps={eps}) on small activations",
-            **F32, alternatives=_layer_norm_mistakes(x, w, b, eps),
+            got["output"],
+            F.layer_norm(x, (16,), w, b, eps),
+            f"LayerNorm(16, eps={eps}) on small activations",
+            **F32,
+            alternatives=_layer_norm_mistakes(x, w, b, eps),
             hint="With activations this small, eps matters: check where it goes and that self.eps is used.",
         )
 
@@ -139,8 +156,13 @@ def test_layer_norm_shapes_and_dtypes(impl):
         got, x, state, _ = _layer_norm_case(impl, shape, seed, dtype=dtype)
         expected = F.layer_norm(x, shape[-1:], state["weight"].to(dtype), state["bias"].to(dtype), 1e-5)
         out = expect.tensor(got["output"], f"the output for x of shape {list(shape)}", dtype=dtype)
-        expect.close(out, expected, f"the output for x of shape {list(shape)} ({dtype})", **F32,
-                     alternatives=_layer_norm_mistakes(x, state["weight"].to(dtype), state["bias"].to(dtype), 1e-5))
+        expect.close(
+            out,
+            expected,
+            f"the output for x of shape {list(shape)} ({dtype})",
+            **F32,
+            alternatives=_layer_norm_mistakes(x, state["weight"].to(dtype), state["bias"].to(dtype), 1e-5),
+        )
 
 
 @LAYER_NORM.hidden
@@ -168,12 +190,19 @@ def _rms_mistakes(x, weight, eps):
     ms = x.pow(2).mean(-1, keepdim=True)
     centred = x - x.mean(-1, keepdim=True)
     return [
-        (x / (torch.sqrt(ms) + eps) * weight, "eps is added outside the square root; it belongs inside: sqrt(mean(x²) + eps)"),
+        (
+            x / (torch.sqrt(ms) + eps) * weight,
+            "eps is added outside the square root; it belongs inside: sqrt(mean(x²) + eps)",
+        ),
         (x / torch.sqrt(ms + eps), "the learnable gain `weight` is not applied"),
-        (centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight,
-         "it subtracts the mean; RMSNorm does not re-centre, it only divides by the root mean square"),
-        (x / torch.sqrt(x.mean(-1, keepdim=True).abs() + eps) * weight,
-         "it uses the mean of x; RMS is the square root of the mean of x squared"),
+        (
+            centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight,
+            "it subtracts the mean; RMSNorm does not re-centre, it only divides by the root mean square",
+        ),
+        (
+            x / torch.sqrt(x.mean(-1, keepdim=True).abs() + eps) * weight,
+            "it uses the mean of x; RMS is the square root of the mean of x squared",
+        ),
     ]
 
 
@@ -195,7 +224,10 @@ def test_rms_norm_forward(impl):
     "output equals F.rms_norm over the last dimension, times weight"
     got, x, weight, _ = _rms_case(impl, (2, 5, 8), 0)
     expect.close(
-        got["output"], _rms_oracle(x, weight, 1e-5), "RMSNorm(8)(x) for x of shape [2, 5, 8]", **F32,
+        got["output"],
+        _rms_oracle(x, weight, 1e-5),
+        "RMSNorm(8)(x) for x of shape [2, 5, 8]",
+        **F32,
         alternatives=_rms_mistakes(x, weight, 1e-5),
         hint="RMS is sqrt(mean(x**2 over the last dimension) + eps).",
     )
@@ -213,7 +245,9 @@ def test_rms_norm_low_precision_inputs(impl):
             f"RMSNorm returns {out.dtype} for a {dtype} input; compute in float32, then cast back with .to(x.dtype)",
         )
         expect.close(
-            out, _rms_oracle(x, weight, 1e-5), f"the output for a {dtype} input (values up to ±{scale * 4:g})",
+            out,
+            _rms_oracle(x, weight, 1e-5),
+            f"the output for a {dtype} input (values up to ±{scale * 4:g})",
             **tol,
             hint="Square in float32: in float16, 300² is already beyond the largest number (65504).",
         )
@@ -224,8 +258,13 @@ def test_rms_norm_eps_and_shapes(impl):
     "eps inside the square root, the constructor's eps used, any leading dimensions"
     for seed, shape, eps, scale in [(3, (9,), 1e-3, 0.01), (4, (2, 2, 3, 16), 0.1, 0.05), (5, (5, 7), 1e-5, 1.0)]:
         got, x, weight, _ = _rms_case(impl, shape, seed, eps=eps, scale=scale)
-        expect.close(got["output"], _rms_oracle(x, weight, eps), f"RMSNorm(eps={eps}) for x of shape {list(shape)}",
-                     **F32, alternatives=_rms_mistakes(x, weight, eps))
+        expect.close(
+            got["output"],
+            _rms_oracle(x, weight, eps),
+            f"RMSNorm(eps={eps}) for x of shape {list(shape)}",
+            **F32,
+            alternatives=_rms_mistakes(x, weight, eps),
+        )
 
 
 @RMS_NORM.hidden

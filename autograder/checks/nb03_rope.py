@@ -44,7 +44,9 @@ HALVES = Exercise("halves_permutation", "Exercise 5: interleaved vs split halves
 SLOPES = Exercise("alibi_slopes", "Exercise 6: ALiBi's slopes", points=2)
 ALIBI = Exercise("alibi_bias", "Exercise 7: the ALiBi bias", points=2)
 EXERCISES = [ROTATION, FREQUENCIES, MATRIX, ROPE, HALVES, SLOPES, ALIBI]
-ORACLE_IMPORTS = ("transformers.models.bloom.modeling_bloom",)  # imported while the notebook runs (grading.grade): seconds
+ORACLE_IMPORTS = (
+    "transformers.models.bloom.modeling_bloom",
+)  # imported while the notebook runs (grading.grade): seconds
 
 SMALL = {"atol": 1e-5, "rtol": 1e-5}
 
@@ -70,7 +72,7 @@ def _rounded_once(exact: torch.Tensor) -> torch.Tensor:
     """How far a bfloat16 value rounded once from ``exact`` may be: half a bfloat16 ulp (8 significant bits), plus
     1e-6 for float32's own arithmetic before the rounding (a few float32 ulps of values up to sqrt(2)), which can
     tip a value that lies almost halfway between two bfloat16 numbers."""
-    binade = torch.floor(torch.log2(exact.abs().clamp_min(2.0 ** -126)))
+    binade = torch.floor(torch.log2(exact.abs().clamp_min(2.0**-126)))
     return 0.5 * torch.exp2(binade - 7) + 1e-6
 
 
@@ -94,7 +96,7 @@ def rope_halves_oracle(x, positions, base=10000.0):
     angles = positions.double()[..., None] * frequencies_oracle(d_k, base)
     cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
     x = x.double()
-    rotate_half = torch.cat([-x[..., d_k // 2:], x[..., : d_k // 2]], -1)
+    rotate_half = torch.cat([-x[..., d_k // 2 :], x[..., : d_k // 2]], -1)
     return x * cos + rotate_half * sin
 
 
@@ -110,13 +112,27 @@ def _halves_perm(d_k):
 def _rope_mistakes(x, positions, base=10000.0):
     d_k = x.shape[-1]
     return [
-        (rope_oracle(x, -positions, base), "the sin terms have the wrong sign: x0' = x0 cos - x1 sin, x1' = x0 sin + x1 cos"),
-        (rope_halves_oracle(x, positions, base),
-         "it rotates the pairs (i, i + d_k/2) (split halves); this course pairs neighbours: (0, 1), (2, 3), ..."),
-        (rope_oracle(x, positions, base, theta=torch.tensor([base ** (-i / d_k) for i in range(d_k // 2)], dtype=torch.float64)),
-         "the frequencies are off: pair i turns at base^(-2i/d_k), not base^(-i/d_k)"),
-        (rope_oracle(x, torch.arange(x.shape[-2]).expand(positions.shape) if positions.dim() else positions, base),
-         "it ignores token_positions and uses 0, 1, 2, ...; use the positions it is given"),
+        (
+            rope_oracle(x, -positions, base),
+            "the sin terms have the wrong sign: x0' = x0 cos - x1 sin, x1' = x0 sin + x1 cos",
+        ),
+        (
+            rope_halves_oracle(x, positions, base),
+            "it rotates the pairs (i, i + d_k/2) (split halves); this course pairs neighbours: (0, 1), (2, 3), ...",
+        ),
+        (
+            rope_oracle(
+                x,
+                positions,
+                base,
+                theta=torch.tensor([base ** (-i / d_k) for i in range(d_k // 2)], dtype=torch.float64),
+            ),
+            "the frequencies are off: pair i turns at base^(-2i/d_k), not base^(-i/d_k)",
+        ),
+        (
+            rope_oracle(x, torch.arange(x.shape[-2]).expand(positions.shape) if positions.dim() else positions, base),
+            "it ignores token_positions and uses 0, 1, 2, ...; use the positions it is given",
+        ),
     ]
 
 
@@ -129,8 +145,16 @@ def test_rotation_values(impl):
     angle = torch.tensor([0.0, 0.3, -1.2, math.pi / 2, 2.5])
     expected = rotation_oracle(angle)
     expect.close(
-        impl.rotation_matrix(angle), expected.float(), "rotation_matrix(angles) for 5 angles", **SMALL,
-        alternatives=[(expected.transpose(-1, -2), "the matrix is transposed: the minus sign belongs on sin in the top-right entry")],
+        impl.rotation_matrix(angle),
+        expected.float(),
+        "rotation_matrix(angles) for 5 angles",
+        **SMALL,
+        alternatives=[
+            (
+                expected.transpose(-1, -2),
+                "the matrix is transposed: the minus sign belongs on sin in the top-right entry",
+            )
+        ],
     )
 
 
@@ -139,8 +163,12 @@ def test_rotation_shapes_and_dtypes(impl):
     "a scalar angle gives [2, 2]; angles of shape [...] give [..., 2, 2], in the angles' dtype"
     for seed, shape, dtype in [(0, (), torch.float32), (1, (2, 3), torch.float32), (2, (4,), torch.float64)]:
         angle = (_uniform(shape, seed) * 4).to(dtype)
-        out = expect.tensor(impl.rotation_matrix(angle), f"rotation_matrix of angles shaped {list(shape)}",
-                            shape=(*shape, 2, 2), dtype=dtype)
+        out = expect.tensor(
+            impl.rotation_matrix(angle),
+            f"rotation_matrix of angles shaped {list(shape)}",
+            shape=(*shape, 2, 2),
+            dtype=dtype,
+        )
         expect.close(out, rotation_oracle(angle).to(dtype), f"rotation_matrix of angles shaped {list(shape)}", **SMALL)
 
 
@@ -160,11 +188,16 @@ def test_frequencies_values(impl):
     "theta_i = base^(-2i/d_k) for i = 0 .. d_k/2 - 1, as float32"
     for d_k in (8, 64):
         expected = frequencies_oracle(d_k, 10000.0)
-        got = expect.tensor(impl.rope_frequencies(d_k, 10000.0), f"rope_frequencies({d_k})",
-                            shape=(d_k // 2,), dtype=torch.float32)
+        got = expect.tensor(
+            impl.rope_frequencies(d_k, 10000.0), f"rope_frequencies({d_k})", shape=(d_k // 2,), dtype=torch.float32
+        )
         i = torch.arange(d_k // 2, dtype=torch.float64)
         expect.close(
-            got, expected, f"rope_frequencies({d_k})", atol=1e-7, rtol=1e-5,
+            got,
+            expected,
+            f"rope_frequencies({d_k})",
+            atol=1e-7,
+            rtol=1e-5,
             alternatives=[
                 (10000.0 ** (-i / d_k), "the exponent is 2i/d_k, not i/d_k"),
                 (10000.0 ** (2 * i / d_k), "the sign of the exponent: theta_i = base^(-2i/d_k) gets smaller with i"),
@@ -176,12 +209,19 @@ def test_frequencies_values(impl):
 @FREQUENCIES.hidden
 def test_frequencies_base_and_odd(impl):
     "the base argument is used, and an odd d_k raises ValueError"
-    expect.close(impl.rope_frequencies(10, 500.0), frequencies_oracle(10, 500.0), "rope_frequencies(10, base=500)",
-                 atol=1e-7, rtol=1e-5)
+    expect.close(
+        impl.rope_frequencies(10, 500.0),
+        frequencies_oracle(10, 500.0),
+        "rope_frequencies(10, base=500)",
+        atol=1e-7,
+        rtol=1e-5,
+    )
     outcome = impl.rope_frequencies_outcome(7)
-    expect.that(outcome["raised"] == "ValueError",
-                f"rope_frequencies(7) {'raised ' + outcome['raised'] if outcome['raised'] else 'returned'}; "
-                "an odd d_k cannot be split into pairs, so raise ValueError")
+    expect.that(
+        outcome["raised"] == "ValueError",
+        f"rope_frequencies(7) {'raised ' + outcome['raised'] if outcome['raised'] else 'returned'}; "
+        "an odd d_k cannot be split into pairs, so raise ValueError",
+    )
 
 
 # --- Exercise 3 --------------------------------------------------------------------------
@@ -192,13 +232,20 @@ def test_matrix_blocks(impl):
     "rope_matrix is block-diagonal with R(position * theta_i) on the (2i, 2i+1) block"
     expected = matrix_oracle(8, 3)
     perm = _halves_perm(8)
-    got = expect.tensor(impl.rope_matrix(8, 3, 10000.0), "rope_matrix(8, position=3)", shape=(8, 8), dtype=torch.float32)
+    got = expect.tensor(
+        impl.rope_matrix(8, 3, 10000.0), "rope_matrix(8, position=3)", shape=(8, 8), dtype=torch.float32
+    )
     expect.close(
-        got, expected, "rope_matrix(8, position=3)", **SMALL,
+        got,
+        expected,
+        "rope_matrix(8, position=3)",
+        **SMALL,
         alternatives=[
-            (expected.transpose(0, 1), "the blocks are transposed: the minus sign goes on sin in the upper-right entry"),
-            (expected[perm][:, perm],
-             "it pairs i with i + d_k/2; here pair i is the neighbours (2i, 2i+1)"),
+            (
+                expected.transpose(0, 1),
+                "the blocks are transposed: the minus sign goes on sin in the upper-right entry",
+            ),
+            (expected[perm][:, perm], "it pairs i with i + d_k/2; here pair i is the neighbours (2i, 2i+1)"),
         ],
     )
 
@@ -207,10 +254,18 @@ def test_matrix_blocks(impl):
 def test_matrix_cases(impl):
     "position 0 is the identity; other sizes, positions and bases; orthogonal"
     for d_k, position, base in [(4, 0, 10000.0), (2, 7, 10000.0), (16, 100, 10000.0), (6, 5, 100.0)]:
-        got = expect.tensor(impl.rope_matrix(d_k, position, base), f"rope_matrix({d_k}, {position})", shape=(d_k, d_k),
-                            dtype=torch.float32)
-        expect.close(got, matrix_oracle(d_k, position, base), f"rope_matrix({d_k}, position={position}, base={base})",
-                     **_tolerance(position))
+        got = expect.tensor(
+            impl.rope_matrix(d_k, position, base),
+            f"rope_matrix({d_k}, {position})",
+            shape=(d_k, d_k),
+            dtype=torch.float32,
+        )
+        expect.close(
+            got,
+            matrix_oracle(d_k, position, base),
+            f"rope_matrix({d_k}, position={position}, base={base})",
+            **_tolerance(position),
+        )
 
 
 # --- Exercise 4 --------------------------------------------------------------------------
@@ -221,8 +276,13 @@ def test_rope_rotates_pairs(impl):
     "RoPE(x, positions) rotates each pair (2i, 2i+1) by position * theta_i"
     x, positions = _uniform((2, 6, 16), 0), torch.tensor([5, 0, 2, 9, 9, 1])
     out = expect.tensor(impl.rope_forward(16, 32, x, positions), "RoPE(16, 32)(x, positions)", dtype=torch.float32)
-    expect.close(out, rope_oracle(x, positions), "RoPE(16, 32)(x, positions) for x of shape [2, 6, 16]",
-                 **_tolerance(9), alternatives=_rope_mistakes(x, positions))
+    expect.close(
+        out,
+        rope_oracle(x, positions),
+        "RoPE(16, 32)(x, positions) for x of shape [2, 6, 16]",
+        **_tolerance(9),
+        alternatives=_rope_mistakes(x, positions),
+    )
 
 
 @ROPE.visible
@@ -230,13 +290,19 @@ def test_rope_buffers(impl):
     "cos and sin are non-persistent buffers of shape [max_seq_len, d_k // 2]; no parameters"
     summary = impl.rope_summary(8, 20)
     expect.that("parameters" in summary, "RoPE(8, 20) is not an nn.Module")
-    expect.that(not summary["parameters"], f"RoPE has parameters {list(summary['parameters'])}; it has nothing to learn")
+    expect.that(
+        not summary["parameters"], f"RoPE has parameters {list(summary['parameters'])}; it has nothing to learn"
+    )
     for name in ("cos", "sin"):
         buffer = summary["buffers"].get(name)
-        expect.that(buffer is not None and buffer["shape"] == [20, 4],
-                    f"expected a buffer `{name}` of shape [20, 4]; found {summary['buffers']}")
-        expect.that(not buffer["persistent"],
-                    f"register `{name}` with persistent=False: it is recomputed, not saved in checkpoints")
+        expect.that(
+            buffer is not None and buffer["shape"] == [20, 4],
+            f"expected a buffer `{name}` of shape [20, 4]; found {summary['buffers']}",
+        )
+        expect.that(
+            not buffer["persistent"],
+            f"register `{name}` with persistent=False: it is recomputed, not saved in checkpoints",
+        )
 
 
 @ROPE.visible
@@ -245,24 +311,32 @@ def test_rope_builds_no_rotation_matrix(impl):
     x, positions = _uniform((2, 3, 5, 8), 30), torch.tensor([4, 0, 7, 1, 2])  # d_k = 8; no other axis is 8
     shapes = impl.rope_forward_shapes(8, 16, x, positions)
     square = [shape for shape in shapes if shape[-2:] == [8, 8]]
-    expect.that(not square, f"this exercise's rule is: do not build [d_k, d_k] matrices in forward; your forward "
-                            f"made tensors of shape {square[0] if square else ''} for d_k = 8: rotate the pairs "
-                            "element-wise with the cos and sin tables instead")
+    expect.that(
+        not square,
+        f"this exercise's rule is: do not build [d_k, d_k] matrices in forward; your forward "
+        f"made tensors of shape {square[0] if square else ''} for d_k = 8: rotate the pairs "
+        "element-wise with the cos and sin tables instead",
+    )
 
 
 @ROPE.hidden
 def test_rope_with_heads_and_offsets(impl):
     "works with batch and head dimensions, positions shared or per batch, and large offsets"
     cases = [
-        ((2, 3, 5, 8), torch.tensor([3, 4, 5, 6, 7])),                  # shared positions, heads dim
+        ((2, 3, 5, 8), torch.tensor([3, 4, 5, 6, 7])),  # shared positions, heads dim
         ((2, 3, 5, 8), torch.tensor([[[0, 1, 2, 3, 4]], [[10, 11, 12, 13, 14]]])),  # per batch, broadcast over heads
-        ((1, 4, 64), torch.tensor([2044, 2045, 2046, 2047])),             # a KV-cache offset near the end
+        ((1, 4, 64), torch.tensor([2044, 2045, 2046, 2047])),  # a KV-cache offset near the end
     ]
     for seed, (shape, positions) in enumerate(cases):
         x = _uniform(shape, 10 + seed)
         out = impl.rope_forward(shape[-1], 2048, x, positions)
-        expect.close(out, rope_oracle(x, positions), f"RoPE output for x of shape {list(shape)}",
-                     **_tolerance(int(positions.max())), alternatives=_rope_mistakes(x, positions))
+        expect.close(
+            out,
+            rope_oracle(x, positions),
+            f"RoPE output for x of shape {list(shape)}",
+            **_tolerance(int(positions.max())),
+            alternatives=_rope_mistakes(x, positions),
+        )
 
 
 @ROPE.hidden
@@ -270,8 +344,9 @@ def test_rope_equals_matrix_form(impl):
     "the efficient form equals multiplying each vector by the block-diagonal matrix"
     x, positions = _uniform((5, 32), 20), torch.tensor([0, 1, 17, 300, 1023])
     expected = torch.stack([matrix_oracle(32, int(m)) @ v.double() for m, v in zip(positions, x, strict=True)])
-    expect.close(impl.rope_forward(32, 1024, x, positions), expected, "RoPE against the matrix form",
-                 **_tolerance(1023))
+    expect.close(
+        impl.rope_forward(32, 1024, x, positions), expected, "RoPE against the matrix form", **_tolerance(1023)
+    )
 
 
 @ROPE.hidden
@@ -283,9 +358,11 @@ def test_rope_invariances(impl):
         rq = impl.rope_forward(32, 512, q, torch.tensor([3 + shift]))
         rk = impl.rope_forward(32, 512, k, torch.tensor([10 + shift]))
         scores.append(float((rq * rk).sum()))
-    expect.that(max(scores) - min(scores) < 1e-3,
-                f"q·k at positions (3, 10), (8, 15), (203, 210) gave {[round(s, 5) for s in scores]}; "
-                "RoPE makes it depend only on the offset 7")
+    expect.that(
+        max(scores) - min(scores) < 1e-3,
+        f"q·k at positions (3, 10), (8, 15), (203, 210) gave {[round(s, 5) for s in scores]}; "
+        "RoPE makes it depend only on the offset 7",
+    )
     x = _uniform((3, 7, 16), 32)
     positions = torch.arange(7) * 13
     out = impl.rope_forward(16, 128, x, positions)
@@ -304,10 +381,12 @@ def test_rope_dtypes(impl):
     expect.close(out, rope_oracle(x.bfloat16(), positions), "the output for a bfloat16 input", atol=2e-2, rtol=2e-2)
     exact = rope_oracle(x.bfloat16(), positions)
     excess = (out.double() - exact).abs() - _rounded_once(exact)
-    expect.that(bool((excess <= 0).all()),
-                f"for a bfloat16 input the output is off the exact rotation by up to {float(excess.max()):.2g} more than "
-                "one rounding to bfloat16: it was computed in bfloat16; compute in float32 (x.float(), the float32 "
-                "tables) and convert only the result back to x.dtype")
+    expect.that(
+        bool((excess <= 0).all()),
+        f"for a bfloat16 input the output is off the exact rotation by up to {float(excess.max()):.2g} more than "
+        "one rounding to bfloat16: it was computed in bfloat16; compute in float32 (x.float(), the float32 "
+        "tables) and convert only the result back to x.dtype",
+    )
     summary = impl.rope_summary(16, 128)
     for name in ("cos", "sin"):
         expect.that(name in summary["buffers"], f"no buffer `{name}`: precompute cos and sin once, in __init__")
@@ -317,27 +396,39 @@ def test_rope_dtypes(impl):
 def test_rope_rejects_bad_input(impl):
     "odd d_k and x.shape[-1] != d_k raise ValueError; positions outside 0..max_seq_len-1 raise IndexError naming max_seq_len"
     outcome = impl.rope_construct_outcome(7, 16)
-    expect.that(outcome["raised"] == "ValueError",
-                f"RoPE(7, 16) {'raised ' + outcome['raised'] if outcome['raised'] else 'was built'}; "
-                "an odd d_k has no pairs to rotate: raise ValueError with a clear message")
+    expect.that(
+        outcome["raised"] == "ValueError",
+        f"RoPE(7, 16) {'raised ' + outcome['raised'] if outcome['raised'] else 'was built'}; "
+        "an odd d_k has no pairs to rotate: raise ValueError with a clear message",
+    )
     for width in (6, 10):
         outcome = impl.rope_forward_outcome(8, 16, _uniform((2, width), 42), torch.tensor([0, 1]))
-        expect.that(outcome["raised"] == "ValueError",
-                    f"RoPE(8, 16) on x of shape [2, {width}] "
-                    + (f"raised {outcome['raised']}" if outcome["raised"] else "returned a result")
-                    + "; if x.shape[-1] != d_k, raise ValueError")
+        expect.that(
+            outcome["raised"] == "ValueError",
+            f"RoPE(8, 16) on x of shape [2, {width}] "
+            + (f"raised {outcome['raised']}" if outcome["raised"] else "returned a result")
+            + "; if x.shape[-1] != d_k, raise ValueError",
+        )
     for bad in (40, -1, 16):  # 16 = max_seq_len itself last: an off-by-one bound lets torch's own IndexError fire
         outcome = impl.rope_forward_outcome(8, 16, _uniform((2, 8), 41), torch.tensor([0, bad]))
-        expect.that(outcome["raised"] == "IndexError",
-                    f"RoPE(8, max_seq_len=16) with position {bad} "
-                    + (f"raised {outcome['raised']}" if outcome["raised"] else "returned a result")
-                    + "; raise IndexError: there is no cos/sin row for it"
-                    + (" (negative positions would wrap around silently)" if bad < 0 else ""))
-        expect.that("max_seq_len" in outcome["message"],
-                    f"RoPE(8, max_seq_len=16) with position {bad} raised IndexError({outcome['message']!r}); its "
-                    "message must name max_seq_len"
-                    + (": position max_seq_len itself has no row, so the test is position >= max_seq_len "
-                       "(this error came from indexing the table, not from your check)" if bad == 16 else ""))
+        expect.that(
+            outcome["raised"] == "IndexError",
+            f"RoPE(8, max_seq_len=16) with position {bad} "
+            + (f"raised {outcome['raised']}" if outcome["raised"] else "returned a result")
+            + "; raise IndexError: there is no cos/sin row for it"
+            + (" (negative positions would wrap around silently)" if bad < 0 else ""),
+        )
+        expect.that(
+            "max_seq_len" in outcome["message"],
+            f"RoPE(8, max_seq_len=16) with position {bad} raised IndexError({outcome['message']!r}); its "
+            "message must name max_seq_len"
+            + (
+                ": position max_seq_len itself has no row, so the test is position >= max_seq_len "
+                "(this error came from indexing the table, not from your check)"
+                if bad == 16
+                else ""
+            ),
+        )
 
 
 @ROPE.hidden
@@ -345,10 +436,18 @@ def test_rope_leaves_x_unchanged(impl):
     "forward leaves x unchanged (no in-place writes into the caller's tensor)"
     x, positions = _uniform((2, 5, 8), 43), torch.tensor([0, 3, 1, 7, 2])
     got = impl.rope_forward_input(8, 16, x, positions)
-    expect.close(got["output"], rope_oracle(x, positions), "RoPE(8, 16)(x, positions)", **_tolerance(7),
-                 alternatives=_rope_mistakes(x, positions))
-    expect.that(not got["x_changed"], "RoPE's forward changed the x it was given (an in-place write such as "
-                "x[..., 0::2] = ...): the caller still needs x; write the result into a new tensor and leave x unchanged")
+    expect.close(
+        got["output"],
+        rope_oracle(x, positions),
+        "RoPE(8, 16)(x, positions)",
+        **_tolerance(7),
+        alternatives=_rope_mistakes(x, positions),
+    )
+    expect.that(
+        not got["x_changed"],
+        "RoPE's forward changed the x it was given (an in-place write such as "
+        "x[..., 0::2] = ...): the caller still needs x; write the result into a new tensor and leave x unchanged",
+    )
 
 
 @ROPE.hidden
@@ -356,11 +455,15 @@ def test_rope_tables_from_float64_angles(impl):
     "cos and sin come from angles computed in float64: exact to float32 rounding even at position 4095"
     x = _uniform((3, 8, 64), 44)
     positions = torch.tensor([4095, 4000, 3999, 3071, 2047, 1234, 4090, 3333])
-    expect.close(impl.rope_forward(64, 4096, x, positions), rope_oracle(x, positions),
-                 "RoPE(64, 4096)(x, positions) at positions up to 4095", **PRECISE,
-                 hint="Compute theta_i and the angles m * theta_i in float64 (not from rope_frequencies' float32 "
-                      "values: theta rounded to float32 is off by ~1e-4 radians at m = 4000, and so is an angle "
-                      "computed in float32), then convert the finished cos and sin tables to float32.")
+    expect.close(
+        impl.rope_forward(64, 4096, x, positions),
+        rope_oracle(x, positions),
+        "RoPE(64, 4096)(x, positions) at positions up to 4095",
+        **PRECISE,
+        hint="Compute theta_i and the angles m * theta_i in float64 (not from rope_frequencies' float32 "
+        "values: theta rounded to float32 is off by ~1e-4 radians at m = 4000, and so is an angle "
+        "computed in float32), then convert the finished cos and sin tables to float32.",
+    )
 
 
 # --- Exercise 5 --------------------------------------------------------------------------
@@ -372,13 +475,19 @@ def test_halves_permutation_values(impl):
     expected = _halves_perm(8)
     got = expect.tensor(impl.halves_permutation(8), "halves_permutation(8)", shape=(8,))
     expect.that(not got.is_floating_point(), "return a LongTensor of indices")
-    expect.that(got.dtype == torch.long, f"halves_permutation(8) has dtype {got.dtype}; return a LongTensor "
-                "(torch.int64), the dtype of torch.arange and of index tensors")
+    expect.that(
+        got.dtype == torch.long,
+        f"halves_permutation(8) has dtype {got.dtype}; return a LongTensor "
+        "(torch.int64), the dtype of torch.arange and of index tensors",
+    )
     expect.that(
         torch.equal(got.long(), expected),
         f"halves_permutation(8) = {got.tolist()}, expected {expected.tolist()}"
-        + (": that is the inverse permutation (it maps halves back to interleaved)"
-           if torch.equal(got.long(), torch.argsort(expected)) else ""),
+        + (
+            ": that is the inverse permutation (it maps halves back to interleaved)"
+            if torch.equal(got.long(), torch.argsort(expected))
+            else ""
+        ),
     )
 
 
@@ -388,9 +497,12 @@ def test_halves_permutation_converts_conventions(impl):
     for d_k in (2, 16, 64):
         p = expect.tensor(impl.halves_permutation(d_k), f"halves_permutation({d_k})", shape=(d_k,)).long()
         x, positions = _uniform((3, 5, d_k), d_k), torch.tensor([0, 3, 8, 100, 7])
-        expect.close(rope_halves_oracle(x[..., p], positions), rope_oracle(x, positions)[..., p],
-                     f"split-halves RoPE of x[..., p] against interleaved RoPE of x, permuted (d_k={d_k})",
-                     **_tolerance(100))
+        expect.close(
+            rope_halves_oracle(x[..., p], positions),
+            rope_oracle(x, positions)[..., p],
+            f"split-halves RoPE of x[..., p] against interleaved RoPE of x, permuted (d_k={d_k})",
+            **_tolerance(100),
+        )
 
 
 # --- Exercises 6 and 7: ALiBi ----------------------------------------------------------------
@@ -428,7 +540,6 @@ def alibi_bias_oracle(slopes, q_len: int, k_len: int) -> torch.Tensor:
     return out
 
 
-
 def _slope_mistakes(n: int) -> list:
     h = torch.arange(1, n + 1, dtype=torch.float64)
     naive = 2.0 ** (-8.0 * h / n)
@@ -437,10 +548,15 @@ def _slope_mistakes(n: int) -> list:
         (2.0 ** (-8.0 * (h - 1) / n), "h starts at 1, so the first slope is 2^(-8/n), not 1"),
         (2.0 ** (-h / n), "the ratio between neighbouring slopes is 2^(-8/n), not 2^(-1/n)"),
         (2.0 ** (8.0 * h / n), "the exponent is negative: slopes are 2^(-8h/n), all below 1"),
-        (naive, f"{n} is not a power of two: take the {2 ** int(math.floor(math.log2(n)))} slopes of the largest "
-                "power of two below it, then every other slope of twice that many heads (h = 1, 3, 5, ...)"),
-        (torch.tensor(sorted(alibi_slopes_oracle(n), reverse=True), dtype=torch.float64),
-         "the order: first the slopes of the largest power of two m below n, then the extra ones (not sorted together)"),
+        (
+            naive,
+            f"{n} is not a power of two: take the {2 ** int(math.floor(math.log2(n)))} slopes of the largest "
+            "power of two below it, then every other slope of twice that many heads (h = 1, 3, 5, ...)",
+        ),
+        (
+            torch.tensor(sorted(alibi_slopes_oracle(n), reverse=True), dtype=torch.float64),
+            "the order: first the slopes of the largest power of two m below n, then the extra ones (not sorted together)",
+        ),
     ]
 
 
@@ -460,8 +576,14 @@ def test_alibi_slopes_other_counts(impl):
         got = expect.tensor(impl.alibi_slopes(n), f"alibi_slopes({n})", shape=(n,), dtype=torch.float32)
         expected = torch.tensor(alibi_slopes_oracle(n), dtype=torch.float64)
         expect.close(bloom_slopes(n), expected, f"(the grader's two oracles) slopes for {n} heads", atol=0.0, rtol=1e-5)
-        expect.close(got, bloom_slopes(n), f"alibi_slopes({n}) against Hugging Face BLOOM's", atol=0.0, rtol=1e-5,
-                     alternatives=_slope_mistakes(n))
+        expect.close(
+            got,
+            bloom_slopes(n),
+            f"alibi_slopes({n}) against Hugging Face BLOOM's",
+            atol=0.0,
+            rtol=1e-5,
+            alternatives=_slope_mistakes(n),
+        )
 
 
 @SLOPES.hidden
@@ -470,11 +592,22 @@ def test_alibi_slopes_geometric(impl):
     for n in (4, 64):
         slopes = expect.tensor(impl.alibi_slopes(n), f"alibi_slopes({n})", shape=(n,)).double()
         ratios = slopes[1:] / slopes[:-1]
-        expect.close(ratios, torch.full((n - 1,), 2.0 ** (-8.0 / n), dtype=torch.float64),
-                     f"the ratios of neighbouring slopes for {n} heads", atol=0.0, rtol=1e-5,
-                     hint=f"each slope is the previous one times 2^(-8/{n})")
-        expect.close(slopes[:1], torch.tensor([2.0 ** (-8.0 / n)], dtype=torch.float64), f"the first of {n} slopes",
-                     atol=0.0, rtol=1e-5, hint="the first slope is 2^(-8/n) (h = 1)")
+        expect.close(
+            ratios,
+            torch.full((n - 1,), 2.0 ** (-8.0 / n), dtype=torch.float64),
+            f"the ratios of neighbouring slopes for {n} heads",
+            atol=0.0,
+            rtol=1e-5,
+            hint=f"each slope is the previous one times 2^(-8/{n})",
+        )
+        expect.close(
+            slopes[:1],
+            torch.tensor([2.0 ** (-8.0 / n)], dtype=torch.float64),
+            f"the first of {n} slopes",
+            atol=0.0,
+            rtol=1e-5,
+            hint="the first slope is 2^(-8/n) (h = 1)",
+        )
 
 
 def _bias_mistakes(n: int, q_len: int, k_len: int) -> list:
@@ -486,12 +619,18 @@ def _bias_mistakes(n: int, q_len: int, k_len: int) -> list:
     top_left = -s * (torch.arange(q_len, dtype=torch.float64)[:, None] - j).abs()
     return [
         (-right, "the sign: the bias is a penalty, -slope * distance, never positive"),
-        (-s * (j - i), "the distance is i - j for a key j before the query i (a penalty there); "
-                       "keys after the query get -slope * |i - j|"),
+        (
+            -s * (j - i),
+            "the distance is i - j for a key j before the query i (a penalty there); "
+            "keys after the query get -slope * |i - j|",
+        ),
         (-s * (i - j), "keys after the query (j > i) get -slope * |i - j| too, not a positive bias"),
         (right.flip(0), "the heads are in reverse order: head h takes alibi_slopes(n_heads)[h]"),
-        (top_left, "the queries are the last q_len positions (i = k_len - q_len + r), as with a KV cache, "
-                   "not positions 0 .. q_len - 1"),
+        (
+            top_left,
+            "the queries are the last q_len positions (i = k_len - q_len + r), as with a KV cache, "
+            "not positions 0 .. q_len - 1",
+        ),
     ]
 
 
@@ -499,20 +638,38 @@ def _bias_mistakes(n: int, q_len: int, k_len: int) -> list:
 def test_alibi_bias_square(impl):
     "bias[h, i, j] = -slope_h * |i - j| for 4 heads and 6 positions, as float32 [heads, q_len, k_len]"
     got = expect.tensor(impl.alibi_bias(4, 6, 6), "alibi_bias(4, 6, 6)", shape=(4, 6, 6), dtype=torch.float32)
-    expect.that(not torch.equal(got[0], got[-1]), "alibi_bias(4, 6, 6) gives every head the same bias: "
-                "head h has its own slope, alibi_slopes(n_heads)[h]")
-    expect.close(got, alibi_bias_oracle(alibi_slopes_oracle(4), 6, 6), "alibi_bias(4, 6, 6)", atol=1e-6, rtol=1e-6,
-                 alternatives=_bias_mistakes(4, 6, 6))
+    expect.that(
+        not torch.equal(got[0], got[-1]),
+        "alibi_bias(4, 6, 6) gives every head the same bias: head h has its own slope, alibi_slopes(n_heads)[h]",
+    )
+    expect.close(
+        got,
+        alibi_bias_oracle(alibi_slopes_oracle(4), 6, 6),
+        "alibi_bias(4, 6, 6)",
+        atol=1e-6,
+        rtol=1e-6,
+        alternatives=_bias_mistakes(4, 6, 6),
+    )
 
 
 @ALIBI.hidden
 def test_alibi_bias_cached_queries(impl):
     "fewer queries than keys (a KV cache, up to 1,500 keys), and a number of heads that is not a power of two"
     for n, q_len, k_len in [(8, 1, 9), (6, 3, 10), (12, 5, 5), (2, 7, 40), (3, 2, 1500)]:
-        got = expect.tensor(impl.alibi_bias(n, q_len, k_len), f"alibi_bias({n}, {q_len}, {k_len})",
-                            shape=(n, q_len, k_len), dtype=torch.float32)
-        expect.close(got, alibi_bias_oracle(alibi_slopes_oracle(n), q_len, k_len), f"alibi_bias({n}, {q_len}, {k_len})",
-                     atol=1e-6, rtol=1e-6, alternatives=_bias_mistakes(n, q_len, k_len))
+        got = expect.tensor(
+            impl.alibi_bias(n, q_len, k_len),
+            f"alibi_bias({n}, {q_len}, {k_len})",
+            shape=(n, q_len, k_len),
+            dtype=torch.float32,
+        )
+        expect.close(
+            got,
+            alibi_bias_oracle(alibi_slopes_oracle(n), q_len, k_len),
+            f"alibi_bias({n}, {q_len}, {k_len})",
+            atol=1e-6,
+            rtol=1e-6,
+            alternatives=_bias_mistakes(n, q_len, k_len),
+        )
 
 
 @ALIBI.hidden
@@ -524,33 +681,69 @@ def test_alibi_bias_matches_bloom(impl):
     scores = _uniform((n, length, length), 50) * 4
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     bloom = build_alibi_tensor(torch.ones(1, length, dtype=torch.long), n, torch.float32)  # [heads, 1, length]
-    got = expect.tensor(impl.alibi_bias(n, length, length), f"alibi_bias({n}, {length}, {length})",
-                        shape=(n, length, length))
+    got = expect.tensor(
+        impl.alibi_bias(n, length, length), f"alibi_bias({n}, {length}, {length})", shape=(n, length, length)
+    )
     ours = (scores + got).masked_fill(~causal, float("-inf")).softmax(-1)
     theirs = (scores + bloom).masked_fill(~causal, float("-inf")).softmax(-1)
-    expect.close(ours, theirs, "causal attention weights with your bias, against BLOOM's", atol=1e-5,
-                 hint="BLOOM adds slope_h * j; yours, -slope_h * (i - j), differs by -slope_h * i in each row, "
-                      "which softmax ignores, so the weights must agree")
+    expect.close(
+        ours,
+        theirs,
+        "causal attention weights with your bias, against BLOOM's",
+        atol=1e-5,
+        hint="BLOOM adds slope_h * j; yours, -slope_h * (i - j), differs by -slope_h * i in each row, "
+        "which softmax ignores, so the weights must agree",
+    )
 
 
 @ALIBI.hidden
 def test_alibi_bias_invariances(impl):
     "depends only on i - j; zero on the diagonal; symmetric; a longer sequence extends it; constant head ratios"
     n, length = 8, 33
-    bias = expect.tensor(impl.alibi_bias(n, length, length), f"alibi_bias({n}, {length}, {length})",
-                         shape=(n, length, length)).double()
-    expect.close(bias[:, 1:, 1:], bias[:, :-1, :-1], "the bias moved one step along its diagonals", atol=1e-6,
-                 hint="it must depend on i - j only")
-    expect.close(bias.diagonal(dim1=1, dim2=2), torch.zeros(n, length, dtype=torch.float64), "the diagonal (i = j)",
-                 atol=0.0, hint="a key at the query's own position has distance 0")
-    expect.close(bias.transpose(1, 2), bias, "the transposed bias", atol=1e-6,
-                 hint="keys after the query get -slope * |i - j|, the same as keys as far before it")
+    bias = expect.tensor(
+        impl.alibi_bias(n, length, length), f"alibi_bias({n}, {length}, {length})", shape=(n, length, length)
+    ).double()
+    expect.close(
+        bias[:, 1:, 1:],
+        bias[:, :-1, :-1],
+        "the bias moved one step along its diagonals",
+        atol=1e-6,
+        hint="it must depend on i - j only",
+    )
+    expect.close(
+        bias.diagonal(dim1=1, dim2=2),
+        torch.zeros(n, length, dtype=torch.float64),
+        "the diagonal (i = j)",
+        atol=0.0,
+        hint="a key at the query's own position has distance 0",
+    )
+    expect.close(
+        bias.transpose(1, 2),
+        bias,
+        "the transposed bias",
+        atol=1e-6,
+        hint="keys after the query get -slope * |i - j|, the same as keys as far before it",
+    )
     off = ~torch.eye(length, dtype=torch.bool)
     ratios = bias[1:][:, off] / bias[:-1][:, off]
-    expect.close(ratios, torch.full_like(ratios, 2.0 ** (-8.0 / n)), "bias[h + 1] / bias[h] off the diagonal",
-                 atol=0.0, rtol=1e-5, hint="each head's bias is the previous head's times 2^(-8/n)")
-    longer = expect.tensor(impl.alibi_bias(n, 2 * length, 2 * length), f"alibi_bias({n}, {2 * length}, {2 * length})",
-                           shape=(n, 2 * length, 2 * length))
-    expect.close(longer[:, :length, :length], bias, f"the first {length} rows and columns of alibi_bias({n}, "
-                 f"{2 * length}, {2 * length}) against alibi_bias({n}, {length}, {length})", atol=1e-6,
-                 hint="a longer sequence must extend the bias, not change it")
+    expect.close(
+        ratios,
+        torch.full_like(ratios, 2.0 ** (-8.0 / n)),
+        "bias[h + 1] / bias[h] off the diagonal",
+        atol=0.0,
+        rtol=1e-5,
+        hint="each head's bias is the previous head's times 2^(-8/n)",
+    )
+    longer = expect.tensor(
+        impl.alibi_bias(n, 2 * length, 2 * length),
+        f"alibi_bias({n}, {2 * length}, {2 * length})",
+        shape=(n, 2 * length, 2 * length),
+    )
+    expect.close(
+        longer[:, :length, :length],
+        bias,
+        f"the first {length} rows and columns of alibi_bias({n}, "
+        f"{2 * length}, {2 * length}) against alibi_bias({n}, {length}, {length})",
+        atol=1e-6,
+        hint="a longer sequence must extend the bias, not change it",
+    )

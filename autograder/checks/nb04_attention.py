@@ -24,14 +24,35 @@ from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.rules import ATTENTIONS, LOG_SOFTMAXES, SOFTMAXES, Rule
 
-SOFTMAX = Exercise("softmax", "Exercise 1: a numerically stable softmax", points=1, rules=(
-    Rule("do not call torch.softmax, F.softmax, Tensor.softmax or any other ready-made softmax (log_softmax, "
-         "logsumexp, logcumsumexp and logaddexp included)", SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS),))
-WEIGHTS = Exercise("attention_weights", "Exercise 2: attention weights", points=2, rules=(
-    Rule("do not call torch.softmax, F.softmax or F.scaled_dot_product_attention",
-         SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS),))
-SDPA = Exercise("scaled_dot_product_attention", "Exercise 3: scaled dot-product attention", points=2, rules=(
-    Rule("use your attention_weights; do not call F.scaled_dot_product_attention", ATTENTIONS),))
+SOFTMAX = Exercise(
+    "softmax",
+    "Exercise 1: a numerically stable softmax",
+    points=1,
+    rules=(
+        Rule(
+            "do not call torch.softmax, F.softmax, Tensor.softmax or any other ready-made softmax (log_softmax, "
+            "logsumexp, logcumsumexp and logaddexp included)",
+            SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS,
+        ),
+    ),
+)
+WEIGHTS = Exercise(
+    "attention_weights",
+    "Exercise 2: attention weights",
+    points=2,
+    rules=(
+        Rule(
+            "do not call torch.softmax, F.softmax or F.scaled_dot_product_attention",
+            SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS,
+        ),
+    ),
+)
+SDPA = Exercise(
+    "scaled_dot_product_attention",
+    "Exercise 3: scaled dot-product attention",
+    points=2,
+    rules=(Rule("use your attention_weights; do not call F.scaled_dot_product_attention", ATTENTIONS),),
+)
 CAUSAL = Exercise("causal_mask", "Exercise 4: the causal mask", points=1)
 PADDING = Exercise("padding_mask", "Exercise 5: the padding mask", points=1)
 DECODER = Exercise("decoder_mask", "Exercise 6: causal plus padding", points=1)
@@ -64,21 +85,34 @@ def _weight_mistakes(q, k, mask=None):
     d_k = q.shape[-1]
     raw = q @ k.transpose(-1, -2)
     mistakes = [
-        (torch.softmax(raw, -1) if mask is None else torch.softmax(raw.masked_fill(~mask, float("-inf")), -1),
-         "the scores are not scaled: divide q·k by sqrt(d_k)"),
-        (torch.softmax(raw / d_k, -1) if mask is None else torch.softmax((raw / d_k).masked_fill(~mask, float("-inf")), -1),
-         "the scores are divided by d_k; divide by sqrt(d_k)"),
-        (torch.softmax(raw / math.sqrt(d_k), -2) if mask is None else
-         torch.nan_to_num(torch.softmax((raw / math.sqrt(d_k)).masked_fill(~mask, float("-inf")), -2)),
-         "the softmax runs over the queries; each query's weights over the keys (the last dimension) must sum to 1"),
+        (
+            torch.softmax(raw, -1) if mask is None else torch.softmax(raw.masked_fill(~mask, float("-inf")), -1),
+            "the scores are not scaled: divide q·k by sqrt(d_k)",
+        ),
+        (
+            torch.softmax(raw / d_k, -1)
+            if mask is None
+            else torch.softmax((raw / d_k).masked_fill(~mask, float("-inf")), -1),
+            "the scores are divided by d_k; divide by sqrt(d_k)",
+        ),
+        (
+            torch.softmax(raw / math.sqrt(d_k), -2)
+            if mask is None
+            else torch.nan_to_num(torch.softmax((raw / math.sqrt(d_k)).masked_fill(~mask, float("-inf")), -2)),
+            "the softmax runs over the queries; each query's weights over the keys (the last dimension) must sum to 1",
+        ),
     ]
     if mask is not None:
         scaled = raw / math.sqrt(d_k)
         mistakes += [
-            (torch.nan_to_num(torch.softmax(scaled.masked_fill(mask, float("-inf")), -1)),
-             "the mask is inverted: True means the query MAY attend to that key"),
-            (torch.softmax(scaled, -1) * mask,
-             "the mask is applied after the softmax, so the rows no longer sum to 1; fill masked scores with -inf before it"),
+            (
+                torch.nan_to_num(torch.softmax(scaled.masked_fill(mask, float("-inf")), -1)),
+                "the mask is inverted: True means the query MAY attend to that key",
+            ),
+            (
+                torch.softmax(scaled, -1) * mask,
+                "the mask is applied after the softmax, so the rows no longer sum to 1; fill masked scores with -inf before it",
+            ),
         ]
     return mistakes
 
@@ -91,8 +125,13 @@ def test_softmax_values(impl):
     "softmax(x, dim) equals torch.softmax along the given dimension"
     x = _randn((3, 5), 0, scale=3)
     for dim in (-1, 0):
-        expect.close(impl.softmax(x, dim), torch.softmax(x, dim), f"softmax(x, dim={dim}) for x of shape [3, 5]",
-                     **PROB, alternatives=[(torch.softmax(x, -1 - dim), "it ignores `dim`")] if dim == 0 else ())
+        expect.close(
+            impl.softmax(x, dim),
+            torch.softmax(x, dim),
+            f"softmax(x, dim={dim}) for x of shape [3, 5]",
+            **PROB,
+            alternatives=[(torch.softmax(x, -1 - dim), "it ignores `dim`")] if dim == 0 else (),
+        )
 
 
 @SOFTMAX.visible
@@ -100,19 +139,36 @@ def test_softmax_large_logits(impl):
     "large logits (1000) do not overflow"
     x = torch.tensor([[1000.0, 999.0, 990.0], [-5.0, 0.0, 5.0]])
     got = impl.softmax(x, -1)
-    if isinstance(got, torch.Tensor) and got.shape == x.shape and got[0].isfinite().all() and not got[1].isfinite().all():
-        expect.fail("softmax of the rows [1000, 999, 990] and [-5, 0, 5] is NaN for the second row: subtract the "
-                    "maximum of each slice (keepdim=True), not one maximum of the whole tensor (exp(-5 - 1000) is 0)")
-    expect.close(got, torch.softmax(x, -1), "softmax of logits near 1000", **PROB,
-                 hint="exp(1000) overflows to inf; subtract each slice's maximum before exponentiating.")
+    if (
+        isinstance(got, torch.Tensor)
+        and got.shape == x.shape
+        and got[0].isfinite().all()
+        and not got[1].isfinite().all()
+    ):
+        expect.fail(
+            "softmax of the rows [1000, 999, 990] and [-5, 0, 5] is NaN for the second row: subtract the "
+            "maximum of each slice (keepdim=True), not one maximum of the whole tensor (exp(-5 - 1000) is 0)"
+        )
+    expect.close(
+        got,
+        torch.softmax(x, -1),
+        "softmax of logits near 1000",
+        **PROB,
+        hint="exp(1000) overflows to inf; subtract each slice's maximum before exponentiating.",
+    )
 
 
 @SOFTMAX.hidden
 def test_softmax_rows_on_different_scales(impl):
     "each slice is shifted by its own maximum; -inf entries get probability 0"
     x = torch.tensor([[1000.0, 998.0, 995.0], [-1000.0, -1001.0, -1003.0], [2.0, float("-inf"), 0.0]])
-    expect.close(impl.softmax(x, -1), torch.softmax(x, -1), "softmax of rows near +1000, near -1000, and with -inf",
-                 **PROB, hint="Subtract the maximum of each slice (keepdim=True), not one maximum of the whole tensor.")
+    expect.close(
+        impl.softmax(x, -1),
+        torch.softmax(x, -1),
+        "softmax of rows near +1000, near -1000, and with -inf",
+        **PROB,
+        hint="Subtract the maximum of each slice (keepdim=True), not one maximum of the whole tensor.",
+    )
 
 
 @SOFTMAX.hidden
@@ -120,7 +176,9 @@ def test_softmax_dims_and_dtypes(impl):
     "any dimension of a 4-D tensor; float64 stays float64"
     x = _randn((2, 3, 4, 5), 1, scale=4)
     for dim in (1, -2, 3):
-        expect.close(impl.softmax(x, dim), torch.softmax(x, dim), f"softmax over dim={dim} of a [2, 3, 4, 5] tensor", **PROB)
+        expect.close(
+            impl.softmax(x, dim), torch.softmax(x, dim), f"softmax over dim={dim} of a [2, 3, 4, 5] tensor", **PROB
+        )
     x64 = _randn((4, 6), 2).double()
     out = expect.tensor(impl.softmax(x64, -1), "softmax of a float64 tensor", dtype=torch.float64)
     expect.close(out, torch.softmax(x64, -1), "softmax of a float64 tensor", atol=1e-12, rtol=1e-10)
@@ -133,16 +191,26 @@ def test_softmax_dims_and_dtypes(impl):
 def test_weights_no_mask(impl):
     "weights = softmax(q kᵀ / sqrt(d_k)) over the keys; each row sums to 1"
     q, k = _randn((2, 4, 8), 3), _randn((2, 6, 8), 4)
-    expect.close(impl.attention_weights(q, k), oracle_weights(q, k), "attention_weights(q, k) for q [2, 4, 8], k [2, 6, 8]",
-                 **PROB, alternatives=_weight_mistakes(q, k))
+    expect.close(
+        impl.attention_weights(q, k),
+        oracle_weights(q, k),
+        "attention_weights(q, k) for q [2, 4, 8], k [2, 6, 8]",
+        **PROB,
+        alternatives=_weight_mistakes(q, k),
+    )
 
 
 @WEIGHTS.visible
 def test_weights_with_mask(impl):
     "masked keys get weight 0 and the rest still sum to 1 (True = may attend)"
     q, k, mask = _randn((2, 4, 8), 5), _randn((2, 6, 8), 6), _mask((2, 4, 6), 7)
-    expect.close(impl.attention_weights(q, k, mask), oracle_weights(q, k, mask), "attention_weights(q, k, mask)",
-                 **PROB, alternatives=_weight_mistakes(q, k, mask))
+    expect.close(
+        impl.attention_weights(q, k, mask),
+        oracle_weights(q, k, mask),
+        "attention_weights(q, k, mask)",
+        **PROB,
+        alternatives=_weight_mistakes(q, k, mask),
+    )
 
 
 @WEIGHTS.hidden
@@ -152,8 +220,11 @@ def test_weights_fully_masked_row(impl):
     mask = _mask((3, 5, 7), 10)
     mask[1, 2] = False
     got = expect.tensor(impl.attention_weights(q, k, mask), "attention_weights", shape=(3, 5, 7))
-    expect.that(bool(torch.isfinite(got).all()), "the weights contain NaN or inf when one query has every key masked; "
-                "give such a row zeros (e.g. torch.nan_to_num, or torch.where on mask.any(-1))")
+    expect.that(
+        bool(torch.isfinite(got).all()),
+        "the weights contain NaN or inf when one query has every key masked; "
+        "give such a row zeros (e.g. torch.nan_to_num, or torch.where on mask.any(-1))",
+    )
     expect.close(got, oracle_weights(q, k, mask), "attention_weights with one fully masked row", **PROB)
 
 
@@ -163,8 +234,13 @@ def test_weights_broadcast_masks(impl):
     q, k = _randn((2, 3, 4, 8), 11), _randn((2, 3, 5, 8), 12)
     for seed, shape in [(13, (2, 1, 1, 5)), (14, (4, 5))]:
         mask = _mask(shape, seed)
-        expect.close(impl.attention_weights(q, k, mask), oracle_weights(q, k, mask),
-                     f"attention_weights with a mask of shape {list(shape)}", **PROB, alternatives=_weight_mistakes(q, k, mask))
+        expect.close(
+            impl.attention_weights(q, k, mask),
+            oracle_weights(q, k, mask),
+            f"attention_weights with a mask of shape {list(shape)}",
+            **PROB,
+            alternatives=_weight_mistakes(q, k, mask),
+        )
 
 
 def _sdpa(q, k, v, mask=None):
@@ -175,8 +251,13 @@ def _sdpa(q, k, v, mask=None):
 def test_sdpa_matches_torch(impl):
     "equals torch's scaled_dot_product_attention (3-D, d_v != d_k, no mask)"
     q, k, v = _randn((2, 4, 8), 20), _randn((2, 6, 8), 21), _randn((2, 6, 3), 22)
-    expect.close(impl.scaled_dot_product_attention(q, k, v), _sdpa(q, k, v), "attention output for q [2,4,8], k [2,6,8], v [2,6,3]",
-                 **TOL, alternatives=[(w @ v, diagnosis) for w, diagnosis in _weight_mistakes(q, k)])
+    expect.close(
+        impl.scaled_dot_product_attention(q, k, v),
+        _sdpa(q, k, v),
+        "attention output for q [2,4,8], k [2,6,8], v [2,6,3]",
+        **TOL,
+        alternatives=[(w @ v, diagnosis) for w, diagnosis in _weight_mistakes(q, k)],
+    )
 
 
 @SDPA.visible
@@ -185,8 +266,11 @@ def test_sdpa_uses_attention_weights(impl):
     q, k, v = _randn((1, 3, 4), 32), _randn((1, 5, 4), 33), _randn((1, 5, 2), 34)
     got = impl.attention_weights_used(q, k, v, _mask((1, 3, 5), 35))
     # None: attention_weights is no Python function whose code could be watched; nothing to observe, so no failure.
-    expect.that(got["calls"] != 0, f"this exercise's rule is: {SDPA.rules[0].text}; your scaled_dot_product_attention "
-                "computed the weights without calling your attention_weights")
+    expect.that(
+        got["calls"] != 0,
+        f"this exercise's rule is: {SDPA.rules[0].text}; your scaled_dot_product_attention "
+        "computed the weights without calling your attention_weights",
+    )
 
 
 @SDPA.hidden
@@ -199,8 +283,13 @@ def test_sdpa_with_masks(impl):
     empty[0, 1, 3] = False
     for name, mask in [("a causal mask", causal), ("a padding mask", padding), ("a fully masked row", empty)]:
         got = impl.scaled_dot_product_attention(q, k, v, mask)
-        expect.close(got, _sdpa(q, k, v, mask), f"attention output with {name}", **TOL,
-                     alternatives=[(w @ v, d) for w, d in _weight_mistakes(q, k, mask)])
+        expect.close(
+            got,
+            _sdpa(q, k, v, mask),
+            f"attention output with {name}",
+            **TOL,
+            alternatives=[(w @ v, d) for w, d in _weight_mistakes(q, k, mask)],
+        )
 
 
 @SDPA.hidden
@@ -212,12 +301,22 @@ def test_sdpa_invariances(impl):
     k2, v2 = k.clone(), v.clone()
     k2[:, 4:], v2[:, 4:] = _randn((1, 2, 8), 30), _randn((1, 2, 8), 31)
     after = impl.scaled_dot_product_attention(q, k2, v2, causal)
-    expect.close(after[:, :4], before[:, :4], "outputs of positions 0-3 after changing tokens 4 and 5 under the causal mask",
-                 atol=1e-6, hint="A query must never see a later key when the causal mask is given.")
+    expect.close(
+        after[:, :4],
+        before[:, :4],
+        "outputs of positions 0-3 after changing tokens 4 and 5 under the causal mask",
+        atol=1e-6,
+        hint="A query must never see a later key when the causal mask is given.",
+    )
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
     permuted = impl.scaled_dot_product_attention(q, k[:, perm], v[:, perm])
-    expect.close(permuted, impl.scaled_dot_product_attention(q, k, v), "the output after permuting the keys and values together",
-                 **TOL, hint="Without a mask, attention is a weighted average over a set: the order of keys cannot matter.")
+    expect.close(
+        permuted,
+        impl.scaled_dot_product_attention(q, k, v),
+        "the output after permuting the keys and values together",
+        **TOL,
+        hint="Without a mask, attention is a weighted average over a set: the order of keys cannot matter.",
+    )
 
 
 # --- Exercises 4-7: masks -----------------------------------------------------------------
@@ -243,12 +342,20 @@ def test_causal_mask_values(impl):
     "causal_mask(n): True on and below the diagonal (query i sees keys 0..i)"
     expected = torch.ones(5, 5, dtype=torch.bool).tril()
     got = _mask_result(impl.causal_mask(5), "causal_mask(5)", (5, 5))
-    _same_mask(got, expected, "causal_mask(5)", [
-        (torch.ones(5, 5, dtype=torch.bool).tril(-1), "off by one: the diagonal is masked, but a token may attend to itself"),
-        (torch.ones(5, 5, dtype=torch.bool).tril(1), "off by one: each query also sees the next token"),
-        (~expected, "inverted: True must mean 'may attend'"),
-        (torch.ones(5, 5, dtype=torch.bool).triu(), "it is the transpose: row i (the query) may see columns 0..i"),
-    ])
+    _same_mask(
+        got,
+        expected,
+        "causal_mask(5)",
+        [
+            (
+                torch.ones(5, 5, dtype=torch.bool).tril(-1),
+                "off by one: the diagonal is masked, but a token may attend to itself",
+            ),
+            (torch.ones(5, 5, dtype=torch.bool).tril(1), "off by one: each query also sees the next token"),
+            (~expected, "inverted: True must mean 'may attend'"),
+            (torch.ones(5, 5, dtype=torch.bool).triu(), "it is the transpose: row i (the query) may see columns 0..i"),
+        ],
+    )
 
 
 @CAUSAL.hidden
@@ -272,14 +379,22 @@ def test_padding_mask_values(impl):
     got = impl.padding_mask(_IDS, 0)
     keys = _IDS != 0
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 1, 5, 1):
-        expect.fail("padding_mask has shape [3, 1, 5, 1]: it masks the query axis; padding tokens are KEYS "
-                    "nobody may attend to, so the sequence belongs in the last dimension: [batch, 1, 1, seq]")
+        expect.fail(
+            "padding_mask has shape [3, 1, 5, 1]: it masks the query axis; padding tokens are KEYS "
+            "nobody may attend to, so the sequence belongs in the last dimension: [batch, 1, 1, seq]"
+        )
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 5):
-        expect.fail("padding_mask has shape [3, 5]; against scores [batch, heads, q_len, k_len] it would broadcast "
-                    "its batch axis over the queries. Return [batch, 1, 1, seq]")
+        expect.fail(
+            "padding_mask has shape [3, 5]; against scores [batch, heads, q_len, k_len] it would broadcast "
+            "its batch axis over the queries. Return [batch, 1, 1, seq]"
+        )
     got = _mask_result(got, "padding_mask(ids, 0)", (3, 1, 1, 5))
-    _same_mask(got, _padding_oracle(_IDS, 0), "padding_mask(ids, 0)",
-               [(~keys[:, None, None, :], "inverted: True marks real tokens (may attend)")])
+    _same_mask(
+        got,
+        _padding_oracle(_IDS, 0),
+        "padding_mask(ids, 0)",
+        [(~keys[:, None, None, :], "inverted: True marks real tokens (may attend)")],
+    )
 
 
 @PADDING.hidden
@@ -306,11 +421,16 @@ def test_decoder_mask_values(impl):
     got = _mask_result(impl.decoder_mask(_IDS, 0), "decoder_mask(ids, 0)", (3, 1, 5, 5))
     causal = torch.ones(5, 5, dtype=torch.bool).tril().expand(3, 1, 5, 5)
     padding = _padding_oracle(_IDS, 0).expand(3, 1, 5, 5)
-    _same_mask(got, _decoder_oracle(_IDS, 0), "decoder_mask(ids, 0)", [
-        (causal, "padding is not masked; combine both masks with &"),
-        (padding, "the causal part is missing"),
-        (causal | padding, "it combines with OR; a key must pass both masks: use &"),
-    ])
+    _same_mask(
+        got,
+        _decoder_oracle(_IDS, 0),
+        "decoder_mask(ids, 0)",
+        [
+            (causal, "padding is not masked; combine both masks with &"),
+            (padding, "the causal part is missing"),
+            (causal | padding, "it combines with OR; a key must pass both masks: use &"),
+        ],
+    )
 
 
 @DECODER.hidden
@@ -331,15 +451,22 @@ def test_cross_mask_values(impl):
     target, source = torch.tensor([[4, 5, 0], [6, 0, 0]]), _IDS[:2]
     got = impl.cross_attention_mask(target, source, 0)
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (2, 1, 5, 3):
-        expect.fail("the mask has shape [2, 1, 5, 3]: queries come from the target (rows), keys from the source (columns)")
+        expect.fail(
+            "the mask has shape [2, 1, 5, 3]: queries come from the target (rows), keys from the source (columns)"
+        )
     got = _mask_result(got, "cross_attention_mask(target, source, 0)", (2, 1, 3, 5))
     both = _cross_oracle(target, source, 0) & (target != 0)[:, None, :, None]
     causal = _cross_oracle(target, source, 0) & torch.ones(3, 5, dtype=torch.bool).tril()
-    _same_mask(got, _cross_oracle(target, source, 0), "cross_attention_mask(target, source, 0)", [
-        (both, "it also masks padded target positions (queries); only the source keys are masked here"),
-        (causal, "it adds a causal part; the decoder may look at the whole source"),
-        (~_cross_oracle(target, source, 0), "inverted: True marks real source tokens"),
-    ])
+    _same_mask(
+        got,
+        _cross_oracle(target, source, 0),
+        "cross_attention_mask(target, source, 0)",
+        [
+            (both, "it also masks padded target positions (queries); only the source keys are masked here"),
+            (causal, "it adds a causal part; the decoder may look at the whole source"),
+            (~_cross_oracle(target, source, 0), "inverted: True marks real source tokens"),
+        ],
+    )
 
 
 @CROSS.hidden

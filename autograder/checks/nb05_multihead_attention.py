@@ -22,12 +22,24 @@ from autograder.exercises import Exercise
 from autograder.reference import rope as reference_rope
 from autograder.rules import CODE_FROM_STRINGS, Rule
 
-MHA = Exercise("multi_head_attention", "Exercise 1: multi-head attention", points=3, rules=(
-    Rule("no Python loop over heads, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),))
+MHA = Exercise(
+    "multi_head_attention",
+    "Exercise 1: multi-head attention",
+    points=3,
+    rules=(Rule("no Python loop over heads, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),),
+)
 FUSED = Exercise("fused_qkv_attention", "Exercise 2: one fused QKV projection", points=2)
-GQA = Exercise("grouped_query_attention", "Exercise 3: grouped-query attention", points=3, rules=(
-    Rule("write the repeat of the key/value heads yourself (no enable_gqa=True; enable_gqa=False is fine)",
-         keywords=("enable_gqa",)),))
+GQA = Exercise(
+    "grouped_query_attention",
+    "Exercise 3: grouped-query attention",
+    points=3,
+    rules=(
+        Rule(
+            "write the repeat of the key/value heads yourself (no enable_gqa=True; enable_gqa=False is fine)",
+            keywords=("enable_gqa",),
+        ),
+    ),
+)
 KV = Exercise("kv_cache_bytes", "Exercise 4: KV-cache memory", points=1)
 CROSS = Exercise("cross_attention", "Exercise 5: cross-attention", points=2)
 ROTARY = Exercise("rotary_attention", "Exercise 6: RoPE inside multi-head attention", points=2)
@@ -43,7 +55,7 @@ def _projections(d_model, seed, names=("q_proj", "k_proj", "v_proj", "out_proj")
     state = {}
     for i, name in enumerate(names):
         out = (out_dims or {}).get(name, d_model)
-        state[f"{name}.weight"] = _randn((out, d_model), seed * 10 + i, scale=d_model ** -0.5)
+        state[f"{name}.weight"] = _randn((out, d_model), seed * 10 + i, scale=d_model**-0.5)
         if bias:
             state[f"{name}.bias"] = _randn((out,), seed * 10 + i + 5, scale=0.1)
     return state
@@ -92,15 +104,21 @@ def _manual(state, num_heads, x, context=None, mask=None, *, split="correct", ou
 
 def _mha_mistakes(state, num_heads, x, context=None, mask=None):
     mistakes = [
-        (_manual(state, num_heads, x, context, mask, split="reshape"),
-         "the heads are split with a reshape to [batch, heads, seq, head_dim] without a transpose; split the "
-         "feature axis: 'b s (h d) -> b h s d'"),
+        (
+            _manual(state, num_heads, x, context, mask, split="reshape"),
+            "the heads are split with a reshape to [batch, heads, seq, head_dim] without a transpose; split the "
+            "feature axis: 'b s (h d) -> b h s d'",
+        ),
         (_manual(state, num_heads, x, context, mask, out_proj=False), "the output projection out_proj is not applied"),
     ]
     if mask is not None and mask.dim() == 4 and mask.shape[0] == num_heads > 1 and mask.shape[1] == 1:
-        mistakes.append((_manual(state, num_heads, x, context, mask, mask_fix=lambda m: m.transpose(0, 1)),
-                         "the mask is broadcast over the heads instead of the batch: keep its batch axis first "
-                         "and a size-1 heads axis"))
+        mistakes.append(
+            (
+                _manual(state, num_heads, x, context, mask, mask_fix=lambda m: m.transpose(0, 1)),
+                "the mask is broadcast over the heads instead of the batch: keep its batch axis first "
+                "and a size-1 heads axis",
+            )
+        )
     return mistakes
 
 
@@ -133,9 +151,16 @@ def _padding(lengths, total):
 @MHA.visible
 def test_mha_parameters(impl):
     "submodules q_proj, k_proj, v_proj, out_proj: nn.Linear(d_model, d_model) with bias"
-    _check_submodules(impl, "MultiHeadAttention", [16, 4],
-                      {f"{p}.{w}": ([16, 16] if w == "weight" else [16]) for p in ("q_proj", "k_proj", "v_proj", "out_proj")
-                       for w in ("weight", "bias")})
+    _check_submodules(
+        impl,
+        "MultiHeadAttention",
+        [16, 4],
+        {
+            f"{p}.{w}": ([16, 16] if w == "weight" else [16])
+            for p in ("q_proj", "k_proj", "v_proj", "out_proj")
+            for w in ("weight", "bias")
+        },
+    )
 
 
 @MHA.visible
@@ -143,8 +168,13 @@ def test_mha_matches_torch(impl):
     "equals torch.nn.MultiheadAttention with the same weights (no mask)"
     state, x = _mha_state(16, 4, 0), _randn((2, 5, 16), 1)
     got = impl.attention_forward("MultiHeadAttention", [16, 4], state, [x])
-    expect.close(got, torch_mha(state, 4, x), "MultiHeadAttention(16, 4)(x) for x [2, 5, 16]", **TOL,
-                 alternatives=_mha_mistakes(state, 4, x))
+    expect.close(
+        got,
+        torch_mha(state, 4, x),
+        "MultiHeadAttention(16, 4)(x) for x [2, 5, 16]",
+        **TOL,
+        alternatives=_mha_mistakes(state, 4, x),
+    )
 
 
 @MHA.visible
@@ -158,14 +188,23 @@ def test_mha_no_loop_over_heads(impl):
 @MHA.hidden
 def test_mha_masks_and_sizes(impl):
     "causal and per-sequence padding masks; other sizes (one head, three heads)"
-    cases = [(12, 3, _causal(6)[None, None], 2), (8, 1, None, 3), (8, 2, _padding([4, 2], 6), 4),
-             (16, 4, _padding([6, 3], 6) & _causal(6), 5)]
+    cases = [
+        (12, 3, _causal(6)[None, None], 2),
+        (8, 1, None, 3),
+        (8, 2, _padding([4, 2], 6), 4),
+        (16, 4, _padding([6, 3], 6) & _causal(6), 5),
+    ]
     for d, h, mask, seed in cases:
         state, x = _mha_state(d, h, seed), _randn((2, 6, d), seed + 50)
         got = impl.attention_forward("MultiHeadAttention", [d, h], state, [x], mask)
-        expect.close(got, torch_mha(state, h, x, mask=mask), f"MultiHeadAttention({d}, {h}) with "
-                     + ("no mask" if mask is None else f"a mask of shape {list(mask.shape)}"), **TOL,
-                     alternatives=_mha_mistakes(state, h, x, mask=mask))
+        expect.close(
+            got,
+            torch_mha(state, h, x, mask=mask),
+            f"MultiHeadAttention({d}, {h}) with "
+            + ("no mask" if mask is None else f"a mask of shape {list(mask.shape)}"),
+            **TOL,
+            alternatives=_mha_mistakes(state, h, x, mask=mask),
+        )
 
 
 @MHA.hidden
@@ -179,34 +218,55 @@ def test_mha_causal_and_errors(impl):
     b = impl.attention_forward("MultiHeadAttention", [16, 4], state, [x2], mask)
     expect.close(b[:, :4], a[:, :4], "outputs of positions 0-3 after changing tokens 4 and 5 (causal mask)", atol=1e-6)
     outcome = impl.construct_outcome("MultiHeadAttention", [10, 4])
-    expect.that(outcome["raised"] == "ValueError", "MultiHeadAttention(10, 4) must raise ValueError: 10 features do "
-                "not split into 4 equal heads")
+    expect.that(
+        outcome["raised"] == "ValueError",
+        "MultiHeadAttention(10, 4) must raise ValueError: 10 features do not split into 4 equal heads",
+    )
 
 
 # --- Exercise 2 --------------------------------------------------------------------------
 
 
 def _fused(state):
-    return {"qkv_proj.weight": torch.cat([state[f"{p}.weight"] for p in ("q_proj", "k_proj", "v_proj")]),
-            "qkv_proj.bias": torch.cat([state[f"{p}.bias"] for p in ("q_proj", "k_proj", "v_proj")]),
-            "out_proj.weight": state["out_proj.weight"], "out_proj.bias": state["out_proj.bias"]}
+    return {
+        "qkv_proj.weight": torch.cat([state[f"{p}.weight"] for p in ("q_proj", "k_proj", "v_proj")]),
+        "qkv_proj.bias": torch.cat([state[f"{p}.bias"] for p in ("q_proj", "k_proj", "v_proj")]),
+        "out_proj.weight": state["out_proj.weight"],
+        "out_proj.bias": state["out_proj.bias"],
+    }
 
 
 def _fused_mistakes(state, h, x, mask=None):
-    swapped = dict(state, **{"q_proj.weight": state["k_proj.weight"], "q_proj.bias": state["k_proj.bias"],
-                             "k_proj.weight": state["q_proj.weight"], "k_proj.bias": state["q_proj.bias"]})
+    swapped = dict(
+        state,
+        **{
+            "q_proj.weight": state["k_proj.weight"],
+            "q_proj.bias": state["k_proj.bias"],
+            "k_proj.weight": state["q_proj.weight"],
+            "k_proj.bias": state["q_proj.bias"],
+        },
+    )
     return [(torch_mha(swapped, h, x, mask=mask), "q and k are swapped: the fused output splits as [q | k | v]")]
 
 
 @FUSED.visible
 def test_fused_parameters_and_output(impl):
     "qkv_proj = nn.Linear(d_model, 3 * d_model) split as [q | k | v]; equal to separate projections"
-    _check_submodules(impl, "FusedQKVAttention", [16, 4], {"qkv_proj.weight": [48, 16], "qkv_proj.bias": [48],
-                                                           "out_proj.weight": [16, 16], "out_proj.bias": [16]})
+    _check_submodules(
+        impl,
+        "FusedQKVAttention",
+        [16, 4],
+        {"qkv_proj.weight": [48, 16], "qkv_proj.bias": [48], "out_proj.weight": [16, 16], "out_proj.bias": [16]},
+    )
     state, x = _mha_state(16, 4, 7), _randn((2, 5, 16), 70)
     got = impl.attention_forward("FusedQKVAttention", [16, 4], _fused(state), [x])
-    expect.close(got, torch_mha(state, 4, x), "FusedQKVAttention(16, 4)(x)", **TOL,
-                 alternatives=_fused_mistakes(state, 4, x) + _mha_mistakes(state, 4, x))
+    expect.close(
+        got,
+        torch_mha(state, 4, x),
+        "FusedQKVAttention(16, 4)(x)",
+        **TOL,
+        alternatives=_fused_mistakes(state, 4, x) + _mha_mistakes(state, 4, x),
+    )
 
 
 @FUSED.hidden
@@ -215,8 +275,13 @@ def test_fused_masks_and_sizes(impl):
     for d, h, mask, seed in [(12, 3, _causal(5)[None, None], 8), (8, 2, _padding([5, 1], 5), 9)]:
         state, x = _mha_state(d, h, seed), _randn((2, 5, d), seed + 80)
         got = impl.attention_forward("FusedQKVAttention", [d, h], _fused(state), [x], mask)
-        expect.close(got, torch_mha(state, h, x, mask=mask), f"FusedQKVAttention({d}, {h}) with a mask", **TOL,
-                     alternatives=_fused_mistakes(state, h, x, mask) + _mha_mistakes(state, h, x, mask=mask))
+        expect.close(
+            got,
+            torch_mha(state, h, x, mask=mask),
+            f"FusedQKVAttention({d}, {h}) with a mask",
+            **TOL,
+            alternatives=_fused_mistakes(state, h, x, mask) + _mha_mistakes(state, h, x, mask=mask),
+        )
 
 
 # --- Exercise 3 --------------------------------------------------------------------------
@@ -243,14 +308,27 @@ def gqa_oracle(state, h, g, x, mask=None, *, grouping="interleave"):
 @GQA.visible
 def test_gqa_parameters_and_output(impl):
     "k_proj/v_proj produce num_kv_heads * head_dim features; query head i reads K/V head i // (num_heads / num_kv_heads)"
-    _check_submodules(impl, "GroupedQueryAttention", [16, 4, 2], {"q_proj.weight": [16, 16], "k_proj.weight": [8, 16],
-                                                                  "v_proj.weight": [8, 16], "out_proj.weight": [16, 16]})
+    _check_submodules(
+        impl,
+        "GroupedQueryAttention",
+        [16, 4, 2],
+        {"q_proj.weight": [16, 16], "k_proj.weight": [8, 16], "v_proj.weight": [8, 16], "out_proj.weight": [16, 16]},
+    )
     state, x = _gqa_state(16, 4, 2, 10), _randn((2, 5, 16), 100)
     got = impl.attention_forward("GroupedQueryAttention", [16, 4, 2], state, [x])
-    expect.close(got, gqa_oracle(state, 4, 2, x), "GroupedQueryAttention(16, 4, num_kv_heads=2)(x)", **TOL,
-                 alternatives=[(gqa_oracle(state, 4, 2, x, grouping="tile"),
-                                "the K/V heads are repeated in the wrong order: with 4 query heads and 2 K/V heads, "
-                                "query heads 0 and 1 share K/V head 0 (repeat_interleave), not heads 0 and 2 (repeat)")])
+    expect.close(
+        got,
+        gqa_oracle(state, 4, 2, x),
+        "GroupedQueryAttention(16, 4, num_kv_heads=2)(x)",
+        **TOL,
+        alternatives=[
+            (
+                gqa_oracle(state, 4, 2, x, grouping="tile"),
+                "the K/V heads are repeated in the wrong order: with 4 query heads and 2 K/V heads, "
+                "query heads 0 and 1 share K/V head 0 (repeat_interleave), not heads 0 and 2 (repeat)",
+            )
+        ],
+    )
 
 
 @GQA.hidden
@@ -259,9 +337,18 @@ def test_gqa_sizes_masks_and_errors(impl):
     for d, h, g, seed in [(16, 4, 1, 11), (16, 4, 4, 12), (24, 6, 2, 13), (12, 6, 3, 14)]:
         state, x, mask = _gqa_state(d, h, g, seed), _randn((2, 6, d), seed + 100), _causal(6)[None, None]
         got = impl.attention_forward("GroupedQueryAttention", [d, h, g], state, [x], mask)
-        expect.close(got, gqa_oracle(state, h, g, x, mask), f"GroupedQueryAttention({d}, {h}, {g}) with a causal mask",
-                     **TOL, alternatives=[(gqa_oracle(state, h, g, x, mask, grouping="tile"),
-                                           "the K/V heads are repeated in the wrong order (use repeat_interleave)")])
+        expect.close(
+            got,
+            gqa_oracle(state, h, g, x, mask),
+            f"GroupedQueryAttention({d}, {h}, {g}) with a causal mask",
+            **TOL,
+            alternatives=[
+                (
+                    gqa_oracle(state, h, g, x, mask, grouping="tile"),
+                    "the K/V heads are repeated in the wrong order (use repeat_interleave)",
+                )
+            ],
+        )
     for args in ([16, 4, 3], [10, 4, 2]):
         outcome = impl.construct_outcome("GroupedQueryAttention", args)
         expect.that(outcome["raised"] == "ValueError", f"GroupedQueryAttention{tuple(args)} must raise ValueError")
@@ -280,8 +367,11 @@ def test_kv_cache_llama2_7b(impl):
     got = impl.kv_cache_bytes(32, 32, 128, 4096)
     expected = _kv_expected(32, 32, 128, 4096)
     expect.that(got["type"] == "int", f"kv_cache_bytes returned a {got['type']}; return a whole number of bytes (int)")
-    expect.that(got["value"] == expected, f"kv_cache_bytes(32, 32, 128, 4096) = {got['value']}, expected {expected} "
-                + ("(K AND V are both cached: the factor 2)" if got["value"] * 2 == expected else ""))
+    expect.that(
+        got["value"] == expected,
+        f"kv_cache_bytes(32, 32, 128, 4096) = {got['value']}, expected {expected} "
+        + ("(K AND V are both cached: the factor 2)" if got["value"] * 2 == expected else ""),
+    )
 
 
 @KV.hidden
@@ -289,11 +379,15 @@ def test_kv_cache_other_configurations(impl):
     "batch size and bytes per value count; grouped K/V heads shrink the cache"
     for args in [(80, 8, 128, 4096, 1, 2), (12, 12, 64, 1024, 8, 4), (1, 1, 1, 1, 1, 1)]:
         got = impl.kv_cache_bytes(*args)
-        expect.that(got["value"] == _kv_expected(*args), f"kv_cache_bytes{args} = {got['value']}, "
-                    f"expected {_kv_expected(*args)}")
+        expect.that(
+            got["value"] == _kv_expected(*args),
+            f"kv_cache_bytes{args} = {got['value']}, expected {_kv_expected(*args)}",
+        )
     got = impl.kv_cache_bytes(num_layers=2, num_kv_heads=2, head_dim=4, seq_len=8, batch_size=3, bytes_per_value=1)
-    expect.that(got["value"] == _kv_expected(2, 2, 4, 8, 3, 1), "kv_cache_bytes with keyword arguments gave "
-                f"{got['value']}, expected {_kv_expected(2, 2, 4, 8, 3, 1)}")
+    expect.that(
+        got["value"] == _kv_expected(2, 2, 4, 8, 3, 1),
+        f"kv_cache_bytes with keyword arguments gave {got['value']}, expected {_kv_expected(2, 2, 4, 8, 3, 1)}",
+    )
 
 
 # --- Exercise 5 --------------------------------------------------------------------------
@@ -302,21 +396,35 @@ def test_kv_cache_other_configurations(impl):
 def _cross_mistakes(state, h, x, context, mask=None):
     return [
         (torch_mha(state, h, x, x, x), "keys and values come from x; in cross-attention they come from `context`"),
-        (torch_mha(state, h, x, context, x[:, :1].expand_as(context)) if x.shape[1] != context.shape[1] else x,
-         "values come from the wrong sequence; values and keys both come from `context`"),
+        (
+            torch_mha(state, h, x, context, x[:, :1].expand_as(context)) if x.shape[1] != context.shape[1] else x,
+            "values come from the wrong sequence; values and keys both come from `context`",
+        ),
     ] + _mha_mistakes(state, h, x, context, mask)
 
 
 @CROSS.visible
 def test_cross_attention_matches_torch(impl):
     "queries from x [batch, tgt, d], keys and values from context [batch, src, d]; equals nn.MultiheadAttention"
-    _check_submodules(impl, "CrossAttention", [16, 4],
-                      {f"{p}.{w}": ([16, 16] if w == "weight" else [16]) for p in ("q_proj", "k_proj", "v_proj", "out_proj")
-                       for w in ("weight", "bias")})
+    _check_submodules(
+        impl,
+        "CrossAttention",
+        [16, 4],
+        {
+            f"{p}.{w}": ([16, 16] if w == "weight" else [16])
+            for p in ("q_proj", "k_proj", "v_proj", "out_proj")
+            for w in ("weight", "bias")
+        },
+    )
     state, x, context = _mha_state(16, 4, 15), _randn((2, 3, 16), 150), _randn((2, 7, 16), 151)
     got = impl.attention_forward("CrossAttention", [16, 4], state, [x, context])
-    expect.close(got, torch_mha(state, 4, x, context), "CrossAttention(16, 4)(x [2, 3, 16], context [2, 7, 16])", **TOL,
-                 alternatives=_cross_mistakes(state, 4, x, context))
+    expect.close(
+        got,
+        torch_mha(state, 4, x, context),
+        "CrossAttention(16, 4)(x [2, 3, 16], context [2, 7, 16])",
+        **TOL,
+        alternatives=_cross_mistakes(state, 4, x, context),
+    )
 
 
 @CROSS.hidden
@@ -325,8 +433,13 @@ def test_cross_attention_padding(impl):
     state, x, context = _mha_state(12, 3, 16), _randn((2, 4, 12), 160), _randn((2, 6, 12), 161)
     mask = _padding([6, 2], 6)
     got = impl.attention_forward("CrossAttention", [12, 3], state, [x, context], mask)
-    expect.close(got, torch_mha(state, 3, x, context, mask=mask), "CrossAttention with a source padding mask", **TOL,
-                 alternatives=_cross_mistakes(state, 3, x, context, mask))
+    expect.close(
+        got,
+        torch_mha(state, 3, x, context, mask=mask),
+        "CrossAttention with a source padding mask",
+        **TOL,
+        alternatives=_cross_mistakes(state, 3, x, context, mask),
+    )
 
 
 # --- Exercise 6 --------------------------------------------------------------------------
@@ -349,11 +462,22 @@ def rotary_oracle(state, num_heads, x, mask=None, positions=None, *, rotate=("q"
 
 def _rotary_mistakes(state, h, x, mask=None, positions=None):
     return [
-        (rotary_oracle(state, h, x, mask, positions, rotate=("q", "k", "v")), "the values are rotated too; RoPE turns only queries and keys"),
-        (rotary_oracle(state, h, x, mask, positions, rotate=("q",)), "only the queries are rotated; rotate the keys as well"),
-        (rotary_oracle(state, h, x, mask, positions, rotate=("k",)), "only the keys are rotated; rotate the queries as well"),
-        (rotary_oracle(state, h, x, mask, positions, before_split=True),
-         "RoPE is applied before the head split; it works within each head, on [batch, heads, seq, head_dim]"),
+        (
+            rotary_oracle(state, h, x, mask, positions, rotate=("q", "k", "v")),
+            "the values are rotated too; RoPE turns only queries and keys",
+        ),
+        (
+            rotary_oracle(state, h, x, mask, positions, rotate=("q",)),
+            "only the queries are rotated; rotate the keys as well",
+        ),
+        (
+            rotary_oracle(state, h, x, mask, positions, rotate=("k",)),
+            "only the keys are rotated; rotate the queries as well",
+        ),
+        (
+            rotary_oracle(state, h, x, mask, positions, before_split=True),
+            "RoPE is applied before the head split; it works within each head, on [batch, heads, seq, head_dim]",
+        ),
         (rotary_oracle(state, h, x, mask, None), "it ignores token_positions and uses 0, 1, 2, ..."),
         (torch_mha(state, h, x, mask=mask), "no rotation is applied: call self.rope on the queries and keys"),
     ]
@@ -364,8 +488,13 @@ def test_rotary_attention_output(impl):
     "queries and keys of every head are rotated by their positions (default 0..seq-1); values are not"
     state, x = _mha_state(16, 4, 17), _randn((2, 5, 16), 170)
     got = impl.rotary_forward([16, 4], state, x)
-    expect.close(got, rotary_oracle(state, 4, x), "RotaryMultiHeadAttention(16, 4, rope)(x)", **TOL,
-                 alternatives=_rotary_mistakes(state, 4, x))
+    expect.close(
+        got,
+        rotary_oracle(state, 4, x),
+        "RotaryMultiHeadAttention(16, 4, rope)(x)",
+        **TOL,
+        alternatives=_rotary_mistakes(state, 4, x),
+    )
 
 
 @ROTARY.hidden
@@ -375,8 +504,13 @@ def test_rotary_attention_positions_and_mask(impl):
     state, x = _mha_state(24, 3, 18), _randn((2, 6, 24), 180)
     positions, mask = torch.tensor([3, 5, 6, 10, 11, 40]), _causal(6)[None, None]
     got = impl.rotary_forward([24, 3], state, x, mask, positions)
-    expect.close(got, rotary_oracle(state, 3, x, mask, positions), "RotaryMultiHeadAttention with positions "
-                 "[3, 5, 6, 10, 11, 40] and a causal mask", **TOL, alternatives=_rotary_mistakes(state, 3, x, mask, positions))
+    expect.close(
+        got,
+        rotary_oracle(state, 3, x, mask, positions),
+        "RotaryMultiHeadAttention with positions [3, 5, 6, 10, 11, 40] and a causal mask",
+        **TOL,
+        alternatives=_rotary_mistakes(state, 3, x, mask, positions),
+    )
 
 
 @ROTARY.hidden
@@ -385,5 +519,10 @@ def test_rotary_attention_only_relative_positions_matter(impl):
     state, x = _mha_state(16, 2, 19), _randn((1, 7, 16), 190)
     a = impl.rotary_forward([16, 2], state, x, None, torch.arange(7))
     b = impl.rotary_forward([16, 2], state, x, None, torch.arange(7) + 300)
-    expect.close(b, a, "the output with positions 300..306 against 0..6", atol=1e-4,
-                 hint="Rotate queries and keys by the SAME positions, inside each head.")
+    expect.close(
+        b,
+        a,
+        "the output with positions 300..306 against 0..6",
+        atol=1e-4,
+        hint="Rotate queries and keys by the SAME positions, inside each head.",
+    )

@@ -54,30 +54,58 @@ from autograder.exercises import Exercise
 from autograder.rules import ACTIVATIONS as READY_MADE_ACTIVATIONS
 from autograder.rules import Rule
 
-TENSOR_EXITS = ("torch.Tensor.numpy", "torch.Tensor.__array__", "torch.Tensor.item", "torch.Tensor.tolist",
-                "torch.Tensor.__float__", "torch.Tensor.__int__")
+TENSOR_EXITS = (
+    "torch.Tensor.numpy",
+    "torch.Tensor.__array__",
+    "torch.Tensor.item",
+    "torch.Tensor.tolist",
+    "torch.Tensor.__float__",
+    "torch.Tensor.__int__",
+)
 
-ACTIVATIONS = Exercise("ffn_activations", "Exercise 1: ReLU, GELU (exact and tanh) and SiLU", points=2, rules=(
-    # Every route torch offers (rules.ACTIVATIONS): a ReLU is also F.threshold, F.hardtanh(x, 0, inf) or leaky_relu
-    # with slope 0, a SiLU F.glu of [x, x], a GELU x times torch.special.ndtr.
-    Rule("do not call any of PyTorch's ready-made activations (F.relu, torch.relu, F.gelu, F.silu, F.threshold, "
-         "F.hardtanh, F.leaky_relu, F.elu, F.glu, ..., nn.ReLU, nn.GELU, nn.SiLU, ..., torch.special.ndtr); "
-         "torch.exp, torch.tanh, torch.erf, torch.sigmoid and arithmetic are allowed", READY_MADE_ACTIVATIONS),
-    # Every way out of torch for a tensor's values: NumPy reaches them through .numpy() or __array__ (np.asarray,
-    # np.maximum(x, 0)), Python numbers through .item(), .tolist(), float(), int(). Code that leaves torch cannot be
-    # differentiated by autograd; a hand-written backward would hide that from the derivative checks.
-    Rule("use torch operations on x only, so that autograd differentiates them: no .item(), .tolist(), float(x), "
-         "int(x), .numpy() or NumPy arrays of a tensor (np.asarray(x), np.maximum(x, 0), ...)", TENSOR_EXITS),))
+ACTIVATIONS = Exercise(
+    "ffn_activations",
+    "Exercise 1: ReLU, GELU (exact and tanh) and SiLU",
+    points=2,
+    rules=(
+        # Every route torch offers (rules.ACTIVATIONS): a ReLU is also F.threshold, F.hardtanh(x, 0, inf) or leaky_relu
+        # with slope 0, a SiLU F.glu of [x, x], a GELU x times torch.special.ndtr.
+        Rule(
+            "do not call any of PyTorch's ready-made activations (F.relu, torch.relu, F.gelu, F.silu, F.threshold, "
+            "F.hardtanh, F.leaky_relu, F.elu, F.glu, ..., nn.ReLU, nn.GELU, nn.SiLU, ..., torch.special.ndtr); "
+            "torch.exp, torch.tanh, torch.erf, torch.sigmoid and arithmetic are allowed",
+            READY_MADE_ACTIVATIONS,
+        ),
+        # Every way out of torch for a tensor's values: NumPy reaches them through .numpy() or __array__ (np.asarray,
+        # np.maximum(x, 0)), Python numbers through .item(), .tolist(), float(), int(). Code that leaves torch cannot be
+        # differentiated by autograd; a hand-written backward would hide that from the derivative checks.
+        Rule(
+            "use torch operations on x only, so that autograd differentiates them: no .item(), .tolist(), float(x), "
+            "int(x), .numpy() or NumPy arrays of a tensor (np.asarray(x), np.maximum(x, 0), ...)",
+            TENSOR_EXITS,
+        ),
+    ),
+)
 FFN = Exercise("feed_forward", "Exercise 2: the position-wise FeedForward", points=3)
-WIDTH = Exercise("swiglu_width", "Exercise 3: SwiGLU's hidden width and parameter counts", points=2, rules=(
-    Rule("work it out from the shapes of the nn.Linear layers; do not build the modules", ("torch.nn.Linear", "torch.nn.Bilinear",
-                                                                   "torch.nn.LazyLinear"),
-         names=("FeedForward", "SwiGLU")),))
+WIDTH = Exercise(
+    "swiglu_width",
+    "Exercise 3: SwiGLU's hidden width and parameter counts",
+    points=2,
+    rules=(
+        Rule(
+            "work it out from the shapes of the nn.Linear layers; do not build the modules",
+            ("torch.nn.Linear", "torch.nn.Bilinear", "torch.nn.LazyLinear"),
+            names=("FeedForward", "SwiGLU"),
+        ),
+    ),
+)
 SWIGLU = Exercise("swiglu", "Exercise 4: SwiGLU", points=3)
 COSTS = Exercise("block_costs", "Exercise 5: parameters and FLOPs of a block", points=2)
 FUSED = Exercise("fused_swiglu", "Exercise 6: fused gate and up projections", points=3)
 EXERCISES = [ACTIVATIONS, FFN, WIDTH, SWIGLU, COSTS, FUSED]
-ORACLE_IMPORTS = ("transformers.models.phi3.modeling_phi3",)  # imported while the notebook runs (grading.grade): seconds
+ORACLE_IMPORTS = (
+    "transformers.models.phi3.modeling_phi3",
+)  # imported while the notebook runs (grading.grade): seconds
 
 ACT = {"atol": 1e-5, "rtol": 1e-5}
 ACT_GRAD = {"atol": 1e-5, "rtol": 1e-5}
@@ -109,8 +137,10 @@ def _activation_mistakes(name, x):
     exact = F.gelu(x)
     if name == "gelu":
         return [
-            (F.gelu(x, approximate="tanh"), "this is the tanh approximation; `gelu` is the exact one: "
-             "x * Φ(x) = 0.5 * x * (1 + erf(x / sqrt(2)))"),
+            (
+                F.gelu(x, approximate="tanh"),
+                "this is the tanh approximation; `gelu` is the exact one: x * Φ(x) = 0.5 * x * (1 + erf(x / sqrt(2)))",
+            ),
             (0.5 * x * (1 + torch.erf(x)), "erf needs x / sqrt(2): Φ(x) = 0.5 * (1 + erf(x / sqrt(2)))"),
             (x * (1 + torch.erf(x / math.sqrt(2))), "the factor 0.5 is missing: Φ(x) = 0.5 * (1 + erf(x / sqrt(2)))"),
             (0.5 * (1 + torch.erf(x / math.sqrt(2))), "this is Φ(x) alone; GELU multiplies it by x"),
@@ -118,13 +148,20 @@ def _activation_mistakes(name, x):
         ]
     if name == "gelu_tanh":
         return [
-            (exact, "this is the exact GELU (erf); `gelu_tanh` is the tanh approximation "
-             "0.5 * x * (1 + tanh(sqrt(2/π) * (x + 0.044715 x³)))"),
+            (
+                exact,
+                "this is the exact GELU (erf); `gelu_tanh` is the tanh approximation "
+                "0.5 * x * (1 + tanh(sqrt(2/π) * (x + 0.044715 x³)))",
+            ),
             (0.5 * x * (1 + torch.tanh(SQRT_2_OVER_PI * x)), "the cubic term 0.044715 * x**3 is missing"),
-            (0.5 * x * (1 + torch.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**2))),
-             "the correction term is cubic: 0.044715 * x**3, not x**2"),
-            (0.5 * x * (1 + torch.tanh(math.sqrt(2 * math.pi) * (x + 0.044715 * x**3))),
-             "the factor is sqrt(2 / π), not sqrt(2π)"),
+            (
+                0.5 * x * (1 + torch.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**2))),
+                "the correction term is cubic: 0.044715 * x**3, not x**2",
+            ),
+            (
+                0.5 * x * (1 + torch.tanh(math.sqrt(2 * math.pi) * (x + 0.044715 * x**3))),
+                "the factor is sqrt(2 / π), not sqrt(2π)",
+            ),
         ]
     if name == "silu":
         return [
@@ -144,8 +181,13 @@ def _activation_case(impl, name, shape, seed, scale=3.0, grads=False):
     grad_output = _randn(shape, seed + 100) if grads else None
     got = impl.activation(name, x, grad_output)
     if isinstance(got, dict) and "output" in got:
-        expect.close(got["output"], ORACLES[name](x), f"{name}(x) for x of shape {list(shape)}", **ACT,
-                     alternatives=_activation_mistakes(name, x))
+        expect.close(
+            got["output"],
+            ORACLES[name](x),
+            f"{name}(x) for x of shape {list(shape)}",
+            **ACT,
+            alternatives=_activation_mistakes(name, x),
+        )
     return got, x, grad_output
 
 
@@ -166,10 +208,18 @@ def test_activations_shapes_and_extremes(impl):
         got = impl.activation(name, extremes, None)
         out = expect.tensor(got["output"], f"{name}(x)", shape=extremes.shape)
         shown = ", ".join(f"{v:g}" for v in extremes.tolist())
-        expect.that(bool(torch.isfinite(out).all()), f"{name}(x) gives NaN or inf for x in [{shown}]; "
-                    "write it so that large |x| stays finite (e.g. x * torch.sigmoid(x) for SiLU)")
-        expect.close(out, ORACLES[name](extremes), f"{name}(x) for x in [{shown}]", **ACT,
-                     alternatives=_activation_mistakes(name, extremes))
+        expect.that(
+            bool(torch.isfinite(out).all()),
+            f"{name}(x) gives NaN or inf for x in [{shown}]; "
+            "write it so that large |x| stays finite (e.g. x * torch.sigmoid(x) for SiLU)",
+        )
+        expect.close(
+            out,
+            ORACLES[name](extremes),
+            f"{name}(x) for x in [{shown}]",
+            **ACT,
+            alternatives=_activation_mistakes(name, extremes),
+        )
         _check_derivative_at(impl, name, extremes, shown)
 
 
@@ -178,10 +228,13 @@ def _check_derivative_at(impl, name, x, shown):
     grad = impl.activation(name, x, torch.ones_like(x)).get("grad")
     expect.that(grad is not None, f"no gradient reaches the input of {name}")
     grad = expect.tensor(grad, f"the derivative of {name}", shape=x.shape)
-    expect.that(bool(torch.isfinite(grad).all()), f"the derivative of {name} at x in [{shown}] is "
-                f"{[round(float(v), 4) for v in grad]}: NaN or inf where |x| is large (exp overflows, and inf / inf "
-                "is NaN in the backward pass); write it so that its gradient stays finite too (e.g. x * "
-                "torch.sigmoid(x) for SiLU)")
+    expect.that(
+        bool(torch.isfinite(grad).all()),
+        f"the derivative of {name} at x in [{shown}] is "
+        f"{[round(float(v), 4) for v in grad]}: NaN or inf where |x| is large (exp overflows, and inf / inf "
+        "is NaN in the backward pass); write it so that its gradient stays finite too (e.g. x * "
+        "torch.sigmoid(x) for SiLU)",
+    )
     xr = x.clone().requires_grad_()
     ORACLES[name](xr).backward(torch.ones_like(x))
     nonzero = x != 0
@@ -193,8 +246,11 @@ def test_activation_derivatives(impl):
     "autograd's derivative of each activation equals that of the torch function"
     for name in ORACLES:
         got, x, grad_output = _activation_case(impl, name, (3, 40), 3, grads=True)
-        expect.that(got.get("grad") is not None, f"no gradient reaches the input of {name}: build it from torch "
-                    "operations on x (no .detach(), .item(), .numpy() or torch.no_grad())")
+        expect.that(
+            got.get("grad") is not None,
+            f"no gradient reaches the input of {name}: build it from torch "
+            "operations on x (no .detach(), .item(), .numpy() or torch.no_grad())",
+        )
         xr = x.clone().requires_grad_()
         ORACLES[name](xr).backward(grad_output)
         expect.close(got["grad"], xr.grad, f"the derivative of {name}", **ACT_GRAD)
@@ -206,8 +262,10 @@ FFN_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda h: F.gelu
 
 
 def ffn_state(d_model, d_ff, seed, bias=True):
-    state = {"fc1.weight": _randn((d_ff, d_model), seed, d_model ** -0.5),
-             "fc2.weight": _randn((d_model, d_ff), seed + 1, d_ff ** -0.5)}
+    state = {
+        "fc1.weight": _randn((d_ff, d_model), seed, d_model**-0.5),
+        "fc2.weight": _randn((d_model, d_ff), seed + 1, d_ff**-0.5),
+    }
     if bias:
         state["fc1.bias"] = _randn((d_ff,), seed + 2, 0.5)
         state["fc2.bias"] = _randn((d_model,), seed + 3, 0.5)
@@ -226,17 +284,33 @@ def ffn_oracle(state, x, activation="gelu", act=None):
 def _ffn_mistakes(state, x, activation):
     mistakes = [(ffn_oracle(state, x, act=lambda h: h), "the activation between fc1 and fc2 is missing")]
     if activation == "gelu":
-        mistakes.append((ffn_oracle(state, x, "gelu_tanh"), "it uses the tanh approximation of GELU where "
-                         "activation=\"gelu\" asks for the exact one (erf)"))
+        mistakes.append(
+            (
+                ffn_oracle(state, x, "gelu_tanh"),
+                'it uses the tanh approximation of GELU where activation="gelu" asks for the exact one (erf)',
+            )
+        )
     if activation == "gelu_tanh":
-        mistakes.append((ffn_oracle(state, x, "gelu"), "it uses the exact GELU where activation=\"gelu_tanh\" asks "
-                         "for the tanh approximation"))
+        mistakes.append(
+            (
+                ffn_oracle(state, x, "gelu"),
+                'it uses the exact GELU where activation="gelu_tanh" asks for the tanh approximation',
+            )
+        )
     for other in FFN_ACTIVATIONS:
         if other != activation:
-            mistakes.append((ffn_oracle(state, x, other), f"it applies {other} where activation={activation!r} was "
-                             "asked: use the `activation` argument"))
-    mistakes.append((F.relu(ffn_oracle(state, x, activation)), "an activation is applied after fc2 as well; the "
-                     "FFN's output is fc2's output, not activated"))
+            mistakes.append(
+                (
+                    ffn_oracle(state, x, other),
+                    f"it applies {other} where activation={activation!r} was asked: use the `activation` argument",
+                )
+            )
+    mistakes.append(
+        (
+            F.relu(ffn_oracle(state, x, activation)),
+            "an activation is applied after fc2 as well; the FFN's output is fc2's output, not activated",
+        )
+    )
     return mistakes
 
 
@@ -256,13 +330,17 @@ def _check_parameters(impl, class_name, args, kwargs, expected, names):
         return
     transposed = [k for k, v in expected.items() if k.endswith("weight") and got.get(k) == v[::-1] != v]
     if transposed and set(got) == set(expected):
-        expect.fail(f"{call} has {' and '.join(transposed)} transposed: {got}. nn.Linear(in_features, out_features) "
-                    f"stores its weight as [out_features, in_features]; {names}")
+        expect.fail(
+            f"{call} has {' and '.join(transposed)} transposed: {got}. nn.Linear(in_features, out_features) "
+            f"stores its weight as [out_features, in_features]; {names}"
+        )
     expect.fail(f"{call} has parameters {got}; expected {expected}. {names}")
 
 
-FFN_NAMES = ("fc1 = nn.Linear(d_model, d_ff, bias=bias) and fc2 = nn.Linear(d_ff, d_model, bias=bias); "
-             "the names matter, checkpoints load by name")
+FFN_NAMES = (
+    "fc1 = nn.Linear(d_model, d_ff, bias=bias) and fc2 = nn.Linear(d_ff, d_model, bias=bias); "
+    "the names matter, checkpoints load by name"
+)
 
 
 @FFN.visible
@@ -277,22 +355,36 @@ def test_ffn_forward(impl):
     "FeedForward(8, 32)(x) equals fc2(gelu(fc1(x))) with exact GELU, for x of shape [2, 5, 8]"
     state, x = ffn_state(8, 32, 0), _randn((2, 5, 8), 10)
     got = impl.ffn_forward("FeedForward", [8, 32], {}, state, x)
-    expect.close(got["output"], ffn_oracle(state, x), "FeedForward(8, 32)(x)", **TOL,
-                 alternatives=_ffn_mistakes(state, x, "gelu"))
+    expect.close(
+        got["output"],
+        ffn_oracle(state, x),
+        "FeedForward(8, 32)(x)",
+        **TOL,
+        alternatives=_ffn_mistakes(state, x, "gelu"),
+    )
 
 
 @FFN.hidden
 def test_ffn_activations_shapes_and_bias(impl):
     "each activation option, 2-D and 3-D inputs, other widths, bias=False"
-    cases = [("relu", True, (7, 12), 48, 1), ("gelu", True, (3, 4, 16), 40, 2), ("gelu_tanh", True, (2, 6, 8), 24, 3),
-             ("gelu_tanh", False, (10, 12), 20, 4), ("relu", False, (1, 3, 24), 96, 5)]
+    cases = [
+        ("relu", True, (7, 12), 48, 1),
+        ("gelu", True, (3, 4, 16), 40, 2),
+        ("gelu_tanh", True, (2, 6, 8), 24, 3),
+        ("gelu_tanh", False, (10, 12), 20, 4),
+        ("relu", False, (1, 3, 24), 96, 5),
+    ]
     for activation, bias, shape, d_ff, seed in cases:
         d = shape[-1]
         state, x = ffn_state(d, d_ff, seed * 10, bias), _randn(shape, seed * 10 + 5, 2.0)
         got = impl.ffn_forward("FeedForward", [d, d_ff], {"activation": activation, "bias": bias}, state, x)
-        expect.close(got["output"], ffn_oracle(state, x, activation),
-                     f"FeedForward({d}, {d_ff}, activation={activation!r}, bias={bias})(x) for x of shape "
-                     f"{list(shape)}", **TOL, alternatives=_ffn_mistakes(state, x, activation))
+        expect.close(
+            got["output"],
+            ffn_oracle(state, x, activation),
+            f"FeedForward({d}, {d_ff}, activation={activation!r}, bias={bias})(x) for x of shape {list(shape)}",
+            **TOL,
+            alternatives=_ffn_mistakes(state, x, activation),
+        )
 
 
 @FFN.visible
@@ -300,10 +392,12 @@ def test_ffn_unknown_activation(impl):
     "an unknown activation name raises ValueError (no silent fallback)"
     for name in ("swish", "GELU", ""):
         got = impl.ffn_outcome([8, 32], {"activation": name}, _randn((2, 8), 11))
-        expect.that(got["raised"] == "ValueError",
-                    f"FeedForward(8, 32, activation={name!r}) "
-                    + (f"raised {got['raised']}" if got["raised"] else "built and ran")
-                    + "; an activation other than 'relu', 'gelu' or 'gelu_tanh' must raise ValueError")
+        expect.that(
+            got["raised"] == "ValueError",
+            f"FeedForward(8, 32, activation={name!r}) "
+            + (f"raised {got['raised']}" if got["raised"] else "built and ran")
+            + "; an activation other than 'relu', 'gelu' or 'gelu_tanh' must raise ValueError",
+        )
 
 
 @FFN.hidden
@@ -324,32 +418,54 @@ def test_ffn_gradients(impl):
 def test_ffn_dropout(impl):
     "dropout on the output: active in train mode (entries 0 or scaled by 1/(1-p)), off in eval mode"
     submodules = impl.ffn_summary("FeedForward", [8, 32], {"activation": "relu", "dropout": 0.5}).get("submodules", {})
-    expect.that(submodules.get("dropout") == "Dropout", f"FeedForward(8, 32, dropout=0.5) has the submodules "
-                f"{submodules}; the exercise asks for self.dropout = nn.Dropout(dropout)")
+    expect.that(
+        submodules.get("dropout") == "Dropout",
+        f"FeedForward(8, 32, dropout=0.5) has the submodules "
+        f"{submodules}; the exercise asks for self.dropout = nn.Dropout(dropout)",
+    )
     state, x = ffn_state(8, 32, 80), _randn((5, 5, 8), 85)
     expected = ffn_oracle(state, x, "relu")
     got = impl.ffn_dropout([8, 32], {"activation": "relu", "dropout": 0.5}, state, x)
     for key in ("eval_a", "eval_b"):
-        expect.close(got[key], expected, "FeedForward(8, 32, activation='relu', dropout=0.5) in eval mode", **TOL,
-                     alternatives=_ffn_mistakes(state, x, "relu"), hint="In eval mode dropout must do nothing: use nn.Dropout (it follows .train()/.eval()) "
-                          "or pass training=self.training to F.dropout.")
+        expect.close(
+            got[key],
+            expected,
+            "FeedForward(8, 32, activation='relu', dropout=0.5) in eval mode",
+            **TOL,
+            alternatives=_ffn_mistakes(state, x, "relu"),
+            hint="In eval mode dropout must do nothing: use nn.Dropout (it follows .train()/.eval()) "
+            "or pass training=self.training to F.dropout.",
+        )
     train_a = expect.tensor(got["train_a"], "the output in train mode", shape=expected.shape)
     train_b = expect.tensor(got["train_b"], "the output in train mode", shape=expected.shape)
-    expect.that(not torch.equal(train_a, train_b) and not torch.allclose(train_a, expected),
-                "FeedForward(8, 32, dropout=0.5) gives the same output on every call in train mode: dropout "
-                "is not applied (store nn.Dropout(dropout) and call it in forward)")
+    expect.that(
+        not torch.equal(train_a, train_b) and not torch.allclose(train_a, expected),
+        "FeedForward(8, 32, dropout=0.5) gives the same output on every call in train mode: dropout "
+        "is not applied (store nn.Dropout(dropout) and call it in forward)",
+    )
     zeros = train_a == 0
     share = float(zeros.float().mean())
     scaled = torch.where(zeros, torch.zeros_like(expected), expected / 0.5)
     kept = bool(torch.allclose(train_a, scaled, **TOL))
-    expect.that(kept, "with dropout=0.5 in train mode each output entry should be either 0 or twice its eval-mode "
-                "value: dropout acts on the FFN's output (after fc2), like GPT-2's MLP, and scales the kept "
-                "entries by 1/(1-p)")
-    expect.that(abs(share - 0.5) < 0.15, f"with dropout=0.5, {share:.0%} of the output entries are zero; expected "
-                "about half: pass the `dropout` argument to nn.Dropout")
+    expect.that(
+        kept,
+        "with dropout=0.5 in train mode each output entry should be either 0 or twice its eval-mode "
+        "value: dropout acts on the FFN's output (after fc2), like GPT-2's MLP, and scales the kept "
+        "entries by 1/(1-p)",
+    )
+    expect.that(
+        abs(share - 0.5) < 0.15,
+        f"with dropout=0.5, {share:.0%} of the output entries are zero; expected "
+        "about half: pass the `dropout` argument to nn.Dropout",
+    )
     got = impl.ffn_dropout([8, 32], {"activation": "relu"}, state, x)
-    expect.close(got["train_a"], expected, "FeedForward(8, 32) (dropout=0.0 by default) in train mode", **TOL,
-                 hint="With p = 0 the module must be deterministic.")
+    expect.close(
+        got["train_a"],
+        expected,
+        "FeedForward(8, 32) (dropout=0.0 by default) in train mode",
+        **TOL,
+        hint="With p = 0 the module must be deterministic.",
+    )
 
 
 # --- Exercise 3 --------------------------------------------------------------------------
@@ -376,11 +492,15 @@ def _width_diagnosis(d_model, multiple_of, value):
     exact = 8 * d_model / 3
     if value == int(exact) and value != hidden_dim_oracle(d_model, multiple_of):
         if multiple_of == 1:
-            return " (int() truncates 8/3 * d_model; round it UP: with multiple_of=1 the width is ceil(8 * d_model / 3))"
+            return (
+                " (int() truncates 8/3 * d_model; round it UP: with multiple_of=1 the width is ceil(8 * d_model / 3))"
+            )
         return " (8/3 * d_model is not rounded to a multiple of multiple_of)"
     if value % multiple_of == 0 and value < exact:
-        return (" (rounded down or to the nearest multiple; the width is rounded UP to the next multiple, so it is "
-                "never below 8/3 * d_model)")
+        return (
+            " (rounded down or to the nearest multiple; the width is rounded UP to the next multiple, so it is "
+            "never below 8/3 * d_model)"
+        )
     if value == 4 * d_model:
         return " (that is the 4x width of the plain FFN; SwiGLU uses 2/3 of it: 8/3 * d_model)"
     return ""
@@ -392,8 +512,10 @@ def test_hidden_dim_examples(impl):
     for d_model in (768, 512, 4096):
         value = _int_result(impl.call("swiglu_hidden_dim", [d_model], {}), f"swiglu_hidden_dim({d_model})")
         expected = hidden_dim_oracle(d_model)
-        expect.that(value == expected, f"swiglu_hidden_dim({d_model}) = {value}, expected {expected}"
-                    + _width_diagnosis(d_model, 64, value))
+        expect.that(
+            value == expected,
+            f"swiglu_hidden_dim({d_model}) = {value}, expected {expected}" + _width_diagnosis(d_model, 64, value),
+        )
 
 
 @WIDTH.hidden
@@ -403,8 +525,9 @@ def test_hidden_dim_multiple_of(impl):
         call = f"swiglu_hidden_dim({d_model}, multiple_of={multiple_of})"
         value = _int_result(impl.call("swiglu_hidden_dim", [d_model], {"multiple_of": multiple_of}), call)
         expected = hidden_dim_oracle(d_model, multiple_of)
-        expect.that(value == expected, f"{call} = {value}, expected {expected}"
-                    + _width_diagnosis(d_model, multiple_of, value))
+        expect.that(
+            value == expected, f"{call} = {value}, expected {expected}" + _width_diagnosis(d_model, multiple_of, value)
+        )
 
 
 def _count_diagnosis(d_model, d_ff, gated, bias, value):
@@ -413,48 +536,66 @@ def _count_diagnosis(d_model, d_ff, gated, bias, value):
         return " (the biases are not counted)"
     if not bias and value == param_count_oracle(d_model, d_ff, gated, bias=True):
         return " (bias=False: no biases to count)"
-    if gated and value in (param_count_oracle(d_model, d_ff, False, bias), param_count_oracle(d_model, d_ff, False, False)):
+    if gated and value in (
+        param_count_oracle(d_model, d_ff, False, bias),
+        param_count_oracle(d_model, d_ff, False, False),
+    ):
         return " (a gated FFN has three matrices: w1 and w3 of [d_ff, d_model] and w2 of [d_model, d_ff])"
     if bias and value - weights in (2 * d_ff, 2 * d_model, 3 * d_ff, 3 * d_model, d_ff, d_model):
-        return (" (the biases: each layer's bias has one entry per output feature, d_ff for fc1, w1 and w3, "
-                "d_model for fc2 and w2)")
+        return (
+            " (the biases: each layer's bias has one entry per output feature, d_ff for fc1, w1 and w3, "
+            "d_model for fc2 and w2)"
+        )
     return ""
 
 
 @WIDTH.visible
 def test_param_counts(impl):
     "ffn_param_count: a plain FFN at 4 * d_model and SwiGLU at its rounded width, with and without biases"
-    for d_model, d_ff, gated, bias in ((768, 3072, False, True), (768, 2048, True, False), (512, 1408, True, False),
-                                       (8, 32, False, False)):
+    for d_model, d_ff, gated, bias in (
+        (768, 3072, False, True),
+        (768, 2048, True, False),
+        (512, 1408, True, False),
+        (8, 32, False, False),
+    ):
         call = f"ffn_param_count({d_model}, {d_ff}, gated={gated}, bias={bias})"
         value = _int_result(impl.call("ffn_param_count", [d_model, d_ff], {"gated": gated, "bias": bias}), call)
         expected = param_count_oracle(d_model, d_ff, gated, bias)
-        expect.that(value == expected, f"{call} = {value}, expected {expected}"
-                    + _count_diagnosis(d_model, d_ff, gated, bias, value))
+        expect.that(
+            value == expected,
+            f"{call} = {value}, expected {expected}" + _count_diagnosis(d_model, d_ff, gated, bias, value),
+        )
 
 
 @WIDTH.hidden
 def test_param_counts_defaults_and_more(impl):
     "defaults gated=False, bias=True; gated with biases; small sizes"
     value = _int_result(impl.call("ffn_param_count", [16, 64], {}), "ffn_param_count(16, 64)")
-    expect.that(value == param_count_oracle(16, 64), f"ffn_param_count(16, 64) = {value}, expected "
-                f"{param_count_oracle(16, 64)} (by default gated=False and bias=True)"
-                + _count_diagnosis(16, 64, False, True, value))
+    expect.that(
+        value == param_count_oracle(16, 64),
+        f"ffn_param_count(16, 64) = {value}, expected "
+        f"{param_count_oracle(16, 64)} (by default gated=False and bias=True)"
+        + _count_diagnosis(16, 64, False, True, value),
+    )
     for d_model, d_ff, gated, bias in ((10, 27, True, True), (1, 1, True, True), (300, 832, False, True)):
         call = f"ffn_param_count({d_model}, {d_ff}, gated={gated}, bias={bias})"
         value = _int_result(impl.call("ffn_param_count", [d_model, d_ff], {"gated": gated, "bias": bias}), call)
         expected = param_count_oracle(d_model, d_ff, gated, bias)
-        expect.that(value == expected, f"{call} = {value}, expected {expected}"
-                    + _count_diagnosis(d_model, d_ff, gated, bias, value))
+        expect.that(
+            value == expected,
+            f"{call} = {value}, expected {expected}" + _count_diagnosis(d_model, d_ff, gated, bias, value),
+        )
 
 
 # --- Exercise 4 --------------------------------------------------------------------------
 
 
 def swiglu_state(d_model, d_ff, seed, bias=False):
-    state = {"w1.weight": _randn((d_ff, d_model), seed, d_model ** -0.5),
-             "w2.weight": _randn((d_model, d_ff), seed + 1, d_ff ** -0.5),
-             "w3.weight": _randn((d_ff, d_model), seed + 2, d_model ** -0.5)}
+    state = {
+        "w1.weight": _randn((d_ff, d_model), seed, d_model**-0.5),
+        "w2.weight": _randn((d_model, d_ff), seed + 1, d_ff**-0.5),
+        "w3.weight": _randn((d_ff, d_model), seed + 2, d_model**-0.5),
+    }
     if bias:  # a seed of its own for each bias: equal w1 and w3 biases would hide their order (gate first)
         for i, (name, size) in enumerate((("w1", d_ff), ("w2", d_model), ("w3", d_ff))):
             state[f"{name}.bias"] = _randn((size,), seed + 7 + i, 0.3)
@@ -474,19 +615,27 @@ def _swiglu_mistakes(state, x):
     if "w1.bias" in state:
         swapped |= {"w1.bias": state["w3.bias"], "w3.bias": state["w1.bias"]}
     return [
-        (swiglu_oracle(swapped, x), "the gate is on the wrong branch: silu goes on w1(x) (the gate), and w3(x) "
-         "(the 'up' branch) stays linear: w2(silu(w1(x)) * w3(x))"),
-        (swiglu_oracle(state, x, up=F.silu), "silu is applied to both branches; only the gate w1(x) goes through "
-         "silu, w3(x) stays linear"),
+        (
+            swiglu_oracle(swapped, x),
+            "the gate is on the wrong branch: silu goes on w1(x) (the gate), and w3(x) "
+            "(the 'up' branch) stays linear: w2(silu(w1(x)) * w3(x))",
+        ),
+        (
+            swiglu_oracle(state, x, up=F.silu),
+            "silu is applied to both branches; only the gate w1(x) goes through silu, w3(x) stays linear",
+        ),
         (swiglu_oracle(state, x, gate=lambda u: u), "the activation is missing: the gate is silu(w1(x))"),
-        (swiglu_oracle(state, x, gate=torch.sigmoid), "the gate uses the sigmoid σ(w1 x) (that is GLU); SwiGLU "
-         "uses silu(w1 x) = w1 x * σ(w1 x)"),
+        (
+            swiglu_oracle(state, x, gate=torch.sigmoid),
+            "the gate uses the sigmoid σ(w1 x) (that is GLU); SwiGLU uses silu(w1 x) = w1 x * σ(w1 x)",
+        ),
         (swiglu_oracle(state, x, gate=F.gelu), "the gate uses GELU (that is GEGLU); SwiGLU uses silu"),
     ]
 
 
-SWIGLU_NAMES = ("w1 (gate) and w3 (up) are nn.Linear(d_model, d_ff, bias=bias), w2 (down) is "
-                "nn.Linear(d_ff, d_model, bias=bias)")
+SWIGLU_NAMES = (
+    "w1 (gate) and w3 (up) are nn.Linear(d_model, d_ff, bias=bias), w2 (down) is nn.Linear(d_ff, d_model, bias=bias)"
+)
 
 
 def _swiglu_parameters(d_model, d_ff, bias=False):
@@ -506,9 +655,12 @@ def test_swiglu_parameters(impl):
         summary = impl.ffn_summary("SwiGLU", [d_model], kwargs)
         got = summary.get("parameters", {}).get("w1.weight", ["?", "?"])[0]
         call = f"SwiGLU({d_model}{', multiple_of=' + str(multiple_of) if kwargs else ''})"
-        expect.that(got == width, f"{call} has a hidden width of {got}, expected {width}: with d_ff=None the width "
-                    f"is swiglu_hidden_dim(d_model, multiple_of)" + (_width_diagnosis(d_model, multiple_of, got)
-                                                                     if isinstance(got, int) else ""))
+        expect.that(
+            got == width,
+            f"{call} has a hidden width of {got}, expected {width}: with d_ff=None the width "
+            f"is swiglu_hidden_dim(d_model, multiple_of)"
+            + (_width_diagnosis(d_model, multiple_of, got) if isinstance(got, int) else ""),
+        )
         _check_parameters(impl, "SwiGLU", [d_model], kwargs, _swiglu_parameters(d_model, width), SWIGLU_NAMES)
 
 
@@ -517,8 +669,9 @@ def test_swiglu_forward(impl):
     "SwiGLU(16, 40)(x) equals w2(silu(w1 x) * w3 x), for x of shape [2, 5, 16]"
     state, x = swiglu_state(16, 40, 0), _randn((2, 5, 16), 1)
     got = impl.ffn_forward("SwiGLU", [16, 40], {}, state, x)
-    expect.close(got["output"], swiglu_oracle(state, x), "SwiGLU(16, 40)(x)", **TOL,
-                 alternatives=_swiglu_mistakes(state, x))
+    expect.close(
+        got["output"], swiglu_oracle(state, x), "SwiGLU(16, 40)(x)", **TOL, alternatives=_swiglu_mistakes(state, x)
+    )
 
 
 @SWIGLU.hidden
@@ -530,8 +683,13 @@ def test_swiglu_shapes_bias_and_gradients(impl):
         state, x = swiglu_state(d, d_ff, seed * 10, bias), _randn(shape, seed * 10 + 5, 1.5)
         grad_output = _randn(shape, seed * 10 + 6)
         got = impl.ffn_forward("SwiGLU", [d, d_ff], {"bias": bias}, state, x, grad_output)
-        expect.close(got["output"], swiglu_oracle(state, x), f"SwiGLU({d}, {d_ff}, bias={bias})(x) for x of shape "
-                     f"{list(shape)}", **TOL, alternatives=_swiglu_mistakes(state, x))
+        expect.close(
+            got["output"],
+            swiglu_oracle(state, x),
+            f"SwiGLU({d}, {d_ff}, bias={bias})(x) for x of shape {list(shape)}",
+            **TOL,
+            alternatives=_swiglu_mistakes(state, x),
+        )
         grads = expect.gradients(got, f"SwiGLU({d}, {d_ff})")
         params = {k: v.clone().requires_grad_() for k, v in state.items()}
         swiglu_oracle(params, x).backward(grad_output)
@@ -556,8 +714,12 @@ def costs_oracle(d_model, d_ff, seq_len):
     with FlopCounterMode(display=False) as ffn:
         fc2(F.gelu(fc1(x)))
     count = lambda *modules: sum(p.numel() for m in modules for p in m.parameters())  # noqa: E731
-    return {"attention_params": count(q, k, v, o), "ffn_params": count(fc1, fc2),
-            "attention_flops": attention.get_total_flops(), "ffn_flops": ffn.get_total_flops()}
+    return {
+        "attention_params": count(q, k, v, o),
+        "ffn_params": count(fc1, fc2),
+        "attention_flops": attention.get_total_flops(),
+        "ffn_flops": ffn.get_total_flops(),
+    }
 
 
 def _costs_diagnosis(key, value, d_model, d_ff, seq_len, expected):
@@ -581,19 +743,28 @@ def _check_costs(impl, d_model, d_ff, seq_len):
     call = f"block_costs({d_model}, {d_ff}, {seq_len})"
     got = impl.call("block_costs", [d_model, d_ff, seq_len], {})
     value = got["value"]
-    expect.that(got["type"] == "dict" and isinstance(value, dict),
-                f"{call} returned a {got['type']}; return a dict with keys {list(COST_KEYS)}")
+    expect.that(
+        got["type"] == "dict" and isinstance(value, dict),
+        f"{call} returned a {got['type']}; return a dict with keys {list(COST_KEYS)}",
+    )
     expect.that(sorted(value) == sorted(COST_KEYS), f"{call} has keys {sorted(value)}; expected {list(COST_KEYS)}")
     expected = costs_oracle(d_model, d_ff, seq_len)
     four_times = costs_oracle(d_model, 4 * d_model, seq_len) if d_ff != 4 * d_model else {}
     for key in COST_KEYS:
         if value[key] != expected[key] and value[key] == four_times.get(key):
-            expect.fail(f"{call}[{key!r}] = {value[key]:,}, expected {expected[key]:,}: that is the count for "
-                        f"d_ff = 4 * d_model = {4 * d_model}; use the d_ff argument, which is not always 4 * d_model")
-        expect.that(isinstance(value[key], int) and not isinstance(value[key], bool),
-                    f"{call}[{key!r}] is {value[key]!r}; return an int")
-        expect.that(value[key] == expected[key], f"{call}[{key!r}] = {value[key]:,}, expected {expected[key]:,}"
-                    + _costs_diagnosis(key, value[key], d_model, d_ff, seq_len, expected[key]))
+            expect.fail(
+                f"{call}[{key!r}] = {value[key]:,}, expected {expected[key]:,}: that is the count for "
+                f"d_ff = 4 * d_model = {4 * d_model}; use the d_ff argument, which is not always 4 * d_model"
+            )
+        expect.that(
+            isinstance(value[key], int) and not isinstance(value[key], bool),
+            f"{call}[{key!r}] is {value[key]!r}; return an int",
+        )
+        expect.that(
+            value[key] == expected[key],
+            f"{call}[{key!r}] = {value[key]:,}, expected {expected[key]:,}"
+            + _costs_diagnosis(key, value[key], d_model, d_ff, seq_len, expected[key]),
+        )
 
 
 @COSTS.visible
@@ -614,10 +785,15 @@ def test_costs_other_sizes(impl):
 
 def fuse_oracle(state):
     """The stated layout, written out: gate rows (w1) then up rows (w3) along dim 0; w2 becomes down_proj."""
-    fused = {"gate_up_proj.weight": torch.cat([state["w1.weight"], state["w3.weight"]]),
-             "down_proj.weight": state["w2.weight"]}
+    fused = {
+        "gate_up_proj.weight": torch.cat([state["w1.weight"], state["w3.weight"]]),
+        "down_proj.weight": state["w2.weight"],
+    }
     if "w1.bias" in state:
-        fused |= {"gate_up_proj.bias": torch.cat([state["w1.bias"], state["w3.bias"]]), "down_proj.bias": state["w2.bias"]}
+        fused |= {
+            "gate_up_proj.bias": torch.cat([state["w1.bias"], state["w3.bias"]]),
+            "down_proj.bias": state["w2.bias"],
+        }
     return fused
 
 
@@ -635,18 +811,27 @@ def _fused_mistakes(state, x):
     down = lambda u: F.linear(u, state["w2.weight"], state.get("w2.bias"))  # noqa: E731
     first, second = h[..., :d_ff], h[..., d_ff:]
     return [
-        (down(first * F.silu(second)), "gate and up are swapped (silu is on the second half): the first d_ff "
-         "features of gate_up_proj(x) are the gate, which goes through silu; the last d_ff are the up branch"),
-        (down(F.silu(h[..., 0::2]) * h[..., 1::2]), "the halves are taken as alternate features (0::2 and 1::2); "
-         "the gate is the first d_ff features and up the last d_ff: gate_up_proj(x).chunk(2, dim=-1)"),
-        (down(F.silu(first) * F.silu(second)), "silu is applied to both halves; only the gate (first half) goes "
-         "through silu"),
+        (
+            down(first * F.silu(second)),
+            "gate and up are swapped (silu is on the second half): the first d_ff "
+            "features of gate_up_proj(x) are the gate, which goes through silu; the last d_ff are the up branch",
+        ),
+        (
+            down(F.silu(h[..., 0::2]) * h[..., 1::2]),
+            "the halves are taken as alternate features (0::2 and 1::2); "
+            "the gate is the first d_ff features and up the last d_ff: gate_up_proj(x).chunk(2, dim=-1)",
+        ),
+        (
+            down(F.silu(first) * F.silu(second)),
+            "silu is applied to both halves; only the gate (first half) goes through silu",
+        ),
         (down(first * second), "the activation is missing: the gate is silu(first half)"),
     ]
 
 
-FUSED_NAMES = ("gate_up_proj is nn.Linear(d_model, 2 * d_ff, bias=bias) and down_proj is nn.Linear(d_ff, d_model, "
-               "bias=bias)")
+FUSED_NAMES = (
+    "gate_up_proj is nn.Linear(d_model, 2 * d_ff, bias=bias) and down_proj is nn.Linear(d_ff, d_model, bias=bias)"
+)
 
 
 def _fused_parameters(d_model, d_ff, bias=False):
@@ -666,11 +851,13 @@ def _check_fused_parameters(impl, args, kwargs, expected):
 
 def _check_products(products, call, d_ff):
     said = ", ".join(f"{p['name']} -> {p['shape']}" for p in products) or "none"
-    expect.that(len(products) == 2 and products[0]["shape"][-1] == 2 * d_ff,
-                f"{call}'s forward ran {len(products)} matrix products ({said}); the exercise asks for exactly two: "
-                f"one for gate and up together (x times gate_up_proj's whole weight, {2 * d_ff} output features, "
-                "then chunk), and down_proj"
-                + (": the gate and up halves are multiplied separately" if len(products) > 2 else ""))
+    expect.that(
+        len(products) == 2 and products[0]["shape"][-1] == 2 * d_ff,
+        f"{call}'s forward ran {len(products)} matrix products ({said}); the exercise asks for exactly two: "
+        f"one for gate and up together (x times gate_up_proj's whole weight, {2 * d_ff} output features, "
+        "then chunk), and down_proj"
+        + (": the gate and up halves are multiplied separately" if len(products) > 2 else ""),
+    )
 
 
 def _check_fused_forward(impl, d_model, d_ff, shape, seed, bias=False, grads=False, default_width=False):
@@ -680,8 +867,13 @@ def _check_fused_forward(impl, d_model, d_ff, shape, seed, bias=False, grads=Fal
     args = [d_model] if default_width else [d_model, d_ff]
     call = f"FusedSwiGLU({', '.join(map(str, args))}{', bias=True' if bias else ''})"
     got = impl.fused_forward(args, {"bias": bias}, fuse_oracle(state), x, grad_output)
-    expect.close(got["output"], fused_oracle(state, x), f"{call}(x) for x of shape {list(shape)}, loaded with the "
-                 "fused weights of a SwiGLU", **TOL, alternatives=_fused_mistakes(state, x))
+    expect.close(
+        got["output"],
+        fused_oracle(state, x),
+        f"{call}(x) for x of shape {list(shape)}, loaded with the fused weights of a SwiGLU",
+        **TOL,
+        alternatives=_fused_mistakes(state, x),
+    )
     _check_products(got["products"], call, d_ff)
     _check_uses_fused_output(impl, args, bias, state, x, call)
     if grads:
@@ -708,10 +900,17 @@ def _check_uses_fused_output(impl, args, bias, state, x, call):
     what = f"{call}(x) when the grader adds a known change to the result of its fused product (2 * d_ff features)"
     output = expect.tensor(got["output"], what, shape=expected.shape)
     if torch.allclose(output, fused_oracle(state, x), **TOL):
-        expect.fail(f"{what}: the output did not change, so it is not computed from that product's result; compute "
-                    "gate and up by splitting gate_up_proj(x) (chunk(2, dim=-1)), not separately")
-    expect.close(got["output"], expected, what, **TOL,
-                 hint="gate and up must be the two halves of the fused product's result: gate_up_proj(x).chunk(2, dim=-1).")
+        expect.fail(
+            f"{what}: the output did not change, so it is not computed from that product's result; compute "
+            "gate and up by splitting gate_up_proj(x) (chunk(2, dim=-1)), not separately"
+        )
+    expect.close(
+        got["output"],
+        expected,
+        what,
+        **TOL,
+        hint="gate and up must be the two halves of the fused product's result: gate_up_proj(x).chunk(2, dim=-1).",
+    )
 
 
 def _fused_keys(bias):
@@ -727,39 +926,59 @@ def _check_conversion(impl, name, given, expected, what):
     got = impl.convert(name, given)
     value = got["value"]
     expect.that(isinstance(value, dict), f"{name}(state) returned a {got['type']}; return a dict of tensors")
-    expect.that(set(value) == set(expected), f"{name}({what}) has keys {sorted(value)}; expected exactly "
-                f"{sorted(expected)}")
+    expect.that(
+        set(value) == set(expected), f"{name}({what}) has keys {sorted(value)}; expected exactly {sorted(expected)}"
+    )
     for key, want in expected.items():
         have = expect.tensor(value[key], f"{name}(state)[{key!r}]")
         if key.startswith("gate_up_proj") and list(have.shape) != list(want.shape):
             d_ff, rest = want.shape[0] // 2, list(want.shape[1:])
             if list(have.shape) == [2, d_ff, *rest]:
-                expect.fail(f"{name}(state)[{key!r}] has shape {list(have.shape)}: torch.stack adds a dimension; "
-                            f"torch.cat along dim 0 gives {list(want.shape)}")
+                expect.fail(
+                    f"{name}(state)[{key!r}] has shape {list(have.shape)}: torch.stack adds a dimension; "
+                    f"torch.cat along dim 0 gives {list(want.shape)}"
+                )
             if len(rest) == 1 and list(have.shape) == [d_ff, 2 * rest[0]]:
-                expect.fail(f"{name}(state)[{key!r}] has shape {list(have.shape)}: w1 and w3 are concatenated along "
-                            f"dim 1 (input features); nn.Linear's weight is [out_features, in_features], so gate and "
-                            f"up are stacked along dim 0: shape {list(want.shape)}")
-        expect.that(list(have.shape) == list(want.shape),
-                    f"{name}(state)[{key!r}] has shape {list(have.shape)}, expected {list(want.shape)}")
+                expect.fail(
+                    f"{name}(state)[{key!r}] has shape {list(have.shape)}: w1 and w3 are concatenated along "
+                    f"dim 1 (input features); nn.Linear's weight is [out_features, in_features], so gate and "
+                    f"up are stacked along dim 0: shape {list(want.shape)}"
+                )
+        expect.that(
+            list(have.shape) == list(want.shape),
+            f"{name}(state)[{key!r}] has shape {list(have.shape)}, expected {list(want.shape)}",
+        )
         if not torch.equal(have, want) and key.startswith("gate_up_proj"):
             half = want.shape[0] // 2
             swapped = torch.cat([want[half:], want[:half]])
             part = "bias (w3.bias) in its first half" if key.endswith("bias") else "rows (w3) first"
-            expect.that(not torch.equal(have, swapped),
-                        f"{name}(state)[{key!r}] has the up {part}; the gate (w1) comes first, then up (w3), "
-                        "in the bias as in the weight, as in Phi-3's gate_up_proj")
+            expect.that(
+                not torch.equal(have, swapped),
+                f"{name}(state)[{key!r}] has the up {part}; the gate (w1) comes first, then up (w3), "
+                "in the bias as in the weight, as in Phi-3's gate_up_proj",
+            )
         other = {"w1": "w3", "w3": "w1"}.get(key[:2])
         if other and not torch.equal(have, want) and torch.equal(have, expected[other + key[2:]]):
-            expect.fail(f"{name}(state)[{key!r}] holds the {'second' if key[:2] == 'w1' else 'first'} half of "
-                        f"gate_up_proj.{key[3:]}: the gate (w1) is the first half and up (w3) the second, in the bias "
-                        "as in the weight")
-        expect.that(torch.equal(have, want), f"{name}(state)[{key!r}] does not hold the values it should: "
-                    + ("rows 0..d_ff-1 are w1's, rows d_ff..2*d_ff-1 w3's" if key.startswith("gate_up_proj")
-                       else "down_proj is w2, unchanged" if key.startswith("down_proj")
-                       else "w1 is the first half of gate_up_proj (dim 0), w3 the second, w2 is down_proj"))
-    expect.that(got["input_unchanged"], f"{name}(state) changed the dict it was given; return a new dict and leave "
-                "the input as it was")
+            expect.fail(
+                f"{name}(state)[{key!r}] holds the {'second' if key[:2] == 'w1' else 'first'} half of "
+                f"gate_up_proj.{key[3:]}: the gate (w1) is the first half and up (w3) the second, in the bias "
+                "as in the weight"
+            )
+        expect.that(
+            torch.equal(have, want),
+            f"{name}(state)[{key!r}] does not hold the values it should: "
+            + (
+                "rows 0..d_ff-1 are w1's, rows d_ff..2*d_ff-1 w3's"
+                if key.startswith("gate_up_proj")
+                else "down_proj is w2, unchanged"
+                if key.startswith("down_proj")
+                else "w1 is the first half of gate_up_proj (dim 0), w3 the second, w2 is down_proj"
+            ),
+        )
+    expect.that(
+        got["input_unchanged"],
+        f"{name}(state) changed the dict it was given; return a new dict and leave the input as it was",
+    )
 
 
 @FUSED.visible
@@ -783,13 +1002,18 @@ def test_fused_shapes_bias_and_gradients(impl):
     "2-D and 3-D inputs, other widths, bias=True, d_ff=None; parameter gradients equal autograd's; conversions with biases"
     _check_fused_parameters(impl, [24, 64], {"bias": True}, _fused_parameters(24, 64, bias=True))
     _check_fused_parameters(impl, [40], {"multiple_of": 16}, _fused_parameters(40, hidden_dim_oracle(40, 16)))
-    for seed, shape, d_ff, bias in ((620, (9, 12), 32, False), (630, (2, 3, 24), 64, True), (640, (1, 7, 8), 20, False)):
+    for seed, shape, d_ff, bias in (
+        (620, (9, 12), 32, False),
+        (630, (2, 3, 24), 64, True),
+        (640, (1, 7, 8), 20, False),
+    ):
         _check_fused_forward(impl, shape[-1], d_ff, shape, seed, bias, grads=True)
     _check_fused_forward(impl, 24, hidden_dim_oracle(24), (3, 24), 650, default_width=True)
     state = swiglu_state(12, 20, 660, bias=True)
     _check_conversion(impl, "fuse_swiglu_state", state, fuse_oracle(state), "a SwiGLU(12, 20, bias=True) state dict")
-    _check_conversion(impl, "unfuse_swiglu_state", fuse_oracle(state), state,
-                      "a FusedSwiGLU(12, 20, bias=True) state dict")
+    _check_conversion(
+        impl, "unfuse_swiglu_state", fuse_oracle(state), state, "a FusedSwiGLU(12, 20, bias=True) state dict"
+    )
 
 
 def _phi3_mlp(hidden, intermediate, seed):
@@ -813,20 +1037,34 @@ def test_against_phi3(impl):
         with torch.no_grad():
             expected = mlp(x)
         got = impl.fused_forward([hidden, intermediate], {}, phi3_state, x)
-        expect.close(got["output"], expected, f"FusedSwiGLU({hidden}, {intermediate})(x) with the weights of a "
-                     "Phi3MLP", **TOL, hint="Phi-3's gate_up_proj holds the gate in its first half, up in its second.")
+        expect.close(
+            got["output"],
+            expected,
+            f"FusedSwiGLU({hidden}, {intermediate})(x) with the weights of a Phi3MLP",
+            **TOL,
+            hint="Phi-3's gate_up_proj holds the gate in its first half, up in its second.",
+        )
         state = swiglu_state(hidden, intermediate, seed + 2)
         fused = impl.convert("fuse_swiglu_state", state)["value"]
-        expect.that(isinstance(fused, dict) and set(fused) == _fused_keys(False),
-                    "fuse_swiglu_state(state) must return a dict with the keys of FusedSwiGLU's state dict")
+        expect.that(
+            isinstance(fused, dict) and set(fused) == _fused_keys(False),
+            "fuse_swiglu_state(state) must return a dict with the keys of FusedSwiGLU's state dict",
+        )
         wanted = {k: list(v.shape) for k, v in mlp.state_dict().items()}
         shapes = {k: list(getattr(v, "shape", [])) for k, v in fused.items()}
         expect.that(shapes == wanted, f"fuse_swiglu_state(state) gives shapes {shapes}; a Phi3MLP has {wanted}")
         mlp.load_state_dict(fused, strict=True)
         with torch.no_grad():
-            expect.close(mlp(x), fused_oracle(state, x), "a Phi3MLP loaded with fuse_swiglu_state(a SwiGLU state)",
-                         **TOL, alternatives=_fused_mistakes(state, x)[:1])
+            expect.close(
+                mlp(x),
+                fused_oracle(state, x),
+                "a Phi3MLP loaded with fuse_swiglu_state(a SwiGLU state)",
+                **TOL,
+                alternatives=_fused_mistakes(state, x)[:1],
+            )
         unfused = impl.convert("unfuse_swiglu_state", phi3_state)["value"]
-        expect.that(isinstance(unfused, dict) and set(unfused) == _unfused_keys(False),
-                    "unfuse_swiglu_state(state) must return a dict with keys w1.weight, w2.weight, w3.weight")
+        expect.that(
+            isinstance(unfused, dict) and set(unfused) == _unfused_keys(False),
+            "unfuse_swiglu_state(state) must return a dict with keys w1.weight, w2.weight, w3.weight",
+        )
         expect.close(fused_oracle(unfused, x), expected, "SwiGLU with unfuse_swiglu_state(a Phi3MLP's weights)", **TOL)

@@ -59,7 +59,9 @@ ENCODER = Exercise("encoder_block", "Exercise 4: the encoder block with a paddin
 DECODER = Exercise("decoder_block", "Exercise 5: the decoder block", points=4)
 PARALLEL = Exercise("parallel_block", "Exercise 6: the parallel block (GPT-J, PaLM)", points=3)
 EXERCISES = [RESIDUAL, PRE_NORM, POST_NORM, ENCODER, DECODER, PARALLEL]
-ORACLE_IMPORTS = ("transformers.models.gptj.modeling_gptj",)  # imported while the notebook runs (grading.grade): seconds
+ORACLE_IMPORTS = (
+    "transformers.models.gptj.modeling_gptj",
+)  # imported while the notebook runs (grading.grade): seconds
 
 TOL = {"atol": 1e-5, "rtol": 1e-4}
 GRAD = {"atol": 1e-4, "rtol": 1e-4}
@@ -71,8 +73,12 @@ _gen, _randn = seeded(7000)
 
 # --- states and the PyTorch oracles ------------------------------------------------------
 
+
 def _linear(prefix, n_in, n_out, seed):
-    return {f"{prefix}.weight": _randn((n_out, n_in), seed, n_in ** -0.5), f"{prefix}.bias": _randn((n_out,), seed + 1, 0.2)}
+    return {
+        f"{prefix}.weight": _randn((n_out, n_in), seed, n_in**-0.5),
+        f"{prefix}.bias": _randn((n_out,), seed + 1, 0.2),
+    }
 
 
 def _norm(prefix, d, seed):
@@ -97,10 +103,12 @@ def block_state(d, d_ff, seed, attention="attn", cross=False):
 
 def _to_torch_attention(state, prefix, target):
     q, k, v = (f"{prefix}.{n}_proj" for n in "qkv")
-    return {f"{target}.in_proj_weight": torch.cat([state[f"{p}.weight"] for p in (q, k, v)]),
-            f"{target}.in_proj_bias": torch.cat([state[f"{p}.bias"] for p in (q, k, v)]),
-            f"{target}.out_proj.weight": state[f"{prefix}.out_proj.weight"],
-            f"{target}.out_proj.bias": state[f"{prefix}.out_proj.bias"]}
+    return {
+        f"{target}.in_proj_weight": torch.cat([state[f"{p}.weight"] for p in (q, k, v)]),
+        f"{target}.in_proj_bias": torch.cat([state[f"{p}.bias"] for p in (q, k, v)]),
+        f"{target}.out_proj.weight": state[f"{prefix}.out_proj.weight"],
+        f"{target}.out_proj.bias": state[f"{prefix}.out_proj.bias"],
+    }
 
 
 def torch_layer(state, d, heads, d_ff, activation, norm_first, attention="attn", decoder=False):
@@ -108,8 +116,12 @@ def torch_layer(state, d, heads, d_ff, activation, norm_first, attention="attn",
     layer_class = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
     layer = layer_class(d, heads, d_ff, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first)
     copied = _to_torch_attention(state, attention, "self_attn")
-    copied |= {"linear1.weight": state["ffn.fc1.weight"], "linear1.bias": state["ffn.fc1.bias"],
-               "linear2.weight": state["ffn.fc2.weight"], "linear2.bias": state["ffn.fc2.bias"]}
+    copied |= {
+        "linear1.weight": state["ffn.fc1.weight"],
+        "linear1.bias": state["ffn.fc1.bias"],
+        "linear2.weight": state["ffn.fc2.weight"],
+        "linear2.bias": state["ffn.fc2.bias"],
+    }
     norms = ("norm1", "norm2", "norm3") if decoder else ("norm1", "norm2")
     copied |= {f"{n}.{p}": state[f"{n}.{p}"] for n in norms for p in ("weight", "bias")}
     if decoder:
@@ -127,7 +139,7 @@ def _from_torch_grads(layer, d, attention="attn"):
         if name.endswith("in_proj_weight") or name.endswith("in_proj_bias"):
             kind = "weight" if name.endswith("weight") else "bias"
             for i, proj in enumerate(("q_proj", "k_proj", "v_proj")):
-                grads[f"{target}.{proj}.{kind}"] = g[i * d:(i + 1) * d]
+                grads[f"{target}.{proj}.{kind}"] = g[i * d : (i + 1) * d]
         elif name.startswith(("self_attn.", "multihead_attn.")):
             grads[f"{target}.{name.split('.', 1)[1]}"] = g
         elif name.startswith("linear"):
@@ -141,8 +153,9 @@ def _not(mask):
     return None if mask is None else ~mask
 
 
-def encoder_oracle(state, x, heads, d_ff, activation, norm_first, mask=None, padding=None, attention="attn",
-                   grad_output=None):
+def encoder_oracle(
+    state, x, heads, d_ff, activation, norm_first, mask=None, padding=None, attention="attn", grad_output=None
+):
     layer = torch_layer(state, x.shape[-1], heads, d_ff, activation, norm_first, attention)
     out = layer(x, src_mask=_not(mask), src_key_padding_mask=_not(padding))
     if grad_output is None:
@@ -155,11 +168,17 @@ def causal(length):
     return torch.ones(length, length, dtype=torch.bool).tril()
 
 
-def decoder_oracle(state, x, memory, heads, d_ff, activation, norm_first, tgt_padding=None, memory_padding=None,
-                   grad_output=None):
+def decoder_oracle(
+    state, x, memory, heads, d_ff, activation, norm_first, tgt_padding=None, memory_padding=None, grad_output=None
+):
     layer = torch_layer(state, x.shape[-1], heads, d_ff, activation, norm_first, "self_attn", decoder=True)
-    out = layer(x, memory, tgt_mask=~causal(x.shape[1]), tgt_key_padding_mask=_not(tgt_padding),
-                memory_key_padding_mask=_not(memory_padding))
+    out = layer(
+        x,
+        memory,
+        tgt_mask=~causal(x.shape[1]),
+        tgt_key_padding_mask=_not(tgt_padding),
+        memory_key_padding_mask=_not(memory_padding),
+    )
     if grad_output is None:
         return out.detach(), None
     out.backward(grad_output)
@@ -168,10 +187,11 @@ def decoder_oracle(state, x, memory, heads, d_ff, activation, norm_first, tgt_pa
 
 # --- the same blocks composed here from reference components, for diagnoses -------------
 
+
 class _Parts:
     def __init__(self, state, d, heads, d_ff, activation, attention="attn"):
         def sub(prefix):
-            return {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+            return {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + ".")}
 
         self.attn = MultiHeadAttention(d, heads)
         self.attn.load_state_dict(sub(attention))
@@ -238,26 +258,45 @@ def _residual_case(impl, kind, d, seed, shape, mask=None, grads=False):
     got = impl.residual_forward(kind, d, state, x, call_kwargs, grad_output)
     what = f"Residual({'nn.Linear' if kind == 'linear' else 'MultiHeadAttention'}({d}, ...))(x{', mask=mask' * (mask is not None)})"
     expect.that(isinstance(got, dict) and "input_after" in got, f"{what} did not run")
-    expect.that(torch.equal(got["input_after"], got["input_before"]),
-                f"{what} changes its input x in place (x += ...): the caller's x must stay as it was; "
-                "return x + self.sublayer(x) as a new tensor")
+    expect.that(
+        torch.equal(got["input_after"], got["input_before"]),
+        f"{what} changes its input x in place (x += ...): the caller's x must stay as it was; "
+        "return x + self.sublayer(x) as a new tensor",
+    )
     with torch.no_grad():
         inner = sub(x, **call_kwargs)
-        mistakes = [(inner, "the residual is missing: return x + self.sublayer(x), not the sublayer's output alone"),
-                    (x, "the sublayer's output is not added: return x + self.sublayer(x)"),
-                    (2 * x + inner, "x is added twice: x + self.sublayer(x)")]
+        mistakes = [
+            (inner, "the residual is missing: return x + self.sublayer(x), not the sublayer's output alone"),
+            (x, "the sublayer's output is not added: return x + self.sublayer(x)"),
+            (2 * x + inner, "x is added twice: x + self.sublayer(x)"),
+        ]
         if mask is not None:
-            mistakes.append((x + sub(x), "the mask does not reach the sublayer: pass the extra arguments on, "
-                             "forward(x, *args, **kwargs) returns x + self.sublayer(x, *args, **kwargs)"))
+            mistakes.append(
+                (
+                    x + sub(x),
+                    "the mask does not reach the sublayer: pass the extra arguments on, "
+                    "forward(x, *args, **kwargs) returns x + self.sublayer(x, *args, **kwargs)",
+                )
+            )
     expect.close(got["output"], x + inner, what, **TOL, alternatives=mistakes)
     if grads:
         g = expect.gradients(got, what)
         xr = x.clone().requires_grad_()
         params = dict(sub.named_parameters())
         (xr + sub(xr, **call_kwargs)).backward(grad_output)
-        expect.close(got.get("input_grad"), xr.grad, f"the gradient of x through {what}", **GRAD,
-                     alternatives=[(xr.grad - grad_output, "the identity path x carries no gradient: do not detach x "
-                                    "(no x.detach() or x.data); the gradient of x + f(x) is grad + J^T grad")])
+        expect.close(
+            got.get("input_grad"),
+            xr.grad,
+            f"the gradient of x through {what}",
+            **GRAD,
+            alternatives=[
+                (
+                    xr.grad - grad_output,
+                    "the identity path x carries no gradient: do not detach x "
+                    "(no x.detach() or x.data); the gradient of x + f(x) is grad + J^T grad",
+                )
+            ],
+        )
         for name, p in params.items():
             expect.close(g.get(f"sublayer.{name}"), p.grad, f"the gradient of sublayer.{name}", **GRAD)
 
@@ -267,9 +306,11 @@ def test_residual_adds_the_input(impl):
     "Residual(nn.Linear(8, 8))(x) equals x + linear(x), keeps the sublayer's parameters, leaves x unchanged"
     got = impl.residual_summary("linear", 8)
     expect.that("parameters" in got, "Residual(sublayer) is not an nn.Module: subclass nn.Module")
-    expect.that(got["parameters"] == {"sublayer.weight": [8, 8], "sublayer.bias": [8]},
-                f"Residual(nn.Linear(8, 8)) has parameters {got['parameters']}, expected sublayer.weight and "
-                f"sublayer.bias: the sublayer is not registered; {RESIDUAL_NAMES}")
+    expect.that(
+        got["parameters"] == {"sublayer.weight": [8, 8], "sublayer.bias": [8]},
+        f"Residual(nn.Linear(8, 8)) has parameters {got['parameters']}, expected sublayer.weight and "
+        f"sublayer.bias: the sublayer is not registered; {RESIDUAL_NAMES}",
+    )
     _residual_case(impl, "linear", 8, 0, (2, 5, 8))
 
 
@@ -289,6 +330,7 @@ def test_residual_gradients(impl):
 
 # --- Exercises 2 and 3 -------------------------------------------------------------------
 
+
 def _block_parameters(d, d_ff, attention="attn", cross=False):
     shapes = {}
     for prefix in (attention, "cross_attn") if cross else (attention,):
@@ -296,12 +338,21 @@ def _block_parameters(d, d_ff, attention="attn", cross=False):
             shapes |= {f"{prefix}.{proj}.weight": [d, d], f"{prefix}.{proj}.bias": [d]}
     for n in ("norm1", "norm2", "norm3") if cross else ("norm1", "norm2"):
         shapes |= {f"{n}.weight": [d], f"{n}.bias": [d]}
-    return shapes | {"ffn.fc1.weight": [d_ff, d], "ffn.fc1.bias": [d_ff], "ffn.fc2.weight": [d, d_ff],
-                     "ffn.fc2.bias": [d]}
+    return shapes | {
+        "ffn.fc1.weight": [d_ff, d],
+        "ffn.fc1.bias": [d_ff],
+        "ffn.fc2.weight": [d, d_ff],
+        "ffn.fc2.bias": [d],
+    }
 
 
-_MADE_BY = {"norm": "norm", "attn": "attention", "self_attn": "attention", "cross_attn": "cross_attention",
-            "ffn": "feed_forward"}
+_MADE_BY = {
+    "norm": "norm",
+    "attn": "attention",
+    "self_attn": "attention",
+    "cross_attn": "cross_attention",
+    "ffn": "feed_forward",
+}
 
 
 def _check_parts_from_arguments(impl, class_name, args, kwargs, expected):
@@ -309,10 +360,12 @@ def _check_parts_from_arguments(impl, class_name, args, kwargs, expected):
     parts = impl.block_parts(class_name, args, kwargs)
     for name in sorted({n.split(".")[0] for n in expected}):
         argument = _MADE_BY[name.rstrip("0123456789")]
-        expect.that(parts.get(name) == argument,
-                    f"{class_name}.{name} was not made by calling the `{argument}` argument "
-                    + (f"(it came from `{parts[name]}`)" if parts.get(name) else "(a class named directly?)")
-                    + f": build it as self.{name} = {argument}(...), so that a caller's {argument}= is used")
+        expect.that(
+            parts.get(name) == argument,
+            f"{class_name}.{name} was not made by calling the `{argument}` argument "
+            + (f"(it came from `{parts[name]}`)" if parts.get(name) else "(a class named directly?)")
+            + f": build it as self.{name} = {argument}(...), so that a caller's {argument}= is used",
+        )
 
 
 def _check_block_parameters(impl, class_name, args, kwargs, expected, names):
@@ -326,42 +379,63 @@ def _check_block_parameters(impl, class_name, args, kwargs, expected, names):
     norms = sorted(n.split(".")[0] for n in expected if n.startswith("norm") and n.endswith("weight"))
     lost = [n for n in norms if f"{n}.weight" not in params]
     if lost and set(expected) - set(params) == {f"{n}.{p}" for n in lost for p in ("weight", "bias")}:
-        expect.fail(f"{call} has no parameters named {', '.join(lost)}: one LayerNorm is shared by several "
-                    f"sublayers (or not created); each sublayer needs its own, {', '.join(norms)} = norm(d_model)")
+        expect.fail(
+            f"{call} has no parameters named {', '.join(lost)}: one LayerNorm is shared by several "
+            f"sublayers (or not created); each sublayer needs its own, {', '.join(norms)} = norm(d_model)"
+        )
     missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
-    expect.fail(f"{call} has parameters that differ from the expected names and shapes (missing: {missing[:6]}, "
-                f"unexpected: {extra[:6]}). {names}")
+    expect.fail(
+        f"{call} has parameters that differ from the expected names and shapes (missing: {missing[:6]}, "
+        f"unexpected: {extra[:6]}). {names}"
+    )
 
 
-PRE_NAMES = ("self.norm1 = norm(d_model), self.attn = attention(d_model, num_heads), self.norm2 = norm(d_model), "
-             "self.ffn = feed_forward(d_model, d_ff, activation); the names matter, checkpoints load by name")
+PRE_NAMES = (
+    "self.norm1 = norm(d_model), self.attn = attention(d_model, num_heads), self.norm2 = norm(d_model), "
+    "self.ffn = feed_forward(d_model, d_ff, activation); the names matter, checkpoints load by name"
+)
 
 
 def _block_mistakes(parts, x, mask, pre):
     first, second = ("pre", "post") if pre else ("post", "pre")
     mistakes = [
-        (composed(parts, x, [(second, "attn", "norm1"), (second, "ffn", "norm2")], mask),
-         "this is the post-norm order; a pre-norm block normalizes the sublayer's input inside the branch: "
-         "x = x + attn(norm1(x)), then x = x + ffn(norm2(x))" if pre else
-         "this is the pre-norm order; a post-norm block normalizes after the residual add: x = norm1(x + attn(x)), "
-         "then x = norm2(x + ffn(x))"),
-        (composed(parts, x, [(f"bare-{first}", "attn", "norm1"), (first, "ffn", "norm2")], mask),
-         "the residual connection around attention is missing: add the block's input back (x + ...)"),
-        (composed(parts, x, [(first, "attn", "norm1"), (f"bare-{first}", "ffn", "norm2")], mask),
-         "the residual connection around the feed-forward network is missing: add its input back (x + ...)"),
-        (composed(parts, x, [(first, "attn", "norm1"), (first, "ffn", "norm1")], mask),
-         "norm1 is used for both sublayers; the feed-forward network's LayerNorm is norm2"),
-        (composed(parts, x, [(first, "attn", "norm1"), (first, "ffn", "norm2")], None),
-         "the mask does not reach the attention: pass mask on to self.attn(..., mask)"),
+        (
+            composed(parts, x, [(second, "attn", "norm1"), (second, "ffn", "norm2")], mask),
+            "this is the post-norm order; a pre-norm block normalizes the sublayer's input inside the branch: "
+            "x = x + attn(norm1(x)), then x = x + ffn(norm2(x))"
+            if pre
+            else "this is the pre-norm order; a post-norm block normalizes after the residual add: x = norm1(x + attn(x)), "
+            "then x = norm2(x + ffn(x))",
+        ),
+        (
+            composed(parts, x, [(f"bare-{first}", "attn", "norm1"), (first, "ffn", "norm2")], mask),
+            "the residual connection around attention is missing: add the block's input back (x + ...)",
+        ),
+        (
+            composed(parts, x, [(first, "attn", "norm1"), (f"bare-{first}", "ffn", "norm2")], mask),
+            "the residual connection around the feed-forward network is missing: add its input back (x + ...)",
+        ),
+        (
+            composed(parts, x, [(first, "attn", "norm1"), (first, "ffn", "norm1")], mask),
+            "norm1 is used for both sublayers; the feed-forward network's LayerNorm is norm2",
+        ),
+        (
+            composed(parts, x, [(first, "attn", "norm1"), (first, "ffn", "norm2")], None),
+            "the mask does not reach the attention: pass mask on to self.attn(..., mask)",
+        ),
     ]
     if pre:
         mistakes += [
-            (composed(parts, x, [("prepost", "attn", "norm1"), ("prepost", "ffn", "norm2")], mask),
-             "the norm is applied after the residual add as well; in a pre-norm block the residual stream x is "
-             "never normalized: x = x + attn(norm1(x))"),
-            (composed(parts, x, [("normed-pre", "attn", "norm1"), ("normed-pre", "ffn", "norm2")], mask),
-             "the residual adds the normalized h = norm1(x) instead of x: keep the residual stream as it is, "
-             "x = x + attn(norm1(x))"),
+            (
+                composed(parts, x, [("prepost", "attn", "norm1"), ("prepost", "ffn", "norm2")], mask),
+                "the norm is applied after the residual add as well; in a pre-norm block the residual stream x is "
+                "never normalized: x = x + attn(norm1(x))",
+            ),
+            (
+                composed(parts, x, [("normed-pre", "attn", "norm1"), ("normed-pre", "ffn", "norm2")], mask),
+                "the residual adds the normalized h = norm1(x) instead of x: keep the residual stream as it is, "
+                "x = x + attn(norm1(x))",
+            ),
         ]
     return mistakes
 
@@ -372,18 +446,31 @@ def _block_case(impl, class_name, d, heads, d_ff, activation, shape, seed, mask,
     grad_output = _randn(shape, seed + 600) if grads else None
     kwargs = {"activation": activation}
     got = impl.block_forward(class_name, [d, heads, d_ff], kwargs, state, [x], {"mask": mask}, grad_output)
-    expected, expected_grads = encoder_oracle(state, x, heads, d_ff, activation, pre, mask=mask,
-                                              grad_output=grad_output)
+    expected, expected_grads = encoder_oracle(
+        state, x, heads, d_ff, activation, pre, mask=mask, grad_output=grad_output
+    )
     parts = _Parts(state, d, heads, d_ff, activation)
     mistakes = _block_mistakes(parts, x, mask, pre)
     other = "gelu" if activation == "relu" else "relu"
-    mistakes.append((encoder_oracle(state, x, heads, d_ff, other, pre, mask=mask)[0],
-                     f"the feed-forward network uses {other} where activation={activation!r} was asked: "
-                     "pass activation on to feed_forward(d_model, d_ff, activation)"))
-    what = (f"{class_name}({d}, {heads}, {d_ff}, activation={activation!r})(x, mask="
-            f"{'None' if mask is None else 'causal'}) for x of shape {list(shape)}")
-    expect.close(got["output"], expected, what, **TOL, alternatives=mistakes,
-                 hint=f"The oracle is nn.TransformerEncoderLayer(norm_first={pre}) with your weights copied in.")
+    mistakes.append(
+        (
+            encoder_oracle(state, x, heads, d_ff, other, pre, mask=mask)[0],
+            f"the feed-forward network uses {other} where activation={activation!r} was asked: "
+            "pass activation on to feed_forward(d_model, d_ff, activation)",
+        )
+    )
+    what = (
+        f"{class_name}({d}, {heads}, {d_ff}, activation={activation!r})(x, mask="
+        f"{'None' if mask is None else 'causal'}) for x of shape {list(shape)}"
+    )
+    expect.close(
+        got["output"],
+        expected,
+        what,
+        **TOL,
+        alternatives=mistakes,
+        hint=f"The oracle is nn.TransformerEncoderLayer(norm_first={pre}) with your weights copied in.",
+    )
     if grads:
         _check_gradients(got, what, expected_grads)
 
@@ -407,8 +494,17 @@ def _block_checks(exercise, class_name):
     @exercise.hidden
     def test_options_and_shapes(impl):
         _block_case(impl, class_name, 12, 3, 20, "gelu", (3, 7, 12), 10, None)
-        _block_case(impl, class_name, 16, 4, 48, "relu", (1, 9, 16), 20, (torch.rand(9, 9, generator=_gen(3)) > 0.4)
-                    | torch.eye(9, dtype=torch.bool))
+        _block_case(
+            impl,
+            class_name,
+            16,
+            4,
+            48,
+            "relu",
+            (1, 9, 16),
+            20,
+            (torch.rand(9, 9, generator=_gen(3)) > 0.4) | torch.eye(9, dtype=torch.bool),
+        )
 
     test_options_and_shapes.__doc__ = "activation='gelu', no mask, a random mask, other widths, heads and lengths"
 
@@ -417,8 +513,12 @@ def _block_checks(exercise, class_name):
         _block_case(impl, class_name, 8, 2, 24, "gelu", (2, 6, 8), 30, causal(6), grads=True)
 
     test_gradients.__doc__ = f"parameter gradients equal autograd's through {layer}"
-    for function, name in ((test_parameters, "parameters"), (test_forward, "forward"),
-                           (test_options_and_shapes, "options_and_shapes"), (test_gradients, "gradients")):
+    for function, name in (
+        (test_parameters, "parameters"),
+        (test_forward, "forward"),
+        (test_options_and_shapes, "options_and_shapes"),
+        (test_gradients, "gradients"),
+    ):
         function.__name__ = function.__qualname__ = f"test_{class_name.lower()}_{name}"
 
 
@@ -428,8 +528,10 @@ _block_checks(POST_NORM, "PostNormBlock")
 
 # --- Exercise 4 --------------------------------------------------------------------------
 
-ENCODER_NAMES = ("self.self_attn = attention(d_model, num_heads), self.norm1 = norm(d_model), self.ffn = "
-                 "feed_forward(d_model, d_ff, activation), self.norm2 = norm(d_model)")
+ENCODER_NAMES = (
+    "self.self_attn = attention(d_model, num_heads), self.norm1 = norm(d_model), self.ffn = "
+    "feed_forward(d_model, d_ff, activation), self.norm2 = norm(d_model)"
+)
 
 
 def _padding(batch, length, real_lengths):
@@ -446,21 +548,37 @@ def _encoder_mistakes(parts, x, padding, norm_first):
     steps = _order(norm_first, [("attn", "norm1"), ("ffn", "norm2")])
     length = x.shape[1]
     mistakes = [
-        (composed(parts, x, _order(not norm_first, [("attn", "norm1"), ("ffn", "norm2")]), keys),
-         f"norm_first={norm_first} asks for the {'pre' if norm_first else 'post'}-norm order: "
-         + ("x = x + self_attn(norm1(x)), then x = x + ffn(norm2(x))" if norm_first else
-            "x = norm1(x + self_attn(x)), then x = norm2(x + ffn(x))")),
-        (composed(parts, x, steps, causal(length) if keys is None else keys & causal(length)),
-         "an encoder attends in both directions: there is no causal mask, only the padding mask"),
+        (
+            composed(parts, x, _order(not norm_first, [("attn", "norm1"), ("ffn", "norm2")]), keys),
+            f"norm_first={norm_first} asks for the {'pre' if norm_first else 'post'}-norm order: "
+            + (
+                "x = x + self_attn(norm1(x)), then x = x + ffn(norm2(x))"
+                if norm_first
+                else "x = norm1(x + self_attn(x)), then x = norm2(x + ffn(x))"
+            ),
+        ),
+        (
+            composed(parts, x, steps, causal(length) if keys is None else keys & causal(length)),
+            "an encoder attends in both directions: there is no causal mask, only the padding mask",
+        ),
     ]
     if padding is not None:
         mistakes += [
-            (composed(parts, x, steps, ~keys), "the padding mask is inverted: padding_mask is True for real tokens, "
-             "and in an attention mask True means 'may attend'"),
-            (composed(parts, x, steps, None), "the padding mask does not reach the attention: build "
-             "mask = padding_mask[:, None, None, :] and pass it to self.self_attn"),
-            (composed(parts, x, steps, padding[:, None, :, None]), "the padding mask is on the query axis: padded "
-             "*keys* must be hidden from every query, mask = padding_mask[:, None, None, :] (the last axis is keys)"),
+            (
+                composed(parts, x, steps, ~keys),
+                "the padding mask is inverted: padding_mask is True for real tokens, "
+                "and in an attention mask True means 'may attend'",
+            ),
+            (
+                composed(parts, x, steps, None),
+                "the padding mask does not reach the attention: build "
+                "mask = padding_mask[:, None, None, :] and pass it to self.self_attn",
+            ),
+            (
+                composed(parts, x, steps, padding[:, None, :, None]),
+                "the padding mask is on the query axis: padded "
+                "*keys* must be hidden from every query, mask = padding_mask[:, None, None, :] (the last axis is keys)",
+            ),
         ]
     return mistakes + _block_mistakes(parts, x, keys, norm_first)[1:4]
 
@@ -470,16 +588,26 @@ def _encoder_case(impl, d, heads, d_ff, activation, norm_first, shape, seed, rea
     padding = None if real_lengths is None else _padding(shape[0], shape[1], real_lengths)
     grad_output = _randn(shape, seed + 600) if grads else None
     kwargs = {"activation": activation, "norm_first": norm_first}
-    got = impl.block_forward("EncoderBlock", [d, heads, d_ff], kwargs, state, [x], {"padding_mask": padding},
-                             grad_output)
-    expected, expected_grads = encoder_oracle(state, x, heads, d_ff, activation, norm_first, padding=padding,
-                                              attention="self_attn", grad_output=grad_output)
+    got = impl.block_forward(
+        "EncoderBlock", [d, heads, d_ff], kwargs, state, [x], {"padding_mask": padding}, grad_output
+    )
+    expected, expected_grads = encoder_oracle(
+        state, x, heads, d_ff, activation, norm_first, padding=padding, attention="self_attn", grad_output=grad_output
+    )
     parts = _Parts(state, d, heads, d_ff, activation, "self_attn")
-    what = (f"EncoderBlock({d}, {heads}, {d_ff}, activation={activation!r}, norm_first={norm_first})(x, padding_mask)"
-            f" for x of shape {list(shape)}, real lengths {real_lengths}")
-    expect.close(got["output"], expected, what, **TOL, alternatives=_encoder_mistakes(parts, x, padding, norm_first),
-                 hint=f"The oracle is nn.TransformerEncoderLayer(norm_first={norm_first}) with your weights copied in "
-                      "and src_key_padding_mask = ~padding_mask.")
+    what = (
+        f"EncoderBlock({d}, {heads}, {d_ff}, activation={activation!r}, norm_first={norm_first})(x, padding_mask)"
+        f" for x of shape {list(shape)}, real lengths {real_lengths}"
+    )
+    expect.close(
+        got["output"],
+        expected,
+        what,
+        **TOL,
+        alternatives=_encoder_mistakes(parts, x, padding, norm_first),
+        hint=f"The oracle is nn.TransformerEncoderLayer(norm_first={norm_first}) with your weights copied in "
+        "and src_key_padding_mask = ~padding_mask.",
+    )
     if grads:
         _check_gradients(got, what, expected_grads)
 
@@ -496,8 +624,7 @@ def _padding_invariance(impl, class_name, args, kwargs, state, inputs, call_kwar
 @ENCODER.visible
 def test_encoder_parameters(impl):
     "self_attn, norm1, ffn, norm2 built from the components it is given (names and shapes)"
-    _check_block_parameters(impl, "EncoderBlock", [8, 2, 32], {}, _block_parameters(8, 32, "self_attn"),
-                            ENCODER_NAMES)
+    _check_block_parameters(impl, "EncoderBlock", [8, 2, 32], {}, _block_parameters(8, 32, "self_attn"), ENCODER_NAMES)
 
 
 @ENCODER.visible
@@ -513,12 +640,25 @@ def test_encoder_padding_is_invisible(impl):
     padding = _padding(2, 7, [7, 3])
     changed = torch.where(padding[..., None], x, _randn((2, 7, 8), 506, 5.0))
     for norm_first in (False, True):
-        delta = _padding_invariance(impl, "EncoderBlock", [8, 2, 32], {"norm_first": norm_first}, state, [x],
-                                    {"padding_mask": padding}, [changed], padding, "EncoderBlock(8, 2, 32)(x, padding_mask)")
-        expect.that(delta <= SAME["atol"], f"with norm_first={norm_first}, changing the padded tokens changed the "
-                    f"outputs of real tokens by up to {delta:.3g}: padded keys must be hidden from every query. "
-                    "padding_mask is [batch, seq], True = real token; the attention mask is "
-                    "padding_mask[:, None, None, :] (True = may attend, on the key axis)")
+        delta = _padding_invariance(
+            impl,
+            "EncoderBlock",
+            [8, 2, 32],
+            {"norm_first": norm_first},
+            state,
+            [x],
+            {"padding_mask": padding},
+            [changed],
+            padding,
+            "EncoderBlock(8, 2, 32)(x, padding_mask)",
+        )
+        expect.that(
+            delta <= SAME["atol"],
+            f"with norm_first={norm_first}, changing the padded tokens changed the "
+            f"outputs of real tokens by up to {delta:.3g}: padded keys must be hidden from every query. "
+            "padding_mask is [batch, seq], True = real token; the attention mask is "
+            "padding_mask[:, None, None, :] (True = may attend, on the key axis)",
+        )
 
 
 @ENCODER.hidden
@@ -538,9 +678,11 @@ def test_encoder_gradients(impl):
 
 # --- Exercise 5 --------------------------------------------------------------------------
 
-DECODER_NAMES = ("self.self_attn = attention(d_model, num_heads), self.norm1, self.cross_attn = "
-                 "cross_attention(d_model, num_heads), self.norm2, self.ffn = feed_forward(d_model, d_ff, activation), "
-                 "self.norm3, each norm = norm(d_model)")
+DECODER_NAMES = (
+    "self.self_attn = attention(d_model, num_heads), self.norm1, self.cross_attn = "
+    "cross_attention(d_model, num_heads), self.norm2, self.ffn = feed_forward(d_model, d_ff, activation), "
+    "self.norm3, each norm = norm(d_model)"
+)
 
 
 def _decoder_mistakes(parts, x, memory, tgt_padding, memory_padding, norm_first):
@@ -554,49 +696,97 @@ def _decoder_mistakes(parts, x, memory, tgt_padding, memory_padding, norm_first)
 
     kind = "pre" if norm_first else "post"
     mistakes = [
-        (run(_order(norm_first, [("attn", "norm1"), ("self-cross", "norm2"), ("ffn", "norm3")])),
-         "the cross-attention reads the decoder's own states: its keys and values come from memory (the encoder's "
-         "output), cross_attn(h, memory, memory_mask), only its queries from the decoder"),
-        (run(_order(norm_first, subs), mask=None if tgt_padding is None else tgt_padding[:, None, None, :]),
-         "the self-attention has no causal mask: a token must not see the tokens after it"),
-        (run(_order(not norm_first, subs)), f"norm_first={norm_first} asks for the "
-         f"{'pre' if norm_first else 'post'}-norm order in all three sublayers"),
-        (run(_order(norm_first, [("cross", "norm1"), ("attn", "norm2"), ("ffn", "norm3")])),
-         "the sublayers are in the wrong order: causal self-attention first, then cross-attention, then the FFN"),
-        (run([(kind, "attn", "norm1"), (f"bare-{kind}", "cross", "norm2"), (kind, "ffn", "norm3")]),
-         "the residual connection around the cross-attention is missing"),
-        (run([(kind, "attn", "norm1"), (kind, "cross", "norm2"), (kind, "ffn", "norm2")]),
-         "norm2 is used twice; the FFN's LayerNorm is norm3"),
+        (
+            run(_order(norm_first, [("attn", "norm1"), ("self-cross", "norm2"), ("ffn", "norm3")])),
+            "the cross-attention reads the decoder's own states: its keys and values come from memory (the encoder's "
+            "output), cross_attn(h, memory, memory_mask), only its queries from the decoder",
+        ),
+        (
+            run(_order(norm_first, subs), mask=None if tgt_padding is None else tgt_padding[:, None, None, :]),
+            "the self-attention has no causal mask: a token must not see the tokens after it",
+        ),
+        (
+            run(_order(not norm_first, subs)),
+            f"norm_first={norm_first} asks for the {'pre' if norm_first else 'post'}-norm order in all three sublayers",
+        ),
+        (
+            run(_order(norm_first, [("cross", "norm1"), ("attn", "norm2"), ("ffn", "norm3")])),
+            "the sublayers are in the wrong order: causal self-attention first, then cross-attention, then the FFN",
+        ),
+        (
+            run([(kind, "attn", "norm1"), (f"bare-{kind}", "cross", "norm2"), (kind, "ffn", "norm3")]),
+            "the residual connection around the cross-attention is missing",
+        ),
+        (
+            run([(kind, "attn", "norm1"), (kind, "cross", "norm2"), (kind, "ffn", "norm2")]),
+            "norm2 is used twice; the FFN's LayerNorm is norm3",
+        ),
     ]
     if memory_padding is not None:
-        mistakes.append((run(_order(norm_first, subs), mem_mask=None), "memory_padding does not reach the "
-                         "cross-attention: mask = memory_padding[:, None, None, :]"))
+        mistakes.append(
+            (
+                run(_order(norm_first, subs), mem_mask=None),
+                "memory_padding does not reach the cross-attention: mask = memory_padding[:, None, None, :]",
+            )
+        )
     if tgt_padding is not None:
-        mistakes.append((run(_order(norm_first, subs), mask=causal(length)), "tgt_padding does not reach the "
-                         "self-attention: combine it with the causal mask, causal & tgt_padding[:, None, None, :]"))
+        mistakes.append(
+            (
+                run(_order(norm_first, subs), mask=causal(length)),
+                "tgt_padding does not reach the "
+                "self-attention: combine it with the causal mask, causal & tgt_padding[:, None, None, :]",
+            )
+        )
     return mistakes
 
 
-def _decoder_case(impl, d, heads, d_ff, activation, norm_first, shape, memory_len, seed, tgt_lengths=None,
-                  memory_lengths=None, grads=False):
+def _decoder_case(
+    impl,
+    d,
+    heads,
+    d_ff,
+    activation,
+    norm_first,
+    shape,
+    memory_len,
+    seed,
+    tgt_lengths=None,
+    memory_lengths=None,
+    grads=False,
+):
     state = block_state(d, d_ff, seed, "self_attn", cross=True)
     x, memory = _randn(shape, seed + 500), _randn((shape[0], memory_len, d), seed + 501)
     tgt_padding = None if tgt_lengths is None else _padding(shape[0], shape[1], tgt_lengths)
     memory_padding = None if memory_lengths is None else _padding(shape[0], memory_len, memory_lengths)
     grad_output = _randn(shape, seed + 600) if grads else None
     kwargs = {"activation": activation, "norm_first": norm_first}
-    got = impl.block_forward("DecoderBlock", [d, heads, d_ff], kwargs, state, [x, memory],
-                             {"tgt_padding": tgt_padding, "memory_padding": memory_padding}, grad_output)
-    expected, expected_grads = decoder_oracle(state, x, memory, heads, d_ff, activation, norm_first, tgt_padding,
-                                              memory_padding, grad_output)
+    got = impl.block_forward(
+        "DecoderBlock",
+        [d, heads, d_ff],
+        kwargs,
+        state,
+        [x, memory],
+        {"tgt_padding": tgt_padding, "memory_padding": memory_padding},
+        grad_output,
+    )
+    expected, expected_grads = decoder_oracle(
+        state, x, memory, heads, d_ff, activation, norm_first, tgt_padding, memory_padding, grad_output
+    )
     parts = _Parts(state, d, heads, d_ff, activation, "self_attn")
-    what = (f"DecoderBlock({d}, {heads}, {d_ff}, activation={activation!r}, norm_first={norm_first})(x, memory"
-            f"{', tgt_padding' * (tgt_padding is not None)}{', memory_padding' * (memory_padding is not None)}) "
-            f"for x of shape {list(shape)} and memory of length {memory_len}")
-    expect.close(got["output"], expected, what, **TOL,
-                 alternatives=_decoder_mistakes(parts, x, memory, tgt_padding, memory_padding, norm_first),
-                 hint=f"The oracle is nn.TransformerDecoderLayer(norm_first={norm_first}) with your weights copied "
-                      "in, a causal tgt_mask and the key padding masks ~tgt_padding and ~memory_padding.")
+    what = (
+        f"DecoderBlock({d}, {heads}, {d_ff}, activation={activation!r}, norm_first={norm_first})(x, memory"
+        f"{', tgt_padding' * (tgt_padding is not None)}{', memory_padding' * (memory_padding is not None)}) "
+        f"for x of shape {list(shape)} and memory of length {memory_len}"
+    )
+    expect.close(
+        got["output"],
+        expected,
+        what,
+        **TOL,
+        alternatives=_decoder_mistakes(parts, x, memory, tgt_padding, memory_padding, norm_first),
+        hint=f"The oracle is nn.TransformerDecoderLayer(norm_first={norm_first}) with your weights copied "
+        "in, a causal tgt_mask and the key padding masks ~tgt_padding and ~memory_padding.",
+    )
     if grads:
         _check_gradients(got, what, expected_grads)
 
@@ -604,8 +794,9 @@ def _decoder_case(impl, d, heads, d_ff, activation, norm_first, shape, memory_le
 @DECODER.visible
 def test_decoder_parameters(impl):
     "self_attn, norm1, cross_attn, norm2, ffn, norm3 built from the components it is given (names and shapes)"
-    _check_block_parameters(impl, "DecoderBlock", [8, 2, 32], {}, _block_parameters(8, 32, "self_attn", cross=True),
-                            DECODER_NAMES)
+    _check_block_parameters(
+        impl, "DecoderBlock", [8, 2, 32], {}, _block_parameters(8, 32, "self_attn", cross=True), DECODER_NAMES
+    )
 
 
 @DECODER.visible
@@ -621,14 +812,27 @@ def test_decoder_is_causal(impl):
     x, memory = _randn((2, 6, 8), 505), _randn((2, 4, 8), 506)
     for t in (0, 3):
         changed = x.clone()
-        changed[:, t + 1:] = _randn((2, 5 - t, 8), 507 + t, 5.0)
+        changed[:, t + 1 :] = _randn((2, 5 - t, 8), 507 + t, 5.0)
         earlier = torch.zeros(2, 6, dtype=torch.bool)
-        earlier[:, :t + 1] = True
-        delta = _padding_invariance(impl, "DecoderBlock", [8, 2, 32], {}, state, [x, memory], {}, [changed, memory],
-                                    earlier, "DecoderBlock(8, 2, 32)(x, memory)")
-        expect.that(delta <= SAME["atol"], f"changing the tokens after position {t} changed the outputs at positions "
-                    f"0..{t} by up to {delta:.3g}: the self-attention has no causal mask (or a wrong one); a token "
-                    "may attend to itself and the tokens before it only")
+        earlier[:, : t + 1] = True
+        delta = _padding_invariance(
+            impl,
+            "DecoderBlock",
+            [8, 2, 32],
+            {},
+            state,
+            [x, memory],
+            {},
+            [changed, memory],
+            earlier,
+            "DecoderBlock(8, 2, 32)(x, memory)",
+        )
+        expect.that(
+            delta <= SAME["atol"],
+            f"changing the tokens after position {t} changed the outputs at positions "
+            f"0..{t} by up to {delta:.3g}: the self-attention has no causal mask (or a wrong one); a token "
+            "may attend to itself and the tokens before it only",
+        )
 
 
 @DECODER.hidden
@@ -647,12 +851,24 @@ def test_decoder_memory_padding_is_invisible(impl):
     memory_padding = _padding(2, 6, [6, 2])
     changed = torch.where(memory_padding[..., None], memory, _randn((2, 6, 8), 517, 5.0))
     for norm_first in (False, True):
-        delta = _padding_invariance(impl, "DecoderBlock", [8, 2, 32], {"norm_first": norm_first}, state, [x, memory],
-                                    {"memory_padding": memory_padding}, [x, changed], torch.ones(2, 5, dtype=torch.bool),
-                                    "DecoderBlock(8, 2, 32)(x, memory, memory_padding=...)")
-        expect.that(delta <= SAME["atol"], f"with norm_first={norm_first}, changing the padded memory tokens changed "
-                    f"the outputs by up to {delta:.3g}: the cross-attention must hide padded memory keys, "
-                    "mask = memory_padding[:, None, None, :]")
+        delta = _padding_invariance(
+            impl,
+            "DecoderBlock",
+            [8, 2, 32],
+            {"norm_first": norm_first},
+            state,
+            [x, memory],
+            {"memory_padding": memory_padding},
+            [x, changed],
+            torch.ones(2, 5, dtype=torch.bool),
+            "DecoderBlock(8, 2, 32)(x, memory, memory_padding=...)",
+        )
+        expect.that(
+            delta <= SAME["atol"],
+            f"with norm_first={norm_first}, changing the padded memory tokens changed "
+            f"the outputs by up to {delta:.3g}: the cross-attention must hide padded memory keys, "
+            "mask = memory_padding[:, None, None, :]",
+        )
 
 
 @DECODER.hidden
@@ -660,29 +876,50 @@ def test_decoder_mask_on_the_device_of_x(impl):
     "the causal mask is made on the device of x: the block runs on another device (PyTorch's meta device)"
     for padded in (False, True):
         got = impl.decoder_on_meta([8, 2, 32], [2, 5, 8], 4, padded)
-        call = f"DecoderBlock(8, 2, 32).to('meta')(x, memory{', tgt_padding, memory_padding' * padded}) with x and " \
-               "memory on the meta device"
-        expect.that(not got["raised"], f"{call} raised {got['raised']}: {got['message']}; a tensor your block makes "
-                    "stays on the CPU while x is elsewhere: build the causal mask in forward on the device of x, "
-                    "torch.ones(t, t, dtype=torch.bool, device=x.device).tril() (a mask made in __init__ as a plain "
-                    "attribute does not move with the block)")
-        expect.that(got["device"] == "meta" and got["shape"] == [2, 5, 8],
-                    f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
-                    "[2, 5, 8] on the device of x")
+        call = (
+            f"DecoderBlock(8, 2, 32).to('meta')(x, memory{', tgt_padding, memory_padding' * padded}) with x and "
+            "memory on the meta device"
+        )
+        expect.that(
+            not got["raised"],
+            f"{call} raised {got['raised']}: {got['message']}; a tensor your block makes "
+            "stays on the CPU while x is elsewhere: build the causal mask in forward on the device of x, "
+            "torch.ones(t, t, dtype=torch.bool, device=x.device).tril() (a mask made in __init__ as a plain "
+            "attribute does not move with the block)",
+        )
+        expect.that(
+            got["device"] == "meta" and got["shape"] == [2, 5, 8],
+            f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
+            "[2, 5, 8] on the device of x",
+        )
 
 
 @DECODER.hidden
 def test_decoder_gradients(impl):
     "parameter gradients equal autograd's through nn.TransformerDecoderLayer, pre- and post-norm"
     for norm_first in (False, True):
-        _decoder_case(impl, 8, 2, 24, "gelu", norm_first, (2, 5, 8), 6, 40 + norm_first, tgt_lengths=[5, 3],
-                      memory_lengths=[6, 4], grads=True)
+        _decoder_case(
+            impl,
+            8,
+            2,
+            24,
+            "gelu",
+            norm_first,
+            (2, 5, 8),
+            6,
+            40 + norm_first,
+            tgt_lengths=[5, 3],
+            memory_lengths=[6, 4],
+            grads=True,
+        )
 
 
 # --- Exercise 6 --------------------------------------------------------------------------
 
-PARALLEL_NAMES = ("self.norm1 = norm(d_model), self.attn = attention(d_model, num_heads), self.ffn = "
-                  "feed_forward(d_model, d_ff, activation), and no other norm: one LayerNorm feeds both sublayers")
+PARALLEL_NAMES = (
+    "self.norm1 = norm(d_model), self.attn = attention(d_model, num_heads), self.ffn = "
+    "feed_forward(d_model, d_ff, activation), and no other norm: one LayerNorm feeds both sublayers"
+)
 _GPTJ_ACTIVATION = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new"}
 
 
@@ -707,15 +944,29 @@ def gptj_oracle(state, x, heads, d_ff, activation, mask, grad_output=None):
 
     T = transformers_quiet()
     d = x.shape[-1]
-    config = T.GPTJConfig(n_embd=d, n_head=heads, n_inner=d_ff, rotary_dim=d // heads, n_positions=max(64, x.shape[1]),
-                          activation_function=_GPTJ_ACTIVATION[activation], resid_pdrop=0.0, embd_pdrop=0.0,
-                          attn_pdrop=0.0, layer_norm_epsilon=1e-5)
+    config = T.GPTJConfig(
+        n_embd=d,
+        n_head=heads,
+        n_inner=d_ff,
+        rotary_dim=d // heads,
+        n_positions=max(64, x.shape[1]),
+        activation_function=_GPTJ_ACTIVATION[activation],
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=1e-5,
+    )
     config._attn_implementation = "eager"
     block = GPTJBlock(config, layer_idx=0).train()
     assert all(float(state[f"attn.{p}.bias"].abs().max()) == 0 for p in ("q_proj", "k_proj", "v_proj", "out_proj"))
-    copied = {"ln_1.weight": state["norm1.weight"], "ln_1.bias": state["norm1.bias"],
-              "mlp.fc_in.weight": state["ffn.fc1.weight"], "mlp.fc_in.bias": state["ffn.fc1.bias"],
-              "mlp.fc_out.weight": state["ffn.fc2.weight"], "mlp.fc_out.bias": state["ffn.fc2.bias"]}
+    copied = {
+        "ln_1.weight": state["norm1.weight"],
+        "ln_1.bias": state["norm1.bias"],
+        "mlp.fc_in.weight": state["ffn.fc1.weight"],
+        "mlp.fc_in.bias": state["ffn.fc1.bias"],
+        "mlp.fc_out.weight": state["ffn.fc2.weight"],
+        "mlp.fc_out.bias": state["ffn.fc2.bias"],
+    }
     copied |= {f"attn.{p}.weight": state[f"attn.{p}.weight"] for p in ("q_proj", "k_proj", "v_proj", "out_proj")}
     block.load_state_dict({k: v.clone() for k, v in copied.items()}, strict=False)  # strict: the rotary buffer
     additive = None
@@ -726,9 +977,17 @@ def gptj_oracle(state, x, heads, d_ff, activation, mask, grad_output=None):
     if grad_output is None:
         return out.detach(), None
     out.backward(grad_output)
-    names = {v: k for k, v in {"norm1.weight": "ln_1.weight", "norm1.bias": "ln_1.bias", "ffn.fc1.weight":
-             "mlp.fc_in.weight", "ffn.fc1.bias": "mlp.fc_in.bias", "ffn.fc2.weight": "mlp.fc_out.weight",
-             "ffn.fc2.bias": "mlp.fc_out.bias"}.items()}
+    names = {
+        v: k
+        for k, v in {
+            "norm1.weight": "ln_1.weight",
+            "norm1.bias": "ln_1.bias",
+            "ffn.fc1.weight": "mlp.fc_in.weight",
+            "ffn.fc1.bias": "mlp.fc_in.bias",
+            "ffn.fc2.weight": "mlp.fc_out.weight",
+            "ffn.fc2.bias": "mlp.fc_out.bias",
+        }.items()
+    }
     grads = {names.get(n, n): p.grad for n, p in block.named_parameters()}
     return out.detach(), grads
 
@@ -760,15 +1019,15 @@ def parallel_composed(parts, x, mask, kind="parallel"):
 
 _PARALLEL_MISTAKES = {
     "sequential": "the sublayers run one after the other (the pre-norm block): in the parallel block the FFN "
-                  "reads norm1(x) of the block's input, not the stream after attention; y = x + attn(h) + ffn(h) "
-                  "with h = norm1(x)",
+    "reads norm1(x) of the block's input, not the stream after attention; y = x + attn(h) + ffn(h) "
+    "with h = norm1(x)",
     "no-residual": "the residual is missing: y = x + attn(h, mask) + ffn(h), the block's input x added back",
     "ffn-of-attn": "the FFN reads the attention's output; in the parallel block both sublayers read the same "
-                   "h = norm1(x): y = x + attn(h, mask) + ffn(h)",
+    "h = norm1(x): y = x + attn(h, mask) + ffn(h)",
     "norm-after": "the norm is applied after the sum (post-norm order): the parallel block normalizes the input, "
-                  "h = norm1(x), and leaves the residual stream alone: y = x + attn(h, mask) + ffn(h)",
+    "h = norm1(x), and leaves the residual stream alone: y = x + attn(h, mask) + ffn(h)",
     "norm-after-too": "the norm is applied after the sum as well: the residual stream is never normalized, "
-                      "y = x + attn(h, mask) + ffn(h)",
+    "y = x + attn(h, mask) + ffn(h)",
     "ffn-unnormalized": "the FFN reads x unnormalized: both sublayers read h = norm1(x)",
     "normed-residual": "the residual adds the normalized h = norm1(x) instead of x: y = x + attn(h, mask) + ffn(h)",
 }
@@ -777,20 +1036,29 @@ _PARALLEL_MISTAKES = {
 def _parallel_case(impl, d, heads, d_ff, activation, shape, seed, mask, oracle="gptj", grads=False):
     state, x = parallel_state(d, d_ff, seed, attention_bias=oracle != "gptj"), _randn(shape, seed + 500)
     grad_output = _randn(shape, seed + 600) if grads else None
-    got = impl.block_forward("ParallelBlock", [d, heads, d_ff], {"activation": activation}, state, [x],
-                             {"mask": mask}, grad_output)
+    got = impl.block_forward(
+        "ParallelBlock", [d, heads, d_ff], {"activation": activation}, state, [x], {"mask": mask}, grad_output
+    )
     parts = _Parts(state, d, heads, d_ff, activation)
     with torch.no_grad():
         mistakes = [(parallel_composed(parts, x, mask, kind), message) for kind, message in _PARALLEL_MISTAKES.items()]
-        mistakes.append((parallel_composed(parts, x, None), "the mask does not reach the attention: pass mask on "
-                         "to self.attn(h, mask)"))
-    what = (f"ParallelBlock({d}, {heads}, {d_ff}, activation={activation!r})(x, mask="
-            f"{'None' if mask is None else 'causal' if torch.equal(mask, causal(shape[1])) else 'random'}) "
-            f"for x of shape {list(shape)}")
+        mistakes.append(
+            (
+                parallel_composed(parts, x, None),
+                "the mask does not reach the attention: pass mask on to self.attn(h, mask)",
+            )
+        )
+    what = (
+        f"ParallelBlock({d}, {heads}, {d_ff}, activation={activation!r})(x, mask="
+        f"{'None' if mask is None else 'causal' if torch.equal(mask, causal(shape[1])) else 'random'}) "
+        f"for x of shape {list(shape)}"
+    )
     if oracle == "gptj":
         expected, expected_grads = gptj_oracle(state, x, heads, d_ff, activation, mask, grad_output)
-        hint = ("The oracle is Hugging Face's GPTJBlock, x + attn(ln_1(x)) + mlp(ln_1(x)), with your weights "
-                "copied in (attention biases zero, positions 0 so that its rotary embedding is the identity).")
+        hint = (
+            "The oracle is Hugging Face's GPTJBlock, x + attn(ln_1(x)) + mlp(ln_1(x)), with your weights "
+            "copied in (attention biases zero, positions 0 so that its rotary embedding is the identity)."
+        )
     else:
         parts = _Parts(state, d, heads, d_ff, activation)
         params = [p for m in (parts.attn, parts.ffn, parts.norms["norm1"]) for p in m.parameters()]
@@ -800,8 +1068,11 @@ def _parallel_case(impl, d, heads, d_ff, activation, shape, seed, mask, oracle="
         expected, expected_grads = out.detach(), None
         if grads:
             out.backward(grad_output)
-            expected_grads = {f"{prefix}.{n}": p.grad for prefix, m in (("attn", parts.attn), ("ffn", parts.ffn),
-                              ("norm1", parts.norms["norm1"])) for n, p in m.named_parameters()}
+            expected_grads = {
+                f"{prefix}.{n}": p.grad
+                for prefix, m in (("attn", parts.attn), ("ffn", parts.ffn), ("norm1", parts.norms["norm1"]))
+                for n, p in m.named_parameters()
+            }
         hint = "The oracle is x + attn(norm1(x), mask) + ffn(norm1(x)) with the reference components."
     expect.close(got["output"], expected, what, **TOL, alternatives=mistakes, hint=hint)
     if grads:
@@ -815,11 +1086,12 @@ def test_parallel_parameters(impl):
     got = impl.block_summary("ParallelBlock", [8, 2, 32], {})
     params = got.get("parameters", {})
     extra_norms = sorted({n.split(".")[0] for n in set(params) - set(expected) if n.startswith("norm")})
-    expect.that(not extra_norms or set(params) - set(expected) != {f"{n}.{p}" for n in extra_norms
-                                                                    for p in ("weight", "bias")},
-                f"ParallelBlock(8, 2, 32) has a second norm ({', '.join(extra_norms)}): the parallel block of GPT-J and "
-                "PaLM has one LayerNorm, norm1, whose output h = norm1(x) feeds both attn and ffn (two norms is "
-                "GPT-NeoX's variant, not this exercise's)")
+    expect.that(
+        not extra_norms or set(params) - set(expected) != {f"{n}.{p}" for n in extra_norms for p in ("weight", "bias")},
+        f"ParallelBlock(8, 2, 32) has a second norm ({', '.join(extra_norms)}): the parallel block of GPT-J and "
+        "PaLM has one LayerNorm, norm1, whose output h = norm1(x) feeds both attn and ffn (two norms is "
+        "GPT-NeoX's variant, not this exercise's)",
+    )
     _check_block_parameters(impl, "ParallelBlock", [8, 2, 32], {}, expected, PARALLEL_NAMES)
 
 
@@ -833,8 +1105,16 @@ def test_parallel_forward(impl):
 def test_parallel_options_and_shapes(impl):
     "activation='relu' and 'gelu', no mask, a random mask, attention biases, other widths, heads and lengths"
     _parallel_case(impl, 12, 3, 20, "relu", (3, 7, 12), 10, None)
-    _parallel_case(impl, 16, 4, 48, "gelu", (1, 9, 16), 20, (torch.rand(9, 9, generator=_gen(4)) > 0.4)
-                   | torch.eye(9, dtype=torch.bool))
+    _parallel_case(
+        impl,
+        16,
+        4,
+        48,
+        "gelu",
+        (1, 9, 16),
+        20,
+        (torch.rand(9, 9, generator=_gen(4)) > 0.4) | torch.eye(9, dtype=torch.bool),
+    )
     _parallel_case(impl, 8, 2, 24, "relu", (2, 6, 8), 25, causal(6), oracle="composed")
     _parallel_case(impl, 12, 4, 36, "gelu", (2, 5, 12), 27, None, oracle="composed")
 

@@ -84,15 +84,46 @@ from autograder.rules import Rule
 # "As a closed form: no model built", enforced as notebook 09's count is: the torch modules a model is built from
 # are refused while the function runs (however they are reached: the course's GPT2, Hugging Face's, the meta
 # device), and the answer cell may not name the notebook's models or Hugging Face's.
-COUNT = Exercise("gpt2_num_parameters", "Exercise 1: GPT-2's parameter count", points=2, rules=(
-    Rule("as a closed form: no model built",
-         ("torch.nn.Linear", "torch.nn.LazyLinear", "torch.nn.Bilinear", "torch.nn.Embedding", "torch.nn.EmbeddingBag",
-          "torch.nn.LayerNorm", "torch.nn.RMSNorm", "torch.nn.MultiheadAttention", "torch.nn.Conv1d",
-          "torch.nn.Transformer", "torch.nn.TransformerDecoderLayer", "torch.nn.TransformerEncoderLayer",
-          "torch.nn.Module", "transformers.GPT2LMHeadModel", "transformers.GPT2Model", "transformers.AutoModel",
-          "transformers.AutoModelForCausalLM"),
-         names=("GPT2", "PreNormBlock", "LayerNorm", "RMSNorm", "SwiGLU", "ModernBlock", "ModernDecoder", "RotaryGQA",
-                "FusedRotaryGQA")),))
+COUNT = Exercise(
+    "gpt2_num_parameters",
+    "Exercise 1: GPT-2's parameter count",
+    points=2,
+    rules=(
+        Rule(
+            "as a closed form: no model built",
+            (
+                "torch.nn.Linear",
+                "torch.nn.LazyLinear",
+                "torch.nn.Bilinear",
+                "torch.nn.Embedding",
+                "torch.nn.EmbeddingBag",
+                "torch.nn.LayerNorm",
+                "torch.nn.RMSNorm",
+                "torch.nn.MultiheadAttention",
+                "torch.nn.Conv1d",
+                "torch.nn.Transformer",
+                "torch.nn.TransformerDecoderLayer",
+                "torch.nn.TransformerEncoderLayer",
+                "torch.nn.Module",
+                "transformers.GPT2LMHeadModel",
+                "transformers.GPT2Model",
+                "transformers.AutoModel",
+                "transformers.AutoModelForCausalLM",
+            ),
+            names=(
+                "GPT2",
+                "PreNormBlock",
+                "LayerNorm",
+                "RMSNorm",
+                "SwiGLU",
+                "ModernBlock",
+                "ModernDecoder",
+                "RotaryGQA",
+                "FusedRotaryGQA",
+            ),
+        ),
+    ),
+)
 GPT2 = Exercise("gpt2_model", "Exercise 2: the GPT-2 model", points=4)
 LOSS = Exercise("causal_lm_loss", "Exercise 3: the causal language-modelling loss", points=2)
 GPT2_CONVERT = Exercise("gpt2_state_from_hf", "Exercise 4: loading a GPT-2 checkpoint", points=3)
@@ -102,7 +133,10 @@ DECODER = Exercise("modern_decoder", "Exercise 7: the modern decoder", points=4)
 LLAMA_CONVERT = Exercise("llama_state_from_hf", "Exercise 8: loading a Llama checkpoint", points=3)
 FUSED = Exercise("fused_rotary_gqa", "Exercise 9: one q/k/v product with grouped-query attention", points=3)
 EXERCISES = [COUNT, GPT2, LOSS, GPT2_CONVERT, ROTARY, MODERN_BLOCK, DECODER, LLAMA_CONVERT, FUSED]
-ORACLE_IMPORTS = ("transformers.models.gpt2.modeling_gpt2", "transformers.models.llama.modeling_llama")  # imported while the notebook runs (grading.grade): seconds
+ORACLE_IMPORTS = (
+    "transformers.models.gpt2.modeling_gpt2",
+    "transformers.models.llama.modeling_llama",
+)  # imported while the notebook runs (grading.grade): seconds
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 LOSS_TOL = {"atol": 1e-5, "rtol": 1e-5}
@@ -140,15 +174,18 @@ def _randomize(model, seed):
     g = _gen(seed)
     for name, p in model.named_parameters():
         if p.dim() == 1:
-            p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g) if name.endswith("weight") and (
-                "ln" in name or "norm" in name) else 0.2 * torch.randn(p.shape, generator=g))
+            p.copy_(
+                1.0 + 0.3 * torch.randn(p.shape, generator=g)
+                if name.endswith("weight") and ("ln" in name or "norm" in name)
+                else 0.2 * torch.randn(p.shape, generator=g)
+            )
         elif any(e in name for e in ("wte", "wpe", "embed_tokens")):
             p.copy_(0.7 * torch.randn(p.shape, generator=g))
         else:
             conv1d = any(c in name for c in ("c_attn", "c_proj", "c_fc"))
             fan_in = p.shape[0] if conv1d else p.shape[1]
             sharp = 1.6 if any(c in name for c in ("c_attn", "q_proj", "k_proj")) else 1.0
-            p.copy_(sharp * fan_in ** -0.5 * torch.randn(p.shape, generator=g))
+            p.copy_(sharp * fan_in**-0.5 * torch.randn(p.shape, generator=g))
     return model
 
 
@@ -159,28 +196,44 @@ def _config(fields):
 
 # --- GPT-2: the oracle and the checker's own mapping --------------------------------------
 
+
 def hf_gpt2(fields, seed):
     T = _transformers()
-    config = T.GPT2Config(vocab_size=fields["vocab_size"], n_positions=fields["n_positions"], n_embd=fields["d_model"],
-                          n_layer=fields["n_layers"], n_head=fields["n_heads"], n_inner=fields["d_ff"],
-                          layer_norm_epsilon=fields.get("norm_eps", 1e-5), activation_function="gelu_new",
-                          resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    config = T.GPT2Config(
+        vocab_size=fields["vocab_size"],
+        n_positions=fields["n_positions"],
+        n_embd=fields["d_model"],
+        n_layer=fields["n_layers"],
+        n_head=fields["n_heads"],
+        n_inner=fields["d_ff"],
+        layer_norm_epsilon=fields.get("norm_eps", 1e-5),
+        activation_function="gelu_new",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return _randomize(T.GPT2LMHeadModel(config).eval(), seed)
 
 
 def gpt2_course_state(hf_state, n_layers, d):
     """HF GPT-2 tensors (either layout) under the course's names: this module's own mapping."""
-    src = {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in hf_state.items()}
-    state = {"wte.weight": src["wte.weight"], "wpe.weight": src["wpe.weight"], "ln_f.weight": src["ln_f.weight"],
-             "ln_f.bias": src["ln_f.bias"]}
+    src = {k[len("transformer.") :] if k.startswith("transformer.") else k: v for k, v in hf_state.items()}
+    state = {
+        "wte.weight": src["wte.weight"],
+        "wpe.weight": src["wpe.weight"],
+        "ln_f.weight": src["ln_f.weight"],
+        "ln_f.bias": src["ln_f.bias"],
+    }
     for i in range(n_layers):
         h, b = f"h.{i}", f"blocks.{i}"
         for ours, theirs in (("norm1", "ln_1"), ("norm2", "ln_2")):
             state |= {f"{b}.{ours}.{p}": src[f"{h}.{theirs}.{p}"] for p in ("weight", "bias")}
         w, bias = src[f"{h}.attn.c_attn.weight"], src[f"{h}.attn.c_attn.bias"]
         for j, proj in enumerate(("q_proj", "k_proj", "v_proj")):
-            state[f"{b}.attn.{proj}.weight"] = w[:, j * d:(j + 1) * d].T.contiguous()
-            state[f"{b}.attn.{proj}.bias"] = bias[j * d:(j + 1) * d].clone()
+            state[f"{b}.attn.{proj}.weight"] = w[:, j * d : (j + 1) * d].T.contiguous()
+            state[f"{b}.attn.{proj}.bias"] = bias[j * d : (j + 1) * d].clone()
         for ours, theirs in (("attn.out_proj", "attn.c_proj"), ("ffn.fc1", "mlp.c_fc"), ("ffn.fc2", "mlp.c_proj")):
             state[f"{b}.{ours}.weight"] = src[f"{h}.{theirs}.weight"].T.contiguous()
             state[f"{b}.{ours}.bias"] = src[f"{h}.{theirs}.bias"].clone()
@@ -196,8 +249,15 @@ def hf_gpt2_logits(model, tokens, padding):
 
 
 def _gpt2_fields(seed, d=16, heads=4, layers=2, eps=1e-5):
-    return {"vocab_size": 53 + seed % 7, "n_positions": 20, "d_model": d, "n_layers": layers, "n_heads": heads,
-            "d_ff": 3 * d + 4, "norm_eps": eps}
+    return {
+        "vocab_size": 53 + seed % 7,
+        "n_positions": 20,
+        "d_model": d,
+        "n_layers": layers,
+        "n_heads": heads,
+        "d_ff": 3 * d + 4,
+        "norm_eps": eps,
+    }
 
 
 def _reference(model_class, fields, state, **kwargs):
@@ -213,31 +273,48 @@ def _gpt2_mistakes(fields, state, tokens, padding):
     length = tokens.shape[1]
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     mistakes = [
-        (ref.run(tokens, positions, None if padding is None else padding[:, None, None, :]),
-         "there is no causal mask: position t may attend to positions 0..t only (mask = causal & padding)"),
-        (_reference(decoders.GPT2, fields, state, activation="gelu")(tokens, padding),
-         'the feed-forward network uses the exact GELU; GPT-2 uses the tanh approximation: pass "gelu_tanh" '
-         "to every block"),
+        (
+            ref.run(tokens, positions, None if padding is None else padding[:, None, None, :]),
+            "there is no causal mask: position t may attend to positions 0..t only (mask = causal & padding)",
+        ),
+        (
+            _reference(decoders.GPT2, fields, state, activation="gelu")(tokens, padding),
+            'the feed-forward network uses the exact GELU; GPT-2 uses the tanh approximation: pass "gelu_tanh" '
+            "to every block",
+        ),
     ]
     if padding is not None and bool((positions != torch.arange(length))[padding].any()):  # not so if right-padded
         mistakes.append(
-            (ref.run(tokens, torch.arange(length), mask), "the positions of a padded batch are off by the padding: "
-             "under left padding the first real token has position 0, positions = (padding_mask.cumsum(-1) - 1)"
-             ".clamp(min=0)"))
+            (
+                ref.run(tokens, torch.arange(length), mask),
+                "the positions of a padded batch are off by the padding: "
+                "under left padding the first real token has position 0, positions = (padding_mask.cumsum(-1) - 1)"
+                ".clamp(min=0)",
+            )
+        )
     if _sees_padding(padding, causal):
         mistakes.append(
-            (ref.run(tokens, positions, causal), "padding_mask does not reach the attention: the mask is "
-             "causal & padding_mask[:, None, None, :] (padded keys hidden)"))
+            (
+                ref.run(tokens, positions, causal),
+                "padding_mask does not reach the attention: the mask is "
+                "causal & padding_mask[:, None, None, :] (padded keys hidden)",
+            )
+        )
     ref.ln_f = nn.Identity()
-    mistakes.append((ref(tokens, padding), "the final LayerNorm is missing: logits = lm_head(ln_f(x)) after the "
-                     "last block"))
+    mistakes.append(
+        (ref(tokens, padding), "the final LayerNorm is missing: logits = lm_head(ln_f(x)) after the last block")
+    )
     if fields.get("norm_eps", 1e-5) != 1e-5:
         plain = _reference(decoders.GPT2, fields, state)
         for block in plain.blocks:
             block.norm1.eps = block.norm2.eps = 1e-5
-        mistakes.append((plain(tokens, padding),
-                         "config.norm_eps does not reach the LayerNorms: give every norm eps=config.norm_eps (in the "
-                         "blocks too, e.g. with functools.partial(norm, eps=config.norm_eps))"))
+        mistakes.append(
+            (
+                plain(tokens, padding),
+                "config.norm_eps does not reach the LayerNorms: give every norm eps=config.norm_eps (in the "
+                "blocks too, e.g. with functools.partial(norm, eps=config.norm_eps))",
+            )
+        )
     return mistakes
 
 
@@ -261,9 +338,16 @@ def _count_case(impl, fields):
     what = f"gpt2_num_parameters(GPT2Config({', '.join(f'{k}={v}' for k, v in fields.items())}))"
     expect.that(isinstance(got, int), f"{what} returned {got!r}, expected an int")
     T = _transformers()
-    model = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=fields["vocab_size"], n_positions=fields["n_positions"],
-                                           n_embd=fields["d_model"], n_layer=fields["n_layers"],
-                                           n_head=fields["n_heads"], n_inner=fields["d_ff"]))
+    model = T.GPT2LMHeadModel(
+        T.GPT2Config(
+            vocab_size=fields["vocab_size"],
+            n_positions=fields["n_positions"],
+            n_embd=fields["d_model"],
+            n_layer=fields["n_layers"],
+            n_head=fields["n_heads"],
+            n_inner=fields["d_ff"],
+        )
+    )
     expected = model.num_parameters()
     if got == expected:
         return
@@ -271,18 +355,23 @@ def _count_case(impl, fields):
     biases = n_layers * (4 * d + f + d)
     mistakes = {
         expected + v * d: "the output head is counted separately: GPT-2 ties lm_head.weight to wte.weight, so it "
-                          "counts once",
+        "counts once",
         expected - biases: "the biases of the attention projections and the MLP are missing (GPT-2's linear layers "
-                           "have biases)",
+        "have biases)",
         expected - 2 * d: "the final LayerNorm ln_f (weight and bias, 2 * d_model) is missing",
         expected - p * d: "the position table wpe (n_positions x d_model) is missing",
         expected - n_layers * 4 * d: "the blocks' two LayerNorms (2 x (weight + bias) per block) are missing",
         expected - n_layers * 2 * d: "each LayerNorm has a weight AND a bias",
     }
-    expect.fail(f"{what} is {got:,}, expected {expected:,} (Hugging Face's GPT2LMHeadModel.num_parameters()): "
-                + mistakes.get(got, "count the embeddings (wte, wpe), per block two LayerNorms, the attention "
-                                    "(q, k, v, out: weight and bias), the MLP (two linear layers with bias), "
-                                    "then ln_f; the head is tied"))
+    expect.fail(
+        f"{what} is {got:,}, expected {expected:,} (Hugging Face's GPT2LMHeadModel.num_parameters()): "
+        + mistakes.get(
+            got,
+            "count the embeddings (wte, wpe), per block two LayerNorms, the attention "
+            "(q, k, v, out: weight and bias), the MLP (two linear layers with bias), "
+            "then ln_f; the head is tied",
+        )
+    )
 
 
 @COUNT.visible
@@ -291,23 +380,30 @@ def test_gpt2_124m(impl):
     got = impl.num_parameters({})
     expect.that(isinstance(got, int), f"gpt2_num_parameters(GPT2Config()) returned {got!r}, expected an int")
     if got != GPT2_124M:
-        _count_case(impl, {"vocab_size": 50257, "n_positions": 1024, "d_model": 768, "n_layers": 12, "n_heads": 12,
-                           "d_ff": 3072})
+        _count_case(
+            impl,
+            {"vocab_size": 50257, "n_positions": 1024, "d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072},
+        )
 
 
 @COUNT.hidden
 def test_tiny_configs(impl):
     "tiny configurations: the count equals Hugging Face's GPT2LMHeadModel(...).num_parameters()"
-    for fields in (_gpt2_fields(0), _gpt2_fields(1, d=24, heads=3, layers=3),
-                   {"vocab_size": 101, "n_positions": 7, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 20}):
+    for fields in (
+        _gpt2_fields(0),
+        _gpt2_fields(1, d=24, heads=3, layers=3),
+        {"vocab_size": 101, "n_positions": 7, "d_model": 8, "n_layers": 1, "n_heads": 2, "d_ff": 20},
+    ):
         _count_case(impl, {k: v for k, v in fields.items() if k != "norm_eps"})
 
 
 # --- Exercise 2 --------------------------------------------------------------------------
 
-GPT2_NAMES = ("self.wte, self.wpe = nn.Embedding(...), self.blocks = nn.ModuleList([block(d_model, n_heads, d_ff, "
-              "'gelu_tanh', norm=...) ...]), self.ln_f = norm(d_model, eps=config.norm_eps), self.lm_head = "
-              "nn.Linear(d_model, vocab_size, bias=False) with self.lm_head.weight = self.wte.weight")
+GPT2_NAMES = (
+    "self.wte, self.wpe = nn.Embedding(...), self.blocks = nn.ModuleList([block(d_model, n_heads, d_ff, "
+    "'gelu_tanh', norm=...) ...]), self.ln_f = norm(d_model, eps=config.norm_eps), self.lm_head = "
+    "nn.Linear(d_model, vocab_size, bias=False) with self.lm_head.weight = self.wte.weight"
+)
 
 
 @GPT2.visible
@@ -320,16 +416,22 @@ def test_gpt2_parameters(impl):
     expected = {name: list(p.shape) for name, p in ref.named_parameters()}
     params = got["parameters"]
     if "lm_head.weight" in params and not got["tied"]:
-        expect.fail("GPT2's head is not tied: lm_head.weight is a parameter of its own. GPT-2 reuses the token "
-                    "embedding as the output layer: self.lm_head.weight = self.wte.weight")
+        expect.fail(
+            "GPT2's head is not tied: lm_head.weight is a parameter of its own. GPT-2 reuses the token "
+            "embedding as the output layer: self.lm_head.weight = self.wte.weight"
+        )
     if params != expected:
         missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
-        expect.fail(f"GPT2(config) has parameters that differ from the expected names and shapes (missing: "
-                    f"{missing[:6]}, unexpected: {extra[:6]}). {GPT2_NAMES}")
+        expect.fail(
+            f"GPT2(config) has parameters that differ from the expected names and shapes (missing: "
+            f"{missing[:6]}, unexpected: {extra[:6]}). {GPT2_NAMES}"
+        )
     expect.that("lm_head.weight" in got["state_keys"], f"GPT2's state dict has no lm_head.weight. {GPT2_NAMES}")
     count = sum(torch.Size(s).numel() for s in params.values())
-    expect.that(count == hf_gpt2(fields, 0).num_parameters(), f"GPT2 has {count} parameters, HF's GPT-2 of the "
-                "same configuration has a different number")
+    expect.that(
+        count == hf_gpt2(fields, 0).num_parameters(),
+        f"GPT2 has {count} parameters, HF's GPT-2 of the same configuration has a different number",
+    )
 
 
 def _gpt2_case(impl, fields, seed, batch, length, lengths=None, side="left"):
@@ -338,14 +440,20 @@ def _gpt2_case(impl, fields, seed, batch, length, lengths=None, side="left"):
     tokens = _tokens(batch, length, fields["vocab_size"], seed + 1)
     padding = None if lengths is None else _padding(lengths, length, side)
     got = impl.gpt2_logits(fields, state, tokens, padding)
-    what = (f"GPT2's logits for tokens of shape {[batch, length]}"
-            + ("" if padding is None else f" with {side} padding (real lengths {lengths})"))
+    what = f"GPT2's logits for tokens of shape {[batch, length]}" + (
+        "" if padding is None else f" with {side} padding (real lengths {lengths})"
+    )
     shape = [batch, length, fields["vocab_size"]]
     expected = hf_gpt2_logits(hf, tokens, padding)
     real = (lambda t: t) if padding is None else (lambda t: t[padding])
-    expect.close(_real(got, padding, what, shape), real(expected), what, **TOL,
-                 alternatives=[(real(w), m) for w, m in _gpt2_mistakes(fields, state, tokens, padding)],
-                 hint="The oracle is Hugging Face's GPT2LMHeadModel with the same weights.")
+    expect.close(
+        _real(got, padding, what, shape),
+        real(expected),
+        what,
+        **TOL,
+        alternatives=[(real(w), m) for w, m in _gpt2_mistakes(fields, state, tokens, padding)],
+        hint="The oracle is Hugging Face's GPT2LMHeadModel with the same weights.",
+    )
 
 
 @GPT2.visible
@@ -369,18 +477,23 @@ def test_gpt2_other_configs(impl):
 
 
 def _on_the_device_of_tokens(impl, model, fields):
-    """"Build masks and positions on the device of ``tokens``": the model runs on PyTorch's meta device (a CPU-only
+    """ "Build masks and positions on the device of ``tokens``": the model runs on PyTorch's meta device (a CPU-only
     grader's other device), unpadded and padded."""
     for padded in (False, True):
         got = impl.model_on_meta(model, fields, [2, 5], padded)
         call = f"{model}(config).to('meta')(tokens{', padding_mask' * padded}) with tokens on the meta device"
-        expect.that(not got["raised"], f"{call} raised {got['raised']}: {got['message']}; a tensor your forward "
-                    "makes stays on the CPU while tokens are elsewhere: build the mask and the positions on the device "
-                    "of tokens (torch.arange(seq, device=tokens.device), torch.ones(..., device=tokens.device)), and do "
-                    "not move padding_mask to the CPU")
-        expect.that(got["device"] == "meta" and got["shape"] == [2, 5, fields["vocab_size"]],
-                    f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
-                    f"{[2, 5, fields['vocab_size']]} on the device of tokens")
+        expect.that(
+            not got["raised"],
+            f"{call} raised {got['raised']}: {got['message']}; a tensor your forward "
+            "makes stays on the CPU while tokens are elsewhere: build the mask and the positions on the device "
+            "of tokens (torch.arange(seq, device=tokens.device), torch.ones(..., device=tokens.device)), and do "
+            "not move padding_mask to the CPU",
+        )
+        expect.that(
+            got["device"] == "meta" and got["shape"] == [2, 5, fields["vocab_size"]],
+            f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
+            f"{[2, 5, fields['vocab_size']]} on the device of tokens",
+        )
 
 
 @GPT2.hidden
@@ -390,6 +503,7 @@ def test_gpt2_on_the_device_of_tokens(impl):
 
 
 # --- Exercise 3 --------------------------------------------------------------------------
+
 
 def _loss_case(impl, seed, ignore_index=None, ignored=()):
     fields = _gpt2_fields(seed)
@@ -408,27 +522,49 @@ def _loss_case(impl, seed, ignore_index=None, ignored=()):
         expect.close(expected, out.loss, "this check's own oracle", **LOSS_TOL)
     got = impl.causal_lm_loss(logits, labels, ignore_index)
     call = "causal_lm_loss(logits, labels" + ("" if ignore_index is None else f", ignore_index={ignore_index}") + ")"
-    what = f"{call} for logits [2, 7, {fields['vocab_size']}]" + (f" with {len(ignored)} ignored labels" * bool(ignored))
+    what = f"{call} for logits [2, 7, {fields['vocab_size']}]" + (
+        f" with {len(ignored)} ignored labels" * bool(ignored)
+    )
     expect.tensor(got, what, shape=[])
     per_token = F.cross_entropy(shifted_logits, shifted.clamp(min=0), reduction="none")
     kept = shifted != index
     mistakes = [
-        (F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=index),
-         "the label shift is missing: the logits at position t predict token t+1, so compare logits[:, :-1] with "
-         "labels[:, 1:]"),
-        (F.cross_entropy(logits[:, 1:].reshape(-1, logits.shape[-1]), labels[:, :-1].reshape(-1), ignore_index=index),
-         "the shift goes the wrong way: the logits at position t predict token t+1, logits[:, :-1] against "
-         "labels[:, 1:]"),
+        (
+            F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=index),
+            "the label shift is missing: the logits at position t predict token t+1, so compare logits[:, :-1] with "
+            "labels[:, 1:]",
+        ),
+        (
+            F.cross_entropy(
+                logits[:, 1:].reshape(-1, logits.shape[-1]), labels[:, :-1].reshape(-1), ignore_index=index
+            ),
+            "the shift goes the wrong way: the logits at position t predict token t+1, logits[:, :-1] against "
+            "labels[:, 1:]",
+        ),
     ]
     if bool((~kept).any()):
-        mistakes.append(((per_token * kept).sum() / kept.numel(), "the mean runs over the ignored positions too: "
-                         "average over the targets that are not ignore_index only"))
+        mistakes.append(
+            (
+                (per_token * kept).sum() / kept.numel(),
+                "the mean runs over the ignored positions too: average over the targets that are not ignore_index only",
+            )
+        )
     if ignore_index is not None:
-        mistakes.append((F.cross_entropy(shifted_logits, shifted), "ignore_index is not used: labels equal to "
-                         "ignore_index must not count (pass it on to F.cross_entropy)"))
-    expect.close(got, expected, what, **LOSS_TOL, alternatives=mistakes,
-                 hint="The oracle is GPT2LMHeadModel(tokens, labels=labels).loss, i.e. F.cross_entropy of "
-                      "logits[:, :-1] against labels[:, 1:], ignoring ignore_index.")
+        mistakes.append(
+            (
+                F.cross_entropy(shifted_logits, shifted),
+                "ignore_index is not used: labels equal to ignore_index must not count (pass it on to F.cross_entropy)",
+            )
+        )
+    expect.close(
+        got,
+        expected,
+        what,
+        **LOSS_TOL,
+        alternatives=mistakes,
+        hint="The oracle is GPT2LMHeadModel(tokens, labels=labels).loss, i.e. F.cross_entropy of "
+        "logits[:, :-1] against labels[:, 1:], ignoring ignore_index.",
+    )
 
 
 @LOSS.visible
@@ -451,22 +587,31 @@ def test_loss_other_ignore_index(impl):
 
 # --- Exercise 4 --------------------------------------------------------------------------
 
+
 def _check_keys(got, expected, what, hub=False):
     expect.that(isinstance(got, dict), f"{what} returned a {type(got).__name__}, expected a dict")
     missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
     if not missing and not extra:
         return
     if missing == ["lm_head.weight"]:
-        expect.fail(f"{what} has no lm_head.weight: the model's head is tied to wte, and its state dict (loaded "
-                    "with strict=True) holds both; the hub's file has no lm_head.weight, so use wte.weight")
+        expect.fail(
+            f"{what} has no lm_head.weight: the model's head is tied to wte, and its state dict (loaded "
+            "with strict=True) holds both; the hub's file has no lm_head.weight, so use wte.weight"
+        )
     if any(k.endswith(("attn.bias", "attn.masked_bias")) for k in extra):
-        expect.fail(f"{what} passes on {[k for k in extra if 'bias' in k][:2]}: attn.bias and attn.masked_bias "
-                    "in a GPT-2 checkpoint are buffers (the causal mask), not parameters; skip them")
+        expect.fail(
+            f"{what} passes on {[k for k in extra if 'bias' in k][:2]}: attn.bias and attn.masked_bias "
+            "in a GPT-2 checkpoint are buffers (the causal mask), not parameters; skip them"
+        )
     if hub and len(missing) > len(expected) // 2:
-        expect.fail(f"{what} fails on the hub's layout (keys without the 'transformer.' prefix, such as 'h.0.ln_1"
-                    ".weight', and no lm_head.weight): accept both, e.g. key.removeprefix('transformer.')")
-    expect.fail(f"{what} has the wrong keys (missing: {missing[:5]}, unexpected: {extra[:5]}); the keys are the "
-                "course model's state-dict names")
+        expect.fail(
+            f"{what} fails on the hub's layout (keys without the 'transformer.' prefix, such as 'h.0.ln_1"
+            ".weight', and no lm_head.weight): accept both, e.g. key.removeprefix('transformer.')"
+        )
+    expect.fail(
+        f"{what} has the wrong keys (missing: {missing[:5]}, unexpected: {extra[:5]}); the keys are the "
+        "course model's state-dict names"
+    )
 
 
 def _check_values(got, expected, what, diagnose):
@@ -480,21 +625,27 @@ def _check_values(got, expected, what, diagnose):
 
 def _gpt2_diagnose(key, mine, value, course):
     if value.dim() == 2 and mine.shape == value.T.shape and torch.equal(mine, value.T):
-        return ("it is transposed: Conv1D stores its weight [in, out], nn.Linear [out, in]; use .t() on every "
-                "Conv1D weight (c_attn, c_proj, c_fc)")
+        return (
+            "it is transposed: Conv1D stores its weight [in, out], nn.Linear [out, in]; use .t() on every "
+            "Conv1D weight (c_attn, c_proj, c_fc)"
+        )
     for other in ("q_proj", "k_proj", "v_proj"):
         if ".attn." in key and other not in key and key.split(".")[-2] in ("q_proj", "k_proj", "v_proj"):
             swapped = key.replace(key.split(".")[-2], other)
             if mine.shape == course[swapped].shape and torch.equal(mine, course[swapped]):
-                return (f"it holds {other}'s values: c_attn's output is q | k | v, in that order, each d_model wide "
-                        "(weight[:, :d] is q, weight[:, d:2d] k, weight[:, 2d:] v)")
+                return (
+                    f"it holds {other}'s values: c_attn's output is q | k | v, in that order, each d_model wide "
+                    "(weight[:, :d] is q, weight[:, d:2d] k, weight[:, 2d:] v)"
+                )
     if mine.shape != value.shape:
         return f"shape {list(mine.shape)}, expected {list(value.shape)}"
     return "the values differ from the checkpoint's tensor that belongs there"
 
 
-_INPUT_KEPT = ("leave hf_state as it is: build a new dict (no pop, no assignment into hf_state, no in-place edit of "
-               "its tensors); the caller may still use the checkpoint")
+_INPUT_KEPT = (
+    "leave hf_state as it is: build a new dict (no pop, no assignment into hf_state, no in-place edit of "
+    "its tensors); the caller may still use the checkpoint"
+)
 
 
 def _gpt2_convert_case(impl, fields, seed, hub):
@@ -507,22 +658,30 @@ def _gpt2_convert_case(impl, fields, seed, hub):
         for i in range(fields["n_layers"]):
             hf_state[f"h.{i}.attn.bias"] = torch.ones(n, n).tril().view(1, 1, n, n)
             hf_state[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
-    what = "gpt2_state_from_hf(" + ("the hub's model.safetensors" if hub else "GPT2LMHeadModel.state_dict()") + ", config)"
+    what = (
+        "gpt2_state_from_hf(" + ("the hub's model.safetensors" if hub else "GPT2LMHeadModel.state_dict()") + ", config)"
+    )
     try:
-        result = impl.convert("gpt2_state_from_hf", "GPT2Config", fields, hf_state,
-                              tied=[("lm_head.weight", "transformer.wte.weight")])
+        result = impl.convert(
+            "gpt2_state_from_hf", "GPT2Config", fields, hf_state, tied=[("lm_head.weight", "transformer.wte.weight")]
+        )
     except StudentCodeError as error:
         if hub and str(error).startswith("KeyError"):
-            expect.fail(f"{what} raised {error}: on the hub's layout the keys have no 'transformer.' prefix (such as "
-                        "'h.0.ln_1.weight') and there is no lm_head.weight; accept both layouts, e.g. with "
-                        "key.removeprefix('transformer.')")
+            expect.fail(
+                f"{what} raised {error}: on the hub's layout the keys have no 'transformer.' prefix (such as "
+                "'h.0.ln_1.weight') and there is no lm_head.weight; accept both layouts, e.g. with "
+                "key.removeprefix('transformer.')"
+            )
         raise
     got = result["value"]
     _check_keys(got, course, what, hub)
     _check_values(got, course, what, functools.partial(_gpt2_diagnose, course=course))
-    expect.that(result["head_is_wte"], f"{what}['lm_head.weight'] has wte's values but is not the same tensor as "
-                "['wte.weight'] (a copy, such as .clone()): the head is tied, so give both keys one tensor, "
-                "state['lm_head.weight'] = state['wte.weight']")
+    expect.that(
+        result["head_is_wte"],
+        f"{what}['lm_head.weight'] has wte's values but is not the same tensor as "
+        "['wte.weight'] (a copy, such as .clone()): the head is tied, so give both keys one tensor, "
+        "state['lm_head.weight'] = state['wte.weight']",
+    )
     _check_caller_unchanged(result["caller"], what, _INPUT_KEPT)
     model = _reference(decoders.GPT2, fields, got)
     tokens = _tokens(2, 6, fields["vocab_size"], seed + 3)
@@ -551,9 +710,19 @@ def test_gpt2_convert_square_mlp(impl):
 
 # --- Llama: the oracles and the checker's own mapping ------------------------------------
 
+
 def _llama_fields(seed, d=32, heads=4, kv=2, layers=2, eps=1e-5, base=10000.0):
-    return {"vocab_size": 47 + seed % 5, "d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": 40 + 8 * (seed % 3),
-            "max_seq_len": 24, "n_kv_heads": kv, "rope_base": base, "norm_eps": eps}
+    return {
+        "vocab_size": 47 + seed % 5,
+        "d_model": d,
+        "n_layers": layers,
+        "n_heads": heads,
+        "d_ff": 40 + 8 * (seed % 3),
+        "max_seq_len": 24,
+        "n_kv_heads": kv,
+        "rope_base": base,
+        "norm_eps": eps,
+    }
 
 
 _hf_llama_config = hf_llama.hf_config
@@ -564,8 +733,11 @@ llama_course_state = hf_llama.course_state
 
 
 def _additive(mask, batch, length):
-    full = torch.ones(batch, 1, length, length, dtype=torch.bool) if mask is None else mask.expand(
-        batch, 1, length, length)
+    full = (
+        torch.ones(batch, 1, length, length, dtype=torch.bool)
+        if mask is None
+        else mask.expand(batch, 1, length, length)
+    )
     return torch.zeros(full.shape).masked_fill(~full, torch.finfo(torch.float32).min)
 
 
@@ -590,8 +762,11 @@ def hf_layer(kind, fields, seed, x, mask, positions):
     out = out[0] if isinstance(out, tuple) else out
     heads, kv = fields["n_heads"], fields.get("n_kv_heads") or fields["n_heads"]
     hf_state = layer.state_dict()
-    state = llama_attention_state(hf_state, "", heads, kv) if kind == "attention" else llama_block_state(
-        hf_state, "", heads, kv)
+    state = (
+        llama_attention_state(hf_state, "", heads, kv)
+        if kind == "attention"
+        else llama_block_state(hf_state, "", heads, kv)
+    )
     del T
     return state, out
 
@@ -605,9 +780,11 @@ def _query_rows(mask, batch, length):
 
 # --- Exercise 5 --------------------------------------------------------------------------
 
+
 @torch.no_grad()
-def gqa_math(state, x, heads, kv, mask, positions, *, rotate_v=False, tile=False, rope_full=False,
-             ignore_positions=False):
+def gqa_math(
+    state, x, heads, kv, mask, positions, *, rotate_v=False, tile=False, rope_full=False, ignore_positions=False
+):
     """Rotary GQA written out with einsum and the reference rope, with switches for known mistakes."""
     batch, length, d = x.shape
     hd = d // heads
@@ -626,7 +803,7 @@ def gqa_math(state, x, heads, kv, mask, positions, *, rotate_v=False, tile=False
         v = rope(v, pos).float()
     group = heads // kv
     k, v = (t.repeat(1, group, 1, 1) if tile else t.repeat_interleave(group, dim=1) for t in (k, v))
-    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / hd ** 0.5
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / hd**0.5
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(-1).nan_to_num(0.0)
@@ -634,8 +811,10 @@ def gqa_math(state, x, heads, kv, mask, positions, *, rotate_v=False, tile=False
     return out @ state["out_proj.weight"].T
 
 
-ROTARY_NAMES = ("q_proj = nn.Linear(d_model, d_model, bias=False), k_proj and v_proj = nn.Linear(d_model, "
-                "num_kv_heads * head_dim, bias=False), out_proj = nn.Linear(d_model, d_model, bias=False)")
+ROTARY_NAMES = (
+    "q_proj = nn.Linear(d_model, d_model, bias=False), k_proj and v_proj = nn.Linear(d_model, "
+    "num_kv_heads * head_dim, bias=False), out_proj = nn.Linear(d_model, d_model, bias=False)"
+)
 
 
 @ROTARY.visible
@@ -643,18 +822,31 @@ def test_rotary_gqa_parameters(impl):
     "q_proj, k_proj, v_proj (num_kv_heads * head_dim wide), out_proj, no biases"
     got = impl.rotary_gqa_summary(32, 4, 2)
     expect.that("parameters" in got, "RotaryGQA(...) is not an nn.Module")
-    expected = {"q_proj.weight": [32, 32], "k_proj.weight": [16, 32], "v_proj.weight": [16, 32],
-                "out_proj.weight": [32, 32]}
+    expected = {
+        "q_proj.weight": [32, 32],
+        "k_proj.weight": [16, 32],
+        "v_proj.weight": [16, 32],
+        "out_proj.weight": [32, 32],
+    }
     if got["parameters"] != expected:
         biases = [n for n in got["parameters"] if n.endswith("bias")]
-        expect.fail(f"RotaryGQA(32, 4, 2, rope) has parameters {got['parameters']}" + (
-            ": Llama's projections have no bias (bias=False)" if biases else "") + f"; expected {ROTARY_NAMES}")
+        expect.fail(
+            f"RotaryGQA(32, 4, 2, rope) has parameters {got['parameters']}"
+            + (": Llama's projections have no bias (bias=False)" if biases else "")
+            + f"; expected {ROTARY_NAMES}"
+        )
     attributes = impl.rotary_gqa_attributes(32, 4, 2)
     for name, value in (("num_heads", 4), ("num_kv_heads", 2), ("head_dim", 8)):
-        expect.that(attributes.get(name) == value, f"RotaryGQA(32, 4, 2, rope).{name} is {attributes.get(name)}, "
-                    f"expected {value}: store self.num_heads, self.num_kv_heads and self.head_dim (notebook 13 reads them)")
-    expect.that(attributes.get("rope_is_given"), "RotaryGQA(32, 4, 2, rope).rope is not the rope it was given: "
-                "store it as self.rope (the decoder shares one among its blocks)")
+        expect.that(
+            attributes.get(name) == value,
+            f"RotaryGQA(32, 4, 2, rope).{name} is {attributes.get(name)}, "
+            f"expected {value}: store self.num_heads, self.num_kv_heads and self.head_dim (notebook 13 reads them)",
+        )
+    expect.that(
+        attributes.get("rope_is_given"),
+        "RotaryGQA(32, 4, 2, rope).rope is not the rope it was given: "
+        "store it as self.rope (the decoder shares one among its blocks)",
+    )
 
 
 def _rotary_case(impl, d, heads, kv, shape, seed, mask_kind="causal", positions=None, lengths=None):
@@ -673,30 +865,54 @@ def _rotary_case(impl, d, heads, kv, shape, seed, mask_kind="causal", positions=
     rows = _query_rows(mask, batch, length)
     if padding is not None:
         rows = rows & padding
-    what = (f"RotaryGQA({d}, {heads}, {kv}, rope)(x, mask={'None' if mask is None else 'causal'}"
-            + ("" if positions is None else f", token_positions of shape {list(positions.shape)}") + ")")
+    what = (
+        f"RotaryGQA({d}, {heads}, {kv}, rope)(x, mask={'None' if mask is None else 'causal'}"
+        + ("" if positions is None else f", token_positions of shape {list(positions.shape)}")
+        + ")"
+    )
     mistakes = [
-        (gqa_math(state, x, heads, kv, mask, positions, rotate_v=True), "the values are rotated too: RoPE turns "
-         "queries and keys only (their dot product then depends on the distance); v stays as it is"),
-        (gqa_math(state, x, heads, kv, mask, positions, rope_full=True), "RoPE is applied across the whole "
-         "d_model; it works per head: split into heads first, then rotate each head's head_dim coordinates"),
-        (gqa_math(state, x, heads, kv, mask, positions, rotate_v=True, rope_full=True), "RoPE is applied to "
-         "the whole d_model and to the values; rotate q and k only, per head"),
-        (gqa_math(state, x, heads, kv, mask, None, rotate_v=False), "token_positions is ignored: rotate by "
-         "the positions given (default 0..seq-1 only when token_positions is None)"),
+        (
+            gqa_math(state, x, heads, kv, mask, positions, rotate_v=True),
+            "the values are rotated too: RoPE turns "
+            "queries and keys only (their dot product then depends on the distance); v stays as it is",
+        ),
+        (
+            gqa_math(state, x, heads, kv, mask, positions, rope_full=True),
+            "RoPE is applied across the whole "
+            "d_model; it works per head: split into heads first, then rotate each head's head_dim coordinates",
+        ),
+        (
+            gqa_math(state, x, heads, kv, mask, positions, rotate_v=True, rope_full=True),
+            "RoPE is applied to the whole d_model and to the values; rotate q and k only, per head",
+        ),
+        (
+            gqa_math(state, x, heads, kv, mask, None, rotate_v=False),
+            "token_positions is ignored: rotate by "
+            "the positions given (default 0..seq-1 only when token_positions is None)",
+        ),
     ]
     if 1 < kv < heads:  # with one kv head, repeat and repeat_interleave agree
-        mistakes.append((gqa_math(state, x, heads, kv, mask, positions, tile=True), "the key/value heads are "
-                         "repeated in the wrong order (0 1 0 1 ...): query head i reads kv head i // group, "
-                         "so use repeat_interleave(group, dim=1) (0 0 1 1 ...), not repeat"))
+        mistakes.append(
+            (
+                gqa_math(state, x, heads, kv, mask, positions, tile=True),
+                "the key/value heads are "
+                "repeated in the wrong order (0 1 0 1 ...): query head i reads kv head i // group, "
+                "so use repeat_interleave(group, dim=1) (0 0 1 1 ...), not repeat",
+            )
+        )
     if mask is not None:
         mistakes.append((gqa_math(state, x, heads, kv, None, positions), "the mask does not reach the attention"))
     if positions is not None and positions.dim() == 2:
         mistakes.append((gqa_math(state, x, heads, kv, mask, positions[0]), POSITIONS_ROW_0))
-    expect.close(_real(got, rows, what, [batch, length, d]), expected[rows], what, **TOL,
-                 alternatives=[(w[rows], m) for w, m in mistakes],
-                 hint="The oracle is Hugging Face's LlamaAttention with the same weights (its q/k rows permuted "
-                      "to the interleaved layout) and the same positions.")
+    expect.close(
+        _real(got, rows, what, [batch, length, d]),
+        expected[rows],
+        what,
+        **TOL,
+        alternatives=[(w[rows], m) for w, m in mistakes],
+        hint="The oracle is Hugging Face's LlamaAttention with the same weights (its q/k rows permuted "
+        "to the interleaved layout) and the same positions.",
+    )
 
 
 @ROTARY.visible
@@ -712,8 +928,10 @@ def test_rotary_gqa_ratios_and_positions(impl):
     _rotary_case(impl, 48, 4, 1, (1, 7), 20, mask_kind="none", positions=torch.tensor([5, 1, 0, 9, 2, 2, 7]))
 
 
-POSITIONS_ROW_0 = ("every row is rotated by the positions of row 0: [batch, seq] token_positions give each row its own "
-                   "positions; use positions[:, None, :] so that they broadcast over the heads")
+POSITIONS_ROW_0 = (
+    "every row is rotated by the positions of row 0: [batch, seq] token_positions give each row its own "
+    "positions; use positions[:, None, :] so that they broadcast over the heads"
+)
 # Rows whose positions are not shifts of one another (RoPE's scores see only differences of positions).
 BATCHED_POSITIONS = torch.tensor([[0, 1, 2, 5, 6, 9], [3, 3, 4, 8, 10, 11], [7, 2, 0, 1, 5, 6]])
 
@@ -725,8 +943,10 @@ def test_rotary_gqa_batched_positions(impl):
     _rotary_case(impl, 32, 4, 2, (3, 6), 31, positions=BATCHED_POSITIONS)
 
 
-IS_CAUSAL_IGNORED = ("is_causal=True is ignored: with mask=None every query then sees every key. Pass it on: "
-                     "F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)")
+IS_CAUSAL_IGNORED = (
+    "is_causal=True is ignored: with mask=None every query then sees every key. Pass it on: "
+    "F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)"
+)
 
 
 @ROTARY.hidden
@@ -738,36 +958,54 @@ def test_rotary_gqa_is_causal(impl):
         causal = torch.ones(length, length, dtype=torch.bool).tril()
         state, expected = hf_layer("attention", fields, seed, x, causal, None)
         what = f"RotaryGQA({d}, {heads}, {kv}, rope)(x, mask=None, is_causal=True)"
-        got = expect.tensor(impl.rotary_gqa_forward(d, heads, kv, state, x, None, None, is_causal=True), what,
-                            shape=[batch, length, d])
-        expect.close(got, expected, what, **TOL, alternatives=[(gqa_math(state, x, heads, kv, None, None),
-                                                                IS_CAUSAL_IGNORED)],
-                     hint="The oracle is Hugging Face's LlamaAttention with the causal mask.")
+        got = expect.tensor(
+            impl.rotary_gqa_forward(d, heads, kv, state, x, None, None, is_causal=True), what, shape=[batch, length, d]
+        )
+        expect.close(
+            got,
+            expected,
+            what,
+            **TOL,
+            alternatives=[(gqa_math(state, x, heads, kv, None, None), IS_CAUSAL_IGNORED)],
+            hint="The oracle is Hugging Face's LlamaAttention with the causal mask.",
+        )
         _check_is_causal_passed_on(impl.rotary_gqa_sdpa_calls(d, heads, kv, x, None, None, is_causal=True), what)
 
 
 def _check_is_causal_passed_on(calls: list, what: str) -> None:
-    """"is_causal: pass it on": every call of F.scaled_dot_product_attention the forward makes (attention written
+    """ "is_causal: pass it on": every call of F.scaled_dot_product_attention the forward makes (attention written
     by hand makes none) gets is_causal=True and no mask tensor, so that SDPA may pick its flash kernel."""
     for call in calls:
-        expect.that(call["is_causal"] is True and call["attn_mask"] == "None",
-                    f"{what} called F.scaled_dot_product_attention with attn_mask={call['attn_mask']} and is_causal="
-                    f"{call['is_causal']}: pass is_causal on and build no causal mask tensor, "
-                    "F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal) (a mask tensor "
-                    "rules out the flash kernel)")
+        expect.that(
+            call["is_causal"] is True and call["attn_mask"] == "None",
+            f"{what} called F.scaled_dot_product_attention with attn_mask={call['attn_mask']} and is_causal="
+            f"{call['is_causal']}: pass is_causal on and build no causal mask tensor, "
+            "F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal) (a mask tensor "
+            "rules out the flash kernel)",
+        )
 
 
 # --- Exercise 6 --------------------------------------------------------------------------
 
-MODERN_NAMES = ("norm1 = norm(d_model, eps=config.norm_eps), attn = attention(d_model, n_heads, n_kv_heads or "
-                "n_heads, rope), norm2 = norm(d_model, eps=config.norm_eps), ffn = feed_forward(d_model, d_ff)")
+MODERN_NAMES = (
+    "norm1 = norm(d_model, eps=config.norm_eps), attn = attention(d_model, n_heads, n_kv_heads or "
+    "n_heads, rope), norm2 = norm(d_model, eps=config.norm_eps), ffn = feed_forward(d_model, d_ff)"
+)
 
 
 def _block_parameters(d, heads, kv, d_ff):
     hd = d // heads
-    return {"norm1.weight": [d], "attn.q_proj.weight": [d, d], "attn.k_proj.weight": [kv * hd, d],
-            "attn.v_proj.weight": [kv * hd, d], "attn.out_proj.weight": [d, d], "norm2.weight": [d],
-            "ffn.w1.weight": [d_ff, d], "ffn.w3.weight": [d_ff, d], "ffn.w2.weight": [d, d_ff]}
+    return {
+        "norm1.weight": [d],
+        "attn.q_proj.weight": [d, d],
+        "attn.k_proj.weight": [kv * hd, d],
+        "attn.v_proj.weight": [kv * hd, d],
+        "attn.out_proj.weight": [d, d],
+        "norm2.weight": [d],
+        "ffn.w1.weight": [d_ff, d],
+        "ffn.w3.weight": [d_ff, d],
+        "ffn.w2.weight": [d, d_ff],
+    }
 
 
 @MODERN_BLOCK.visible
@@ -781,11 +1019,15 @@ def test_modern_block_parameters(impl):
     if params == expected:
         return
     if "norm2.weight" not in params and set(expected) - set(params) == {"norm2.weight"}:
-        expect.fail("ModernBlock has no norm2: one norm is shared by both sublayers (or not created); each "
-                    "sublayer needs its own, norm1 and norm2")
+        expect.fail(
+            "ModernBlock has no norm2: one norm is shared by both sublayers (or not created); each "
+            "sublayer needs its own, norm1 and norm2"
+        )
     missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
-    expect.fail(f"ModernBlock(config, rope) has parameters that differ from the expected names and shapes (missing: "
-                f"{missing[:6]}, unexpected: {extra[:6]}). {MODERN_NAMES}")
+    expect.fail(
+        f"ModernBlock(config, rope) has parameters that differ from the expected names and shapes (missing: "
+        f"{missing[:6]}, unexpected: {extra[:6]}). {MODERN_NAMES}"
+    )
 
 
 @torch.no_grad()
@@ -794,10 +1036,11 @@ def _composed_block(state, fields, x, mask, positions, order):
     heads, kv = cfg.n_heads, cfg.n_kv_heads or cfg.n_heads
 
     def sub(prefix):
-        return {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+        return {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + ".")}
 
-    attn = RotaryGroupedQueryAttention(cfg.d_model, heads, kv, RoPE(cfg.d_model // heads, cfg.max_seq_len,
-                                                                       cfg.rope_base))
+    attn = RotaryGroupedQueryAttention(
+        cfg.d_model, heads, kv, RoPE(cfg.d_model // heads, cfg.max_seq_len, cfg.rope_base)
+    )
     attn.load_state_dict(sub("attn"))
     ffn = SwiGLU(cfg.d_model, cfg.d_ff)
     ffn.load_state_dict(sub("ffn"))
@@ -847,12 +1090,14 @@ def _modern_block_case(impl, fields, shape, seed, lengths=None, positions=None):
     state, expected = hf_layer("block", fields, seed, x, mask, positions)
     got = impl.modern_block_forward(fields, state, x, mask, positions)
     rows = _query_rows(mask, batch, length) & (True if padding is None else padding)
-    what = (f"ModernBlock(DecoderConfig(d_model={d}, n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}"
-            f", norm_eps={fields['norm_eps']}, ...), rope)(x, mask" + (", token_positions)" if positions is not None
-                                                                        else ")"))
+    what = (
+        f"ModernBlock(DecoderConfig(d_model={d}, n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}"
+        f", norm_eps={fields['norm_eps']}, ...), rope)(x, mask"
+        + (", token_positions)" if positions is not None else ")")
+    )
     messages = {
         "post": "this is the post-norm order; the modern block is pre-norm: x = x + attn(norm1(x), ...), then "
-                "x = x + ffn(norm2(x))",
+        "x = x + ffn(norm2(x))",
         "shared": "norm1 is used before both sublayers; the feed-forward network's norm is norm2",
         "no-attn-residual": "the residual connection around the attention is missing",
         "no-ffn-residual": "the residual connection around the feed-forward network is missing",
@@ -860,10 +1105,19 @@ def _modern_block_case(impl, fields, shape, seed, lengths=None, positions=None):
         "no-positions": "token_positions does not reach the attention: self.attn(h, mask, token_positions)",
         "no-eps": "config.norm_eps does not reach the norms: norm(d_model, eps=config.norm_eps)",
     }
-    mistakes = [(_composed_block(state, fields, x, mask, positions, o)[rows], m) for o, m in messages.items()
-                if (o != "no-positions" or positions is not None) and (o != "no-eps" or fields["norm_eps"] != 1e-5)]
-    expect.close(_real(got, rows, what, [batch, length, d]), expected[rows], what, **TOL, alternatives=mistakes,
-                 hint="The oracle is Hugging Face's LlamaDecoderLayer with the same weights.")
+    mistakes = [
+        (_composed_block(state, fields, x, mask, positions, o)[rows], m)
+        for o, m in messages.items()
+        if (o != "no-positions" or positions is not None) and (o != "no-eps" or fields["norm_eps"] != 1e-5)
+    ]
+    expect.close(
+        _real(got, rows, what, [batch, length, d]),
+        expected[rows],
+        what,
+        **TOL,
+        alternatives=mistakes,
+        hint="The oracle is Hugging Face's LlamaDecoderLayer with the same weights.",
+    )
 
 
 @MODERN_BLOCK.visible
@@ -894,16 +1148,27 @@ def test_modern_block_is_causal(impl):
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     state, expected = hf_layer("block", fields, 4, x, causal, None)
     what = f"ModernBlock(DecoderConfig(d_model={d}, ...), rope)(x, None, is_causal=True)"
-    got = expect.tensor(impl.modern_block_forward(fields, state, x, None, None, is_causal=True), what,
-                        shape=[batch, length, d])
-    expect.close(got, expected, what, **TOL,
-                 alternatives=[(_composed_block(state, fields, x, None, None, "no-mask"),
-                                "is_causal does not reach the attention (every query sees every key): "
-                                "self.attn(h, mask, token_positions, is_causal=is_causal)")],
-                 hint="The oracle is Hugging Face's LlamaDecoderLayer with the causal mask.")
+    got = expect.tensor(
+        impl.modern_block_forward(fields, state, x, None, None, is_causal=True), what, shape=[batch, length, d]
+    )
+    expect.close(
+        got,
+        expected,
+        what,
+        **TOL,
+        alternatives=[
+            (
+                _composed_block(state, fields, x, None, None, "no-mask"),
+                "is_causal does not reach the attention (every query sees every key): "
+                "self.attn(h, mask, token_positions, is_causal=is_causal)",
+            )
+        ],
+        hint="The oracle is Hugging Face's LlamaDecoderLayer with the causal mask.",
+    )
 
 
 # --- Exercises 7 and 8: the whole decoder ---------------------------------------------
+
 
 def hf_llama(fields, seed):
     T = _transformers()
@@ -917,9 +1182,11 @@ def hf_llama_logits(model, tokens, padding):
     return model(tokens, attention_mask=padding.long(), position_ids=_positions(padding)).logits
 
 
-DECODER_NAMES = ("self.tok_emb = nn.Embedding(vocab_size, d_model), self.blocks = nn.ModuleList([block(config, "
-                 "rope) ...]) with one rope = rope(head_dim, max_seq_len, rope_base) shared by all, self.norm = "
-                 "norm(d_model, eps=config.norm_eps), self.lm_head = nn.Linear(d_model, vocab_size, bias=False)")
+DECODER_NAMES = (
+    "self.tok_emb = nn.Embedding(vocab_size, d_model), self.blocks = nn.ModuleList([block(config, "
+    "rope) ...]) with one rope = rope(head_dim, max_seq_len, rope_base) shared by all, self.norm = "
+    "norm(d_model, eps=config.norm_eps), self.lm_head = nn.Linear(d_model, vocab_size, bias=False)"
+)
 
 
 @DECODER.visible
@@ -931,12 +1198,16 @@ def test_decoder_parameters(impl):
     expected = {n: list(p.shape) for n, p in decoders.LlamaDecoder(_config(fields)).named_parameters()}
     params = got["parameters"]
     if got["tied"] or ("lm_head.weight" not in params and "lm_head.weight" in got["state_keys"]):
-        expect.fail("ModernDecoder's head is tied to the embedding; in this model (as in Llama 2 and 3 8B) lm_head "
-                    "is a separate nn.Linear(d_model, vocab_size, bias=False): do not share its weight")
+        expect.fail(
+            "ModernDecoder's head is tied to the embedding; in this model (as in Llama 2 and 3 8B) lm_head "
+            "is a separate nn.Linear(d_model, vocab_size, bias=False): do not share its weight"
+        )
     if params != expected:
         missing, extra = sorted(set(expected) - set(params)), sorted(set(params) - set(expected))
-        expect.fail(f"ModernDecoder(config) has parameters that differ from the expected names and shapes (missing: "
-                    f"{missing[:6]}, unexpected: {extra[:6]}). {DECODER_NAMES}")
+        expect.fail(
+            f"ModernDecoder(config) has parameters that differ from the expected names and shapes (missing: "
+            f"{missing[:6]}, unexpected: {extra[:6]}). {DECODER_NAMES}"
+        )
 
 
 @torch.no_grad()
@@ -945,23 +1216,38 @@ def _decoder_mistakes(fields, state, tokens, padding):
     positions, mask = decoders.positions_and_mask(tokens, padding)
     length = tokens.shape[1]
     causal = torch.ones(length, length, dtype=torch.bool).tril()
-    mistakes = [(ref.run(tokens, positions, None if padding is None else padding[:, None, None, :]),
-                 "there is no causal mask: position t may attend to positions 0..t only (mask = causal & padding)")]
+    mistakes = [
+        (
+            ref.run(tokens, positions, None if padding is None else padding[:, None, None, :]),
+            "there is no causal mask: position t may attend to positions 0..t only (mask = causal & padding)",
+        )
+    ]
     # positions 0..seq-1 under left padding are no mistake here: RoPE sees only differences of positions
     if _sees_padding(padding, causal):
-        mistakes.append((ref.run(tokens, positions, causal), "padding_mask does not reach the attention: the mask is "
-                         "causal & padding_mask[:, None, None, :]"))
+        mistakes.append(
+            (
+                ref.run(tokens, positions, causal),
+                "padding_mask does not reach the attention: the mask is causal & padding_mask[:, None, None, :]",
+            )
+        )
     if fields["rope_base"] != 10000.0:
-        mistakes.append((_reference(decoders.LlamaDecoder, dict(fields, rope_base=10000.0), state)(tokens, padding),
-                         "config.rope_base does not reach RoPE: rope(head_dim, max_seq_len, config.rope_base)"))
+        mistakes.append(
+            (
+                _reference(decoders.LlamaDecoder, dict(fields, rope_base=10000.0), state)(tokens, padding),
+                "config.rope_base does not reach RoPE: rope(head_dim, max_seq_len, config.rope_base)",
+            )
+        )
     if fields["norm_eps"] != 1e-5:
         plain = _reference(decoders.LlamaDecoder, fields, state)
         plain.norm.eps = None  # nn.RMSNorm's default: torch.finfo(dtype).eps
-        mistakes.append((plain(tokens, padding), "config.norm_eps does not reach the final norm: self.norm = "
-                         "norm(d_model, eps=config.norm_eps)"))
+        mistakes.append(
+            (
+                plain(tokens, padding),
+                "config.norm_eps does not reach the final norm: self.norm = norm(d_model, eps=config.norm_eps)",
+            )
+        )
     ref.norm = nn.Identity()
-    mistakes.append((ref(tokens, padding), "the final norm is missing: logits = lm_head(norm(x)) after the last "
-                     "block"))
+    mistakes.append((ref(tokens, padding), "the final norm is missing: logits = lm_head(norm(x)) after the last block"))
     return mistakes
 
 
@@ -971,13 +1257,19 @@ def _decoder_case(impl, fields, seed, batch, length, lengths=None, side="left"):
     tokens = _tokens(batch, length, fields["vocab_size"], seed + 1)
     padding = None if lengths is None else _padding(lengths, length, side)
     got = impl.decoder_logits(fields, state, tokens, padding)
-    what = (f"ModernDecoder's logits (n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}) for tokens of "
-            f"shape {[batch, length]}" + ("" if padding is None else f" with {side} padding (real lengths {lengths})"))
+    what = (
+        f"ModernDecoder's logits (n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}) for tokens of "
+        f"shape {[batch, length]}" + ("" if padding is None else f" with {side} padding (real lengths {lengths})")
+    )
     real = (lambda t: t) if padding is None else (lambda t: t[padding])
-    expect.close(_real(got, padding, what, [batch, length, fields["vocab_size"]]),
-                 real(hf_llama_logits(hf, tokens, padding)), what, **TOL,
-                 alternatives=[(real(w), m) for w, m in _decoder_mistakes(fields, state, tokens, padding)],
-                 hint="The oracle is Hugging Face's LlamaForCausalLM with the same weights.")
+    expect.close(
+        _real(got, padding, what, [batch, length, fields["vocab_size"]]),
+        real(hf_llama_logits(hf, tokens, padding)),
+        what,
+        **TOL,
+        alternatives=[(real(w), m) for w, m in _decoder_mistakes(fields, state, tokens, padding)],
+        hint="The oracle is Hugging Face's LlamaForCausalLM with the same weights.",
+    )
 
 
 @DECODER.visible
@@ -1001,9 +1293,11 @@ def test_decoder_shares_one_rope_and_counts_real_tokens(impl):
     padding = _padding(lengths, length, "left")
     seen = impl.decoder_observed(fields, _tokens(3, length, fields["vocab_size"], 5), padding)
     expect.that(seen["blocks"] == 3, f"ModernDecoder built {seen['blocks']} blocks for n_layers = 3")
-    expect.that(seen["ropes_made"] == 1 and seen["distinct_ropes"] == 1,
-                f"ModernDecoder made {seen['ropes_made']} RoPE module(s) and gave its 3 blocks {seen['distinct_ropes']} "
-                "different one(s): make ONE, rope(head_dim, max_seq_len, rope_base), and give it to every block")
+    expect.that(
+        seen["ropes_made"] == 1 and seen["distinct_ropes"] == 1,
+        f"ModernDecoder made {seen['ropes_made']} RoPE module(s) and gave its 3 blocks {seen['distinct_ropes']} "
+        "different one(s): make ONE, rope(head_dim, max_seq_len, rope_base), and give it to every block",
+    )
     expected = (padding.long().cumsum(-1) - 1).clamp(min=0)
     for i, positions in enumerate(seen["positions"]):
         what = f"the positions block {i} received under left padding (real lengths {lengths})"
@@ -1011,8 +1305,13 @@ def test_decoder_shares_one_rope_and_counts_real_tokens(impl):
         if positions.numel() != expected.numel():  # e.g. one row of positions for the whole batch
             expect.that(positions.shape[-1] == length, f"{what} have shape {list(positions.shape)}")
             positions = torch.broadcast_to(positions.reshape(-1, length), expected.shape)
-        expect.close(positions.reshape(expected.shape), expected, what, atol=0,
-                     hint="Positions count real tokens: the first real token of each row is position 0.")
+        expect.close(
+            positions.reshape(expected.shape),
+            expected,
+            what,
+            atol=0,
+            hint="Positions count real tokens: the first real token of each row is position 0.",
+        )
 
 
 @DECODER.visible
@@ -1023,14 +1322,19 @@ def test_decoder_is_causal_without_padding(impl):
     tokens = _tokens(2, length, fields["vocab_size"], 7)
     seen = impl.decoder_observed(fields, tokens, None)
     for i, (mask, causal) in enumerate(zip(seen["masks"], seen["is_causal"], strict=True)):
-        expect.that(mask == "None" and causal is True,
-                    f"without padding block {i} got mask {mask} and is_causal={causal}; the mask is purely causal, so "
-                    "give no mask tensor and let SDPA build it: block(x, None, positions, is_causal=True)")
+        expect.that(
+            mask == "None" and causal is True,
+            f"without padding block {i} got mask {mask} and is_causal={causal}; the mask is purely causal, so "
+            "give no mask tensor and let SDPA build it: block(x, None, positions, is_causal=True)",
+        )
     padding = _padding([6, 3], length, "left")
     seen = impl.decoder_observed(fields, tokens, padding)
     for i, (mask, causal) in enumerate(zip(seen["masks"], seen["is_causal"], strict=True)):
-        expect.that(causal is False, f"with padding block {i} got is_causal={causal}: a padded batch needs its "
-                    "explicit mask (causal & padding_mask[:, None, None, :]) and is_causal=False")
+        expect.that(
+            causal is False,
+            f"with padding block {i} got is_causal={causal}: a padded batch needs its "
+            "explicit mask (causal & padding_mask[:, None, None, :]) and is_causal=False",
+        )
         expect.that(mask != "None", f"with padding block {i} got no mask: pass causal & padding_mask[:, None, None, :]")
 
 
@@ -1059,20 +1363,28 @@ def _llama_diagnose(key, mine, value, hf_state, fields):
         p = halves_permutation(hd)
         if mine.shape == raw.shape:
             if name == "v_proj" and torch.equal(mine, _interleaved(raw, n)):
-                return ("v_proj is permuted too: only queries and keys are rotated, so only their rows change "
-                        "order; copy v_proj as it is")
+                return (
+                    "v_proj is permuted too: only queries and keys are rotated, so only their rows change "
+                    "order; copy v_proj as it is"
+                )
             if torch.equal(mine, raw):
-                return (f"the rows of {name} are not permuted: HF rotates split halves (i, i + head_dim/2), the "
-                        "course's RoPE interleaved pairs (2i, 2i+1); reorder each head's rows by the inverse of "
-                        "halves_permutation(head_dim)")
+                return (
+                    f"the rows of {name} are not permuted: HF rotates split halves (i, i + head_dim/2), the "
+                    "course's RoPE interleaved pairs (2i, 2i+1); reorder each head's rows by the inverse of "
+                    "halves_permutation(head_dim)"
+                )
             if torch.equal(mine, raw.view(n, hd, d)[:, p].reshape(raw.shape)):
-                return ("the rows are permuted by halves_permutation itself; you need its inverse, "
-                        "torch.argsort(halves_permutation(head_dim)) (it takes split halves back to interleaved "
-                        "pairs)")
+                return (
+                    "the rows are permuted by halves_permutation itself; you need its inverse, "
+                    "torch.argsort(halves_permutation(head_dim)) (it takes split halves back to interleaved "
+                    "pairs)"
+                )
             whole = torch.argsort(halves_permutation(raw.shape[0]))
             if torch.equal(mine, raw[whole]):
-                return ("the rows are permuted across the whole projection; the permutation works per head: "
-                        "weight.view(n_heads, head_dim, d_model)[:, order]")
+                return (
+                    "the rows are permuted across the whole projection; the permutation works per head: "
+                    "weight.view(n_heads, head_dim, d_model)[:, order]"
+                )
     if mine.shape != value.shape:
         return f"shape {list(mine.shape)}, expected {list(value.shape)}"
     return "the values differ from the checkpoint's tensor that belongs there (check the name mapping)"
@@ -1109,13 +1421,18 @@ def test_llama_convert_other_configs(impl):
 
 # --- Exercise 9 --------------------------------------------------------------------------
 
+
 def _separate_state(seed, d, heads, kv, *, bias=False, prefix="", extra=()):
     """Random separate projections in the course's names (``prefix`` + q_proj/k_proj/v_proj), plus other keys."""
     hd = d // heads
     sizes = {"q": heads * hd, "k": kv * hd, "v": kv * hd}
-    state = {f"{prefix}{n}_proj.weight": _randn((rows, d), seed + i, d ** -0.5) for i, (n, rows) in enumerate(sizes.items())}
+    state = {
+        f"{prefix}{n}_proj.weight": _randn((rows, d), seed + i, d**-0.5) for i, (n, rows) in enumerate(sizes.items())
+    }
     if bias:
-        state |= {f"{prefix}{n}_proj.bias": _randn((rows,), seed + 10 + i, 0.5) for i, (n, rows) in enumerate(sizes.items())}
+        state |= {
+            f"{prefix}{n}_proj.bias": _randn((rows,), seed + 10 + i, 0.5) for i, (n, rows) in enumerate(sizes.items())
+        }
     for i, name in enumerate(extra):
         state[name] = _randn((d, d), seed + 20 + i)
     return state
@@ -1126,10 +1443,14 @@ def _fuse_diagnose(fused, parts, what):
     q, k, v = parts
     if fused.dim() == 2 and fused.shape[1] != q.shape[1] and fused.shape[0] == q.shape[1]:
         if torch.equal(fused, torch.cat([q.T, k.T, v.T], 1)):
-            return (f"{what} is transposed ([d_model, out], Conv1D's layout, as in GPT-2's c_attn): nn.Linear's "
-                    "weight is [out, in], so stack the rows, torch.cat([q, k, v], dim=0)")
-        return (f"{what} has shape {list(fused.shape)}: the projections are joined along dim 1; stack their rows "
-                "(dim 0), so that the output columns of one product are q, then k, then v")
+            return (
+                f"{what} is transposed ([d_model, out], Conv1D's layout, as in GPT-2's c_attn): nn.Linear's "
+                "weight is [out, in], so stack the rows, torch.cat([q, k, v], dim=0)"
+            )
+        return (
+            f"{what} has shape {list(fused.shape)}: the projections are joined along dim 1; stack their rows "
+            "(dim 0), so that the output columns of one product are q, then k, then v"
+        )
     for order in ((k, q, v), (v, k, q), (q, v, k), (k, v, q), (v, q, k)):
         if fused.shape[0] == sum(t.shape[0] for t in order) and torch.equal(fused, torch.cat(order, 0)):
             return f"{what} stacks the projections in another order: the layout (Phi-3's qkv_proj) is q, then k, then v"
@@ -1144,18 +1465,24 @@ def _fuse_case(impl, seed, d, heads, kv, *, bias=False, prefix="", extra=()):
     expect.that(isinstance(got, dict), f"{what} returned a {type(got).__name__}, expected a dict")
     kinds = ("weight", "bias") if bias else ("weight",)
     expected_keys = sorted([*extra, *(f"{prefix}qkv_proj.{kind}" for kind in kinds)])
-    expect.that(sorted(got) == expected_keys, f"{what} has the keys {sorted(got)}, expected {expected_keys}: "
-                "q_proj, k_proj and v_proj become one qkv_proj (same prefix), every other key passes through")
+    expect.that(
+        sorted(got) == expected_keys,
+        f"{what} has the keys {sorted(got)}, expected {expected_keys}: "
+        "q_proj, k_proj and v_proj become one qkv_proj (same prefix), every other key passes through",
+    )
     for name in extra:
-        expect.that(isinstance(got[name], torch.Tensor) and torch.equal(got[name], state[name]),
-                    f"{what}[{name!r}] changed: keys other than q/k/v_proj pass through as they are")
+        expect.that(
+            isinstance(got[name], torch.Tensor) and torch.equal(got[name], state[name]),
+            f"{what}[{name!r}] changed: keys other than q/k/v_proj pass through as they are",
+        )
     x = _randn((2, 5, d), seed + 40)
     for kind in kinds:
         parts = [state[f"{prefix}{n}_proj.{kind}"] for n in "qkv"]
         fused = expect.tensor(got[f"{prefix}qkv_proj.{kind}"], f"{what}[{prefix!r} + 'qkv_proj.{kind}']")
         rows = sum(t.shape[0] for t in parts)
         if tuple(fused.shape) != (rows, *parts[0].shape[1:]) or not torch.allclose(
-                fused.double(), torch.cat(parts, 0).double(), **EXACT):
+            fused.double(), torch.cat(parts, 0).double(), **EXACT
+        ):
             expect.fail(f"{what} is wrong: " + _fuse_diagnose(fused, parts, f"qkv_proj.{kind}"))
     # The oracle: one product with the fused tensors gives the three separate products side by side.
     w = [state[f"{prefix}{n}_proj.weight"] for n in "qkv"]
@@ -1166,21 +1493,28 @@ def _fuse_case(impl, seed, d, heads, kv, *, bias=False, prefix="", extra=()):
     _check_caller_unchanged(result["caller"], what, _NEW_DICT)
 
 
-_NEW_DICT = ("build the result as a new dict (fused = {...}) and leave the caller's dict and its tensors as they "
-             "were: the caller may still need its separate projections")
+_NEW_DICT = (
+    "build the result as a new dict (fused = {...}) and leave the caller's dict and its tensors as they "
+    "were: the caller may still need its separate projections"
+)
 
 
 def _check_caller_unchanged(caller: dict, what: str, advice: str) -> None:
-    """"Leave the input as it is": the caller's dict keeps its keys and its tensors, unmodified (``adapters``
+    """ "Leave the input as it is": the caller's dict keeps its keys and its tensors, unmodified (``adapters``
     observe the dict, the tensor objects and their version counters)."""
     expect.that(not caller["same_dict"], f"{what} returned the dict it was given, changed: {advice}")
-    changed = [f"removed {caller['removed']}" if caller["removed"] else "",
-               f"added {caller['added']}" if caller["added"] else "",
-               f"replaced the tensors of {caller['replaced']}" if caller["replaced"] else ""]
+    changed = [
+        f"removed {caller['removed']}" if caller["removed"] else "",
+        f"added {caller['added']}" if caller["added"] else "",
+        f"replaced the tensors of {caller['replaced']}" if caller["replaced"] else "",
+    ]
     changed = [c for c in changed if c]
     expect.that(not changed, f"{what} changed the caller's dict: it {', '.join(changed)}; {advice}")
-    expect.that(not caller["edited"], f"{what} modified the caller's tensors {caller['edited']} in place (an in-place "
-                f"operation, a method ending in _ or an assignment to .data); {advice}")
+    expect.that(
+        not caller["edited"],
+        f"{what} modified the caller's tensors {caller['edited']} in place (an in-place "
+        f"operation, a method ending in _ or an assignment to .data); {advice}",
+    )
 
 
 @torch.no_grad()
@@ -1190,11 +1524,20 @@ def hf_phi3_attention(fields, seed, x, mask, positions):
     from transformers.models.phi3 import modeling_phi3 as phi3
 
     kv = fields.get("n_kv_heads") or fields["n_heads"]
-    config = T.Phi3Config(vocab_size=fields["vocab_size"], hidden_size=fields["d_model"],
-                          intermediate_size=fields["d_ff"], num_hidden_layers=1, num_attention_heads=fields["n_heads"],
-                          num_key_value_heads=kv, max_position_embeddings=fields["max_seq_len"],
-                          rope_parameters={"rope_type": "default", "rope_theta": fields["rope_base"]},
-                          pad_token_id=0, bos_token_id=0, eos_token_id=0, attention_dropout=0.0)
+    config = T.Phi3Config(
+        vocab_size=fields["vocab_size"],
+        hidden_size=fields["d_model"],
+        intermediate_size=fields["d_ff"],
+        num_hidden_layers=1,
+        num_attention_heads=fields["n_heads"],
+        num_key_value_heads=kv,
+        max_position_embeddings=fields["max_seq_len"],
+        rope_parameters={"rope_type": "default", "rope_theta": fields["rope_base"]},
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+        attention_dropout=0.0,
+    )
     config._attn_implementation = "eager"
     layer = _randomize(phi3.Phi3Attention(config, layer_idx=0).eval(), seed)
     batch, length, _ = x.shape
@@ -1207,14 +1550,20 @@ def phi3_course_state(hf_state, heads, kv):
     """Phi-3's attention in the course's names: qkv_proj's q and k row blocks taken to interleaved pairs."""
     qkv, hd = hf_state["qkv_proj.weight"], hf_state["o_proj.weight"].shape[1] // heads
     q, k, v = qkv.split([heads * hd, kv * hd, kv * hd], 0)
-    return {"qkv_proj.weight": torch.cat([_interleaved(q, heads), _interleaved(k, kv), v], 0),
-            "out_proj.weight": hf_state["o_proj.weight"].clone()}
+    return {
+        "qkv_proj.weight": torch.cat([_interleaved(q, heads), _interleaved(k, kv), v], 0),
+        "out_proj.weight": hf_state["o_proj.weight"].clone(),
+    }
 
 
-FUSED_NAMES = ("qkv_proj = nn.Linear(d_model, (num_heads + 2 * num_kv_heads) * head_dim, bias=False), "
-               "out_proj = nn.Linear(d_model, d_model, bias=False)")
-FUSED_SPLIT = ("split qkv_proj(x) along its last dim into num_heads * head_dim, num_kv_heads * head_dim and "
-               "num_kv_heads * head_dim columns (q, k, v: not three equal parts unless num_kv_heads == num_heads)")
+FUSED_NAMES = (
+    "qkv_proj = nn.Linear(d_model, (num_heads + 2 * num_kv_heads) * head_dim, bias=False), "
+    "out_proj = nn.Linear(d_model, d_model, bias=False)"
+)
+FUSED_SPLIT = (
+    "split qkv_proj(x) along its last dim into num_heads * head_dim, num_kv_heads * head_dim and "
+    "num_kv_heads * head_dim columns (q, k, v: not three equal parts unless num_kv_heads == num_heads)"
+)
 
 
 @FUSED.visible
@@ -1248,15 +1597,26 @@ def test_fuse_qkv_layout_is_phi3s(impl):
         llama_layer = _randomize(llama.LlamaAttention(config, layer_idx=0).eval(), seed)
         separate = {k: v for k, v in llama_layer.state_dict().items()}
         fused = impl.fuse_qkv(separate)["value"]
-        expect.that(isinstance(fused, dict) and "qkv_proj.weight" in fused, "fuse_qkv(LlamaAttention.state_dict()) "
-                    "has no 'qkv_proj.weight'")
-        phi3_config = T.Phi3Config(hidden_size=d, intermediate_size=fields["d_ff"], num_attention_heads=heads,
-                                   num_key_value_heads=kv, num_hidden_layers=1, pad_token_id=0, bos_token_id=0,
-                                   eos_token_id=0, max_position_embeddings=24)
+        expect.that(
+            isinstance(fused, dict) and "qkv_proj.weight" in fused,
+            "fuse_qkv(LlamaAttention.state_dict()) has no 'qkv_proj.weight'",
+        )
+        phi3_config = T.Phi3Config(
+            hidden_size=d,
+            intermediate_size=fields["d_ff"],
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            num_hidden_layers=1,
+            pad_token_id=0,
+            bos_token_id=0,
+            eos_token_id=0,
+            max_position_embeddings=24,
+        )
         phi3_config._attn_implementation = "eager"
         phi3_layer = phi3.Phi3Attention(phi3_config, layer_idx=0).eval()
-        weight = expect.tensor(fused["qkv_proj.weight"], "fuse_qkv(...)['qkv_proj.weight']",
-                               shape=phi3_layer.qkv_proj.weight.shape)
+        weight = expect.tensor(
+            fused["qkv_proj.weight"], "fuse_qkv(...)['qkv_proj.weight']", shape=phi3_layer.qkv_proj.weight.shape
+        )
         with torch.no_grad():
             phi3_layer.qkv_proj.weight.copy_(weight)
             phi3_layer.o_proj.weight.copy_(separate["o_proj.weight"])
@@ -1265,9 +1625,14 @@ def test_fuse_qkv_layout_is_phi3s(impl):
             mask = _additive(causal, 2, length)
             expected = llama_layer(x, position_embeddings=cos_sin, attention_mask=mask)[0]
             got = phi3_layer(x, position_embeddings=cos_sin, attention_mask=mask)[0]
-        expect.close(got, expected, f"Phi3Attention with fuse_qkv(LlamaAttention({heads} heads, {kv} kv heads)."
-                     "state_dict()) (its output compared with LlamaAttention's)", **TOL,
-                     hint="Phi-3's qkv_proj rows are q (num_heads * head_dim), then k and v (num_kv_heads * head_dim each).")
+        expect.close(
+            got,
+            expected,
+            f"Phi3Attention with fuse_qkv(LlamaAttention({heads} heads, {kv} kv heads)."
+            "state_dict()) (its output compared with LlamaAttention's)",
+            **TOL,
+            hint="Phi-3's qkv_proj rows are q (num_heads * head_dim), then k and v (num_kv_heads * head_dim each).",
+        )
 
 
 @FUSED.visible
@@ -1278,15 +1643,27 @@ def test_fused_parameters(impl):
     expected = {"qkv_proj.weight": [64, 32], "out_proj.weight": [32, 32]}
     if got["parameters"] != expected:
         rows = got["parameters"].get("qkv_proj.weight", [None])[0]
-        expect.fail(f"FusedRotaryGQA(32, 4, 2, rope) has parameters {got['parameters']}" + (
-            ": qkv_proj's size assumes num_kv_heads == num_heads (3 * d_model rows); k and v have num_kv_heads "
-            "heads each" if rows == 96 else "") + f"; expected {FUSED_NAMES}")
+        expect.fail(
+            f"FusedRotaryGQA(32, 4, 2, rope) has parameters {got['parameters']}"
+            + (
+                ": qkv_proj's size assumes num_kv_heads == num_heads (3 * d_model rows); k and v have num_kv_heads "
+                "heads each"
+                if rows == 96
+                else ""
+            )
+            + f"; expected {FUSED_NAMES}"
+        )
     attributes = impl.fused_attributes(32, 4, 2)
     for name, value in (("num_heads", 4), ("num_kv_heads", 2), ("head_dim", 8)):
-        expect.that(attributes.get(name) == value, f"FusedRotaryGQA(32, 4, 2, rope).{name} is "
-                    f"{attributes.get(name)}, expected {value}: store self.num_heads, self.num_kv_heads, self.head_dim")
-    expect.that(attributes.get("rope_is_given"), "FusedRotaryGQA(32, 4, 2, rope).rope is not the rope it was "
-                "given: store it as self.rope")
+        expect.that(
+            attributes.get(name) == value,
+            f"FusedRotaryGQA(32, 4, 2, rope).{name} is "
+            f"{attributes.get(name)}, expected {value}: store self.num_heads, self.num_kv_heads, self.head_dim",
+        )
+    expect.that(
+        attributes.get("rope_is_given"),
+        "FusedRotaryGQA(32, 4, 2, rope).rope is not the rope it was given: store it as self.rope",
+    )
 
 
 def _split_mistake(state, heads, kv, order):
@@ -1308,24 +1685,39 @@ def _fused_case(impl, d, heads, kv, shape, seed, positions=None, lengths=None):
         positions, mask, rows = _positions(padding), mask & padding[:, None, None, :], padding
     hf_state, expected = hf_phi3_attention(fields, seed, x, mask, positions)
     state = phi3_course_state(hf_state, heads, kv)
-    what = (f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, causal mask"
-            + ("" if positions is None else f", token_positions of shape {list(positions.shape)}") + ")")
+    what = (
+        f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, causal mask"
+        + ("" if positions is None else f", token_positions of shape {list(positions.shape)}")
+        + ")"
+    )
     try:
         got = impl.fused_forward(d, heads, kv, state, x, mask, positions)
     except StudentCodeError as error:
         if not str(error).startswith("RuntimeError"):  # a stub, a missing name: the usual message
             raise
         expect.fail(f"{what} raised {error}. Hint: {FUSED_SPLIT}")
-    mistakes = [(gqa_math(_split_mistake(state, heads, kv, order), x, heads, kv, mask, positions),
-                 f"q, k and v are split off in the order {'-'.join(order)}: the rows of qkv_proj are q, then k, then v")
-                for order in ("kqv", "qvk", "vkq") if not (kv == heads and order == "qvk")]
+    mistakes = [
+        (
+            gqa_math(_split_mistake(state, heads, kv, order), x, heads, kv, mask, positions),
+            f"q, k and v are split off in the order {'-'.join(order)}: the rows of qkv_proj are q, then k, then v",
+        )
+        for order in ("kqv", "qvk", "vkq")
+        if not (kv == heads and order == "qvk")
+    ]
     if positions is not None and positions.dim() == 2:
-        mistakes.append((gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, mask, positions[0]),
-                         POSITIONS_ROW_0))
+        mistakes.append(
+            (gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, mask, positions[0]), POSITIONS_ROW_0)
+        )
     got = _real(got, rows, what, [batch, length, d])
-    expect.close(got, expected[rows], what, **TOL, alternatives=[(w[rows], m) for w, m in mistakes],
-                 hint="The oracle is Hugging Face's Phi3Attention (fused qkv_proj) with the same weights (its q/k row "
-                      f"blocks permuted to the interleaved layout). {FUSED_SPLIT}.")
+    expect.close(
+        got,
+        expected[rows],
+        what,
+        **TOL,
+        alternatives=[(w[rows], m) for w, m in mistakes],
+        hint="The oracle is Hugging Face's Phi3Attention (fused qkv_proj) with the same weights (its q/k row "
+        f"blocks permuted to the interleaved layout). {FUSED_SPLIT}.",
+    )
     unfused = gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, mask, positions)  # F.linear per part
     expect.close(got, unfused[rows], f"{what}, compared with the separate q/k/v products and attention", **TOL)
 
@@ -1334,10 +1726,12 @@ def _one_product(impl, d, heads, kv, batch, length):
     hd = d // heads
     made = impl.fused_shapes_made(d, heads, kv, _randn((batch, length, d), 800))
     numel = batch * length * (heads + 2 * kv) * hd
-    expect.that(any(math.prod(shape) == numel and shape[0] == batch for shape in made),
-                f"FusedRotaryGQA({d}, {heads}, {kv}, rope)'s forward made no tensor of batch * seq * (num_heads + 2 * "
-                f"num_kv_heads) * head_dim = {numel} numbers: q, k and v are not computed by one product; use "
-                "self.qkv_proj(x) once, then split it (three products with slices of the weight are what fusing avoids)")
+    expect.that(
+        any(math.prod(shape) == numel and shape[0] == batch for shape in made),
+        f"FusedRotaryGQA({d}, {heads}, {kv}, rope)'s forward made no tensor of batch * seq * (num_heads + 2 * "
+        f"num_kv_heads) * head_dim = {numel} numbers: q, k and v are not computed by one product; use "
+        "self.qkv_proj(x) once, then split it (three products with slices of the weight are what fusing avoids)",
+    )
     _one_product_used(impl, d, heads, kv, batch, length)
 
 
@@ -1351,17 +1745,29 @@ def _one_product_used(impl, d, heads, kv, batch, length):
     state = phi3_course_state(hf_phi3_attention(fields, 810, x, mask, None)[0], heads, kv)
     delta = _randn((batch, length, width), 811)
     got = impl.fused_forward_perturbed(d, heads, kv, state, x, mask, delta)
-    what = (f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, causal mask) when the grader adds a known change to the "
-            f"result of its product of {width} output features")
-    expect.that(got["perturbed"], f"{what}: no matrix product of that width ran, so q, k and v are not computed by "
-                "one product; use self.qkv_proj(x) once, then split it")
+    what = (
+        f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, causal mask) when the grader adds a known change to the "
+        f"result of its product of {width} output features"
+    )
+    expect.that(
+        got["perturbed"],
+        f"{what}: no matrix product of that width ran, so q, k and v are not computed by "
+        "one product; use self.qkv_proj(x) once, then split it",
+    )
     output = expect.tensor(got["output"], what, shape=[batch, length, d])
     unchanged = gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, mask, None)
     if torch.allclose(output, unchanged, **TOL):
-        expect.fail(f"{what}: the output did not change, so q, k and v are not taken from that product's result "
-                    "(three products concatenated are not one product); split self.qkv_proj(x)")
-    expect.close(output, _shifted_reference(state, delta, x, heads, kv, mask), what, **TOL,
-                 hint="q, k and v must be the three column blocks of the one product's result: self.qkv_proj(x).split(...)")
+        expect.fail(
+            f"{what}: the output did not change, so q, k and v are not taken from that product's result "
+            "(three products concatenated are not one product); split self.qkv_proj(x)"
+        )
+    expect.close(
+        output,
+        _shifted_reference(state, delta, x, heads, kv, mask),
+        what,
+        **TOL,
+        hint="q, k and v must be the three column blocks of the one product's result: self.qkv_proj(x).split(...)",
+    )
 
 
 @torch.no_grad()
@@ -1393,11 +1799,18 @@ def test_fused_is_causal(impl):
     hf_state, expected = hf_phi3_attention(fields, 50, x, causal, None)
     state = phi3_course_state(hf_state, heads, kv)
     what = f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, mask=None, is_causal=True)"
-    got = expect.tensor(impl.fused_forward(d, heads, kv, state, x, None, None, is_causal=True), what,
-                        shape=[batch, length, d])
+    got = expect.tensor(
+        impl.fused_forward(d, heads, kv, state, x, None, None, is_causal=True), what, shape=[batch, length, d]
+    )
     ignored = gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, None, None)
-    expect.close(got, expected, what, **TOL, alternatives=[(ignored, IS_CAUSAL_IGNORED)],
-                 hint="The oracle is Hugging Face's Phi3Attention with the causal mask.")
+    expect.close(
+        got,
+        expected,
+        what,
+        **TOL,
+        alternatives=[(ignored, IS_CAUSAL_IGNORED)],
+        hint="The oracle is Hugging Face's Phi3Attention with the causal mask.",
+    )
     _check_is_causal_passed_on(impl.fused_sdpa_calls(d, heads, kv, x, None, None, is_causal=True), what)
 
 

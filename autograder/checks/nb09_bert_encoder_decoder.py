@@ -74,14 +74,34 @@ BERT = Exercise("bert_mlm", "Exercise 3: BertForMaskedLM", points=3)
 MASKING = Exercise("mask_tokens", "Exercise 4: mask_tokens", points=4)
 LOSS = Exercise("mlm_loss", "Exercise 5: mlm_loss", points=2)
 ENCDEC = Exercise("encoder_decoder", "Exercise 6: EncoderDecoder", points=4)
-COUNT = Exercise("transformer_num_parameters", "Exercise 7: the encoder-decoder's parameter count", points=2, rules=(
-    Rule("work it out from the sizes in the config; do not build any module",
-         ("torch.nn.Transformer", "torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder",
-          "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer", "torch.nn.MultiheadAttention",
-          "torch.nn.Linear", "torch.nn.LazyLinear", "torch.nn.Embedding", "torch.nn.LayerNorm", "torch.nn.Module"),
-         names=("EncoderDecoder", "EncoderBlock", "DecoderBlock", "LayerNorm", "SinusoidalPositionalEncoding")),))
+COUNT = Exercise(
+    "transformer_num_parameters",
+    "Exercise 7: the encoder-decoder's parameter count",
+    points=2,
+    rules=(
+        Rule(
+            "work it out from the sizes in the config; do not build any module",
+            (
+                "torch.nn.Transformer",
+                "torch.nn.TransformerEncoder",
+                "torch.nn.TransformerDecoder",
+                "torch.nn.TransformerEncoderLayer",
+                "torch.nn.TransformerDecoderLayer",
+                "torch.nn.MultiheadAttention",
+                "torch.nn.Linear",
+                "torch.nn.LazyLinear",
+                "torch.nn.Embedding",
+                "torch.nn.LayerNorm",
+                "torch.nn.Module",
+            ),
+            names=("EncoderDecoder", "EncoderBlock", "DecoderBlock", "LayerNorm", "SinusoidalPositionalEncoding"),
+        ),
+    ),
+)
 EXERCISES = [EMBEDDINGS, HEAD, BERT, MASKING, LOSS, ENCDEC, COUNT]
-ORACLE_IMPORTS = ("transformers.models.bert.modeling_bert",)  # imported while the notebook runs (grading.grade): seconds
+ORACLE_IMPORTS = (
+    "transformers.models.bert.modeling_bert",
+)  # imported while the notebook runs (grading.grade): seconds
 
 TOL = {"atol": 1e-5, "rtol": 1e-4}
 GRAD = {"atol": 1e-5, "rtol": 1e-4}
@@ -104,31 +124,52 @@ def _padding(lengths, length):
 
 # --- BERT: configurations, states in the course's names, Hugging Face's model -------------------
 
+
 def bert_fields(vocab=40, d=16, layers=2, heads=2, d_ff=32, positions=20, types=2):
-    return {"vocab_size": vocab, "d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": d_ff,
-            "max_positions": positions, "type_vocab_size": types, "norm_eps": 1e-12, "pad_token_id": 0}
+    return {
+        "vocab_size": vocab,
+        "d_model": d,
+        "n_layers": layers,
+        "n_heads": heads,
+        "d_ff": d_ff,
+        "max_positions": positions,
+        "type_vocab_size": types,
+        "norm_eps": 1e-12,
+        "pad_token_id": 0,
+    }
 
 
 def _linear(prefix, n_in, n_out, seed, bias=0.2):
-    return {f"{prefix}.weight": _randn((n_out, n_in), seed, n_in ** -0.5), f"{prefix}.bias": _randn((n_out,), seed + 1, bias)}
+    return {
+        f"{prefix}.weight": _randn((n_out, n_in), seed, n_in**-0.5),
+        f"{prefix}.bias": _randn((n_out,), seed + 1, bias),
+    }
 
 
 def _norm(prefix, d, seed, gain=1.0):
-    return {f"{prefix}.weight": gain * (1.0 + _randn((d,), seed, 0.3)), f"{prefix}.bias": _randn((d,), seed + 1, 0.3 * gain)}
+    return {
+        f"{prefix}.weight": gain * (1.0 + _randn((d,), seed, 0.3)),
+        f"{prefix}.bias": _randn((d,), seed + 1, 0.3 * gain),
+    }
 
 
 def embeddings_state(f, seed, std=0.02, prefix=""):
     d = f["d_model"]
-    state = {f"{prefix}word.weight": _randn((f["vocab_size"], d), seed, std),
-             f"{prefix}position.weight": _randn((f["max_positions"], d), seed + 1, std),
-             f"{prefix}token_type.weight": _randn((f["type_vocab_size"], d), seed + 2, std)}
+    state = {
+        f"{prefix}word.weight": _randn((f["vocab_size"], d), seed, std),
+        f"{prefix}position.weight": _randn((f["max_positions"], d), seed + 1, std),
+        f"{prefix}token_type.weight": _randn((f["type_vocab_size"], d), seed + 2, std),
+    }
     return state | _norm(f"{prefix}norm", d, seed + 3)
 
 
 def head_state(f, seed, prefix="", gain=1.0):
     d = f["d_model"]
-    return (_linear(f"{prefix}dense", d, d, seed) | _norm(f"{prefix}norm", d, seed + 2, gain)
-            | {f"{prefix}decoder.bias": _randn((f["vocab_size"],), seed + 4, 0.2)})
+    return (
+        _linear(f"{prefix}dense", d, d, seed)
+        | _norm(f"{prefix}norm", d, seed + 2, gain)
+        | {f"{prefix}decoder.bias": _randn((f["vocab_size"],), seed + 4, 0.2)}
+    )
 
 
 def bert_state(f, seed, gain=1.0):
@@ -141,28 +182,38 @@ def bert_state(f, seed, gain=1.0):
         for j, proj in enumerate(("q_proj", "k_proj", "v_proj", "out_proj")):
             state |= _linear(f"{p}self_attn.{proj}", d, d, s + 10 * j, 0.2 * gain)
         state |= _norm(f"{p}norm1", d, s + 50, gain) | _norm(f"{p}norm2", d, s + 60, gain)
-        state |= _linear(f"{p}ffn.fc1", d, d_ff, s + 70, 0.2 * gain) | _linear(f"{p}ffn.fc2", d_ff, d, s + 80, 0.2 * gain)
+        state |= _linear(f"{p}ffn.fc1", d, d_ff, s + 70, 0.2 * gain) | _linear(
+            f"{p}ffn.fc2", d_ff, d, s + 80, 0.2 * gain
+        )
     state |= head_state(f, seed + 900, "head.")  # the head's own norm at full gain: logits of order 1
     state["head.decoder.weight"] = state["embeddings.word.weight"]
     return state
 
 
-_HF_BLOCK = {"attention.self.query": "self_attn.q_proj", "attention.self.key": "self_attn.k_proj",
-             "attention.self.value": "self_attn.v_proj", "attention.output.dense": "self_attn.out_proj",
-             "attention.output.LayerNorm": "norm1", "intermediate.dense": "ffn.fc1", "output.dense": "ffn.fc2",
-             "output.LayerNorm": "norm2"}
-_HF_FIXED = {"bert.embeddings.word_embeddings.weight": "embeddings.word.weight",
-             "bert.embeddings.position_embeddings.weight": "embeddings.position.weight",
-             "bert.embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
-             "bert.embeddings.LayerNorm.weight": "embeddings.norm.weight",
-             "bert.embeddings.LayerNorm.bias": "embeddings.norm.bias",
-             "cls.predictions.transform.dense.weight": "head.dense.weight",
-             "cls.predictions.transform.dense.bias": "head.dense.bias",
-             "cls.predictions.transform.LayerNorm.weight": "head.norm.weight",
-             "cls.predictions.transform.LayerNorm.bias": "head.norm.bias",
-             "cls.predictions.bias": "head.decoder.bias",
-             "cls.predictions.decoder.bias": "head.decoder.bias",
-             "cls.predictions.decoder.weight": "embeddings.word.weight"}
+_HF_BLOCK = {
+    "attention.self.query": "self_attn.q_proj",
+    "attention.self.key": "self_attn.k_proj",
+    "attention.self.value": "self_attn.v_proj",
+    "attention.output.dense": "self_attn.out_proj",
+    "attention.output.LayerNorm": "norm1",
+    "intermediate.dense": "ffn.fc1",
+    "output.dense": "ffn.fc2",
+    "output.LayerNorm": "norm2",
+}
+_HF_FIXED = {
+    "bert.embeddings.word_embeddings.weight": "embeddings.word.weight",
+    "bert.embeddings.position_embeddings.weight": "embeddings.position.weight",
+    "bert.embeddings.token_type_embeddings.weight": "embeddings.token_type.weight",
+    "bert.embeddings.LayerNorm.weight": "embeddings.norm.weight",
+    "bert.embeddings.LayerNorm.bias": "embeddings.norm.bias",
+    "cls.predictions.transform.dense.weight": "head.dense.weight",
+    "cls.predictions.transform.dense.bias": "head.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "head.norm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "head.norm.bias",
+    "cls.predictions.bias": "head.decoder.bias",
+    "cls.predictions.decoder.bias": "head.decoder.bias",
+    "cls.predictions.decoder.weight": "embeddings.word.weight",
+}
 
 
 def course_name(hf_name: str) -> str:
@@ -179,10 +230,19 @@ def hf_bert(f, state=None):
     import transformers
 
     config = transformers.BertConfig(
-        vocab_size=f["vocab_size"], hidden_size=f["d_model"], num_hidden_layers=f["n_layers"],
-        num_attention_heads=f["n_heads"], intermediate_size=f["d_ff"], max_position_embeddings=f["max_positions"],
-        type_vocab_size=f["type_vocab_size"], layer_norm_eps=f["norm_eps"], pad_token_id=f["pad_token_id"],
-        hidden_act="gelu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        vocab_size=f["vocab_size"],
+        hidden_size=f["d_model"],
+        num_hidden_layers=f["n_layers"],
+        num_attention_heads=f["n_heads"],
+        intermediate_size=f["d_ff"],
+        max_position_embeddings=f["max_positions"],
+        type_vocab_size=f["type_vocab_size"],
+        layer_norm_eps=f["norm_eps"],
+        pad_token_id=f["pad_token_id"],
+        hidden_act="gelu",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     config._attn_implementation = "eager"
     model = transformers.BertForMaskedLM(config).eval()
     if state is not None:
@@ -198,8 +258,9 @@ def _config(f):
 
 # --- Exercise 1 ------------------------------------------------------------------------------------
 
-EMBEDDINGS_NAMES = ("self.word, self.position, self.token_type (nn.Embedding) and self.norm = "
-                    "norm(config.d_model, eps=config.norm_eps)")
+EMBEDDINGS_NAMES = (
+    "self.word, self.position, self.token_type (nn.Embedding) and self.norm = norm(config.d_model, eps=config.norm_eps)"
+)
 
 
 @EMBEDDINGS.visible
@@ -208,31 +269,55 @@ def test_embeddings_parameters(impl):
     f = bert_fields(vocab=40, d=16, positions=20, types=3)
     got = impl.embeddings_summary(f)
     expect.that("parameters" in got, "BertEmbeddings(config) is not an nn.Module")
-    expected = {"word.weight": [40, 16], "position.weight": [20, 16], "token_type.weight": [3, 16],
-                "norm.weight": [16], "norm.bias": [16]}
-    expect.that(got["parameters"] == expected, f"BertEmbeddings(config) has parameters {got['parameters']}, expected "
-                f"{expected}: {EMBEDDINGS_NAMES}")
+    expected = {
+        "word.weight": [40, 16],
+        "position.weight": [20, 16],
+        "token_type.weight": [3, 16],
+        "norm.weight": [16],
+        "norm.bias": [16],
+    }
+    expect.that(
+        got["parameters"] == expected,
+        f"BertEmbeddings(config) has parameters {got['parameters']}, expected {expected}: {EMBEDDINGS_NAMES}",
+    )
 
 
 def _embeddings_mistakes(state, tokens, types, eps):
-    word, pos, typ = state["word.weight"][tokens], state["position.weight"][: tokens.shape[1]], state["token_type.weight"]
+    word, pos, typ = (
+        state["word.weight"][tokens],
+        state["position.weight"][: tokens.shape[1]],
+        state["token_type.weight"],
+    )
     typ = typ[types] if types is not None else typ[0]
     d = word.shape[-1]
 
     def ln(x, e=eps):
         return F.layer_norm(x, (d,), state["norm.weight"], state["norm.bias"], e)
 
-    mistakes = [(ln(word + pos), "the token types are not added: add self.token_type(token_type_ids), with "
-                 "token_type_ids = zeros when None"),
-                (word + pos + typ, "the LayerNorm is missing: return self.norm(word + position + token_type)"),
-                (ln(word) + pos + typ, "the LayerNorm is applied to the word embeddings only, before the sum: "
-                 "normalize the sum of all three"),
-                (ln(word + pos + typ, 1e-5), "the LayerNorm uses eps=1e-5 (PyTorch's default): build it with "
-                 "norm(config.d_model, eps=config.norm_eps); BERT's eps is 1e-12"),
-                (ln(word + typ), "the position embeddings are not added: positions 0..seq-1, self.position(positions)")]
+    mistakes = [
+        (
+            ln(word + pos),
+            "the token types are not added: add self.token_type(token_type_ids), with token_type_ids = zeros when None",
+        ),
+        (word + pos + typ, "the LayerNorm is missing: return self.norm(word + position + token_type)"),
+        (
+            ln(word) + pos + typ,
+            "the LayerNorm is applied to the word embeddings only, before the sum: normalize the sum of all three",
+        ),
+        (
+            ln(word + pos + typ, 1e-5),
+            "the LayerNorm uses eps=1e-5 (PyTorch's default): build it with "
+            "norm(config.d_model, eps=config.norm_eps); BERT's eps is 1e-12",
+        ),
+        (ln(word + typ), "the position embeddings are not added: positions 0..seq-1, self.position(positions)"),
+    ]
     if types is not None:
-        mistakes.append((ln(word + pos + state["token_type.weight"][0]), "token_type_ids is ignored: the segment "
-                         "of each token selects its row of self.token_type"))
+        mistakes.append(
+            (
+                ln(word + pos + state["token_type.weight"][0]),
+                "token_type_ids is ignored: the segment of each token selects its row of self.token_type",
+            )
+        )
     return mistakes
 
 
@@ -241,15 +326,26 @@ def _embeddings_case(impl, f, seed, shape, with_types=True):
     tokens = _randint(f["vocab_size"], shape, seed + 10)
     types = _randint(f["type_vocab_size"], shape, seed + 11) if with_types else None
     got = impl.embeddings_forward(f, state, tokens, types)
-    hf = hf_bert(f, {f"embeddings.{k}": v for k, v in state.items()} | {
-        k: v for k, v in bert_state(f, 0).items() if not k.startswith("embeddings.")})
+    hf = hf_bert(
+        f,
+        {f"embeddings.{k}": v for k, v in state.items()}
+        | {k: v for k, v in bert_state(f, 0).items() if not k.startswith("embeddings.")},
+    )
     with torch.no_grad():
         expected = hf.bert.embeddings(input_ids=tokens, token_type_ids=types)
-    what = (f"BertEmbeddings(d_model={f['d_model']})(tokens{', token_type_ids' if with_types else ''}) for tokens of "
-            f"shape {list(shape)}")
+    what = (
+        f"BertEmbeddings(d_model={f['d_model']})(tokens{', token_type_ids' if with_types else ''}) for tokens of "
+        f"shape {list(shape)}"
+    )
     expect.that(isinstance(got, dict) and "output" in got, f"{what} did not run")
-    expect.close(got["output"], expected, what, **TOL, alternatives=_embeddings_mistakes(state, tokens, types, 1e-12),
-                 hint="The oracle is Hugging Face's BertModel embeddings with your weights copied in.")
+    expect.close(
+        got["output"],
+        expected,
+        what,
+        **TOL,
+        alternatives=_embeddings_mistakes(state, tokens, types, 1e-12),
+        hint="The oracle is Hugging Face's BertModel embeddings with your weights copied in.",
+    )
 
 
 @EMBEDDINGS.visible
@@ -268,9 +364,11 @@ def test_embeddings_default_types_and_shapes(impl):
 
 # --- Exercise 2 ------------------------------------------------------------------------------------
 
-HEAD_NAMES = ("self.dense = nn.Linear(d_model, d_model), self.norm = norm(d_model, eps=config.norm_eps), "
-              "self.decoder = nn.Linear(d_model, vocab_size) with its bias, and self.decoder.weight = "
-              "word_embeddings.weight (no other attribute holding the word table)")
+HEAD_NAMES = (
+    "self.dense = nn.Linear(d_model, d_model), self.norm = norm(d_model, eps=config.norm_eps), "
+    "self.decoder = nn.Linear(d_model, vocab_size) with its bias, and self.decoder.weight = "
+    "word_embeddings.weight (no other attribute holding the word table)"
+)
 
 
 @HEAD.visible
@@ -279,16 +377,27 @@ def test_head_parameters_and_tying(impl):
     f = bert_fields(vocab=40, d=16)
     got = impl.head_summary(f)
     expect.that("parameters" in got, "MLMHead(config, word_embeddings) is not an nn.Module")
-    expected = {"dense.weight": [16, 16], "dense.bias": [16], "norm.weight": [16], "norm.bias": [16],
-                "decoder.weight": [40, 16], "decoder.bias": [40]}
+    expected = {
+        "dense.weight": [16, 16],
+        "dense.bias": [16],
+        "norm.weight": [16],
+        "norm.bias": [16],
+        "decoder.weight": [40, 16],
+        "decoder.bias": [40],
+    }
     params = got["parameters"]
     if params != expected:
-        expect.that("decoder.bias" in params or "decoder.weight" not in params,
-                    "the decoder has no bias: nn.Linear(d_model, vocab_size) keeps its bias (one number per word)")
+        expect.that(
+            "decoder.bias" in params or "decoder.weight" not in params,
+            "the decoder has no bias: nn.Linear(d_model, vocab_size) keeps its bias (one number per word)",
+        )
         expect.fail(f"MLMHead has parameters {params}, expected {expected}: {HEAD_NAMES}")
-    expect.that(got["shares_word_weight"], "decoder.weight is not the word embedding table: the decoder must use "
-                "the same nn.Parameter, self.decoder.weight = word_embeddings.weight (a copy has the same values "
-                "only at the start and gets no gradient from the embedding's use)")
+    expect.that(
+        got["shares_word_weight"],
+        "decoder.weight is not the word embedding table: the decoder must use "
+        "the same nn.Parameter, self.decoder.weight = word_embeddings.weight (a copy has the same values "
+        "only at the start and gets no gradient from the embedding's use)",
+    )
 
 
 def _head_hf(f, state, word):
@@ -306,14 +415,20 @@ def _head_mistakes(f, state, word, hidden):
             x = F.layer_norm(x, (d,), state["norm.weight"], state["norm.bias"], 1e-12)
         return F.linear(x, word, state["decoder.bias"])
 
-    return [(out(F.gelu(h, approximate="tanh")), "the GELU is the tanh approximation: BERT uses the exact GELU, F.gelu(x)"),
-            (out(F.gelu(h), norm=False), "the LayerNorm is missing: decoder(norm(gelu(dense(hidden))))"),
-            (out(F.relu(h)), "the activation is ReLU: BERT's head uses the exact GELU"),
-            (out(h), "the activation is missing: decoder(norm(gelu(dense(hidden))))"),
-            (out(F.gelu(F.layer_norm(h, (d,), state["norm.weight"], state["norm.bias"], 1e-12)), norm=False),
-             "the norm comes before the GELU: dense, then GELU, then norm"),
-            (F.linear(F.layer_norm(F.gelu(h), (d,), state["norm.weight"], state["norm.bias"], 1e-12), word),
-             "the decoder's bias is not added")]
+    return [
+        (out(F.gelu(h, approximate="tanh")), "the GELU is the tanh approximation: BERT uses the exact GELU, F.gelu(x)"),
+        (out(F.gelu(h), norm=False), "the LayerNorm is missing: decoder(norm(gelu(dense(hidden))))"),
+        (out(F.relu(h)), "the activation is ReLU: BERT's head uses the exact GELU"),
+        (out(h), "the activation is missing: decoder(norm(gelu(dense(hidden))))"),
+        (
+            out(F.gelu(F.layer_norm(h, (d,), state["norm.weight"], state["norm.bias"], 1e-12)), norm=False),
+            "the norm comes before the GELU: dense, then GELU, then norm",
+        ),
+        (
+            F.linear(F.layer_norm(F.gelu(h), (d,), state["norm.weight"], state["norm.bias"], 1e-12), word),
+            "the decoder's bias is not added",
+        ),
+    ]
 
 
 def _head_case(impl, f, seed, shape, grads=False):
@@ -326,20 +441,40 @@ def _head_case(impl, f, seed, shape, grads=False):
     hidden_hf = hidden.clone()
     expected = hf.cls.predictions(hidden_hf)
     what = f"MLMHead(d_model={f['d_model']}, vocab_size={f['vocab_size']})(hidden) for hidden of shape {list(hidden.shape)}"
-    expect.close(got["output"], expected.detach(), what, **TOL, alternatives=_head_mistakes(f, state, word, hidden),
-                 hint="The oracle is Hugging Face's BertForMaskedLM head (cls.predictions) with your weights copied in; "
-                      "the decoder's weight is the word table given to MLMHead.")
+    expect.close(
+        got["output"],
+        expected.detach(),
+        what,
+        **TOL,
+        alternatives=_head_mistakes(f, state, word, hidden),
+        hint="The oracle is Hugging Face's BertForMaskedLM head (cls.predictions) with your weights copied in; "
+        "the decoder's weight is the word table given to MLMHead.",
+    )
     if grads:
         expected.backward(grad_output)
         grads_got = expect.gradients(got, what)
         table = hf.bert.embeddings.word_embeddings.weight.grad
-        expect.close(got.get("word_grad"), table, f"the gradient reaching the word table through {what}", **GRAD,
-                     alternatives=[(torch.zeros_like(table), "no gradient reaches the word embedding table: "
-                                    "self.decoder.weight must be word_embeddings.weight itself, not a copy")])
-        for ours, theirs in (("dense.weight", "cls.predictions.transform.dense.weight"),
-                             ("norm.weight", "cls.predictions.transform.LayerNorm.weight"),
-                             ("decoder.bias", "cls.predictions.bias")):
-            expect.close(grads_got.get(ours), dict(hf.named_parameters())[theirs].grad, f"the gradient of {ours}", **GRAD)
+        expect.close(
+            got.get("word_grad"),
+            table,
+            f"the gradient reaching the word table through {what}",
+            **GRAD,
+            alternatives=[
+                (
+                    torch.zeros_like(table),
+                    "no gradient reaches the word embedding table: "
+                    "self.decoder.weight must be word_embeddings.weight itself, not a copy",
+                )
+            ],
+        )
+        for ours, theirs in (
+            ("dense.weight", "cls.predictions.transform.dense.weight"),
+            ("norm.weight", "cls.predictions.transform.LayerNorm.weight"),
+            ("decoder.bias", "cls.predictions.bias"),
+        ):
+            expect.close(
+                grads_got.get(ours), dict(hf.named_parameters())[theirs].grad, f"the gradient of {ours}", **GRAD
+            )
 
 
 @HEAD.visible
@@ -357,8 +492,10 @@ def test_head_gradients_reach_the_word_table(impl):
 
 # --- Exercise 3 ------------------------------------------------------------------------------------
 
-BERT_NAMES = ("self.embeddings = embeddings(config, norm=norm), self.blocks = nn.ModuleList of n_layers "
-              "block(...) and self.head = head(config, self.embeddings.word, norm=norm)")
+BERT_NAMES = (
+    "self.embeddings = embeddings(config, norm=norm), self.blocks = nn.ModuleList of n_layers "
+    "block(...) and self.head = head(config, self.embeddings.word, norm=norm)"
+)
 
 
 def bert_parameters(f):
@@ -378,9 +515,11 @@ def test_bert_parameters(impl):
     expected, count = bert_parameters(f)
     params = got["parameters"]
     if "head.decoder.weight" in params and set(params) - {"head.decoder.weight"} == set(expected):
-        expect.fail("the head's decoder has a weight of its own: pass the model's word table, "
-                    "head(config, self.embeddings.word, norm=norm), so that the output layer is tied to it "
-                    f"(you have {got['count']} parameters, Hugging Face's BertForMaskedLM {count})")
+        expect.fail(
+            "the head's decoder has a weight of its own: pass the model's word table, "
+            "head(config, self.embeddings.word, norm=norm), so that the output layer is tied to it "
+            f"(you have {got['count']} parameters, Hugging Face's BertForMaskedLM {count})"
+        )
     expect.that(params == expected, f"BertForMaskedLM has parameters {params}, expected {expected}: {BERT_NAMES}")
     expect.that(got["count"] == count, f"BertForMaskedLM has {got['count']} parameters, Hugging Face's {count}")
 
@@ -390,8 +529,12 @@ def _reference_bert(f, state, norm_first=False, block_eps=None):
     config = _config(f)
     embeddings = ReferenceEmbeddings(config)
     eps = f["norm_eps"] if block_eps is None else block_eps
-    blocks = nn.ModuleList(EncoderBlock(f["d_model"], f["n_heads"], f["d_ff"], "gelu", norm_first=norm_first,
-                                        norm=partial(nn.LayerNorm, eps=eps)) for _ in range(f["n_layers"]))
+    blocks = nn.ModuleList(
+        EncoderBlock(
+            f["d_model"], f["n_heads"], f["d_ff"], "gelu", norm_first=norm_first, norm=partial(nn.LayerNorm, eps=eps)
+        )
+        for _ in range(f["n_layers"])
+    )
     head = ReferenceHead(config, embeddings.word)
     model = nn.ModuleDict({"embeddings": embeddings, "blocks": blocks, "head": head})
     model.load_state_dict(state)
@@ -407,17 +550,31 @@ def _reference_bert(f, state, norm_first=False, block_eps=None):
 
 
 def _bert_mistakes(f, state, tokens, types, padding):
-    mistakes = [(_reference_bert(f, state, norm_first=True)(tokens, types, padding),
-                 "the blocks are pre-norm: BERT's blocks are post-norm, block(..., 'gelu', norm_first=False, ...)"),
-                (_reference_bert(f, state, block_eps=1e-5)(tokens, types, padding),
-                 "the blocks' LayerNorms use eps=1e-5 (the default): build them with "
-                 "norm=partial(norm, eps=config.norm_eps)")]
+    mistakes = [
+        (
+            _reference_bert(f, state, norm_first=True)(tokens, types, padding),
+            "the blocks are pre-norm: BERT's blocks are post-norm, block(..., 'gelu', norm_first=False, ...)",
+        ),
+        (
+            _reference_bert(f, state, block_eps=1e-5)(tokens, types, padding),
+            "the blocks' LayerNorms use eps=1e-5 (the default): build them with "
+            "norm=partial(norm, eps=config.norm_eps)",
+        ),
+    ]
     if padding is not None:
-        mistakes.append((_reference_bert(f, state)(tokens, types, None),
-                         "the padding mask does not reach the blocks: pass padding_mask to every block"))
+        mistakes.append(
+            (
+                _reference_bert(f, state)(tokens, types, None),
+                "the padding mask does not reach the blocks: pass padding_mask to every block",
+            )
+        )
     if types is not None:
-        mistakes.append((_reference_bert(f, state)(tokens, None, padding),
-                         "token_type_ids does not reach the embeddings: self.embeddings(tokens, token_type_ids)"))
+        mistakes.append(
+            (
+                _reference_bert(f, state)(tokens, None, padding),
+                "token_type_ids does not reach the embeddings: self.embeddings(tokens, token_type_ids)",
+            )
+        )
     return mistakes
 
 
@@ -431,17 +588,25 @@ def _bert_case(impl, f, seed, lengths, length, with_types=True, gain=1.0):
     got = impl.bert_forward(f, state, tokens, types, padding)
     hf = hf_bert(f, state)
     with torch.no_grad():
-        expected = hf(input_ids=tokens, token_type_ids=types,
-                      attention_mask=None if padding is None else padding.long()).logits
+        expected = hf(
+            input_ids=tokens, token_type_ids=types, attention_mask=None if padding is None else padding.long()
+        ).logits
     real = torch.ones(tokens.shape, dtype=torch.bool) if padding is None else padding
-    what = (f"BertForMaskedLM(d_model={f['d_model']}, n_layers={f['n_layers']})(tokens"
-            f"{', token_type_ids' * with_types}{', padding_mask' * (padding is not None)}) for lengths {lengths} "
-            f"at the real positions")
+    what = (
+        f"BertForMaskedLM(d_model={f['d_model']}, n_layers={f['n_layers']})(tokens"
+        f"{', token_type_ids' * with_types}{', padding_mask' * (padding is not None)}) for lengths {lengths} "
+        f"at the real positions"
+    )
     output = expect.tensor(got.get("output"), what, shape=expected.shape)
-    expect.close(output[real], expected[real], what, **TOL,
-                 alternatives=[(m[real], s) for m, s in _bert_mistakes(f, state, tokens, types, padding)],
-                 hint="The oracle is Hugging Face's BertForMaskedLM with your weights copied in and "
-                      "attention_mask = padding_mask.")
+    expect.close(
+        output[real],
+        expected[real],
+        what,
+        **TOL,
+        alternatives=[(m[real], s) for m, s in _bert_mistakes(f, state, tokens, types, padding)],
+        hint="The oracle is Hugging Face's BertForMaskedLM with your weights copied in and "
+        "attention_mask = padding_mask.",
+    )
 
 
 @BERT.visible
@@ -474,8 +639,11 @@ def test_bert_padding_is_invisible(impl):
     first = expect.tensor(impl.bert_forward(f, state, tokens, None, padding).get("output"), "BertForMaskedLM(...)")
     second = expect.tensor(impl.bert_forward(f, state, changed, None, padding).get("output"), "BertForMaskedLM(...)")
     delta = float((first - second).abs()[padding].max())
-    expect.that(delta <= SAME, f"changing the padded tokens changed the logits at real positions by up to {delta:.3g}: "
-                "pass padding_mask to every block")
+    expect.that(
+        delta <= SAME,
+        f"changing the padded tokens changed the logits at real positions by up to {delta:.3g}: "
+        "pass padding_mask to every block",
+    )
 
 
 # --- Exercise 4 ------------------------------------------------------------------------------------
@@ -502,10 +670,16 @@ def _options(vocab, probability=None, special=SPECIAL):
 def _masking_draws(impl, tokens, options, seed, draws=1, global_seed=0):
     got = impl.mask_tokens_run(tokens, options, seed, global_seed, draws)
     what = "mask_tokens(tokens, ...)"
-    expect.that("inputs" in got, f"{what} returned {type(got.get('result')).__name__ if isinstance(got, dict) else got}, "
-                "expected a pair (inputs, labels)")
-    expect.that(torch.equal(got["tokens_after"], tokens), f"{what} changed its argument tokens in place: make a new "
-                "tensor for inputs (tokens.clone(), or torch.where(...)) and leave tokens as it was")
+    expect.that(
+        "inputs" in got,
+        f"{what} returned {type(got.get('result')).__name__ if isinstance(got, dict) else got}, "
+        "expected a pair (inputs, labels)",
+    )
+    expect.that(
+        torch.equal(got["tokens_after"], tokens),
+        f"{what} changed its argument tokens in place: make a new "
+        "tensor for inputs (tokens.clone(), or torch.where(...)) and leave tokens as it was",
+    )
     pairs = []
     for inputs, labels in zip(got["inputs"], got["labels"], strict=True):
         inputs = expect.tensor(inputs, f"inputs returned by {what}", shape=tokens.shape)
@@ -518,17 +692,30 @@ def _masking_draws(impl, tokens, options, seed, draws=1, global_seed=0):
 def _check_consistency(tokens, inputs, labels, special):
     is_special = torch.isin(tokens, torch.as_tensor(special))
     picked = labels != -100
-    expect.that(bool((~picked).any()), "labels has no -100 at all: labels must hold the original token at the picked "
-                "positions and -100 everywhere else")
-    expect.that(not bool((picked & is_special).any()), "a special token was picked (its label is not -100): tokens "
-                "whose id is in special_ids ([CLS], [SEP], [PAD], [MASK], ...) are never picked")
-    expect.that(bool(((labels == tokens) | ~picked).all()), "labels must hold the original token at the picked "
-                "positions and -100 everywhere else")
-    expect.that(bool((inputs == tokens)[~picked].all()), "inputs differ from tokens at positions that were not "
-                "picked (label -100): only picked tokens are replaced")
+    expect.that(
+        bool((~picked).any()),
+        "labels has no -100 at all: labels must hold the original token at the picked "
+        "positions and -100 everywhere else",
+    )
+    expect.that(
+        not bool((picked & is_special).any()),
+        "a special token was picked (its label is not -100): tokens "
+        "whose id is in special_ids ([CLS], [SEP], [PAD], [MASK], ...) are never picked",
+    )
+    expect.that(
+        bool(((labels == tokens) | ~picked).all()),
+        "labels must hold the original token at the picked positions and -100 everywhere else",
+    )
+    expect.that(
+        bool((inputs == tokens)[~picked].all()),
+        "inputs differ from tokens at positions that were not picked (label -100): only picked tokens are replaced",
+    )
     expect.that(bool(picked.any()), "no token was picked")
-    expect.that(bool((~picked & ~is_special).any()), "every non-special token was picked (labels must be -100 where "
-                "the token was not picked): pick each one with probability `probability`")
+    expect.that(
+        bool((~picked & ~is_special).any()),
+        "every non-special token was picked (labels must be -100 where "
+        "the token was not picked): pick each one with probability `probability`",
+    )
 
 
 @MASKING.visible
@@ -541,8 +728,11 @@ def test_masking_labels_and_specials(impl):
 
 def _within(observed, expected, n, what, advice):
     spread = SIGMAS * math.sqrt(expected * (1 - expected) / n)
-    expect.that(abs(observed - expected) <= spread, f"{what} is {observed:.4f}, expected {expected:.4f} "
-                f"(± {spread:.4f}, {SIGMAS:g} standard deviations over {n} tokens): {advice}")
+    expect.that(
+        abs(observed - expected) <= spread,
+        f"{what} is {observed:.4f}, expected {expected:.4f} "
+        f"(± {spread:.4f}, {SIGMAS:g} standard deviations over {n} tokens): {advice}",
+    )
 
 
 def masking_counts(tokens, pairs):
@@ -568,15 +758,35 @@ def _masking_statistics(impl, vocab, probability, seed, draws=20):
         _check_consistency(tokens, inputs, labels, SPECIAL)
     counts, random_ids = masking_counts(tokens, pairs)
     p = 0.15 if probability is None else probability
-    _within(counts["picked"] / counts["eligible"], p, counts["eligible"], "the fraction of non-special tokens picked",
-            f"pick each non-special token with probability {p}")
+    _within(
+        counts["picked"] / counts["eligible"],
+        p,
+        counts["eligible"],
+        "the fraction of non-special tokens picked",
+        f"pick each non-special token with probability {p}",
+    )
     advice = "of the picked tokens, 80% become mask_token_id, 10% a random id, 10% stay as they are"
-    _within(counts["mask"] / counts["picked"], 0.8 + 0.1 / vocab, counts["picked"],
-            "the fraction of picked tokens replaced by [MASK]", advice)
-    _within(counts["random"] / counts["picked"], 0.1 * (1 - 2 / vocab), counts["picked"],
-            "the fraction of picked tokens replaced by a random token", advice)
-    _within(counts["kept"] / counts["picked"], 0.1 + 0.1 / vocab, counts["picked"],
-            "the fraction of picked tokens left unchanged", advice)
+    _within(
+        counts["mask"] / counts["picked"],
+        0.8 + 0.1 / vocab,
+        counts["picked"],
+        "the fraction of picked tokens replaced by [MASK]",
+        advice,
+    )
+    _within(
+        counts["random"] / counts["picked"],
+        0.1 * (1 - 2 / vocab),
+        counts["picked"],
+        "the fraction of picked tokens replaced by a random token",
+        advice,
+    )
+    _within(
+        counts["kept"] / counts["picked"],
+        0.1 + 0.1 / vocab,
+        counts["picked"],
+        "the fraction of picked tokens left unchanged",
+        advice,
+    )
     return random_ids
 
 
@@ -593,10 +803,13 @@ def test_masking_uses_the_generator(impl):
     first = _masking_draws(impl, tokens, _options(60), 21, global_seed=1)[0]
     again = _masking_draws(impl, tokens, _options(60), 21, global_seed=2)[0]
     other = _masking_draws(impl, tokens, _options(60), 22, global_seed=1)[0]
-    expect.that(torch.equal(first[0], again[0]) and torch.equal(first[1], again[1]), "the same generator gave "
-                "different results when the global random generator was in another state: draw every random number "
-                "from the generator argument, torch.rand(..., generator=generator), torch.randint(..., "
-                "generator=generator)")
+    expect.that(
+        torch.equal(first[0], again[0]) and torch.equal(first[1], again[1]),
+        "the same generator gave "
+        "different results when the global random generator was in another state: draw every random number "
+        "from the generator argument, torch.rand(..., generator=generator), torch.randint(..., "
+        "generator=generator)",
+    )
     expect.that(not torch.equal(first[1], other[1]), "two generator seeds picked the same tokens: use the generator")
 
 
@@ -606,12 +819,17 @@ def test_masking_random_ids_and_options(impl):
     vocab = 40
     random_ids = _masking_statistics(impl, vocab, 0.3, 30)
     n = random_ids.numel()
-    expect.that(n > 0 and int(random_ids.min()) >= 0 and int(random_ids.max()) < vocab,
-                f"random replacements must be ids in [0, {vocab}) (vocab_size)")
+    expect.that(
+        n > 0 and int(random_ids.min()) >= 0 and int(random_ids.max()) < vocab,
+        f"random replacements must be ids in [0, {vocab}) (vocab_size)",
+    )
     mean, expected = float(random_ids.double().mean()), (vocab - 1) / 2
-    spread = SIGMAS * math.sqrt((vocab ** 2 - 1) / 12 / n)
-    expect.that(abs(mean - expected) <= spread, f"the random replacement ids have mean {mean:.2f}, expected "
-                f"{expected:.2f} ± {spread:.2f}: draw them uniformly from [0, vocab_size)")
+    spread = SIGMAS * math.sqrt((vocab**2 - 1) / 12 / n)
+    expect.that(
+        abs(mean - expected) <= spread,
+        f"the random replacement ids have mean {mean:.2f}, expected "
+        f"{expected:.2f} ± {spread:.2f}: draw them uniformly from [0, vocab_size)",
+    )
     tokens = masking_batch(1, 400, 60, 40)[0]
     tokens[::7] = 9  # an ordinary word declared special
     special = torch.tensor(SPECIAL + [9])
@@ -621,15 +839,24 @@ def test_masking_random_ids_and_options(impl):
 
 # --- Exercise 5 ------------------------------------------------------------------------------------
 
+
 def _loss_mistakes(logits, labels):
     flat, target = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
     picked = target != -100
     each = F.cross_entropy(flat, target.clamp(min=0), reduction="none")
-    return [(each[picked].sum() / target.numel(), "the loss is averaged over all positions: divide the sum over "
-             "the picked positions by their number (labels != -100), not by the number of all positions"),
-            (each.mean(), "the loss includes the positions without a target (label -100): average over labels != -100 "
-             "only (F.cross_entropy(..., ignore_index=-100))"),
-            (each[picked].sum(), "the loss is summed: average it over the picked positions")]
+    return [
+        (
+            each[picked].sum() / target.numel(),
+            "the loss is averaged over all positions: divide the sum over "
+            "the picked positions by their number (labels != -100), not by the number of all positions",
+        ),
+        (
+            each.mean(),
+            "the loss includes the positions without a target (label -100): average over labels != -100 "
+            "only (F.cross_entropy(..., ignore_index=-100))",
+        ),
+        (each[picked].sum(), "the loss is summed: average it over the picked positions"),
+    ]
 
 
 def _loss_case(impl, logits, labels, what, expected=None):
@@ -638,9 +865,16 @@ def _loss_case(impl, logits, labels, what, expected=None):
     loss = expect.tensor(got.get("loss"), what)
     expect.that(loss.numel() == 1, f"{what} has shape {list(loss.shape)}, expected a scalar")
     for value, name in ((reference, "F.cross_entropy(..., ignore_index=-100)"),) + (
-            ((expected, "Hugging Face's BertForMaskedLM(..., labels=labels).loss"),) if expected is not None else ()):
-        expect.close(loss.reshape(()), value.detach(), what, **LOSS_TOL, alternatives=_loss_mistakes(logits, labels),
-                     hint=f"The oracle is {name}.")
+        ((expected, "Hugging Face's BertForMaskedLM(..., labels=labels).loss"),) if expected is not None else ()
+    ):
+        expect.close(
+            loss.reshape(()),
+            value.detach(),
+            what,
+            **LOSS_TOL,
+            alternatives=_loss_mistakes(logits, labels),
+            hint=f"The oracle is {name}.",
+        )
 
 
 def _labels(shape, vocab, seed, p=0.15):
@@ -672,11 +906,33 @@ def test_loss_equals_hugging_face(impl):
 
 # --- Exercise 6 ------------------------------------------------------------------------------------
 
-def encdec_fields(src_vocab=30, tgt_vocab=25, d=16, heads=2, n_enc=2, n_dec=2, d_ff=32, max_len=20,
-                  activation="relu", norm_first=False, share=False):
-    return {"src_vocab_size": src_vocab, "tgt_vocab_size": tgt_vocab, "d_model": d, "n_heads": heads,
-            "n_encoder_layers": n_enc, "n_decoder_layers": n_dec, "d_ff": d_ff, "max_len": max_len,
-            "activation": activation, "norm_first": norm_first, "share_embeddings": share}
+
+def encdec_fields(
+    src_vocab=30,
+    tgt_vocab=25,
+    d=16,
+    heads=2,
+    n_enc=2,
+    n_dec=2,
+    d_ff=32,
+    max_len=20,
+    activation="relu",
+    norm_first=False,
+    share=False,
+):
+    return {
+        "src_vocab_size": src_vocab,
+        "tgt_vocab_size": tgt_vocab,
+        "d_model": d,
+        "n_heads": heads,
+        "n_encoder_layers": n_enc,
+        "n_decoder_layers": n_dec,
+        "d_ff": d_ff,
+        "max_len": max_len,
+        "activation": activation,
+        "norm_first": norm_first,
+        "share_embeddings": share,
+    }
 
 
 def _block(prefix, d, d_ff, seed, cross):
@@ -692,11 +948,16 @@ def _block(prefix, d, d_ff, seed, cross):
 
 def encdec_state(f, seed):
     d = f["d_model"]
-    state = {"src_embed.weight": _randn((f["src_vocab_size"], d), seed, d ** -0.5)}
-    state["tgt_embed.weight"] = state["src_embed.weight"] if f["share_embeddings"] else _randn(
-        (f["tgt_vocab_size"], d), seed + 1, d ** -0.5)
-    state |= {"out_proj.weight": state["tgt_embed.weight"] if f["share_embeddings"] else _randn(
-        (f["tgt_vocab_size"], d), seed + 2, d ** -0.5), "out_proj.bias": _randn((f["tgt_vocab_size"],), seed + 3, 0.2)}
+    state = {"src_embed.weight": _randn((f["src_vocab_size"], d), seed, d**-0.5)}
+    state["tgt_embed.weight"] = (
+        state["src_embed.weight"] if f["share_embeddings"] else _randn((f["tgt_vocab_size"], d), seed + 1, d**-0.5)
+    )
+    state |= {
+        "out_proj.weight": state["tgt_embed.weight"]
+        if f["share_embeddings"]
+        else _randn((f["tgt_vocab_size"], d), seed + 2, d**-0.5),
+        "out_proj.bias": _randn((f["tgt_vocab_size"],), seed + 3, 0.2),
+    }
     for i in range(f["n_encoder_layers"]):
         state |= _block(f"encoder.{i}.", d, f["d_ff"], seed + 1000 * (i + 1), cross=False)
     for i in range(f["n_decoder_layers"]):
@@ -726,8 +987,17 @@ def torch_transformer(f, state):
     d = f["d_model"]
     with warnings.catch_warnings():  # the nested-tensor fast path is off for norm_first or odd head counts; we say
         warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # nothing of it to the student
-        model = nn.Transformer(d, f["n_heads"], f["n_encoder_layers"], f["n_decoder_layers"], f["d_ff"], dropout=0.0,
-                               activation=f["activation"], batch_first=True, norm_first=f["norm_first"])
+        model = nn.Transformer(
+            d,
+            f["n_heads"],
+            f["n_encoder_layers"],
+            f["n_decoder_layers"],
+            f["d_ff"],
+            dropout=0.0,
+            activation=f["activation"],
+            batch_first=True,
+            norm_first=f["norm_first"],
+        )
     copied = {}
     for stack, count in (("encoder", f["n_encoder_layers"]), ("decoder", f["n_decoder_layers"])):
         for i in range(count):
@@ -737,7 +1007,8 @@ def torch_transformer(f, state):
                     continue
                 for kind in ("weight", "bias"):
                     copied[f"{t}{theirs}.in_proj_{kind}"] = torch.cat(
-                        [state[f"{p}{ours}.{x}_proj.{kind}"] for x in "qkv"])
+                        [state[f"{p}{ours}.{x}_proj.{kind}"] for x in "qkv"]
+                    )
                     copied[f"{t}{theirs}.out_proj.{kind}"] = state[f"{p}{ours}.out_proj.{kind}"]
             for kind in ("weight", "bias"):
                 copied[f"{t}linear1.{kind}"] = state[f"{p}ffn.fc1.{kind}"]
@@ -756,8 +1027,21 @@ def _not(mask):
 
 
 @torch.no_grad()
-def encdec_oracle(f, state, src, tgt, src_padding=None, tgt_padding=None, *, scale=True, memory_padding=True,
-                  encoder_norm=True, decoder_norm=True, memory_from_embeddings=False, positions=True):
+def encdec_oracle(
+    f,
+    state,
+    src,
+    tgt,
+    src_padding=None,
+    tgt_padding=None,
+    *,
+    scale=True,
+    memory_padding=True,
+    encoder_norm=True,
+    decoder_norm=True,
+    memory_from_embeddings=False,
+    positions=True,
+):
     """Logits and memory of nn.Transformer wrapped in the embeddings and output layer (and known mistakes)."""
     model, d = torch_transformer(f, state), f["d_model"]
     table = sinusoid_table(max(src.shape[1], tgt.shape[1]), d)
@@ -775,24 +1059,39 @@ def encdec_oracle(f, state, src, tgt, src_padding=None, tgt_padding=None, *, sca
     y = embed(state["tgt_embed.weight"], tgt)
     causal = ~torch.ones(tgt.shape[1], tgt.shape[1], dtype=torch.bool).tril()
     for layer in model.decoder.layers:
-        y = layer(y, memory, tgt_mask=causal, tgt_key_padding_mask=_not(tgt_padding),
-                  memory_key_padding_mask=_not(src_padding) if memory_padding else None)
+        y = layer(
+            y,
+            memory,
+            tgt_mask=causal,
+            tgt_key_padding_mask=_not(tgt_padding),
+            memory_key_padding_mask=_not(src_padding) if memory_padding else None,
+        )
     if decoder_norm:
         y = model.decoder.norm(y)
     return F.linear(y, state["out_proj.weight"], state["out_proj.bias"]), memory
 
 
 ENCDEC_MISTAKES = [
-    ({"scale": False}, "the embeddings are not multiplied by sqrt(d_model): embed(tokens) * math.sqrt(d_model) + "
-     "positions"),
-    ({"memory_padding": False}, "the source padding does not reach the decoder's cross-attention: pass src_padding "
-     "as memory_padding to every decoder block"),
-    ({"memory_from_embeddings": True}, "the decoder reads the source embeddings, not the encoder's output: memory = "
-     "encode(src, src_padding)"),
+    (
+        {"scale": False},
+        "the embeddings are not multiplied by sqrt(d_model): embed(tokens) * math.sqrt(d_model) + positions",
+    ),
+    (
+        {"memory_padding": False},
+        "the source padding does not reach the decoder's cross-attention: pass src_padding "
+        "as memory_padding to every decoder block",
+    ),
+    (
+        {"memory_from_embeddings": True},
+        "the decoder reads the source embeddings, not the encoder's output: memory = encode(src, src_padding)",
+    ),
     ({"encoder_norm": False}, "the encoder stack's final LayerNorm is missing: encode returns encoder_norm(x)"),
     ({"decoder_norm": False}, "the decoder stack's final LayerNorm is missing: out_proj(decoder_norm(x))"),
-    ({"encoder_norm": False, "decoder_norm": False}, "the final LayerNorms of both stacks are missing (encoder_norm, "
-     "decoder_norm): like nn.Transformer, each stack ends with one"),
+    (
+        {"encoder_norm": False, "decoder_norm": False},
+        "the final LayerNorms of both stacks are missing (encoder_norm, "
+        "decoder_norm): like nn.Transformer, each stack ends with one",
+    ),
     ({"positions": False}, "the positions are not added: + self.positions(torch.arange(length))"),
 ]
 
@@ -806,20 +1105,30 @@ def _encdec_case(impl, f, seed, src_lengths, src_len, tgt_lengths, tgt_len):
     got = impl.encdec_forward(f, state, src, tgt, src_padding, tgt_padding)
     expected, memory = encdec_oracle(f, state, src, tgt, src_padding, tgt_padding)
     real = torch.ones(tgt.shape, dtype=torch.bool) if tgt_padding is None else tgt_padding
-    what = (f"EncoderDecoder(d_model={f['d_model']}, norm_first={f['norm_first']}, share_embeddings="
-            f"{f['share_embeddings']})(src, tgt{', src_padding' * (src_padding is not None)}"
-            f"{', tgt_padding' * (tgt_padding is not None)}) at the real target positions")
+    what = (
+        f"EncoderDecoder(d_model={f['d_model']}, norm_first={f['norm_first']}, share_embeddings="
+        f"{f['share_embeddings']})(src, tgt{', src_padding' * (src_padding is not None)}"
+        f"{', tgt_padding' * (tgt_padding is not None)}) at the real target positions"
+    )
     output = expect.tensor(got.get("output"), what, shape=expected.shape)
-    mistakes = [(encdec_oracle(f, state, src, tgt, src_padding, tgt_padding, **kw)[0][real], s)
-                for kw, s in ENCDEC_MISTAKES]
-    hint = ("The oracle is nn.Transformer(norm_first=...) with your block weights copied in, wrapped in the embeddings "
-            "(scaled by sqrt(d_model), plus the sinusoidal table) and out_proj; masks: causal tgt_mask, "
-            "src_key_padding_mask = memory_key_padding_mask = ~src_padding, tgt_key_padding_mask = ~tgt_padding.")
+    mistakes = [
+        (encdec_oracle(f, state, src, tgt, src_padding, tgt_padding, **kw)[0][real], s) for kw, s in ENCDEC_MISTAKES
+    ]
+    hint = (
+        "The oracle is nn.Transformer(norm_first=...) with your block weights copied in, wrapped in the embeddings "
+        "(scaled by sqrt(d_model), plus the sinusoidal table) and out_proj; masks: causal tgt_mask, "
+        "src_key_padding_mask = memory_key_padding_mask = ~src_padding, tgt_key_padding_mask = ~tgt_padding."
+    )
     expect.close(output[real], expected[real], what, **TOL, alternatives=mistakes, hint=hint)
     src_real = torch.ones(src.shape, dtype=torch.bool) if src_padding is None else src_padding
     got_memory = expect.tensor(got.get("memory"), "encode(src, src_padding)", shape=memory.shape)
-    expect.close(got_memory[src_real], memory[src_real], "encode(src, src_padding) at the real source positions", **TOL,
-                 hint="encode returns encoder_norm of the last encoder block's output.")
+    expect.close(
+        got_memory[src_real],
+        memory[src_real],
+        "encode(src, src_padding) at the real source positions",
+        **TOL,
+        hint="encode returns encoder_norm of the last encoder block's output.",
+    )
 
 
 @ENCDEC.visible
@@ -833,11 +1142,16 @@ def test_encdec_parameters(impl):
         params = got["parameters"]
         if share and params != expected:
             extra = sorted({"tgt_embed.weight", "out_proj.weight"} & set(params))
-            expect.that(not extra, f"with share_embeddings=True, {' and '.join(extra)} should be the source table's "
-                        "parameter, not one of their own: self.tgt_embed = self.src_embed and "
-                        "self.out_proj.weight = self.tgt_embed.weight")
-        expect.that(params == expected, f"EncoderDecoder (share_embeddings={share}) has parameters {params}, expected "
-                    f"{expected}")
+            expect.that(
+                not extra,
+                f"with share_embeddings=True, {' and '.join(extra)} should be the source table's "
+                "parameter, not one of their own: self.tgt_embed = self.src_embed and "
+                "self.out_proj.weight = self.tgt_embed.weight",
+            )
+        expect.that(
+            params == expected,
+            f"EncoderDecoder (share_embeddings={share}) has parameters {params}, expected {expected}",
+        )
         count = sum(math.prod(s) for s in expected.values())
         expect.that(got["count"] == count, f"EncoderDecoder has {got['count']} parameters, expected {count}")
 
@@ -857,20 +1171,32 @@ def test_encdec_is_causal(impl):
     base = expect.tensor(impl.encdec_forward(f, state, src, tgt).get("output"), "EncoderDecoder(...)(src, tgt)")
     for t in (0, 3):
         changed = tgt.clone()
-        changed[:, t + 1:] = (changed[:, t + 1:] + 1) % 25
-        moved = expect.tensor(impl.encdec_forward(f, state, src, changed).get("output"), "EncoderDecoder(...)(src, tgt)")
+        changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % 25
+        moved = expect.tensor(
+            impl.encdec_forward(f, state, src, changed).get("output"), "EncoderDecoder(...)(src, tgt)"
+        )
         delta = float((moved - base)[:, : t + 1].abs().max())
-        expect.that(delta <= SAME, f"changing the target tokens after position {t} changed the logits at positions "
-                    f"0..{t} by up to {delta:.3g}: a target logit may depend only on the target tokens up to its position "
-                    "(the decoder's self-attention is causal, and the memory must come from the source alone)")
+        expect.that(
+            delta <= SAME,
+            f"changing the target tokens after position {t} changed the logits at positions "
+            f"0..{t} by up to {delta:.3g}: a target logit may depend only on the target tokens up to its position "
+            "(the decoder's self-attention is causal, and the memory must come from the source alone)",
+        )
 
 
 @ENCDEC.hidden
 def test_encdec_options(impl):
     "pre-norm, shared embeddings, GELU, other widths, depths and lengths; encode() equals nn.Transformer's encoder"
     _encdec_case(impl, encdec_fields(norm_first=True), 10, [6, 6], 6, [4, 2], 4)
-    _encdec_case(impl, encdec_fields(src_vocab=20, tgt_vocab=20, share=True, d=24, heads=3, n_enc=1, n_dec=3,
-                                     activation="gelu"), 20, [3, 8, 5], 8, [6, 6, 6], 6)
+    _encdec_case(
+        impl,
+        encdec_fields(src_vocab=20, tgt_vocab=20, share=True, d=24, heads=3, n_enc=1, n_dec=3, activation="gelu"),
+        20,
+        [3, 8, 5],
+        8,
+        [6, 6, 6],
+        6,
+    )
     _encdec_case(impl, encdec_fields(src_vocab=20, tgt_vocab=20, share=True, norm_first=True), 30, [5, 2], 5, [7, 7], 7)
 
 
@@ -883,16 +1209,25 @@ def test_encdec_source_padding_is_invisible(impl):
     src, tgt = _randint(30, (2, 7), 41), _randint(25, (2, 5), 42)
     changed = torch.where(src_padding, src, _randint(30, (2, 7), 43))
     first = expect.tensor(impl.encdec_forward(f, state, src, tgt, src_padding).get("output"), "EncoderDecoder(...)")
-    second = expect.tensor(impl.encdec_forward(f, state, changed, tgt, src_padding).get("output"), "EncoderDecoder(...)")
+    second = expect.tensor(
+        impl.encdec_forward(f, state, changed, tgt, src_padding).get("output"), "EncoderDecoder(...)"
+    )
     delta = float((first - second).abs().max())
-    expect.that(delta <= SAME, f"changing padded source tokens changed the logits by up to {delta:.3g}: src_padding "
-                "must reach the encoder blocks and, as memory_padding, every decoder block")
+    expect.that(
+        delta <= SAME,
+        f"changing padded source tokens changed the logits by up to {delta:.3g}: src_padding "
+        "must reach the encoder blocks and, as memory_padding, every decoder block",
+    )
     error = impl.encdec_build_error(encdec_fields(src_vocab=30, tgt_vocab=25, share=True))
-    expect.that(error == "ValueError", "EncoderDecoder with share_embeddings=True and two vocabulary sizes "
-                f"{'raised ' + error if error else 'did not raise'}: raise a ValueError (one table cannot serve both)")
+    expect.that(
+        error == "ValueError",
+        "EncoderDecoder with share_embeddings=True and two vocabulary sizes "
+        f"{'raised ' + error if error else 'did not raise'}: raise a ValueError (one table cannot serve both)",
+    )
 
 
 # --- Exercise 7 ------------------------------------------------------------------------------------
+
 
 def count_oracle(f) -> int:
     """Parameters of nn.Transformer plus the embedding tables and out_proj, shared ones once (meta device)."""
@@ -900,8 +1235,9 @@ def count_oracle(f) -> int:
     whole = nn.Module()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
-        whole.core = nn.Transformer(d, f["n_heads"], f["n_encoder_layers"], f["n_decoder_layers"], f["d_ff"],
-                                    batch_first=True, device="meta")
+        whole.core = nn.Transformer(
+            d, f["n_heads"], f["n_encoder_layers"], f["n_decoder_layers"], f["d_ff"], batch_first=True, device="meta"
+        )
     whole.src = nn.Embedding(f["src_vocab_size"], d, device="meta")
     whole.tgt = whole.src if f["share_embeddings"] else nn.Embedding(f["tgt_vocab_size"], d, device="meta")
     whole.out = nn.Linear(d, f["tgt_vocab_size"], device="meta")
@@ -917,23 +1253,45 @@ def _count_mistakes(f) -> dict:
     attention = 4 * (d * d + d)
     biases = n_enc * (4 * d + d_ff + d) + n_dec * (8 * d + d_ff + d) + tgt
     one_table = "with share_embeddings, src_embed, tgt_embed and out_proj.weight are one parameter"
-    pairs = [(expected + 2 * tgt * d, f"the shared table is counted three times: {one_table}"),
-             (expected + tgt * d, f"the shared table is counted twice: {one_table}")] if f["share_embeddings"] else [
-        (expected - tgt * d, "out_proj.weight is missing: without share_embeddings it is a [tgt_vocab_size, d_model] "
-                             "matrix of its own"),
-        (expected + (src - tgt) * (d + 1), "out_proj has tgt_vocab_size outputs, not src_vocab_size")]
+    pairs = (
+        [
+            (expected + 2 * tgt * d, f"the shared table is counted three times: {one_table}"),
+            (expected + tgt * d, f"the shared table is counted twice: {one_table}"),
+        ]
+        if f["share_embeddings"]
+        else [
+            (
+                expected - tgt * d,
+                "out_proj.weight is missing: without share_embeddings it is a [tgt_vocab_size, d_model] "
+                "matrix of its own",
+            ),
+            (expected + (src - tgt) * (d + 1), "out_proj has tgt_vocab_size outputs, not src_vocab_size"),
+        ]
+    )
     pairs += [
-        (expected - biases, "the biases are missing (every nn.Linear here has one: the attention projections, the "
-                            "FFN's two layers, out_proj)"),
-        (expected - tgt, "out_proj's bias (one number per target token) is missing; it stays when the weight is shared"),
+        (
+            expected - biases,
+            "the biases are missing (every nn.Linear here has one: the attention projections, the "
+            "FFN's two layers, out_proj)",
+        ),
+        (
+            expected - tgt,
+            "out_proj's bias (one number per target token) is missing; it stays when the weight is shared",
+        ),
         (expected - 4 * d, "the final LayerNorms encoder_norm and decoder_norm (weight and bias each) are missing"),
-        (expected - n_dec * (attention + 2 * d), "the decoder blocks are counted like encoder blocks: each decoder "
-                                                 "block also has a cross-attention and a third LayerNorm"),
-        (expected - n_dec * attention, "the decoder blocks' cross-attention (four d x d projections with biases) is "
-                                       "missing"),
+        (
+            expected - n_dec * (attention + 2 * d),
+            "the decoder blocks are counted like encoder blocks: each decoder "
+            "block also has a cross-attention and a third LayerNorm",
+        ),
+        (
+            expected - n_dec * attention,
+            "the decoder blocks' cross-attention (four d x d projections with biases) is missing",
+        ),
         (expected - n_dec * 2 * d, "a decoder block has three LayerNorms (self-attention, cross-attention, FFN)"),
         (expected - (n_enc * 2 + n_dec * 3 + 2) * d, "each LayerNorm has a weight AND a bias (2 * d_model)"),
-        (expected + (n_dec - n_enc) * (attention + 2 * d), "n_encoder_layers and n_decoder_layers are swapped")]
+        (expected + (n_dec - n_enc) * (attention + 2 * d), "n_encoder_layers and n_decoder_layers are swapped"),
+    ]
     mistakes = {}
     for value, message in pairs:  # two mistakes that give the same count (in one configuration) are both named
         if value != expected:
@@ -947,11 +1305,16 @@ def _count_case(impl, f):
     expect.that(isinstance(got, int), f"{what} returned {got!r}, expected an int")
     expected = count_oracle(f)
     if got != expected:
-        expect.fail(f"{what} is {got:,}, expected {expected:,} (nn.Transformer's parameters plus the embedding tables "
-                    "and out_proj, each shared parameter once): " + _count_mistakes(f).get(
-                        got, "count the embedding tables, per encoder block a self-attention, an FFN and two "
-                             "LayerNorms, per decoder block two attentions, an FFN and three LayerNorms, the two "
-                             "final LayerNorms, and out_proj; every nn.Linear has a bias"))
+        expect.fail(
+            f"{what} is {got:,}, expected {expected:,} (nn.Transformer's parameters plus the embedding tables "
+            "and out_proj, each shared parameter once): "
+            + _count_mistakes(f).get(
+                got,
+                "count the embedding tables, per encoder block a self-attention, an FFN and two "
+                "LayerNorms, per decoder block two attentions, an FFN and three LayerNorms, the two "
+                "final LayerNorms, and out_proj; every nn.Linear has a bias",
+            )
+        )
 
 
 @COUNT.visible
@@ -965,7 +1328,15 @@ def test_count_small_models(impl):
 def test_count_other_sizes(impl):
     "other widths and depths (encoder and decoder unequal), two vocabularies, the base configuration"
     _count_case(impl, encdec_fields(src_vocab=50, tgt_vocab=7, d=24, heads=3, n_enc=1, n_dec=3, d_ff=40))
-    _count_case(impl, encdec_fields(src_vocab=11, tgt_vocab=11, share=True, d=8, n_enc=4, n_dec=1, d_ff=8,
-                                    activation="gelu", norm_first=True))
-    _count_case(impl, encdec_fields(src_vocab=37000, tgt_vocab=37000, share=True, d=512, heads=8, n_enc=6, n_dec=6,
-                                    d_ff=2048, max_len=512))
+    _count_case(
+        impl,
+        encdec_fields(
+            src_vocab=11, tgt_vocab=11, share=True, d=8, n_enc=4, n_dec=1, d_ff=8, activation="gelu", norm_first=True
+        ),
+    )
+    _count_case(
+        impl,
+        encdec_fields(
+            src_vocab=37000, tgt_vocab=37000, share=True, d=512, heads=8, n_enc=6, n_dec=6, d_ff=2048, max_len=512
+        ),
+    )

@@ -45,20 +45,45 @@ from autograder.reference import training as ref
 from autograder.rules import LOG_SOFTMAXES, Rule
 
 GET_BATCH = Exercise("get_batch", "Exercise 6: get_batch", points=3)
-CROSS_ENTROPY = Exercise("cross_entropy", "Exercise 1: cross_entropy", points=4, rules=(
-    Rule("do not use F.cross_entropy, F.nll_loss, or any ready-made log_softmax or log-sum-exp (torch.logsumexp, "
-         "logcumsumexp, logaddexp included)",
-         ("torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss", "torch.nn.CrossEntropyLoss",
-          "torch.nn.NLLLoss", *LOG_SOFTMAXES)),))
+CROSS_ENTROPY = Exercise(
+    "cross_entropy",
+    "Exercise 1: cross_entropy",
+    points=4,
+    rules=(
+        Rule(
+            "do not use F.cross_entropy, F.nll_loss, or any ready-made log_softmax or log-sum-exp (torch.logsumexp, "
+            "logcumsumexp, logaddexp included)",
+            (
+                "torch.nn.functional.cross_entropy",
+                "torch.nn.functional.nll_loss",
+                "torch.nn.CrossEntropyLoss",
+                "torch.nn.NLLLoss",
+                *LOG_SOFTMAXES,
+            ),
+        ),
+    ),
+)
 ADAMW = Exercise("adamw", "Exercise 2: AdamW", points=5)
 INVERSE_SQRT = Exercise("inverse_sqrt_lr", "Exercise 3: inverse_sqrt_lr", points=2)
 COSINE = Exercise("cosine_lr", "Exercise 4: cosine_lr", points=3)
-CLIP = Exercise("clip_grad_norm", "Exercise 5: clip_grad_norm", points=3, rules=(
-    # clip_grad_norm_ is a plain Python function, unseen by torch-function modes: while the checks run its code is
-    # swapped for code that refuses (autograder.rules), so a reference kept anywhere refuses too.
-    Rule("do not call torch.nn.utils.clip_grad_norm_ (nor its parts get_total_norm and clip_grads_with_norm_)",
-         ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grads_with_norm_",
-          "torch.nn.utils.get_total_norm")),))
+CLIP = Exercise(
+    "clip_grad_norm",
+    "Exercise 5: clip_grad_norm",
+    points=3,
+    rules=(
+        # clip_grad_norm_ is a plain Python function, unseen by torch-function modes: while the checks run its code is
+        # swapped for code that refuses (autograder.rules), so a reference kept anywhere refuses too.
+        Rule(
+            "do not call torch.nn.utils.clip_grad_norm_ (nor its parts get_total_norm and clip_grads_with_norm_)",
+            (
+                "torch.nn.utils.clip_grad_norm_",
+                "torch.nn.utils.clip_grad_norm",
+                "torch.nn.utils.clip_grads_with_norm_",
+                "torch.nn.utils.get_total_norm",
+            ),
+        ),
+    ),
+)
 CHECKPOINT = Exercise("checkpoint", "Exercise 7: save_checkpoint and load_checkpoint", points=4)
 EVALUATE = Exercise("evaluate", "Exercise 8: evaluate", points=2)
 TRAIN = Exercise("train", "Exercise 9: train", points=5)
@@ -76,6 +101,7 @@ _gen, _randn = seeded(10000)
 
 # --- Exercise 6: get_batch ---------------------------------------------------------------
 
+
 def _stream(length: int, seed: int, offset: int = 40000) -> torch.Tensor:
     """Distinct token ids (a shuffled range, above int16's maximum), so that a window shows where it starts."""
     return torch.randperm(length, generator=_gen(seed)) + offset
@@ -84,15 +110,21 @@ def _stream(length: int, seed: int, offset: int = 40000) -> torch.Tensor:
 def _got_batch(impl, tokens, batch_size, context, **kwargs):
     got = impl.batch(tokens, batch_size, context, **kwargs)
     call = f"get_batch(tokens, {batch_size}, {context}, {kwargs.get('device', 'cpu')!r}, generator=...)"
-    expect.that(got.get("returned") == "pair", f"{call} returned a {got.get('returned')}, expected a pair "
-                "(inputs, targets)")
-    expect.that(got["types"] == ["Tensor", "Tensor"], f"{call} returned ({', '.join(got['types'])}), expected "
-                "two torch tensors")
+    expect.that(
+        got.get("returned") == "pair", f"{call} returned a {got.get('returned')}, expected a pair (inputs, targets)"
+    )
+    expect.that(
+        got["types"] == ["Tensor", "Tensor"], f"{call} returned ({', '.join(got['types'])}), expected two torch tensors"
+    )
     for name, dtype, shape in zip(("inputs", "targets"), got["dtypes"], got["shapes"], strict=True):
-        expect.that(dtype == "torch.int64", f"{call}: {name} has dtype {dtype}, expected torch.int64 (embedding "
-                    "tables and the loss want int64: convert with .long() or .astype(np.int64))")
-        expect.that(shape == [batch_size, context], f"{call}: {name} has shape {shape}, expected "
-                    f"{[batch_size, context]}")
+        expect.that(
+            dtype == "torch.int64",
+            f"{call}: {name} has dtype {dtype}, expected torch.int64 (embedding "
+            "tables and the loss want int64: convert with .long() or .astype(np.int64))",
+        )
+        expect.that(
+            shape == [batch_size, context], f"{call}: {name} has shape {shape}, expected {[batch_size, context]}"
+        )
     return got, call
 
 
@@ -101,22 +133,35 @@ def _windows(got, call, tokens, context) -> torch.Tensor:
     position = torch.full((int(tokens.max()) + 1,), -1, dtype=torch.long)
     position[tokens] = torch.arange(len(tokens))
     inputs, targets = got["inputs"], got["targets"]
-    expect.that(bool((inputs >= 0).all()) and bool((inputs < len(position)).all()) and bool((targets >= 0).all())
-                and bool((targets < len(position)).all()),
-                f"{call} returned ids that are not in tokens (were they cast to a smaller integer type?)")
+    expect.that(
+        bool((inputs >= 0).all())
+        and bool((inputs < len(position)).all())
+        and bool((targets >= 0).all())
+        and bool((targets < len(position)).all()),
+        f"{call} returned ids that are not in tokens (were they cast to a smaller integer type?)",
+    )
     starts = position[inputs[:, 0]]
     expect.that(bool((starts >= 0).all()), f"{call} returned ids that are not in tokens")
     expected_inputs = tokens[starts[:, None] + torch.arange(context)]
-    expect.that(torch.equal(inputs, expected_inputs), f"{call}: the rows of inputs are not windows of consecutive "
-                "tokens: inputs[b] must be tokens[s : s + context_length] for a start s")
+    expect.that(
+        torch.equal(inputs, expected_inputs),
+        f"{call}: the rows of inputs are not windows of consecutive "
+        "tokens: inputs[b] must be tokens[s : s + context_length] for a start s",
+    )
     if torch.equal(targets, inputs):
-        expect.fail(f"{call}: targets equal inputs: the targets are the inputs shifted by one token, "
-                    "tokens[s + 1 : s + context_length + 1]")
-    expect.that(torch.equal(targets, tokens[starts[:, None] + 1 + torch.arange(context)]),
-                f"{call}: targets are not the inputs shifted by one: targets[b] must be tokens[s + 1 : s + "
-                "context_length + 1] for the same start s as inputs[b]")
-    expect.that(int(starts.max()) <= len(tokens) - context - 1, f"{call} used a start past the last valid one, "
-                f"len(tokens) - context_length - 1 = {len(tokens) - context - 1}")
+        expect.fail(
+            f"{call}: targets equal inputs: the targets are the inputs shifted by one token, "
+            "tokens[s + 1 : s + context_length + 1]"
+        )
+    expect.that(
+        torch.equal(targets, tokens[starts[:, None] + 1 + torch.arange(context)]),
+        f"{call}: targets are not the inputs shifted by one: targets[b] must be tokens[s + 1 : s + "
+        "context_length + 1] for the same start s as inputs[b]",
+    )
+    expect.that(
+        int(starts.max()) <= len(tokens) - context - 1,
+        f"{call} used a start past the last valid one, len(tokens) - context_length - 1 = {len(tokens) - context - 1}",
+    )
     return starts
 
 
@@ -138,28 +183,42 @@ def test_batch_every_start(impl):
     valid = len(tokens) - context
     missing = [s for s in range(valid) if counts[s] == 0]
     if missing == [valid - 1]:
-        expect.fail(f"{call}: the last valid start, len(tokens) - context_length - 1 = {valid - 1}, never occurred "
-                    f"in {draws} windows: draw with torch.randint(0, len(tokens) - context_length, ...) (the upper "
-                    "bound is excluded)")
-    expect.that(not missing, f"{call}: the starts {missing} never occurred in {draws} windows; every start from 0 "
-                f"to len(tokens) - context_length - 1 = {valid - 1} must be possible")
+        expect.fail(
+            f"{call}: the last valid start, len(tokens) - context_length - 1 = {valid - 1}, never occurred "
+            f"in {draws} windows: draw with torch.randint(0, len(tokens) - context_length, ...) (the upper "
+            "bound is excluded)"
+        )
+    expect.that(
+        not missing,
+        f"{call}: the starts {missing} never occurred in {draws} windows; every start from 0 "
+        f"to len(tokens) - context_length - 1 = {valid - 1} must be possible",
+    )
     mean, sd = draws / valid, math.sqrt(draws / valid * (1 - 1 / valid))
     worst = int((counts.float() - mean).abs().argmax())
-    expect.that(abs(float(counts[worst]) - mean) <= 6 * sd, f"{call}: start {worst} occurred {int(counts[worst])} "
-                f"times in {draws} windows, expected about {mean:.0f} (± {6 * sd:.0f}): the starts must be uniform")
+    expect.that(
+        abs(float(counts[worst]) - mean) <= 6 * sd,
+        f"{call}: start {worst} occurred {int(counts[worst])} "
+        f"times in {draws} windows, expected about {mean:.0f} (± {6 * sd:.0f}): the starts must be uniform",
+    )
 
 
 @GET_BATCH.hidden
 def test_batch_inputs_and_device(impl):
     "np.memmap, tensor and int32 inputs; the batch is on the device asked for (meta)"
-    for kind, dtype, length, context in (("memmap", "uint16", 300, 16), ("tensor", "int64", 40, 5),
-                                         ("numpy", "int32", 100, 1)):
+    for kind, dtype, length, context in (
+        ("memmap", "uint16", 300, 16),
+        ("tensor", "int64", 40, 5),
+        ("numpy", "int32", 100, 1),
+    ):
         tokens = _stream(length, 10 + length, offset=40000 if dtype == "uint16" else 70000)
         got, call = _got_batch(impl, tokens, 8, context, kind=kind, dtype=dtype, seed=4)
         _windows(got, call + f" on a {kind} of {dtype}", tokens, context)
     got, call = _got_batch(impl, _stream(30, 5), 4, 6, device="meta", seed=5)
-    expect.that(got["devices"] == ["meta", "meta"], f"{call}: the batch is on {got['devices'][0]}, expected the "
-                "device given (here 'meta'): move it with .to(device)")
+    expect.that(
+        got["devices"] == ["meta", "meta"],
+        f"{call}: the batch is on {got['devices'][0]}, expected the "
+        "device given (here 'meta'): move it with .to(device)",
+    )
 
 
 @GET_BATCH.hidden
@@ -168,20 +227,27 @@ def test_batch_generator(impl):
     tokens = _stream(200, 6)
     first, _ = _got_batch(impl, tokens, 16, 8, seed=7, global_seed=1)
     again, call = _got_batch(impl, tokens, 16, 8, seed=7, global_seed=2)
-    expect.that(torch.equal(first["inputs"], again["inputs"]), f"{call}: with the same generator seed but another "
-                "global seed (torch.manual_seed) the batch changed: draw the starts from the generator, "
-                "torch.randint(..., generator=generator)")
+    expect.that(
+        torch.equal(first["inputs"], again["inputs"]),
+        f"{call}: with the same generator seed but another "
+        "global seed (torch.manual_seed) the batch changed: draw the starts from the generator, "
+        "torch.randint(..., generator=generator)",
+    )
     other, _ = _got_batch(impl, tokens, 16, 8, seed=8, global_seed=1)
-    expect.that(not torch.equal(first["inputs"], other["inputs"]), f"{call}: another generator seed gave the same "
-                "batch: draw the starts from the generator you are given")
+    expect.that(
+        not torch.equal(first["inputs"], other["inputs"]),
+        f"{call}: another generator seed gave the same batch: draw the starts from the generator you are given",
+    )
 
 
 # --- Exercise 1: cross_entropy -----------------------------------------------------------
 
+
 def _loss_oracle(logits, targets, ignore_index=-100, label_smoothing=0.0):
     x = logits.clone().requires_grad_()
-    value = F.cross_entropy(x.reshape(-1, x.shape[-1]), targets.reshape(-1), ignore_index=ignore_index,
-                            label_smoothing=label_smoothing)
+    value = F.cross_entropy(
+        x.reshape(-1, x.shape[-1]), targets.reshape(-1), ignore_index=ignore_index, label_smoothing=label_smoothing
+    )
     value.backward()
     return value.detach(), x.grad
 
@@ -195,17 +261,28 @@ def _loss_mistakes(logits, targets, ignore_index, eps):
     smooth = -log_p.mean(-1)
     others = (-log_p.sum(-1) - nll) / (v - 1)
     mistakes = [
-        ((((1 - eps) * nll + eps * smooth) * keep).sum() / len(y),
-         "the mean is over every position: divide by the number of positions whose target is not ignore_index"),
-        (((1 - eps) * nll + eps * others)[keep].mean(), "the smoothing mass is spread over the V - 1 other classes; "
-         "PyTorch spreads ε over all V classes, the target included: ε · mean over all classes of -log p"),
-        (F.cross_entropy(z.softmax(-1), torch.where(keep, y, -100), label_smoothing=eps),
-         "softmax is applied to the logits before a loss that applies it again: the loss takes the raw logits"),
+        (
+            (((1 - eps) * nll + eps * smooth) * keep).sum() / len(y),
+            "the mean is over every position: divide by the number of positions whose target is not ignore_index",
+        ),
+        (
+            ((1 - eps) * nll + eps * others)[keep].mean(),
+            "the smoothing mass is spread over the V - 1 other classes; "
+            "PyTorch spreads ε over all V classes, the target included: ε · mean over all classes of -log p",
+        ),
+        (
+            F.cross_entropy(z.softmax(-1), torch.where(keep, y, -100), label_smoothing=eps),
+            "softmax is applied to the logits before a loss that applies it again: the loss takes the raw logits",
+        ),
     ]
     if eps:
         mistakes.append((nll[keep].mean(), "label_smoothing is ignored: (1 - ε)·(-log p_target) + ε·mean_c(-log p_c)"))
-        mistakes.append((((1 - eps) * nll + eps * (-log_p.sum(-1)))[keep].mean(),
-                         "the smoothing term is the sum of -log p over the classes; PyTorch uses the mean (ε/V each)"))
+        mistakes.append(
+            (
+                ((1 - eps) * nll + eps * (-log_p.sum(-1)))[keep].mean(),
+                "the smoothing term is the sum of -log p over the classes; PyTorch uses the mean (ε/V each)",
+            )
+        )
     return mistakes
 
 
@@ -219,16 +296,25 @@ def _loss_case(impl, shape, seed, scale=1.0, ignored=0.0, **kwargs):
         drop.view(-1)[0] = False
         targets = torch.where(drop, ignore_index, targets)
     got = impl.loss(logits, targets, kwargs)
-    what = (f"cross_entropy(logits of shape {list(shape)}, scale {scale:g}, "
-            f"{'some targets ignored, ' if ignored else ''}{', '.join(f'{k}={v}' for k, v in kwargs.items())})")
+    what = (
+        f"cross_entropy(logits of shape {list(shape)}, scale {scale:g}, "
+        f"{'some targets ignored, ' if ignored else ''}{', '.join(f'{k}={v}' for k, v in kwargs.items())})"
+    )
     value, grad = _loss_oracle(logits, targets, ignore_index, kwargs.get("label_smoothing", 0.0))
     expect.tensor(got["value"], what)
     expect.that(got["value"].numel() == 1, f"{what} has shape {list(got['value'].shape)}, expected a scalar (the mean)")
-    expect.close(got["value"].reshape(()), value, what, **LOSS,
-                 alternatives=[(m.float().reshape(()), d) for m, d in
-                               _loss_mistakes(logits, targets, ignore_index, kwargs.get("label_smoothing", 0.0))],
-                 hint="Compute log p = z - m - log(sum(exp(z - m))) with m the largest logit (log-sum-exp); "
-                      "never log(softmax(z)), whose exponentials overflow.")
+    expect.close(
+        got["value"].reshape(()),
+        value,
+        what,
+        **LOSS,
+        alternatives=[
+            (m.float().reshape(()), d)
+            for m, d in _loss_mistakes(logits, targets, ignore_index, kwargs.get("label_smoothing", 0.0))
+        ],
+        hint="Compute log p = z - m - log(sum(exp(z - m))) with m the largest logit (log-sum-exp); "
+        "never log(softmax(z)), whose exponentials overflow.",
+    )
     expect.that(not isinstance(got["grad"], str), f"{what}: {got['grad']}")
     expect.close(got["grad"], grad, f"the gradient of {what} with respect to the logits", **LOSS_GRAD)
 
@@ -264,8 +350,10 @@ def test_loss_options_together(impl):
 
 # --- Exercise 2: AdamW -------------------------------------------------------------------
 
-GROUPS = [{"params": [0, 1], "lr": 1e-2, "weight_decay": 0.1},
-          {"params": [2], "lr": 0.1, "weight_decay": 0.5, "betas": (0.8, 0.9), "eps": 1e-6}]
+GROUPS = [
+    {"params": [0, 1], "lr": 1e-2, "weight_decay": 0.1},
+    {"params": [2], "lr": 0.1, "weight_decay": 0.5, "betas": (0.8, 0.9), "eps": 1e-6},
+]
 DEFAULTS = {"betas": (0.9, 0.999), "eps": 1e-8}
 
 
@@ -313,7 +401,7 @@ def adam_oracle(initial, groups, defaults, grads, mistake=None):
                         if mistake == "no bias correction":
                             m_hat, v_hat = s["m"], s["v"]
                         else:
-                            m_hat, v_hat = s["m"] / (1 - b1 ** t), s["v"] / (1 - b2 ** t)
+                            m_hat, v_hat = s["m"] / (1 - b1**t), s["v"] / (1 - b2**t)
                         p.addcdiv_(m_hat, v_hat.sqrt() + eps, value=-lr)
                         if mistake == "decay after":
                             p.mul_(1 - lr * wd)
@@ -323,33 +411,48 @@ def adam_oracle(initial, groups, defaults, grads, mistake=None):
 
 ADAM_MISTAKES = {
     "l2": "the weight decay is added to the gradient (L2, as in Adam); AdamW decays the parameter itself, "
-          "p *= 1 - lr * weight_decay, apart from the gradient",
+    "p *= 1 - lr * weight_decay, apart from the gradient",
     "no bias correction": "the bias correction is missing: divide m by 1 - beta1**t and v by 1 - beta2**t",
     "decay after": "the weight decay is applied after the Adam step; AdamW shrinks the parameter first, then steps",
     "group step": "the step count t is counted per group (or per step() call); it must be per parameter, in "
-                  "self.state[p]['step'], and a parameter without a gradient is not counted",
+    "self.state[p]['step'], and a parameter without a gradient is not counted",
 }
 
 
 def _adam_case(impl, seed, *, resume_at=None, closure_at=None, groups=GROUPS, defaults=DEFAULTS, steps=30):
     initial, grads = _adam_problem(seed, steps)
     got = impl.adamw(initial, groups, defaults, grads, resume_at=resume_at, closure_at=closure_at)
-    expect.that(got["is_optimizer"], "AdamW(...) is not a torch.optim.Optimizer: subclass it and call "
-                "super().__init__(params, defaults)")
+    expect.that(
+        got["is_optimizer"],
+        "AdamW(...) is not a torch.optim.Optimizer: subclass it and call super().__init__(params, defaults)",
+    )
     expected = adam_oracle(initial, groups, defaults, grads)
-    what = "AdamW with two parameter groups" + (f", its state_dict() reloaded before step {resume_at + 1}"
-                                                  if resume_at is not None else "")
+    what = "AdamW with two parameter groups" + (
+        f", its state_dict() reloaded before step {resume_at + 1}" if resume_at is not None else ""
+    )
     expect.that(len(got["trajectory"]) == len(expected), f"{what} did not run {len(expected)} steps")
     variants = {name: adam_oracle(initial, groups, defaults, grads, name) for name in ADAM_MISTAKES}
     for k, (mine, theirs) in enumerate(zip(got["trajectory"], expected, strict=True)):
         for i in range(len(theirs)):
-            expect.close(mine[i], theirs[i], f"{what}: parameter {i} after step {k + 1}", **ADAM,
-                         alternatives=[(variants[name][k][i], ADAM_MISTAKES[name]) for name in ADAM_MISTAKES],
-                         hint="The oracle is torch.optim.AdamW(foreach=False). "
-                              + ("Parameter 1 has no gradient on steps 2, 5, 8, ...: skip it entirely then "
-                                 "(no decay, no step, its step count unchanged). " if i == 1 else "")
-                              + ("Was the state kept somewhere other than self.state (which state_dict() saves)?"
-                                 if resume_at is not None and k >= resume_at else ""))
+            expect.close(
+                mine[i],
+                theirs[i],
+                f"{what}: parameter {i} after step {k + 1}",
+                **ADAM,
+                alternatives=[(variants[name][k][i], ADAM_MISTAKES[name]) for name in ADAM_MISTAKES],
+                hint="The oracle is torch.optim.AdamW(foreach=False). "
+                + (
+                    "Parameter 1 has no gradient on steps 2, 5, 8, ...: skip it entirely then "
+                    "(no decay, no step, its step count unchanged). "
+                    if i == 1
+                    else ""
+                )
+                + (
+                    "Was the state kept somewhere other than self.state (which state_dict() saves)?"
+                    if resume_at is not None and k >= resume_at
+                    else ""
+                ),
+            )
     return got
 
 
@@ -358,11 +461,16 @@ def test_adamw_steps(impl):
     "30 steps with two parameter groups equal torch.optim.AdamW's; self.state[p] has step, exp_avg, exp_avg_sq"
     got = _adam_case(impl, 0)
     keys = got["state_keys"].get("0")
-    expect.that(bool(keys) and {"step", "exp_avg", "exp_avg_sq"} <= set(keys),
-                f"self.state[p] has the keys {keys}, expected 'step', 'exp_avg' and 'exp_avg_sq'")
+    expect.that(
+        bool(keys) and {"step", "exp_avg", "exp_avg_sq"} <= set(keys),
+        f"self.state[p] has the keys {keys}, expected 'step', 'exp_avg' and 'exp_avg_sq'",
+    )
     steps = [got["steps"].get(str(i)) for i in range(3)]
-    expect.that(steps == [30.0, 20.0, 30.0], f"self.state[p]['step'] of the three parameters is {steps}, "
-                "expected 30, 20 (the second had no gradient on 10 of the 30 steps) and 30")
+    expect.that(
+        steps == [30.0, 20.0, 30.0],
+        f"self.state[p]['step'] of the three parameters is {steps}, "
+        "expected 30, 20 (the second had no gradient on 10 of the 30 steps) and 30",
+    )
 
 
 @ADAMW.hidden
@@ -376,20 +484,28 @@ def test_adamw_defaults_and_closure(impl):
     "the defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01); step(closure) runs it with gradients on, returns its loss"
     groups = [{"params": [0, 1, 2]}]
     got = _adam_case(impl, 200, groups=groups, defaults={}, closure_at=3, steps=8)
-    expect.that(got.get("closure_grad_enabled") is True, "step(closure) called the closure with gradients switched "
-                "off (step runs under torch.no_grad()), so its loss.backward() could not work: call it inside "
-                "with torch.enable_grad():")
+    expect.that(
+        got.get("closure_grad_enabled") is True,
+        "step(closure) called the closure with gradients switched "
+        "off (step runs under torch.no_grad()), so its loss.backward() could not work: call it inside "
+        "with torch.enable_grad():",
+    )
     closure = got["closure"]
-    expect.that(isinstance(closure, torch.Tensor) and float(closure) == 42.0,
-                f"step(closure) returned {closure!r}, expected the closure's loss (tensor(42.))")
+    expect.that(
+        isinstance(closure, torch.Tensor) and float(closure) == 42.0,
+        f"step(closure) returned {closure!r}, expected the closure's loss (tensor(42.))",
+    )
 
 
 # --- Exercises 3 and 4: the schedules ----------------------------------------------------
 
+
 def _floats(values, what):
     for v in values:
-        expect.that(isinstance(v, int | float) and not isinstance(v, bool),
-                    f"{what} returned a {type(v).__name__}, expected a Python float")
+        expect.that(
+            isinstance(v, int | float) and not isinstance(v, bool),
+            f"{what} returned a {type(v).__name__}, expected a Python float",
+        )
     return [float(v) for v in values]
 
 
@@ -406,20 +522,32 @@ def _compare(got, expected, steps, what, rtol, mistakes=()):
 
 def _inverse_sqrt_mistakes(d, w):
     return [
-        (lambda s: 0.0 if s == 0 else d ** -0.5 * min((s + 1) ** -0.5, (s + 1) * w ** -1.5),
-         "the warm-up is off by one: use the step as given (step 0 gives 0)"),
-        (lambda s: d ** -0.5 * min(s ** -1.5 if s else 0.0, s * w ** -0.5),
-         "the exponents are swapped: d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)"),
-        (lambda s: 0.0 if s == 0 else d ** -0.5 * max(s ** -0.5, s * w ** -1.5),
-         "max instead of min: the rate rises linearly, peaks at warmup_steps, then falls as 1/sqrt(step)"),
+        (
+            lambda s: 0.0 if s == 0 else d**-0.5 * min((s + 1) ** -0.5, (s + 1) * w**-1.5),
+            "the warm-up is off by one: use the step as given (step 0 gives 0)",
+        ),
+        (
+            lambda s: d**-0.5 * min(s**-1.5 if s else 0.0, s * w**-0.5),
+            "the exponents are swapped: d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)",
+        ),
+        (
+            lambda s: 0.0 if s == 0 else d**-0.5 * max(s**-0.5, s * w**-1.5),
+            "max instead of min: the rate rises linearly, peaks at warmup_steps, then falls as 1/sqrt(step)",
+        ),
     ]
 
 
 def _inverse_sqrt_case(impl, d, w, steps):
     what = f"inverse_sqrt_lr(step, d_model={d}, warmup_steps={w})"
     got = _floats(impl.schedule("inverse_sqrt_lr", steps, {"d_model": d, "warmup_steps": w}), what)
-    _compare(got, [ref.inverse_sqrt_lr(s, d_model=d, warmup_steps=w) for s in steps], steps, what, 1e-9,
-             _inverse_sqrt_mistakes(d, w))
+    _compare(
+        got,
+        [ref.inverse_sqrt_lr(s, d_model=d, warmup_steps=w) for s in steps],
+        steps,
+        what,
+        1e-9,
+        _inverse_sqrt_mistakes(d, w),
+    )
 
 
 @INVERSE_SQRT.visible
@@ -428,7 +556,7 @@ def test_inverse_sqrt_boundaries(impl):
     d, w = 512, 4000
     what = f"inverse_sqrt_lr(step, d_model={d}, warmup_steps={w})"
     got = _floats(impl.schedule("inverse_sqrt_lr", [0, 2000, 4000, 16000], {"d_model": d, "warmup_steps": w}), what)
-    peak = d ** -0.5 * w ** -0.5
+    peak = d**-0.5 * w**-0.5
     expect.that(got[0] == 0.0, f"{what} at step 0 is {got[0]:.6g}, expected 0 (no update has been made yet)")
     _compare(got, [0.0, peak / 2, peak, peak / 2], [0, 2000, 4000, 16000], what, 1e-9, _inverse_sqrt_mistakes(d, w))
 
@@ -445,18 +573,36 @@ def _cosine_mistakes(max_lr, min_lr, w, d):
         return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
 
     return [
-        (lambda s: max_lr * (s + 1) / w if s < w else ref.cosine_lr(s, max_lr=max_lr, min_lr=min_lr, warmup_steps=w,
-                                                                     decay_steps=d),
-         "the warm-up is off by one: max_lr · step / warmup_steps, 0 at step 0 and max_lr at warmup_steps"),
-        (lambda s: max_lr * s / w if s < w else (cosine(s / d) if s <= d else min_lr),
-         "the cosine runs over the wrong span: progress = (step - warmup_steps) / (decay_steps - warmup_steps)"),
-        (lambda s: max_lr * s / w if s < w else cosine((s - w) / (d - w)),
-         "there is no floor after decay_steps: the cosine comes back up; return min_lr for step > decay_steps"),
-        (lambda s: max_lr * s / w if s < w else max_lr * 0.5 * (1 + math.cos(math.pi * min(s - w, d - w) / (d - w))),
-         "the decay ends at 0 instead of min_lr: min_lr + (max_lr - min_lr) · (1 + cos(π · progress)) / 2"),
-        (lambda s: max_lr * s / w if s < w else max_lr * 0.5 * (1 + math.cos(math.pi * (s - w) / (d - w))) if s <= d
-         else min_lr,  # the same, with the floor after decay_steps right
-         "the decay ends at 0 instead of min_lr: min_lr + (max_lr - min_lr) · (1 + cos(π · progress)) / 2"),
+        (
+            lambda s: (
+                max_lr * (s + 1) / w
+                if s < w
+                else ref.cosine_lr(s, max_lr=max_lr, min_lr=min_lr, warmup_steps=w, decay_steps=d)
+            ),
+            "the warm-up is off by one: max_lr · step / warmup_steps, 0 at step 0 and max_lr at warmup_steps",
+        ),
+        (
+            lambda s: max_lr * s / w if s < w else (cosine(s / d) if s <= d else min_lr),
+            "the cosine runs over the wrong span: progress = (step - warmup_steps) / (decay_steps - warmup_steps)",
+        ),
+        (
+            lambda s: max_lr * s / w if s < w else cosine((s - w) / (d - w)),
+            "there is no floor after decay_steps: the cosine comes back up; return min_lr for step > decay_steps",
+        ),
+        (
+            lambda s: max_lr * s / w if s < w else max_lr * 0.5 * (1 + math.cos(math.pi * min(s - w, d - w) / (d - w))),
+            "the decay ends at 0 instead of min_lr: min_lr + (max_lr - min_lr) · (1 + cos(π · progress)) / 2",
+        ),
+        (
+            lambda s: (
+                max_lr * s / w
+                if s < w
+                else max_lr * 0.5 * (1 + math.cos(math.pi * (s - w) / (d - w)))
+                if s <= d
+                else min_lr
+            ),  # the same, with the floor after decay_steps right
+            "the decay ends at 0 instead of min_lr: min_lr + (max_lr - min_lr) · (1 + cos(π · progress)) / 2",
+        ),
     ]
 
 
@@ -464,7 +610,9 @@ def _cosine_case(impl, max_lr, min_lr, w, d, steps, rtol=1e-9):
     kwargs = {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w, "decay_steps": d}
     what = f"cosine_lr(step, max_lr={max_lr:g}, min_lr={min_lr:g}, warmup_steps={w}, decay_steps={d})"
     got = _floats(impl.schedule("cosine_lr", steps, kwargs), what)
-    _compare(got, [ref.cosine_lr(s, **kwargs) for s in steps], steps, what, rtol, _cosine_mistakes(max_lr, min_lr, w, d))
+    _compare(
+        got, [ref.cosine_lr(s, **kwargs) for s in steps], steps, what, rtol, _cosine_mistakes(max_lr, min_lr, w, d)
+    )
     return got
 
 
@@ -492,15 +640,19 @@ def test_cosine_against_torch(impl):
         (warm if step < w else decay).step()
     steps = list(range(0, d + 1))
     what = f"cosine_lr(step, max_lr={max_lr:g}, min_lr={min_lr:g}, warmup_steps={w}, decay_steps={d})"
-    got = _floats(impl.schedule("cosine_lr", steps, {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w,
-                                                     "decay_steps": d}), what)
-    _compare(got, theirs, steps, what + " (against torch.optim.lr_scheduler)", 1e-6,
-             _cosine_mistakes(max_lr, min_lr, w, d))
+    got = _floats(
+        impl.schedule("cosine_lr", steps, {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w, "decay_steps": d}),
+        what,
+    )
+    _compare(
+        got, theirs, steps, what + " (against torch.optim.lr_scheduler)", 1e-6, _cosine_mistakes(max_lr, min_lr, w, d)
+    )
     _cosine_case(impl, 1.0, 0.0, 1, 7, list(range(0, 12)))
     _cosine_case(impl, 3e-3, 3e-4, 5, 40, list(range(0, 60, 2)))
 
 
 # --- Exercise 5: clip_grad_norm ----------------------------------------------------------
+
 
 def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False):
     grads = [None if s is None else _randn(s, seed + i, scale) for i, s in enumerate(shapes)]
@@ -511,23 +663,42 @@ def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False):
         p.grad = None if g is None else g.clone()
         params.append(p)
     total = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    what = (f"clip_grad_norm({'(p for p in params)' if as_generator else 'params'}, {max_norm}) with gradient norm "
-            f"{float(total):.3g}{' and some parameters without gradients' if None in grads else ''}")
+    what = (
+        f"clip_grad_norm({'(p for p in params)' if as_generator else 'params'}, {max_norm}) with gradient norm "
+        f"{float(total):.3g}{' and some parameters without gradients' if None in grads else ''}"
+    )
     expect.tensor(got["total"], f"the norm returned by {what}")
-    expect.close(got["total"].reshape(()), total, f"the norm returned by {what}", **CLIPPED,
-                 hint="Return the global norm before clipping: sqrt of the sum of every gradient's squared entries.")
+    expect.close(
+        got["total"].reshape(()),
+        total,
+        f"the norm returned by {what}",
+        **CLIPPED,
+        hint="Return the global norm before clipping: sqrt of the sum of every gradient's squared entries.",
+    )
     for i, (mine, p) in enumerate(zip(got["grads"], params, strict=True)):
         if p.grad is None:
             expect.that(mine is None, f"{what}: a parameter without a gradient got one")
             continue
         per_param = grads[i] * min(1.0, max_norm / (float(grads[i].norm()) + 1e-6))
-        mistakes = [(grads[i] * max_norm / (float(total) + 1e-6),
-                     "small gradients are scaled up: the factor max_norm / (norm + 1e-6) is clamped at 1"),
-                    (per_param, "each parameter is clipped by its own norm; all gradients are scaled by one factor "
-                                "computed from the global norm")]
+        mistakes = [
+            (
+                grads[i] * max_norm / (float(total) + 1e-6),
+                "small gradients are scaled up: the factor max_norm / (norm + 1e-6) is clamped at 1",
+            ),
+            (
+                per_param,
+                "each parameter is clipped by its own norm; all gradients are scaled by one factor "
+                "computed from the global norm",
+            ),
+        ]
         if as_generator:
-            mistakes.append((grads[i], "the gradients were not changed: a generator (model.parameters()) can be "
-                             "iterated only once; make a list of the gradients first"))
+            mistakes.append(
+                (
+                    grads[i],
+                    "the gradients were not changed: a generator (model.parameters()) can be "
+                    "iterated only once; make a list of the gradients first",
+                )
+            )
         expect.close(mine, p.grad, f"{what}: the gradient of parameter {i}", **CLIPPED, alternatives=mistakes)
 
 
@@ -570,8 +741,12 @@ def resumed_oracle(state, tokens, total, stop, seeds, keep=("model", "optimizer"
     torch.manual_seed(seeds["dropout"])
     generator = torch.Generator().manual_seed(seeds["batches"])
     ref.run_steps(model, optimizer, tokens, stop, first_step=1, generator=generator, config=config, schedule=schedule)
-    saved = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "generator": generator.get_state(),
-             "rng": torch.get_rng_state()}
+    saved = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "generator": generator.get_state(),
+        "rng": torch.get_rng_state(),
+    }
     fresh_model, fresh_optimizer = ref.tiny_setup(seeds["init"] + 1)
     fresh_generator = torch.Generator().manual_seed(seeds["batches"] + 1)
     torch.manual_seed(seeds["dropout"] + 1)
@@ -583,17 +758,25 @@ def resumed_oracle(state, tokens, total, stop, seeds, keep=("model", "optimizer"
         fresh_generator.set_state(saved["generator"])
     if "rng" in keep:
         torch.set_rng_state(saved["rng"])
-    return ref.run_steps(fresh_model, fresh_optimizer, tokens, total - stop, first_step=stop + 1,
-                         generator=fresh_generator, config=config, schedule=schedule)
+    return ref.run_steps(
+        fresh_model,
+        fresh_optimizer,
+        tokens,
+        total - stop,
+        first_step=stop + 1,
+        generator=fresh_generator,
+        config=config,
+        schedule=schedule,
+    )
 
 
 CHECKPOINT_MISTAKES = {
     "optimizer": "the optimizer's state is not restored (save optimizer.state_dict() and load it with "
-                 "optimizer.load_state_dict): AdamW's m, v and step counts start again from zero",
+    "optimizer.load_state_dict): AdamW's m, v and step counts start again from zero",
     "generator": "the batch generator's state is not restored (generator.get_state() / generator.set_state()): "
-                 "the resumed run sees other batches",
+    "the resumed run sees other batches",
     "rng": "torch's global random state is not restored (torch.get_rng_state() / torch.set_rng_state()): "
-           "dropout draws other masks after resuming",
+    "dropout draws other masks after resuming",
     "model": "the model's parameters are not restored (model.state_dict() / model.load_state_dict())",
 }
 
@@ -603,22 +786,37 @@ def _checkpoint_case(impl, seed, total, stop):
     seeds = {"init": seed, "dropout": seed + 100, "batches": seed + 200}
     got = impl.checkpoint(state, tokens, TINY, SCHEDULE, total=total, stop=stop, seeds=seeds)
     what = f"saving after {stop} of {total} steps and loading into fresh objects"
-    expect.that(got["step"] == stop and not isinstance(got["step"], bool),
-                f"{what}: load_checkpoint returned {got['step']!r}, expected the saved step, {stop}")
+    expect.that(
+        got["step"] == stop and not isinstance(got["step"], bool),
+        f"{what}: load_checkpoint returned {got['step']!r}, expected the saved step, {stop}",
+    )
     expected = resumed_oracle(state, tokens, total, stop, seeds)
-    expect.close(torch.tensor(got["uninterrupted"]), torch.tensor(resumed_oracle(state, tokens, total, 0, seeds)),
-                 "the uninterrupted run's losses (computed beside your code)", **HISTORY)
+    expect.close(
+        torch.tensor(got["uninterrupted"]),
+        torch.tensor(resumed_oracle(state, tokens, total, 0, seeds)),
+        "the uninterrupted run's losses (computed beside your code)",
+        **HISTORY,
+    )
     mine = torch.tensor(got["resumed"], dtype=torch.float64)
     if torch.equal(mine, torch.tensor(got["uninterrupted"][stop:], dtype=torch.float64)):
         return
     for part, diagnosis in CHECKPOINT_MISTAKES.items():
         keep = [k for k in ("model", "optimizer", "generator", "rng") if k != part]
-        if torch.allclose(mine, torch.tensor(resumed_oracle(state, tokens, total, stop, seeds, keep), dtype=torch.float64),
-                          atol=HISTORY["atol"], rtol=0):
+        if torch.allclose(
+            mine,
+            torch.tensor(resumed_oracle(state, tokens, total, stop, seeds, keep), dtype=torch.float64),
+            atol=HISTORY["atol"],
+            rtol=0,
+        ):
             expect.fail(f"{what}: {diagnosis}")
-    expect.close(mine, torch.tensor(expected), f"{what}: the losses after resuming", atol=0.0,
-                 hint="Resuming must reproduce the uninterrupted run exactly: restore the model, the optimizer, the "
-                      "generator and torch's global random state, and return the step.")
+    expect.close(
+        mine,
+        torch.tensor(expected),
+        f"{what}: the losses after resuming",
+        atol=0.0,
+        hint="Resuming must reproduce the uninterrupted run exactly: restore the model, the optimizer, the "
+        "generator and torch's global random state, and return the step.",
+    )
 
 
 @CHECKPOINT.visible
@@ -636,31 +834,54 @@ def test_checkpoint_other_points(impl):
 
 # --- Exercise 8 --------------------------------------------------------------------------
 
+
 def evaluate_oracle(state, tokens, batches, batch_size, context, seed):
     model = ref.TinyLM()
     model.load_state_dict(state)
-    return ref.evaluate(model, tokens, batches=batches, batch_size=batch_size, context_length=context,
-                        generator=torch.Generator().manual_seed(seed))
+    return ref.evaluate(
+        model,
+        tokens,
+        batches=batches,
+        batch_size=batch_size,
+        context_length=context,
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
 def _evaluate_case(impl, seed, training, batches=3, batch_size=4, context=8):
     state, tokens = _tiny_state(seed), ref.tokens_for(seed + 50)
-    got = impl.evaluate(state, tokens, batches=batches, batch_size=batch_size, context_length=context, seed=seed,
-                        training=training)
+    got = impl.evaluate(
+        state, tokens, batches=batches, batch_size=batch_size, context_length=context, seed=seed, training=training
+    )
     what = f"evaluate(model in {'train' if training else 'eval'} mode, tokens, batches={batches}, ...)"
-    expect.that(len(got["calls"]) == batches, f"{what} called loss_fn {len(got['calls'])} times, expected once per "
-                f"batch ({batches}): use the loss_fn and get_batch you are given")
-    expect.that(not any(c["training"] for c in got["calls"]), f"{what}: the model was in train mode during the "
-                "evaluation (dropout on): call model.eval() first")
-    expect.that(not any(c["grad_enabled"] for c in got["calls"]), f"{what}: gradients were recorded: evaluate "
-                "under torch.no_grad()")
-    expect.that(got["training_after"] == training, f"{what} left the model in "
-                f"{'train' if got['training_after'] else 'eval'} mode: restore the mode it was in (model.train(was_training))")
+    expect.that(
+        len(got["calls"]) == batches,
+        f"{what} called loss_fn {len(got['calls'])} times, expected once per "
+        f"batch ({batches}): use the loss_fn and get_batch you are given",
+    )
+    expect.that(
+        not any(c["training"] for c in got["calls"]),
+        f"{what}: the model was in train mode during the evaluation (dropout on): call model.eval() first",
+    )
+    expect.that(
+        not any(c["grad_enabled"] for c in got["calls"]),
+        f"{what}: gradients were recorded: evaluate under torch.no_grad()",
+    )
+    expect.that(
+        got["training_after"] == training,
+        f"{what} left the model in "
+        f"{'train' if got['training_after'] else 'eval'} mode: restore the mode it was in (model.train(was_training))",
+    )
     value = got["value"]
     expect.that(isinstance(value, float), f"{what} returned a {type(value).__name__}, expected a Python float")
     expected = evaluate_oracle(state, tokens, batches, batch_size, context, seed)
-    expect.close(torch.tensor(value), torch.tensor(expected), what, **HISTORY,
-                 alternatives=[(torch.tensor(expected * batches), "the losses are summed: return their mean")])
+    expect.close(
+        torch.tensor(value),
+        torch.tensor(expected),
+        what,
+        **HISTORY,
+        alternatives=[(torch.tensor(expected * batches), "the losses are summed: return their mean")],
+    )
 
 
 @EVALUATE.visible
@@ -676,6 +897,7 @@ def test_evaluate_restores_eval_mode(impl):
 
 
 # --- Exercise 9 --------------------------------------------------------------------------
+
 
 def train_oracle(state, train_tokens, val_tokens, config, schedule_kwargs, seed, global_seed, mistake=None):
     """The reference loop (mistake None), or the same loop written here with one known mistake."""
@@ -713,9 +935,16 @@ def train_oracle(state, train_tokens, val_tokens, config, schedule_kwargs, seed,
         history["lr"].append(lr)
         if step % config.eval_interval == 0 or step == config.max_steps:
             val_generator = generator if mistake == "val generator" else torch.Generator().manual_seed(config.eval_seed)
-            history["val_loss"].append(ref.evaluate(model, val_tokens, batches=config.eval_batches,
-                                                    batch_size=config.batch_size, context_length=config.context_length,
-                                                    generator=val_generator))
+            history["val_loss"].append(
+                ref.evaluate(
+                    model,
+                    val_tokens,
+                    batches=config.eval_batches,
+                    batch_size=config.batch_size,
+                    context_length=config.context_length,
+                    generator=val_generator,
+                )
+            )
     return history
 
 
@@ -724,7 +953,7 @@ TRAIN_MISTAKES = {
     "clip after step": "the gradients are clipped after optimizer.step(): clip first, then step",
     "lr t-1": "update t uses schedule(t - 1): the step numbers are 1..max_steps and update t uses schedule(t)",
     "val generator": "the validation batches come from the training generator: use a fresh "
-                     "torch.Generator().manual_seed(config.eval_seed) at each evaluation",
+    "torch.Generator().manual_seed(config.eval_seed) at each evaluation",
     "no train mode": "the model was never put in train mode (model.train()), so it trained without dropout",
 }
 
@@ -735,85 +964,157 @@ def _train_case(impl, seed, config, schedule_kwargs):
     got = impl.train(state, train_tokens, val_tokens, config, schedule_kwargs, seed=seed + 500, global_seed=seed + 600)
     history = got["history"]
     what = f"train(..., TrainConfig({', '.join(f'{k}={v}' for k, v in config.items())}))"
-    expect.that("__unsupported__" not in history, f"{what} returned a {history.get('__unsupported__')}, expected the "
-                "history dict")
+    expect.that(
+        "__unsupported__" not in history,
+        f"{what} returned a {history.get('__unsupported__')}, expected the history dict",
+    )
     keys = ("step", "train_loss", "lr", "tokens_per_s", "val_step", "val_loss")
     missing = [k for k in keys if k not in history]
     expect.that(not missing, f"the history of {what} has no key(s) {missing}; expected {list(keys)}")
     expected = train_oracle(state, train_tokens, val_tokens, config, schedule_kwargs, seed + 500, seed + 600)
     for key in keys:
-        expect.that(isinstance(history[key], list), f"history[{key!r}] is a {type(history[key]).__name__}, expected "
-                    "a list")
-        expect.that(len(history[key]) == len(expected[key]), f"history[{key!r}] of {what} has {len(history[key])} "
-                    f"entries, expected {len(expected[key])}" + (
-                        " (one per validation: every eval_interval updates and after the last one)"
-                        if key.startswith("val") else " (one per update)"))
-    expect.that(list(history["step"]) == expected["step"] and list(history["val_step"]) == expected["val_step"],
-                f"the steps of {what} are {history['step']} and val_step {history['val_step']}, expected "
-                f"{expected['step']} and {expected['val_step']}")
-    expect.that(all(isinstance(v, float) and v > 0 for v in history["tokens_per_s"]),
-                "history['tokens_per_s'] must hold positive floats (the batch's tokens / the update's seconds)")
-    variants = {m: train_oracle(state, train_tokens, val_tokens, config, schedule_kwargs, seed + 500, seed + 600, m)
-                for m in TRAIN_MISTAKES}
+        expect.that(
+            isinstance(history[key], list), f"history[{key!r}] is a {type(history[key]).__name__}, expected a list"
+        )
+        expect.that(
+            len(history[key]) == len(expected[key]),
+            f"history[{key!r}] of {what} has {len(history[key])} "
+            f"entries, expected {len(expected[key])}"
+            + (
+                " (one per validation: every eval_interval updates and after the last one)"
+                if key.startswith("val")
+                else " (one per update)"
+            ),
+        )
+    expect.that(
+        list(history["step"]) == expected["step"] and list(history["val_step"]) == expected["val_step"],
+        f"the steps of {what} are {history['step']} and val_step {history['val_step']}, expected "
+        f"{expected['step']} and {expected['val_step']}",
+    )
+    expect.that(
+        all(isinstance(v, float) and v > 0 for v in history["tokens_per_s"]),
+        "history['tokens_per_s'] must hold positive floats (the batch's tokens / the update's seconds)",
+    )
+    variants = {
+        m: train_oracle(state, train_tokens, val_tokens, config, schedule_kwargs, seed + 500, seed + 600, m)
+        for m in TRAIN_MISTAKES
+    }
     for key, tol in (("lr", {"atol": 1e-12, "rtol": 1e-9}), ("train_loss", HISTORY), ("val_loss", HISTORY)):
-        expect.close(torch.tensor(history[key], dtype=torch.float64), torch.tensor(expected[key], dtype=torch.float64),
-                     f"history[{key!r}] of {what}", **tol,
-                     alternatives=[(torch.tensor(v[key], dtype=torch.float64), TRAIN_MISTAKES[m])
-                                   for m, v in variants.items()],
-                     hint="The oracle is the same loop with torch.optim.AdamW, F.cross_entropy and clip_grad_norm_: "
-                          "per update, lr into every group, batch, forward, loss, zero_grad, backward, clip, step.")
+        expect.close(
+            torch.tensor(history[key], dtype=torch.float64),
+            torch.tensor(expected[key], dtype=torch.float64),
+            f"history[{key!r}] of {what}",
+            **tol,
+            alternatives=[(torch.tensor(v[key], dtype=torch.float64), TRAIN_MISTAKES[m]) for m, v in variants.items()],
+            hint="The oracle is the same loop with torch.optim.AdamW, F.cross_entropy and clip_grad_norm_: "
+            "per update, lr into every group, batch, forward, loss, zero_grad, backward, clip, step.",
+        )
     expect.that(got["training_after"], f"after {what} the model is in eval mode: it should be in train mode")
 
 
 @TRAIN.visible
 def test_train_history(impl):
     "the history (losses, lr, validation) equals the reference loop's on a small model with dropout"
-    _train_case(impl, 0, {"batch_size": 4, "context_length": 8, "max_steps": 9, "eval_interval": 4,
-                          "eval_batches": 2, "max_grad_norm": 0.5}, SCHEDULE)
+    _train_case(
+        impl,
+        0,
+        {
+            "batch_size": 4,
+            "context_length": 8,
+            "max_steps": 9,
+            "eval_interval": 4,
+            "eval_batches": 2,
+            "max_grad_norm": 0.5,
+        },
+        SCHEDULE,
+    )
 
 
 @TRAIN.hidden
 def test_train_shows_a_progress_bar(impl):
     "a tqdm bar over the max_steps updates with loss, lr and tokens/s in its postfix; none shown with progress=False"
-    config = {"batch_size": 2, "context_length": 6, "max_steps": 5, "eval_interval": 5, "eval_batches": 1,
-              "max_grad_norm": 1.0}
-    got = impl.train_bars(_tiny_state(3), ref.tokens_for(303), ref.tokens_for(403, length=120), config, SCHEDULE,
-                          seed=503)
+    config = {
+        "batch_size": 2,
+        "context_length": 6,
+        "max_steps": 5,
+        "eval_interval": 5,
+        "eval_batches": 1,
+        "max_grad_norm": 1.0,
+    }
+    got = impl.train_bars(
+        _tiny_state(3), ref.tokens_for(303), ref.tokens_for(403, length=120), config, SCHEDULE, seed=503
+    )
     shown = [bar for bar in got["True"] if not bar["disabled"]]
-    expect.that(len(shown) >= 1, "train(..., progress=True) showed no tqdm bar: wrap the steps in tqdm(..., "
-                "disable=not progress)")
+    expect.that(
+        len(shown) >= 1,
+        "train(..., progress=True) showed no tqdm bar: wrap the steps in tqdm(..., disable=not progress)",
+    )
     steps = [bar for bar in shown if bar["total"] == 5]
-    expect.that(steps, f"train(..., progress=True) showed bars of lengths {[b['total'] for b in shown]}: the bar runs "
-                "over the max_steps (here 5) updates")
+    expect.that(
+        steps,
+        f"train(..., progress=True) showed bars of lengths {[b['total'] for b in shown]}: the bar runs "
+        "over the max_steps (here 5) updates",
+    )
     postfixes = [text.lower() for bar in steps for text in bar["postfixes"]]
-    expect.that(len(postfixes) >= 5, f"the bar's postfix was set {len(postfixes)} times over 5 updates: call "
-                "bar.set_postfix(...) at every update")
-    missing = [name for name, words in (("the loss", ("loss",)), ("the learning rate", ("lr", "learning")),
-                                        ("tokens/s", ("tok",))) if not any(w in postfixes[-1] for w in words)]
-    expect.that(not missing, f"the bar's postfix {postfixes[-1]!r} does not show {' and '.join(missing)}: "
-                "bar.set_postfix(loss=..., lr=..., tok_s=...)")
-    expect.that(all(bar["disabled"] for bar in got["False"]), "train(..., progress=False) still showed a bar: "
-                "tqdm(..., disable=not progress)")
+    expect.that(
+        len(postfixes) >= 5,
+        f"the bar's postfix was set {len(postfixes)} times over 5 updates: call bar.set_postfix(...) at every update",
+    )
+    missing = [
+        name
+        for name, words in (("the loss", ("loss",)), ("the learning rate", ("lr", "learning")), ("tokens/s", ("tok",)))
+        if not any(w in postfixes[-1] for w in words)
+    ]
+    expect.that(
+        not missing,
+        f"the bar's postfix {postfixes[-1]!r} does not show {' and '.join(missing)}: "
+        "bar.set_postfix(loss=..., lr=..., tok_s=...)",
+    )
+    expect.that(
+        all(bar["disabled"] for bar in got["False"]),
+        "train(..., progress=False) still showed a bar: tqdm(..., disable=not progress)",
+    )
 
 
 @TRAIN.hidden
 def test_train_other_settings(impl):
     "another schedule, batch size, clipping threshold and evaluation interval"
-    _train_case(impl, 1, {"batch_size": 3, "context_length": 6, "max_steps": 7, "eval_interval": 3,
-                          "eval_batches": 1, "max_grad_norm": 0.1, "eval_seed": 7},
-                {"max_lr": 5e-2, "min_lr": 0.0, "warmup_steps": 2, "decay_steps": 6})
+    _train_case(
+        impl,
+        1,
+        {
+            "batch_size": 3,
+            "context_length": 6,
+            "max_steps": 7,
+            "eval_interval": 3,
+            "eval_batches": 1,
+            "max_grad_norm": 0.1,
+            "eval_seed": 7,
+        },
+        {"max_lr": 5e-2, "min_lr": 0.0, "warmup_steps": 2, "decay_steps": 6},
+    )
 
 
 # --- Exercise 10 -------------------------------------------------------------------------
+
 
 def overfit_oracle(state, inputs, targets, steps, lr):
     model = ref.TinyLM(dropout=0.0)
     model.load_state_dict(state)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, foreach=False)
-    config = ref.TrainConfig(batch_size=inputs.shape[0], context_length=inputs.shape[1], max_steps=steps,
-                             eval_interval=steps, eval_batches=1)
-    return ref.train(model, optimizer, None, None, config, schedule=lambda step: lr, generator=None,
-                     get_batch=lambda *args, **kwargs: (inputs, targets))["train_loss"]
+    config = ref.TrainConfig(
+        batch_size=inputs.shape[0], context_length=inputs.shape[1], max_steps=steps, eval_interval=steps, eval_batches=1
+    )
+    return ref.train(
+        model,
+        optimizer,
+        None,
+        None,
+        config,
+        schedule=lambda step: lr,
+        generator=None,
+        get_batch=lambda *args, **kwargs: (inputs, targets),
+    )["train_loss"]
 
 
 def _overfit_case(impl, seed, steps, lr, shape=(4, 8), final=None):
@@ -823,21 +1124,32 @@ def _overfit_case(impl, seed, steps, lr, shape=(4, 8), final=None):
     got = impl.overfit(state, inputs, targets, steps=steps, lr=lr)["losses"]
     what = f"overfit_one_batch(model, AdamW(lr={lr:g}), a batch of shape {list(shape)}, steps={steps})"
     expect.that(isinstance(got, list), f"{what} returned a {type(got).__name__}, expected the list of training losses")
-    expect.that(len(got) == steps, f"{what} returned {len(got)} losses, expected {steps}, one per step "
-                "(history['train_loss'])")
+    expect.that(
+        len(got) == steps, f"{what} returned {len(got)} losses, expected {steps}, one per step (history['train_loss'])"
+    )
     expect.that(all(isinstance(v, float) for v in got), f"{what} returned a list holding other things than floats")
     expected = overfit_oracle(state, inputs, targets, steps, lr)
-    mistakes = [(torch.tensor(overfit_oracle(state, inputs, targets, steps, 1e-3)),
-                 "the learning rate is not the optimizer's: the schedule must return "
-                 "optimizer.param_groups[0]['lr'] at every step")]
+    mistakes = [
+        (
+            torch.tensor(overfit_oracle(state, inputs, targets, steps, 1e-3)),
+            "the learning rate is not the optimizer's: the schedule must return "
+            "optimizer.param_groups[0]['lr'] at every step",
+        )
+    ]
     if final is not None and not got[-1] < final:  # a known mistake first: it says more than the last loss
         for wrong, diagnosis in mistakes:
             if torch.allclose(torch.tensor(got, dtype=torch.float64), wrong.double(), **HISTORY):
                 expect.fail(f"{what} is wrong: {diagnosis}")
         expect.fail(f"{what}: the last loss is {got[-1]:.4f}, expected below {final}")
-    expect.close(torch.tensor(got), torch.tensor(expected), what, **HISTORY, alternatives=mistakes,
-                 hint="The oracle calls the loop with a get_batch that always returns (inputs, targets) and a constant "
-                      "schedule.")
+    expect.close(
+        torch.tensor(got),
+        torch.tensor(expected),
+        what,
+        **HISTORY,
+        alternatives=mistakes,
+        hint="The oracle calls the loop with a get_batch that always returns (inputs, targets) and a constant "
+        "schedule.",
+    )
 
 
 @OVERFIT.visible

@@ -82,6 +82,7 @@ _gen, _randn = seeded(11000)
 
 # --- the conventions, computed here ------------------------------------------------------
 
+
 def _order(row):
     """Token ids by decreasing value, ties to the lower id."""
     values = row.tolist()
@@ -128,8 +129,11 @@ def _describe_set(keep):
 
 def _kept(got, what, logits):
     out = expect.tensor(got["output"], what, shape=logits.shape)
-    expect.that(not got["input_changed"], f"{what} changed the logits it was given (in place): return a new tensor, "
-                "e.g. with masked_fill (not masked_fill_)")
+    expect.that(
+        not got["input_changed"],
+        f"{what} changed the logits it was given (in place): return a new tensor, "
+        "e.g. with masked_fill (not masked_fill_)",
+    )
     expect.that(not torch.isnan(out).any(), f"{what} contains NaN: set the removed logits to -inf")
     removed = ~torch.isfinite(out)
     expect.that(bool((out[removed] < 0).all()), f"{what} has +inf entries: removed logits must be -inf")
@@ -143,11 +147,17 @@ def _check_filter(got, what, logits, expected_keep, mistakes=()):
             if torch.equal(keep, wrong_keep):
                 expect.fail(f"{what} is wrong: {diagnosis}")
         expect.fail(f"{what} keeps the tokens {_describe_set(keep)}, expected {_describe_set(expected_keep)} (per row)")
-    expect.close(out[keep], logits[keep], f"the kept logits of {what}", atol=1e-6,
-                 hint="Kept logits are returned unchanged; only the removed ones become -inf.")
+    expect.close(
+        out[keep],
+        logits[keep],
+        f"the kept logits of {what}",
+        atol=1e-6,
+        hint="Kept logits are returned unchanged; only the removed ones become -inf.",
+    )
 
 
 # --- Exercise 1 --------------------------------------------------------------------------
+
 
 def _with_ties():
     logits = _randn((4, 9), 1)
@@ -160,8 +170,9 @@ def _with_ties():
 def test_greedy_picks_the_argmax(impl):
     "greedy(logits) is the argmax over the last axis, ties to the lower token id, for [4, 9] and [2, 3, 9]"
     for logits in (_with_ties(), _randn((2, 3, 9), 2)):
-        got = expect.tensor(impl.greedy_of(logits), f"greedy(logits of shape {list(logits.shape)})",
-                            shape=logits.shape[:-1])
+        got = expect.tensor(
+            impl.greedy_of(logits), f"greedy(logits of shape {list(logits.shape)})", shape=logits.shape[:-1]
+        )
         expected = torch.tensor([_order(row)[0] for row in logits.reshape(-1, 9)]).reshape(logits.shape[:-1])
         expect.that(not got.dtype.is_floating_point, f"greedy returned {got.dtype}: return token ids (argmax)")
         if not torch.equal(got.long(), expected):
@@ -169,9 +180,13 @@ def test_greedy_picks_the_argmax(impl):
                 expect.fail("greedy returns the argmin: the greedy token has the largest logit")
             ties = torch.tensor([max(i for i in range(9) if row[i] == row.max()) for row in logits.reshape(-1, 9)])
             if torch.equal(got.long().flatten(), ties):
-                expect.fail("greedy breaks ties towards the higher token id: the lower id wins (torch.argmax does that)")
-            expect.fail(f"greedy(logits) returned {got.tolist()}, expected {expected.tolist()}: the argmax over the "
-                        "last axis (the vocabulary)")
+                expect.fail(
+                    "greedy breaks ties towards the higher token id: the lower id wins (torch.argmax does that)"
+                )
+            expect.fail(
+                f"greedy(logits) returned {got.tolist()}, expected {expected.tolist()}: the argmax over the "
+                "last axis (the vocabulary)"
+            )
 
 
 @GREEDY.visible
@@ -181,12 +196,24 @@ def test_temperature_divides(impl):
     for t in (0.5, 1.0, 2.0):
         what = f"apply_temperature(logits, {t})"
         got = impl.temperature_of(logits, t)
-        expect.that(not got["input_changed"], f"{what} changed the logits in place: return logits / temperature "
-                    "as a new tensor")
-        expect.close(got["output"], logits / t, what, atol=1e-6, rtol=1e-6,
-                     alternatives=[(logits * t, "the logits are multiplied by the temperature: divide them, "
-                                    "logits / temperature (T < 1 must sharpen the distribution)"),
-                                   (logits - math.log(t), "divide the logits by the temperature")])
+        expect.that(
+            not got["input_changed"], f"{what} changed the logits in place: return logits / temperature as a new tensor"
+        )
+        expect.close(
+            got["output"],
+            logits / t,
+            what,
+            atol=1e-6,
+            rtol=1e-6,
+            alternatives=[
+                (
+                    logits * t,
+                    "the logits are multiplied by the temperature: divide them, "
+                    "logits / temperature (T < 1 must sharpen the distribution)",
+                ),
+                (logits - math.log(t), "divide the logits by the temperature"),
+            ],
+        )
 
 
 @GREEDY.hidden
@@ -196,41 +223,66 @@ def test_temperature_zero_is_greedy(impl):
     got = impl.temperature_of(logits, 0.0)
     expected = kept_top_k(logits, 1)
     out = expect.tensor(got["output"], "apply_temperature(logits, 0)", shape=logits.shape)
-    expect.that(bool((torch.isfinite(out) | (out == -math.inf)).all()), "apply_temperature(logits, 0) contains NaN "
-                "or +inf: temperature 0 must mean greedy; keep the greedy token's logit and set every other logit to "
-                "-inf (no division by 0)")
-    _check_filter(got, "apply_temperature(logits, 0)", logits, expected,
-                  mistakes=[(logits == logits.max(-1, keepdim=True).values, "on a tie for the maximum keep only the "
-                             "lower token id (the greedy token), so that sampling at T = 0 is greedy")])
+    expect.that(
+        bool((torch.isfinite(out) | (out == -math.inf)).all()),
+        "apply_temperature(logits, 0) contains NaN "
+        "or +inf: temperature 0 must mean greedy; keep the greedy token's logit and set every other logit to "
+        "-inf (no division by 0)",
+    )
+    _check_filter(
+        got,
+        "apply_temperature(logits, 0)",
+        logits,
+        expected,
+        mistakes=[
+            (
+                logits == logits.max(-1, keepdim=True).values,
+                "on a tie for the maximum keep only the "
+                "lower token id (the greedy token), so that sampling at T = 0 is greedy",
+            )
+        ],
+    )
 
 
 @GREEDY.hidden
 def test_negative_temperature_raises(impl):
     "apply_temperature(logits, -1.0) raises ValueError"
     got = impl.temperature_refuses(_randn((2, 5), 4), -1.0)
-    expect.that(got["raised"] == "ValueError", f"apply_temperature(logits, -1.0) "
-                f"{'raised ' + got['raised'] if got['raised'] else 'returned'}: raise ValueError for a negative "
-                "temperature")
+    expect.that(
+        got["raised"] == "ValueError",
+        f"apply_temperature(logits, -1.0) "
+        f"{'raised ' + got['raised'] if got['raised'] else 'returned'}: raise ValueError for a negative "
+        "temperature",
+    )
 
 
 # --- Exercise 2 --------------------------------------------------------------------------
 
+
 def _tie_logits():
     """Rows with ties at the top-k boundary: [3, 1, 2, 2, 0, 2] keeps {0, 2, 3} for k = 3."""
-    return torch.tensor([[3.0, 1.0, 2.0, 2.0, 0.0, 2.0],
-                         [1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
-                         [0.0, 2.0, -1.0, 2.0, 5.0, 2.0]])
+    return torch.tensor(
+        [[3.0, 1.0, 2.0, 2.0, 0.0, 2.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [0.0, 2.0, -1.0, 2.0, 5.0, 2.0]]
+    )
 
 
 def _top_k_mistakes(logits, k):
-    kth = torch.sort(logits, dim=-1, descending=True).values[..., k - 1:k]
+    kth = torch.sort(logits, dim=-1, descending=True).values[..., k - 1 : k]
     plus_ties = logits >= kth
-    return [(kept_top_k(logits, k + 1), f"it keeps k + 1 = {k + 1} tokens: keep exactly k"),
-            (plus_ties, "it keeps every token tied with the k-th: keep exactly k tokens; on a tie at the boundary the "
-             "lower token id stays (a stable descending sort)"),
-            (kept_top_k(-logits, k), "it keeps the k lowest logits: keep the k highest"),
-            (kept_top_k(logits.flip(-1), k).flip(-1), "on a tie at the boundary it keeps the higher token id: the "
-             "lower id stays (torch.sort(..., descending=True, stable=True))")]
+    return [
+        (kept_top_k(logits, k + 1), f"it keeps k + 1 = {k + 1} tokens: keep exactly k"),
+        (
+            plus_ties,
+            "it keeps every token tied with the k-th: keep exactly k tokens; on a tie at the boundary the "
+            "lower token id stays (a stable descending sort)",
+        ),
+        (kept_top_k(-logits, k), "it keeps the k lowest logits: keep the k highest"),
+        (
+            kept_top_k(logits.flip(-1), k).flip(-1),
+            "on a tie at the boundary it keeps the higher token id: the "
+            "lower id stays (torch.sort(..., descending=True, stable=True))",
+        ),
+    ]
 
 
 def _top_k_of(impl, logits, k):
@@ -240,8 +292,10 @@ def _top_k_of(impl, logits, k):
     except StudentCodeError as error:
         if k <= logits.shape[-1]:
             raise
-        expect.fail(f"top_k_filter(logits of shape {list(logits.shape)}, {k}) raised {error}: a k above the vocabulary "
-                    f"size ({logits.shape[-1]}) is not out of range here; it keeps every token (use min(k, vocab))")
+        expect.fail(
+            f"top_k_filter(logits of shape {list(logits.shape)}, {k}) raised {error}: a k above the vocabulary "
+            f"size ({logits.shape[-1]}) is not out of range here; it keeps every token (use min(k, vocab))"
+        )
 
 
 @TOP_K.visible
@@ -250,8 +304,13 @@ def test_top_k_keeps_exactly_k(impl):
     for logits, k in ((_randn((2, 10), 10), 3), (_tie_logits(), 3), (_tie_logits(), 2), (_randn((2, 6), 16), 8)):
         got = _top_k_of(impl, logits, k)
         rows = f" for the rows {logits.tolist()}" if logits.shape[-1] == 6 else ""
-        _check_filter(got, f"top_k_filter(logits, {k}){rows}", logits, kept_top_k(logits, k),
-                      _top_k_mistakes(logits, k) if k < logits.shape[-1] else ())
+        _check_filter(
+            got,
+            f"top_k_filter(logits, {k}){rows}",
+            logits,
+            kept_top_k(logits, k),
+            _top_k_mistakes(logits, k) if k < logits.shape[-1] else (),
+        )
 
 
 @TOP_K.hidden
@@ -259,11 +318,20 @@ def test_top_k_edge_cases_and_hugging_face(impl):
     "k = 1 is greedy, k >= vocab keeps everything, 3-D logits; equal to HF's TopKLogitsWarper without ties"
     from transformers.generation.logits_process import TopKLogitsWarper
 
-    for logits, k in ((_randn((3, 7), 11), 1), (_randn((2, 7), 12), 7), (_randn((2, 7), 13), 20),
-                      (_randn((2, 3, 11), 14), 4)):
+    for logits, k in (
+        (_randn((3, 7), 11), 1),
+        (_randn((2, 7), 12), 7),
+        (_randn((2, 7), 13), 20),
+        (_randn((2, 3, 11), 14), 4),
+    ):
         got = _top_k_of(impl, logits, k)
-        _check_filter(got, f"top_k_filter(logits of shape {list(logits.shape)}, {k})", logits, kept_top_k(logits, k),
-                      _top_k_mistakes(logits, min(k, logits.shape[-1] - 1)) if k < logits.shape[-1] else ())
+        _check_filter(
+            got,
+            f"top_k_filter(logits of shape {list(logits.shape)}, {k})",
+            logits,
+            kept_top_k(logits, k),
+            _top_k_mistakes(logits, min(k, logits.shape[-1] - 1)) if k < logits.shape[-1] else (),
+        )
     logits = _randn((4, 50), 15)
     theirs = torch.isfinite(TopKLogitsWarper(top_k=10)(None, logits.clone()))
     _check_filter(impl.filter_of("top_k_filter", logits, 10), "top_k_filter(logits [4, 50], 10)", logits, theirs)
@@ -271,20 +339,29 @@ def test_top_k_edge_cases_and_hugging_face(impl):
 
 # --- Exercise 3 --------------------------------------------------------------------------
 
+
 def _p_inside(logits_row, m):
     """A p halfway inside the mass of the m-th token of the order (1-based): the nucleus has m tokens."""
     probs = torch.softmax(logits_row.double(), -1)
     order = _order(logits_row)
-    before = float(probs[order[:m - 1]].sum())
+    before = float(probs[order[: m - 1]].sum())
     return before + 0.5 * float(probs[order[m - 1]])
 
 
 def _top_p_mistakes(logits, p):
     drop = kept_top_p(logits, p) & ~_crossing(logits, p)
-    return [(drop, "it drops the token that crosses p: keep the smallest set whose probability REACHES p, the "
-             "crossing token included (a token stays while the mass before it is below p)"),
-            (kept_top_p(logits.flip(-1), p).flip(-1), "on a tie it keeps the higher token id first: ties go to the "
-             "lower id (torch.sort(..., descending=True, stable=True))")]
+    return [
+        (
+            drop,
+            "it drops the token that crosses p: keep the smallest set whose probability REACHES p, the "
+            "crossing token included (a token stays while the mass before it is below p)",
+        ),
+        (
+            kept_top_p(logits.flip(-1), p).flip(-1),
+            "on a tie it keeps the higher token id first: ties go to the "
+            "lower id (torch.sort(..., descending=True, stable=True))",
+        ),
+    ]
 
 
 def _crossing(logits, p):
@@ -304,13 +381,23 @@ def test_top_p_keeps_the_crossing_token(impl):
     logits = probs.log()
     for p in (0.7, 0.6, 0.95, 0.3):
         got = impl.filter_of("top_p_filter", logits, p)
-        _check_filter(got, f"top_p_filter(log([0.5, 0.3, 0.15, 0.05]), {p})", logits, kept_top_p(logits, p),
-                      _top_p_mistakes(logits, p))
+        _check_filter(
+            got,
+            f"top_p_filter(log([0.5, 0.3, 0.15, 0.05]), {p})",
+            logits,
+            kept_top_p(logits, p),
+            _top_p_mistakes(logits, p),
+        )
     logits = _randn((1, 12), 20, 1.5)
     for m in (1, 3, 6):
         p = _p_inside(logits[0], m)
-        _check_filter(impl.filter_of("top_p_filter", logits, p), f"top_p_filter(random logits, {p:.4f})", logits,
-                      kept_top_p(logits, p), _top_p_mistakes(logits, p))
+        _check_filter(
+            impl.filter_of("top_p_filter", logits, p),
+            f"top_p_filter(random logits, {p:.4f})",
+            logits,
+            kept_top_p(logits, p),
+            _top_p_mistakes(logits, p),
+        )
 
 
 @TOP_P.hidden
@@ -318,16 +405,30 @@ def test_top_p_ties_and_shapes(impl):
     "ties at the crossing go to the lower id; p = 1 keeps all; 3-D logits; a peaked row keeps one token"
     logits = torch.tensor([[2.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]])
     for p in (_p_inside(logits[0], 3), 0.5):
-        _check_filter(impl.filter_of("top_p_filter", logits, p), f"top_p_filter(logits with ties, {p:.4f})", logits,
-                      kept_top_p(logits, p), _top_p_mistakes(logits, p))
+        _check_filter(
+            impl.filter_of("top_p_filter", logits, p),
+            f"top_p_filter(logits with ties, {p:.4f})",
+            logits,
+            kept_top_p(logits, p),
+            _top_p_mistakes(logits, p),
+        )
     peaked = torch.tensor([[10.0, 0.0, 0.0, 0.0]])
-    _check_filter(impl.filter_of("top_p_filter", peaked, 0.5), "top_p_filter([10, 0, 0, 0], 0.5)", peaked,
-                  kept_top_p(peaked, 0.5))
+    _check_filter(
+        impl.filter_of("top_p_filter", peaked, 0.5), "top_p_filter([10, 0, 0, 0], 0.5)", peaked, kept_top_p(peaked, 0.5)
+    )
     cube = _randn((2, 3, 8), 21)
-    _check_filter(impl.filter_of("top_p_filter", cube, 0.8), "top_p_filter(logits of shape [2, 3, 8], 0.8)", cube,
-                  kept_top_p(cube, 0.8))
-    _check_filter(impl.filter_of("top_p_filter", cube, 1.0), "top_p_filter(logits, 1.0)", cube,
-                  torch.ones(cube.shape, dtype=torch.bool))
+    _check_filter(
+        impl.filter_of("top_p_filter", cube, 0.8),
+        "top_p_filter(logits of shape [2, 3, 8], 0.8)",
+        cube,
+        kept_top_p(cube, 0.8),
+    )
+    _check_filter(
+        impl.filter_of("top_p_filter", cube, 1.0),
+        "top_p_filter(logits, 1.0)",
+        cube,
+        torch.ones(cube.shape, dtype=torch.bool),
+    )
 
 
 @TOP_P.hidden
@@ -340,11 +441,17 @@ def test_top_p_equals_hugging_face(impl):
         p = _p_inside(logits[0], m)
         theirs = torch.isfinite(TopPLogitsWarper(top_p=p)(None, logits.clone()))
         expect.that(int(theirs.sum()) == m, "internal: HF's nucleus differs from the construction")
-        _check_filter(impl.filter_of("top_p_filter", logits, p), f"top_p_filter(logits [1, 40], {p:.4f})", logits,
-                      theirs, _top_p_mistakes(logits, p))
+        _check_filter(
+            impl.filter_of("top_p_filter", logits, p),
+            f"top_p_filter(logits [1, 40], {p:.4f})",
+            logits,
+            theirs,
+            _top_p_mistakes(logits, p),
+        )
 
 
 # --- Exercise 4 --------------------------------------------------------------------------
+
 
 def _describe_kwargs(kwargs):
     return ", ".join(f"{k}={v}" for k, v in kwargs.items())
@@ -358,9 +465,11 @@ def _sample_case(impl, logits, kwargs, seed, mistakes=()):
             expect.fail(f"{what} returned token ids outside 0..{logits.shape[-1] - 1}")
         draws = got.get("draws")
         shape = list(draws.shape) if isinstance(draws, torch.Tensor) else type(draws).__name__
-        expect.fail(f"{what} for logits of shape [{logits.shape[0] * DRAWS}, {logits.shape[-1]}] returned {shape} "
-                    f"{getattr(draws, 'dtype', '')}, expected token ids of shape [{logits.shape[0] * DRAWS}] "
-                    "(one per row: squeeze the sample axis)")
+        expect.fail(
+            f"{what} for logits of shape [{logits.shape[0] * DRAWS}, {logits.shape[-1]}] returned {shape} "
+            f"{getattr(draws, 'dtype', '')}, expected token ids of shape [{logits.shape[0] * DRAWS}] "
+            "(one per row: squeeze the sample axis)"
+        )
     frequencies = got["counts"].double() / DRAWS
     expected = exact_probabilities(logits, **kwargs)
 
@@ -375,31 +484,56 @@ def _sample_case(impl, logits, kwargs, seed, mistakes=()):
         never = (expected == 0) & (frequencies > 0)
         if never.any():
             row, token = (int(i) for i in torch.nonzero(never)[0])
-            expect.fail(f"{what} drew token {token} (row {row}) {int(got['counts'][row, token])} times in {DRAWS:,} "
-                        "draws, but that token is removed by the filters: its probability is exactly 0. Apply "
-                        "temperature, then top-k, then top-p, and sample from the softmax of what is left")
+            expect.fail(
+                f"{what} drew token {token} (row {row}) {int(got['counts'][row, token])} times in {DRAWS:,} "
+                "draws, but that token is removed by the filters: its probability is exactly 0. Apply "
+                "temperature, then top-k, then top-p, and sample from the softmax of what is left"
+            )
         sigma = (expected * (1 - expected) / DRAWS).sqrt().clamp(min=1e-12)
         worst = ((frequencies - expected).abs() / sigma).argmax()
         row, token = divmod(int(worst), expected.shape[-1])
-        expect.fail(f"{what}: token {token} (row {row}) was drawn with frequency {float(frequencies[row, token]):.4f} "
-                    f"in {DRAWS:,} draws, but its probability is {float(expected[row, token]):.4f} (allowed: "
-                    f"{SIGMAS:g} standard deviations, {float(SIGMAS * sigma[row, token]):.4f})")
-    expect.that(got["repeatable"], f"{what} drew other tokens with a generator seeded the same way: pass "
-                "generator=generator to torch.multinomial (or whatever draws), so that a seed fixes the draws")
+        expect.fail(
+            f"{what}: token {token} (row {row}) was drawn with frequency {float(frequencies[row, token]):.4f} "
+            f"in {DRAWS:,} draws, but its probability is {float(expected[row, token]):.4f} (allowed: "
+            f"{SIGMAS:g} standard deviations, {float(SIGMAS * sigma[row, token]):.4f})"
+        )
+    expect.that(
+        got["repeatable"],
+        f"{what} drew other tokens with a generator seeded the same way: pass "
+        "generator=generator to torch.multinomial (or whatever draws), so that a seed fixes the draws",
+    )
 
 
 @SAMPLE.visible
 def test_sample_plain_and_top_k(impl):
     "the frequencies of 20,000 draws match softmax(logits / T) (T = 1, 0.7 with top_k = 3) within 5 sigma"
     logits = _randn((1, 8), 30, 1.5)
-    _sample_case(impl, logits, {"temperature": 1.0}, 0,
-                 [(exact_probabilities(logits, 1.0, top_k=1), "it returns the argmax: draw from the distribution "
-                   "(torch.multinomial(probs, 1, generator=generator))")])
-    _sample_case(impl, logits, {"temperature": 0.7, "top_k": 3}, 1,
-                 [(exact_probabilities(logits * 0.7, 1.0, top_k=3), "the logits are multiplied by the temperature: "
-                   "divide them"),
-                  (exact_probabilities(logits, 1.0, top_k=3), "the temperature is not applied"),
-                  (exact_probabilities(logits, 0.7), "top_k is not applied")])
+    _sample_case(
+        impl,
+        logits,
+        {"temperature": 1.0},
+        0,
+        [
+            (
+                exact_probabilities(logits, 1.0, top_k=1),
+                "it returns the argmax: draw from the distribution (torch.multinomial(probs, 1, generator=generator))",
+            )
+        ],
+    )
+    _sample_case(
+        impl,
+        logits,
+        {"temperature": 0.7, "top_k": 3},
+        1,
+        [
+            (
+                exact_probabilities(logits * 0.7, 1.0, top_k=3),
+                "the logits are multiplied by the temperature: divide them",
+            ),
+            (exact_probabilities(logits, 1.0, top_k=3), "the temperature is not applied"),
+            (exact_probabilities(logits, 0.7), "top_k is not applied"),
+        ],
+    )
 
 
 @SAMPLE.visible
@@ -411,13 +545,20 @@ def test_sample_temperature_zero_is_greedy(impl):
 
 
 def _order_mistakes(logits, t, k, p):
-    return [(_p_then_k(logits, t, k, p),
-             "top-p is applied before top-k: the order is temperature, then top-k, then top-p (top-p measures the "
-             "mass of what top-k left)"),
-            (_filters_then_t(logits, t, k, p), "the temperature is applied after the filters: it comes first (top-p "
-             "measures the mass of the tempered distribution)"),
-            (exact_probabilities(logits, t, top_k=k), "top_p is not applied"),
-            (exact_probabilities(logits, t, top_p=p), "top_k is not applied")]
+    return [
+        (
+            _p_then_k(logits, t, k, p),
+            "top-p is applied before top-k: the order is temperature, then top-k, then top-p (top-p measures the "
+            "mass of what top-k left)",
+        ),
+        (
+            _filters_then_t(logits, t, k, p),
+            "the temperature is applied after the filters: it comes first (top-p "
+            "measures the mass of the tempered distribution)",
+        ),
+        (exact_probabilities(logits, t, top_k=k), "top_p is not applied"),
+        (exact_probabilities(logits, t, top_p=p), "top_k is not applied"),
+    ]
 
 
 def _p_then_k(logits, t, k, p):
@@ -449,6 +590,7 @@ def test_sample_with_all_filters_in_order(impl):
 
 
 # --- Exercises 5 and 6 -------------------------------------------------------------------
+
 
 def _table(seed, vocab=10, scale=2.0, rows=997):
     return _randn((rows, vocab), seed, scale)
@@ -483,8 +625,10 @@ def llama_greedy(model, prompt, max_new_tokens, eos_id):
 
 def _sequence(value, what):
     got = expect.tensor(value, what)
-    expect.that(got.dim() == 1, f"{what} has shape {list(got.shape)}: return one 1-D tensor, the prompt followed by "
-                "the new tokens")
+    expect.that(
+        got.dim() == 1,
+        f"{what} has shape {list(got.shape)}: return one 1-D tensor, the prompt followed by the new tokens",
+    )
     return got.tolist()
 
 
@@ -501,16 +645,22 @@ def _generate_case(impl, table_seed, prompt, max_new_tokens, eos_id):
         expect.fail(f"{what} returned only the new tokens: return the prompt followed by them")
     if expected[-1] == eos_id and tokens == expected[:-1]:
         expect.fail(f"{what} leaves out the EOS token: append it, then stop")
-    if expected[-1] == eos_id and tokens[:len(expected)] == expected and len(tokens) > len(expected):
+    if expected[-1] == eos_id and tokens[: len(expected)] == expected and len(tokens) > len(expected):
         expect.fail(f"{what} goes on after the EOS token: stop as soon as the new token equals eos_id")
-    if tokens[:n] == expected[:n] and len(tokens) - n in (max_new_tokens - 1, max_new_tokens + 1) and \
-            tokens[:min(len(tokens), len(expected))] == expected[:min(len(tokens), len(expected))]:
-        expect.fail(f"{what} returned {len(tokens) - n} new tokens: exactly max_new_tokens = {max_new_tokens} when "
-                    "no EOS comes")
+    if (
+        tokens[:n] == expected[:n]
+        and len(tokens) - n in (max_new_tokens - 1, max_new_tokens + 1)
+        and tokens[: min(len(tokens), len(expected))] == expected[: min(len(tokens), len(expected))]
+    ):
+        expect.fail(
+            f"{what} returned {len(tokens) - n} new tokens: exactly max_new_tokens = {max_new_tokens} when no EOS comes"
+        )
     if any(shape[0] != 1 for shape in got["calls"]) or not got["calls"]:
         expect.fail(f"{what} called the model with shapes {got['calls'][:3]}: call model(tokens[None]), a batch of one")
-    expect.fail(f"{what} returned {tokens}, expected {expected}: pick the next token from the LAST position's "
-                "logits, model(tokens[None])[:, -1]")
+    expect.fail(
+        f"{what} returned {tokens}, expected {expected}: pick the next token from the LAST position's "
+        "logits, model(tokens[None])[:, -1]"
+    )
 
 
 @GENERATE.visible
@@ -537,45 +687,60 @@ def _check_finished_rows_fed_padding(got, what, prompts, pad_id, eos_id, expecte
         return
     longest = max(len(p) for p in prompts)
     for row, (prompt, full) in enumerate(zip(prompts, expected, strict=True)):
-        new = full[len(prompt):]
+        new = full[len(prompt) :]
         if eos_id not in new:
             continue
         after = longest + new.index(eos_id) + 1  # the first column appended after this row's EOS
         if after >= fed.shape[1]:
             continue
-        expect.that(bool((fed[row, after:] == pad_id).all()) and not bool(mask[row, after:].any()),
-                    f"{what}: after prompt {row} emitted EOS, the model was still fed {fed[row, after:].tolist()} "
-                    f"with padding_mask {mask[row, after:].tolist()} for it: a finished sequence gets pad_id with "
-                    "mask False from then on, so the model never attends to tokens it was not meant to generate")
+        expect.that(
+            bool((fed[row, after:] == pad_id).all()) and not bool(mask[row, after:].any()),
+            f"{what}: after prompt {row} emitted EOS, the model was still fed {fed[row, after:].tolist()} "
+            f"with padding_mask {mask[row, after:].tolist()} for it: a finished sequence gets pad_id with "
+            "mask False from then on, so the model never attends to tokens it was not meant to generate",
+        )
 
 
 def _check_batch(impl, spec, prompts, max_new_tokens, pad_id, eos_id, expected):
-    what = (f"generate_batch(model, prompts of lengths {[len(p) for p in prompts]}, max_new_tokens={max_new_tokens}, "
-            f"pad_id={pad_id}, eos_id={eos_id})")
+    what = (
+        f"generate_batch(model, prompts of lengths {[len(p) for p in prompts]}, max_new_tokens={max_new_tokens}, "
+        f"pad_id={pad_id}, eos_id={eos_id})"
+    )
     got = impl.generate_batch_with(spec, prompts, max_new_tokens, pad_id, eos_id)
     out = got["output"]
-    expect.that(isinstance(out, list) and len(out) == len(prompts), f"{what} returned "
-                f"{type(out).__name__ if not isinstance(out, list) else f'{len(out)} items'}: return a list with one "
-                "1-D tensor per prompt")
+    expect.that(
+        isinstance(out, list) and len(out) == len(prompts),
+        f"{what} returned "
+        f"{type(out).__name__ if not isinstance(out, list) else f'{len(out)} items'}: return a list with one "
+        "1-D tensor per prompt",
+    )
     tokens = [_sequence(o, f"{what}[{i}]") for i, o in enumerate(out)]
     if tokens == expected:
         _check_finished_rows_fed_padding(got, what, prompts, pad_id, eos_id, expected)
         return
     mask = got["first_mask"]
     if not got["masks_given"]:
-        expect.fail(f"{what} differs from one prompt at a time: the model was called without padding_mask. Left "
-                    "padding needs the attention mask, model(tokens, padding_mask), or the pad tokens are read as text")
+        expect.fail(
+            f"{what} differs from one prompt at a time: the model was called without padding_mask. Left "
+            "padding needs the attention mask, model(tokens, padding_mask), or the pad tokens are read as text"
+        )
     if mask is not None and not bool(mask[:, -1].all()):
-        expect.fail(f"{what}: the prompts are padded on the right (the last column holds padding): pad on the left, so "
-                    "that every prompt ends in the last column")
+        expect.fail(
+            f"{what}: the prompts are padded on the right (the last column holds padding): pad on the left, so "
+            "that every prompt ends in the last column"
+        )
     for i, (t, e) in enumerate(zip(tokens, expected, strict=True)):
         if t != e:
-            if eos_id is not None and eos_id in e[len(prompts[i]):] and t[:len(e)] == e:
-                expect.fail(f"{what}: prompt {i} goes on after its EOS token: a finished sequence gets pad_id with "
-                            "mask False, and its output ends at its EOS")
-            if t == e[:len(t)] and len(t) < len(e):
-                expect.fail(f"{what}: prompt {i} stopped early, after {len(t) - len(prompts[i])} new tokens: the loop "
-                            "runs until EVERY sequence is finished or max_new_tokens steps")
+            if eos_id is not None and eos_id in e[len(prompts[i]) :] and t[: len(e)] == e:
+                expect.fail(
+                    f"{what}: prompt {i} goes on after its EOS token: a finished sequence gets pad_id with "
+                    "mask False, and its output ends at its EOS"
+                )
+            if t == e[: len(t)] and len(t) < len(e):
+                expect.fail(
+                    f"{what}: prompt {i} stopped early, after {len(t) - len(prompts[i])} new tokens: the loop "
+                    "runs until EVERY sequence is finished or max_new_tokens steps"
+                )
             expect.fail(f"{what}: prompt {i} gave {t}, expected {e} (what generate gives for it alone)")
 
 
@@ -594,13 +759,16 @@ def test_batch_other_cases(impl):
     table = _table(51)
     prompts = [torch.tensor([1, 2, 3, 4]), torch.tensor([6]), torch.tensor([7, 8]), torch.tensor([3, 3, 3, 3, 3, 3])]
     _check_batch(impl, {"table": table}, prompts, 7, 0, 5, [greedy_oracle(table, p, 7, 5) for p in prompts])
-    _check_batch(impl, {"table": table}, prompts[:2], 4, 0, None, [greedy_oracle(table, p, 4, None) for p in prompts[:2]])
+    _check_batch(
+        impl, {"table": table}, prompts[:2], 4, 0, None, [greedy_oracle(table, p, 4, None) for p in prompts[:2]]
+    )
     model, spec = _llama_spec(52)
     prompts = [torch.tensor([5, 17, 3]), torch.tensor([8, 1, 30, 22, 9, 14]), torch.tensor([2, 2])]
     _check_batch(impl, spec, prompts, 6, 0, 11, [llama_greedy(model, p, 6, 11) for p in prompts])
 
 
 # --- Exercise 7 --------------------------------------------------------------------------
+
 
 def enumerate_hypotheses(table, prompt, max_new_tokens, eos_id):
     """Every continuation (EOS ends one) with its summed log-probability in float64."""
@@ -618,8 +786,10 @@ def enumerate_hypotheses(table, prompt, max_new_tokens, eos_id):
 
 
 def best_hypothesis(table, prompt, max_new_tokens, eos_id, alpha):
-    scored = sorted(((total / len(t) ** alpha, t) for t, total in enumerate_hypotheses(table, prompt, max_new_tokens,
-                                                                                       eos_id)), reverse=True)
+    scored = sorted(
+        ((total / len(t) ** alpha, t) for t, total in enumerate_hypotheses(table, prompt, max_new_tokens, eos_id)),
+        reverse=True,
+    )
     return scored[0][1], scored[0][0], scored[0][0] - scored[1][0]
 
 
@@ -631,10 +801,16 @@ def beam_oracle(table, prompt, beam_size, max_new_tokens, eos_id, alpha, *, earl
     model = PrefixTableModel(table.double())
     live, finished = [((), 0.0)], []
     for _ in range(max_new_tokens):
-        ranked = sorted(((total + step, tokens + (v,))
-                         for tokens, total in live
-                         for v, step in enumerate(torch.log_softmax(
-                             model.next_logits(prompt.tolist() + list(tokens)), -1).tolist())), reverse=True)
+        ranked = sorted(
+            (
+                (total + step, tokens + (v,))
+                for tokens, total in live
+                for v, step in enumerate(
+                    torch.log_softmax(model.next_logits(prompt.tolist() + list(tokens)), -1).tolist()
+                )
+            ),
+            reverse=True,
+        )
         kept = ranked[:beam_size]
         finished += [(total / len(tokens) ** alpha, tokens) for total, tokens in kept if tokens[-1] == eos_id]
         live = [(tokens, total) for total, tokens in kept if tokens[-1] != eos_id]
@@ -647,21 +823,28 @@ def beam_oracle(table, prompt, beam_size, max_new_tokens, eos_id, alpha, *, earl
     return list(tokens), score
 
 
-def _beam_case(impl, table, prompt, beam_size, max_new_tokens, eos_id, alpha, expected=None, expected_score=None,
-               mistakes=()):
-    what = (f"beam_search(model, {prompt.tolist()}, beam_size={beam_size}, max_new_tokens={max_new_tokens}, "
-            f"eos_id={eos_id}, length_penalty={alpha})")
+def _beam_case(
+    impl, table, prompt, beam_size, max_new_tokens, eos_id, alpha, expected=None, expected_score=None, mistakes=()
+):
+    what = (
+        f"beam_search(model, {prompt.tolist()}, beam_size={beam_size}, max_new_tokens={max_new_tokens}, "
+        f"eos_id={eos_id}, length_penalty={alpha})"
+    )
     got = impl.beam_search_with(table, prompt, beam_size, max_new_tokens, eos_id, alpha)
     tokens = _sequence(got["tokens"], f"the tokens of {what}")
-    expect.that(isinstance(got["score"], float), f"the score of {what} is a {type(got['score']).__name__}: return "
-                "(tokens, score) with the score as a float")
+    expect.that(
+        isinstance(got["score"], float),
+        f"the score of {what} is a {type(got['score']).__name__}: return (tokens, score) with the score as a float",
+    )
     n = len(prompt)
     if tokens[:n] != prompt.tolist():
         expect.fail(f"{what} returned {tokens}: return the prompt followed by the best hypothesis")
     new = tokens[n:]
     if eos_id in new[:-1]:
-        expect.fail(f"{what} returned {new} after the prompt, with tokens after an EOS: a hypothesis that ends "
-                    "with EOS is finished; set it aside and never extend it")
+        expect.fail(
+            f"{what} returned {new} after the prompt, with tokens after an EOS: a hypothesis that ends "
+            "with EOS is finished; set it aside and never extend it"
+        )
     if expected is None:
         return new, got["score"]
     if new != expected:
@@ -672,26 +855,39 @@ def _beam_case(impl, table, prompt, beam_size, max_new_tokens, eos_id, alpha, ex
         raw = max(hypotheses, key=lambda t: hypotheses[t])
         by_total_length = max(hypotheses, key=lambda t: hypotheses[t] / (len(t) + n) ** alpha)
         if alpha != 0 and new == list(raw):
-            expect.fail(f"{what} returned {new}, the best by summed log-probability; the score is normalised by the "
-                        f"length: sum of log-probs / n^{alpha}, n the number of new tokens (EOS included)")
+            expect.fail(
+                f"{what} returned {new}, the best by summed log-probability; the score is normalised by the "
+                f"length: sum of log-probs / n^{alpha}, n the number of new tokens (EOS included)"
+            )
         if new == list(by_total_length) and list(by_total_length) != expected:
             expect.fail(f"{what} returned {new}: the length in the score counts the NEW tokens only, not the prompt")
         # Two mistakes that can give the same tokens: EOS never ending a hypothesis (the best of the full-length
         # continuations, EOS an ordinary token), and a search that keeps a single beam (the greedy continuation).
         unfinished = {tuple(t): total for t, total in enumerate_hypotheses(table, prompt, max_new_tokens, eos_id=-1)}
-        named = [diagnosis for found, diagnosis in (
-            (list(max(unfinished, key=lambda t: unfinished[t] / len(t) ** alpha)),
-             "the search went on from hypotheses ending with EOS (a hypothesis that ends with EOS is finished; set "
-             "it aside and never extend it)"),
-            (greedy_oracle(table, prompt, max_new_tokens, eos_id)[n:] if beam_size > 1 else None,
-             f"it kept one beam, the greedy continuation (keep the {beam_size} best hypotheses at every step)"))
-            if new == found]
+        named = [
+            diagnosis
+            for found, diagnosis in (
+                (
+                    list(max(unfinished, key=lambda t: unfinished[t] / len(t) ** alpha)),
+                    "the search went on from hypotheses ending with EOS (a hypothesis that ends with EOS is finished; set "
+                    "it aside and never extend it)",
+                ),
+                (
+                    greedy_oracle(table, prompt, max_new_tokens, eos_id)[n:] if beam_size > 1 else None,
+                    f"it kept one beam, the greedy continuation (keep the {beam_size} best hypotheses at every step)",
+                ),
+            )
+            if new == found
+        ]
         if named:
             expect.fail(f"{what} returned {new}, expected {expected}: {'; or '.join(named)}")
         expect.fail(f"{what} returned {new} after the prompt, expected {expected} (score {expected_score:.4f})")
-    expect.that(abs(got["score"] - expected_score) <= 1e-4, f"{what} found {new} but gave it the score "
-                f"{got['score']:.6f}, expected {expected_score:.6f}: score = (sum of the log-probabilities of the new "
-                f"tokens) / n^length_penalty with n the number of new tokens, EOS included")
+    expect.that(
+        abs(got["score"] - expected_score) <= 1e-4,
+        f"{what} found {new} but gave it the score "
+        f"{got['score']:.6f}, expected {expected_score:.6f}: score = (sum of the log-probabilities of the new "
+        f"tokens) / n^length_penalty with n the number of new tokens, EOS included",
+    )
     return new, got["score"]
 
 
@@ -748,23 +944,42 @@ def test_beam_stops_when_enough_are_finished(impl):
         best, score = beam_oracle(table, prompt, beam_size, 5, 0, 1.0)
         searched_on, _ = beam_oracle(table, prompt, beam_size, 5, 0, 1.0, early_stopping=False)
         expect.that(best != searched_on, "internal: early stopping does not change the winner here")
-        _beam_case(impl, table, prompt, beam_size, 5, 0, 1.0, best, score, mistakes=[(
-            searched_on, f"the search went on after {beam_size} hypotheses were finished; stop then (early "
-                         "stopping), and the answer is the best of the finished ones")])
+        _beam_case(
+            impl,
+            table,
+            prompt,
+            beam_size,
+            5,
+            0,
+            1.0,
+            best,
+            score,
+            mistakes=[
+                (
+                    searched_on,
+                    f"the search went on after {beam_size} hypotheses were finished; stop then (early "
+                    "stopping), and the answer is the best of the finished ones",
+                )
+            ],
+        )
 
 
 # --- Exercise 8 --------------------------------------------------------------------------
 
+
 def _cache_updates(seed, shapes):
-    return [(layer, _randn((2, 3, n, 4), seed + i), _randn((2, 3, n, 4), seed + 50 + i))
-            for i, (layer, n) in enumerate(shapes)]
+    return [
+        (layer, _randn((2, 3, n, 4), seed + i), _randn((2, 3, n, 4), seed + 50 + i))
+        for i, (layer, n) in enumerate(shapes)
+    ]
 
 
 def _check_cache(impl, n_layers, shapes, seed):
     updates = _cache_updates(seed, shapes)
     got = impl.kv_cache_updates(n_layers, updates)
-    expect.that(got["length_empty"] == 0, f"KVCache({n_layers}).length is {got['length_empty']} before any update, "
-                "expected 0")
+    expect.that(
+        got["length_empty"] == 0, f"KVCache({n_layers}).length is {got['length_empty']} before any update, expected 0"
+    )
     stored = {}
     for i, ((layer, k, v), step) in enumerate(zip(updates, got["steps"], strict=True)):
         what = f"update number {i + 1} (layer {layer}, {k.shape[2]} new positions)"
@@ -774,27 +989,40 @@ def _check_cache(impl, n_layers, shapes, seed):
         stored[layer] = (k_all, v_all)
         mistakes = []
         if before is not None:
-            mistakes.append((k, "it returns only the new keys: return everything stored for this layer, the cached "
-                             "keys first"))
-        if before is not None and isinstance(step["k"], torch.Tensor) and step["k"].shape == k.shape and \
-                torch.equal(step["k"], k):
-            expect.fail(f"{what} returned only the new keys: return everything stored for this layer, the cached "
-                        "keys first")
+            mistakes.append(
+                (k, "it returns only the new keys: return everything stored for this layer, the cached keys first")
+            )
+        if (
+            before is not None
+            and isinstance(step["k"], torch.Tensor)
+            and step["k"].shape == k.shape
+            and torch.equal(step["k"], k)
+        ):
+            expect.fail(
+                f"{what} returned only the new keys: return everything stored for this layer, the cached keys first"
+            )
         if step["k"] is not None and isinstance(step["k"], torch.Tensor) and step["k"].shape != k_all.shape:
-            every = torch.cat([u[1] for u in updates[:i + 1]], 2)
+            every = torch.cat([u[1] for u in updates[: i + 1]], 2)
             if step["k"].shape == every.shape and torch.equal(step["k"], every):
                 expect.fail(f"{what}: the layers share one store: keep one list of keys and values per layer")
-            expect.fail(f"{what} returned keys of shape {list(step['k'].shape)}, expected {list(k_all.shape)}: append "
-                        "along the sequence axis, torch.cat([cached, k], dim=2)")
+            expect.fail(
+                f"{what} returned keys of shape {list(step['k'].shape)}, expected {list(k_all.shape)}: append "
+                "along the sequence axis, torch.cat([cached, k], dim=2)"
+            )
         expect.close(step["k"], k_all, f"the keys returned by {what}", atol=0, alternatives=mistakes)
         expect.close(step["v"], v_all, f"the values returned by {what}", atol=0)
         length = stored[0][0].shape[2] if 0 in stored else 0
-        expect.that(step["length"] == length, f"after {what}, length is {step['length']}, expected {length}: the "
-                    "number of positions stored in layer 0 (not the number of updates)")
+        expect.that(
+            step["length"] == length,
+            f"after {what}, length is {step['length']}, expected {length}: the "
+            "number of positions stored in layer 0 (not the number of updates)",
+        )
     for name, index in (("keys", 0), ("values", 1)):  # the stores the spec names (the demos read them)
         held = got["steps"][-1].get(name)
-        expect.that(isinstance(held, list) and len(held) == n_layers,
-                    f"after the updates, cache.{name} is not a list with one entry per layer ({n_layers})")
+        expect.that(
+            isinstance(held, list) and len(held) == n_layers,
+            f"after the updates, cache.{name} is not a list with one entry per layer ({n_layers})",
+        )
         for layer in range(n_layers):
             what = f"cache.{name}[{layer}] after the updates"
             if layer in stored:
@@ -817,11 +1045,15 @@ def test_cache_other_patterns(impl):
 
 # --- Exercise 9 --------------------------------------------------------------------------
 
+
 def _attention_state(d, heads, kv_heads, seed):
     head_dim = d // heads
-    return {"q_proj.weight": _randn((d, d), seed, 0.3), "k_proj.weight": _randn((kv_heads * head_dim, d), seed + 1, 0.3),
-            "v_proj.weight": _randn((kv_heads * head_dim, d), seed + 2, 0.3),
-            "out_proj.weight": _randn((d, d), seed + 3, 0.3)}
+    return {
+        "q_proj.weight": _randn((d, d), seed, 0.3),
+        "k_proj.weight": _randn((kv_heads * head_dim, d), seed + 1, 0.3),
+        "v_proj.weight": _randn((kv_heads * head_dim, d), seed + 2, 0.3),
+        "out_proj.weight": _randn((d, d), seed + 3, 0.3),
+    }
 
 
 def _attention_case(impl, d, heads, kv_heads, seed, length, chunks, layer=0, batch=2):
@@ -833,42 +1065,68 @@ def _attention_case(impl, d, heads, kv_heads, seed, length, chunks, layer=0, bat
         full = reference(x, torch.ones(length, length, dtype=torch.bool).tril())
     got = impl.cached_attention_steps(d, heads, kv_heads, state, x, chunks, layer)
     for i, (start, end) in enumerate(chunks):
-        what = (f"CachedRotaryGQA({d}, {heads}, {kv_heads}) on the tokens {start}..{end - 1} after {start} cached "
-                f"(cache=cache, layer={layer})")
+        what = (
+            f"CachedRotaryGQA({d}, {heads}, {kv_heads}) on the tokens {start}..{end - 1} after {start} cached "
+            f"(cache=cache, layer={layer})"
+        )
         lengths = got["lengths"][i]
         length_after = lengths[layer]
         if not any(lengths):
-            expect.fail(f"{what}: the cache is still empty: call k, v = cache.update(layer, k, v) with the rotated "
-                        "keys, before attention")
+            expect.fail(
+                f"{what}: the cache is still empty: call k, v = cache.update(layer, k, v) with the rotated "
+                "keys, before attention"
+            )
         if got["error"] is not None and got["error"]["chunk"] == [start, end]:
             if start > 0 and length_after == 0:
-                expect.fail(f"{what}: the cache is still empty: call k, v = cache.update(layer, k, v) before "
-                            "attention")
-            expect.fail(f"{what} raised {got['error']['message']}: attend over all the keys and values that "
-                        "cache.update(layer, k, v) returns (the mask is [new, offset + new])")
+                expect.fail(f"{what}: the cache is still empty: call k, v = cache.update(layer, k, v) before attention")
+            expect.fail(
+                f"{what} raised {got['error']['message']}: attend over all the keys and values that "
+                "cache.update(layer, k, v) returns (the mask is [new, offset + new])"
+            )
         out = got["outputs"][i]
         if length_after != end:
-            expect.fail(f"{what}: layer {layer} of the cache holds {length_after} positions, expected {end}: "
-                        f"update the cache of layer `layer` (={layer}) once per call")
-        hint = ("" if start == 0 else "The first call (empty cache) is right: store the keys AFTER RoPE (each at its "
-                "own position), and attend over the keys and values cache.update returns.")
+            expect.fail(
+                f"{what}: layer {layer} of the cache holds {length_after} positions, expected {end}: "
+                f"update the cache of layer `layer` (={layer}) once per call"
+            )
+        hint = (
+            ""
+            if start == 0
+            else "The first call (empty cache) is right: store the keys AFTER RoPE (each at its "
+            "own position), and attend over the keys and values cache.update returns."
+        )
         expect.close(out, full[:, start:end], what, **TOL, hint=hint)
     # The outputs alone would pass raw keys that are rotated after cache.update; the spec stores rotated keys.
     keys = (x @ state["k_proj.weight"].T).view(batch, length, kv_heads, d // heads).transpose(1, 2)
-    expect.close(got.get("cached_keys"), RoPE()(keys, torch.arange(length)),
-                 f"the keys that layer {layer} of the cache holds after all the calls", **TOL,
-                 alternatives=[(keys, "the cache holds the keys before RoPE: rotate them first, then "
-                                      "k, v = cache.update(layer, k, v), so each key is rotated once, at its own position")])
+    expect.close(
+        got.get("cached_keys"),
+        RoPE()(keys, torch.arange(length)),
+        f"the keys that layer {layer} of the cache holds after all the calls",
+        **TOL,
+        alternatives=[
+            (
+                keys,
+                "the cache holds the keys before RoPE: rotate them first, then "
+                "k, v = cache.update(layer, k, v), so each key is rotated once, at its own position",
+            )
+        ],
+    )
 
 
 @ATTENTION.visible
 def test_attention_prompt_then_single_tokens(impl):
     "a 5-token prompt then 3 single tokens with the cache equal full causal attention (course's reference)"
     summary = impl.cached_attention_summary(32, 4, 2)
-    expected = {"q_proj.weight": [32, 32], "k_proj.weight": [16, 32], "v_proj.weight": [16, 32],
-                "out_proj.weight": [32, 32]}
-    expect.that(summary.get("parameters") == expected, f"CachedRotaryGQA(32, 4, 2, rope) has parameters "
-                f"{summary.get('parameters')}, expected {expected} (no biases)")
+    expected = {
+        "q_proj.weight": [32, 32],
+        "k_proj.weight": [16, 32],
+        "v_proj.weight": [16, 32],
+        "out_proj.weight": [32, 32],
+    }
+    expect.that(
+        summary.get("parameters") == expected,
+        f"CachedRotaryGQA(32, 4, 2, rope) has parameters {summary.get('parameters')}, expected {expected} (no biases)",
+    )
     _attention_case(impl, 32, 4, 2, 90, 8, [(0, 5), (5, 6), (6, 7), (7, 8)])
 
 
@@ -881,13 +1139,23 @@ def test_attention_chunks_and_groups(impl):
 
 # --- Exercise 10 -------------------------------------------------------------------------
 
+
 def _decoder_spec(seed, n_kv_heads=2, d=32, heads=4):
-    fields = {"vocab_size": 50, "d_model": d, "n_layers": 2, "n_heads": heads, "d_ff": 48, "max_seq_len": 64,
-              "n_kv_heads": n_kv_heads}
+    fields = {
+        "vocab_size": 50,
+        "d_model": d,
+        "n_layers": 2,
+        "n_heads": heads,
+        "d_ff": 48,
+        "max_seq_len": 64,
+        "n_kv_heads": n_kv_heads,
+    }
     model = LlamaDecoder(DecoderConfig(**fields))
     state = {}
     for i, (name, p) in enumerate(model.state_dict().items()):
-        state[name] = _randn(tuple(p.shape), seed + i, 0.3) if p.dim() > 1 else 1 + _randn(tuple(p.shape), seed + i, 0.1)
+        state[name] = (
+            _randn(tuple(p.shape), seed + i, 0.3) if p.dim() > 1 else 1 + _randn(tuple(p.shape), seed + i, 0.1)
+        )
     model.load_state_dict(state)
     return model.eval(), fields, state
 
@@ -909,27 +1177,48 @@ def _decoder_case(impl, seed, chunks, length, n_kv_heads=2, batch=2):
     with torch.no_grad():
         full = model(tokens)
     got = impl.cached_decoder_steps(fields, state, tokens, chunks)
-    expect.close(got["full"], full, "CachedDecoder(config)(tokens) without a cache", **TOL,
-                 hint="Without a cache: positions 0..seq-1 and the causal mask, as ModernDecoder.")
+    expect.close(
+        got["full"],
+        full,
+        "CachedDecoder(config)(tokens) without a cache",
+        **TOL,
+        hint="Without a cache: positions 0..seq-1 and the causal mask, as ModernDecoder.",
+    )
     restarted = _restarted_positions(model, tokens, chunks)
     for i, (start, end) in enumerate(chunks):
         what = f"the logits of the call on the tokens {start}..{end - 1} after {start} cached"
         lengths = got["lengths"][i]
         if got["error"] is not None and got["error"]["chunk"] == [start, end]:
             if lengths[0] > end:
-                expect.fail(f"{what} raised {got['error']['message']}; layer 0 of the cache holds {lengths[0]} "
-                            f"positions, expected at most {end}: block i must get layer=i")
-            expect.fail(f"{what} raised {got['error']['message']}. With a cache the mask covers every key, "
-                        "torch.ones(new, offset + new).tril(diagonal=offset), offset = cache.length")
+                expect.fail(
+                    f"{what} raised {got['error']['message']}; layer 0 of the cache holds {lengths[0]} "
+                    f"positions, expected at most {end}: block i must get layer=i"
+                )
+            expect.fail(
+                f"{what} raised {got['error']['message']}. With a cache the mask covers every key, "
+                "torch.ones(new, offset + new).tril(diagonal=offset), offset = cache.length"
+            )
         if lengths[0] == 0:
             expect.fail(f"{what}: the cache is still empty: pass cache=cache (and layer=i) to every block")
         if lengths != [end] * fields["n_layers"]:
-            expect.fail(f"after {what.split('of ', 1)[1]}, the cache's layers hold {lengths} positions, expected "
-                        f"{[end] * fields['n_layers']}: block i must get layer=i")
-        expect.close(got["outputs"][i], full[:, start:end], what, **TOL,
-                     alternatives=[(restarted[i], "the positions restart at 0 at every call: the new tokens are at "
-                                    "positions cache.length, cache.length + 1, ... (read offset = cache.length before "
-                                    "the blocks run)")])
+            expect.fail(
+                f"after {what.split('of ', 1)[1]}, the cache's layers hold {lengths} positions, expected "
+                f"{[end] * fields['n_layers']}: block i must get layer=i"
+            )
+        expect.close(
+            got["outputs"][i],
+            full[:, start:end],
+            what,
+            **TOL,
+            alternatives=[
+                (
+                    restarted[i],
+                    "the positions restart at 0 at every call: the new tokens are at "
+                    "positions cache.length, cache.length + 1, ... (read offset = cache.length before "
+                    "the blocks run)",
+                )
+            ],
+        )
 
 
 @DECODER.visible
@@ -957,6 +1246,7 @@ def test_decoder_prompt_in_chunks(impl):
 
 # --- Exercise 11 -------------------------------------------------------------------------
 
+
 def _check_schedule(events, n_slots, n_requests, outputs, what):
     started, holding, steps_held = 0, {}, {}
     for kind, arg in events:
@@ -968,40 +1258,55 @@ def _check_schedule(events, n_slots, n_requests, outputs, what):
             request = holding.pop(arg)
             need = len(outputs[request]) - 1
             if steps_held[request] > need:
-                expect.fail(f"{what}: the slot of request {request} was stepped {steps_held[request] - need} more "
-                            "time(s) after the request was done: finish(slot) it at once and refill the slot (this "
-                            "is static batching's waste)")
+                expect.fail(
+                    f"{what}: the slot of request {request} was stepped {steps_held[request] - need} more "
+                    "time(s) after the request was done: finish(slot) it at once and refill the slot (this "
+                    "is static batching's waste)"
+                )
         else:
             for slot in arg:
                 steps_held[holding[slot]] += 1
             if started < n_requests and len(arg) < n_slots:
-                expect.fail(f"{what}: a step ran {len(arg)} of {n_slots} slots while requests were waiting: refill a "
-                            "slot as soon as its request finishes, before the next step")
+                expect.fail(
+                    f"{what}: a step ran {len(arg)} of {n_slots} slots while requests were waiting: refill a "
+                    "slot as soon as its request finishes, before the next step"
+                )
             if sorted(arg) != sorted(holding):
-                expect.fail(f"{what}: a step ran the slots {sorted(arg)} while {sorted(holding)} were busy: each step "
-                            "runs every busy slot")
+                expect.fail(
+                    f"{what}: a step ran the slots {sorted(arg)} while {sorted(holding)} were busy: each step "
+                    "runs every busy slot"
+                )
 
 
 def _batching_case(impl, spec, prompts, n_slots, max_new_tokens, eos_id, expected):
-    what = (f"continuous_batching(engine with {n_slots} slots, {len(prompts)} prompts, max_new_tokens="
-            f"{max_new_tokens}, eos_id={eos_id})")
+    what = (
+        f"continuous_batching(engine with {n_slots} slots, {len(prompts)} prompts, max_new_tokens="
+        f"{max_new_tokens}, eos_id={eos_id})"
+    )
     got = impl.serve(spec, prompts, n_slots, max_new_tokens, eos_id)
     out = got["output"]
-    expect.that(isinstance(out, list) and len(out) == len(prompts), f"{what} returned "
-                f"{type(out).__name__ if not isinstance(out, list) else f'{len(out)} items'}: one list of new tokens "
-                "per prompt, in the order of the prompts")
+    expect.that(
+        isinstance(out, list) and len(out) == len(prompts),
+        f"{what} returned "
+        f"{type(out).__name__ if not isinstance(out, list) else f'{len(out)} items'}: one list of new tokens "
+        "per prompt, in the order of the prompts",
+    )
     out = [o.tolist() if isinstance(o, torch.Tensor) else o for o in out]
     if out != expected:
         if sorted(map(str, out)) == sorted(map(str, expected)):
             expect.fail(f"{what}: the outputs are in another order: return them in the order of the prompts")
         for i, (o, e) in enumerate(zip(out, expected, strict=True)):
             if o != e:
-                if isinstance(o, list) and o[:len(e)] == e and len(o) > len(e):
-                    expect.fail(f"{what}: request {i} goes on after it is done ({e}): it ends at eos_id (kept) or after "
-                                "max_new_tokens new tokens")
-                if isinstance(o, list) and e[:len(o)] == o:
-                    expect.fail(f"{what}: request {i} stopped after {len(o)} tokens, expected {e}: count the first "
-                                "token (from start) too, and stop at EOS or max_new_tokens")
+                if isinstance(o, list) and o[: len(e)] == e and len(o) > len(e):
+                    expect.fail(
+                        f"{what}: request {i} goes on after it is done ({e}): it ends at eos_id (kept) or after "
+                        "max_new_tokens new tokens"
+                    )
+                if isinstance(o, list) and e[: len(o)] == o:
+                    expect.fail(
+                        f"{what}: request {i} stopped after {len(o)} tokens, expected {e}: count the first "
+                        "token (from start) too, and stop at EOS or max_new_tokens"
+                    )
                 expect.fail(f"{what}: request {i} gave {o}, expected {e} (greedy generation alone)")
     _check_schedule(got["events"], n_slots, len(prompts), expected, what)
 
@@ -1012,7 +1317,7 @@ def _requests(seed, n, vocab=10):
 
 
 def _table_outputs(table, prompts, max_new_tokens, eos_id):
-    return [greedy_oracle(table, p, max_new_tokens, eos_id)[len(p):] for p in prompts]
+    return [greedy_oracle(table, p, max_new_tokens, eos_id)[len(p) :] for p in prompts]
 
 
 @BATCHING.visible
@@ -1031,8 +1336,9 @@ def test_batching_edge_cases(impl):
     table = _table(150, scale=1.0)
     prompts = _requests(151, 6)
     for n_slots, max_new, eos in ((1, 5, 0), (8, 6, 0), (2, 1, 0), (3, 4, None)):
-        _batching_case(impl, {"table": table}, prompts, n_slots, max_new, eos,
-                       _table_outputs(table, prompts, max_new, eos))
+        _batching_case(
+            impl, {"table": table}, prompts, n_slots, max_new, eos, _table_outputs(table, prompts, max_new, eos)
+        )
 
 
 @BATCHING.hidden
@@ -1040,6 +1346,6 @@ def test_batching_with_the_slot_engine(impl):
     "the course's SlotEngine (per-slot KV caches and positions) with its reference decoder"
     model, spec = _llama_spec(160)
     prompts = _requests(161, 7, vocab=50)
-    expected = [llama_greedy(model, p, 8, 41)[len(p):] for p in prompts]
+    expected = [llama_greedy(model, p, 8, 41)[len(p) :] for p in prompts]
     expect.that(len({len(e) for e in expected}) > 2, "internal: lengths not mixed")
     _batching_case(impl, dict(spec, max_len=32), prompts, 3, 8, 41, expected)

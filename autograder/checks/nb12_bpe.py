@@ -70,8 +70,9 @@ EXERCISES = [PRETOKENIZE, COUNT_PAIRS, MERGE_WORD, TRAIN, APPLY, TOKENIZER, STRE
 EOT = "<|endoftext|>"
 TINY = Path(__file__).resolve().parents[2] / "data" / "tinystories" / "tinystories_tiny.txt"
 SPECIALS3 = (EOT, "<|pad|>", "[SEP]")  # one shares EOT's beginning "<|", one begins elsewhere
-SPECIALS3_TEXT = ("Once upon a time [SEP] there was a cat.<|pad|><|pad|> It's 42 [SEP][SEP]x<|endoftext|>"
-                  "The end. [S E P] < | pad")
+SPECIALS3_TEXT = (
+    "Once upon a time [SEP] there was a cat.<|pad|><|pad|> It's 42 [SEP][SEP]x<|endoftext|>The end. [S E P] < | pad"
+)
 
 
 def _b(hexes):
@@ -86,8 +87,7 @@ def _show(tokens, limit=12):
 def _random_text(seed: int, length: int = 40) -> str:
     """Random Unicode: ASCII, accents, CJK, emoji, spaces, newlines, digits, apostrophes, the special token."""
     rng = random.Random(12000 + seed)
-    pools = ["abcdefghij", "ABC", "0123456789", "  \n\t", "'.,!?-", "éüñçå", "日本語中文字", "😀🎉👍🏽",
-             "ДЖЩ", "αβγ"]
+    pools = ["abcdefghij", "ABC", "0123456789", "  \n\t", "'.,!?-", "éüñçå", "日本語中文字", "😀🎉👍🏽", "ДЖЩ", "αβγ"]
     out = []
     for _ in range(length):
         if rng.random() < 0.03:
@@ -98,6 +98,7 @@ def _random_text(seed: int, length: int = 40) -> str:
 
 
 # --- Exercise 1 --------------------------------------------------------------------------
+
 
 def _check_pretokens(impl, text, specials):
     got = impl.pretokenize_of(text, list(specials))
@@ -112,27 +113,43 @@ def _check_pretokens(impl, text, specials):
     if "".join(pieces) != text:
         missing = [s for s in specials if s in text and s not in pieces]
         if missing:
-            expect.fail(f"{what} loses text: the special token {missing[0]!r} is not in the result. Keep each special "
-                        "token as an item of its own (a capturing group in re.split)")
-        expect.fail(f"{what}: joined together, the pre-tokens are not the text ({''.join(pieces)[:80]!r}); every "
-                    "character must land in exactly one pre-token")
+            expect.fail(
+                f"{what} loses text: the special token {missing[0]!r} is not in the result. Keep each special "
+                "token as an item of its own (a capturing group in re.split)"
+            )
+        expect.fail(
+            f"{what}: joined together, the pre-tokens are not the text ({''.join(pieces)[:80]!r}); every "
+            "character must land in exactly one pre-token"
+        )
     for special in specials:
         if special in text and special not in pieces:
             if any(other != special and other in special and other in pieces for other in specials):
-                expect.fail(f"{what} cut the special token {special!r} into shorter special tokens ({_show(pieces)}): "
-                            "put the longest special token first in the alternatives")
-            expect.fail(f"{what} cut the special token {special!r} into pieces ({_show(pieces)}): split the special "
-                        "tokens out first (re.split on their re.escape'd alternatives), then apply the regex to the "
-                        "pieces between them")
-    expect.fail(f"{what} gave {_show(pieces, 20)}, expected {_show(expected, 20)} (GPT-2's pattern with "
-                "PRETOKEN.findall on each piece between special tokens; longest special token first)")
+                expect.fail(
+                    f"{what} cut the special token {special!r} into shorter special tokens ({_show(pieces)}): "
+                    "put the longest special token first in the alternatives"
+                )
+            expect.fail(
+                f"{what} cut the special token {special!r} into pieces ({_show(pieces)}): split the special "
+                "tokens out first (re.split on their re.escape'd alternatives), then apply the regex to the "
+                "pieces between them"
+            )
+    expect.fail(
+        f"{what} gave {_show(pieces, 20)}, expected {_show(expected, 20)} (GPT-2's pattern with "
+        "PRETOKEN.findall on each piece between special tokens; longest special token first)"
+    )
 
 
 @PRETOKENIZE.visible
 def test_pretokenize_examples(impl):
     "GPT-2's regex on words, numbers, contractions and whitespace runs; <|endoftext|> kept whole"
-    for text in ("Hello, world! It's 42 degrees...   ok", "a<|endoftext|>b", " The cat<|endoftext|> The dog.\n\n",
-                 "  leading and trailing spaces  ", "", "<|endoftext|><|endoftext|>"):
+    for text in (
+        "Hello, world! It's 42 degrees...   ok",
+        "a<|endoftext|>b",
+        " The cat<|endoftext|> The dog.\n\n",
+        "  leading and trailing spaces  ",
+        "",
+        "<|endoftext|><|endoftext|>",
+    ):
         _check_pretokens(impl, text, [EOT])
     _check_pretokens(impl, "no special tokens<|endoftext|>here", [])
 
@@ -150,6 +167,7 @@ def test_pretokenize_unicode_and_other_specials(impl):
 
 # --- Exercise 2 --------------------------------------------------------------------------
 
+
 def _word(text: str) -> tuple:
     return tuple(bytes([b]) for b in text.encode("utf-8"))
 
@@ -159,8 +177,10 @@ def _check_counts(impl, word_counts: dict, what: str):
     expect.that(got["pairs"] is not None, f"count_pairs returned a {got['type']}, expected a dict")
     counted = {}
     for a, b, n in got["pairs"]:
-        expect.that(not a.startswith("<") and not b.startswith("<") and b != "",
-                    f"count_pairs({what}) has a key that is not a pair of bytes: {a}")
+        expect.that(
+            not a.startswith("<") and not b.startswith("<") and b != "",
+            f"count_pairs({what}) has a key that is not a pair of bytes: {a}",
+        )
         expect.that(isinstance(n, int), f"count_pairs({what}) has a count that is not an int: {n}")
         counted[(bytes.fromhex(a), bytes.fromhex(b))] = n
     expected = Counter()
@@ -176,19 +196,27 @@ def _check_counts(impl, word_counts: dict, what: str):
         for pair in set(zip(word, word[1:], strict=False)):
             distinct[pair] += n
     if counted == dict(once):
-        expect.fail(f"count_pairs({what}) ignores the words' frequencies: each occurrence counts n times for a word "
-                    "of frequency n")
+        expect.fail(
+            f"count_pairs({what}) ignores the words' frequencies: each occurrence counts n times for a word "
+            "of frequency n"
+        )
     if counted == dict(distinct) and distinct != expected:
-        expect.fail(f"count_pairs({what}) counts a pair once per word: a word that holds it twice (b'aaa' holds "
-                    "(a, a) twice) counts it twice")
+        expect.fail(
+            f"count_pairs({what}) counts a pair once per word: a word that holds it twice (b'aaa' holds "
+            "(a, a) twice) counts it twice"
+        )
     zeros = [p for p, n in counted.items() if n == 0 and p not in expected]
     if zeros:
-        expect.fail(f"count_pairs({what}) kept the pair {zeros[0]} with count 0 (it occurs only in words of frequency "
-                    "0): return only the pairs with a positive count")
+        expect.fail(
+            f"count_pairs({what}) kept the pair {zeros[0]} with count 0 (it occurs only in words of frequency "
+            "0): return only the pairs with a positive count"
+        )
     wrong = sorted(set(counted) ^ set(expected) | {p for p in expected if counted.get(p) != expected[p]})
     p = wrong[0]
-    expect.fail(f"count_pairs({what}): the pair {p} has count {counted.get(p, 'missing')}, expected "
-                f"{expected.get(p, 'missing (it never occurs)')}")
+    expect.fail(
+        f"count_pairs({what}): the pair {p} has count {counted.get(p, 'missing')}, expected "
+        f"{expected.get(p, 'missing (it never occurs)')}"
+    )
 
 
 @COUNT_PAIRS.visible
@@ -212,6 +240,7 @@ def test_count_pairs_random(impl):
 
 # --- Exercise 3 --------------------------------------------------------------------------
 
+
 def _check_merge(impl, word: tuple, pair: tuple):
     got = impl.merge_word_of(word, pair)
     what = f"merge_word({_show(list(word))}, {pair})"
@@ -223,16 +252,24 @@ def _check_merge(impl, word: tuple, pair: tuple):
         joined = b"".join(word)
         if b"".join(tokens) != joined:
             expect.fail(f"{what} gave {_show(tokens)}: the tokens no longer spell the word's bytes")
-        expect.fail(f"{what} gave {_show(tokens)}, expected {_show(expected)}: replace every occurrence of the pair, "
-                    "scanning left to right, occurrences not overlapping (after a merge, continue after the pair)")
+        expect.fail(
+            f"{what} gave {_show(tokens)}, expected {_show(expected)}: replace every occurrence of the pair, "
+            "scanning left to right, occurrences not overlapping (after a merge, continue after the pair)"
+        )
     expect.that(got["type"] == "tuple", f"{what} returned a {got['type']}, expected a tuple (words are dict keys)")
 
 
 @MERGE_WORD.visible
 def test_merge_word_examples(impl):
     "(a, a, a) -> (aa, a); (a, a, a, a) -> (aa, aa); every occurrence; a word without the pair is unchanged"
-    for text, pair in (("aaa", (b"a", b"a")), ("aaaa", (b"a", b"a")), (" the then", (b"t", b"h")),
-                       ("low", (b"x", b"y")), ("ab", (b"a", b"b")), ("a", (b"a", b"a"))):
+    for text, pair in (
+        ("aaa", (b"a", b"a")),
+        ("aaaa", (b"a", b"a")),
+        (" the then", (b"t", b"h")),
+        ("low", (b"x", b"y")),
+        ("ab", (b"a", b"b")),
+        ("a", (b"a", b"a")),
+    ):
         _check_merge(impl, _word(text), pair)
 
 
@@ -249,14 +286,17 @@ def test_merge_word_random(impl):
 
 # --- Exercise 4 --------------------------------------------------------------------------
 
+
 def _trained(impl, text, vocab_size, specials):
     got = impl.train_bpe_of(text, vocab_size, list(specials))
     what = f"train_bpe(text of {len(text)} characters, {vocab_size}, {list(specials)})"
     if "error" in got:
         expect.fail(f"{what}: {got['error']}")
     merges = [tuple(_b(m)) for m in got["merges"]]
-    expect.that(all(len(m) == 2 and all(isinstance(t, bytes) for t in m) for m in merges),
-                f"{what}: merges must be (bytes, bytes) pairs, got {merges[:3]}")
+    expect.that(
+        all(len(m) == 2 and all(isinstance(t, bytes) for t in m) for m in merges),
+        f"{what}: merges must be (bytes, bytes) pairs, got {merges[:3]}",
+    )
     vocab = {}
     for k, v in got["vocab"]:
         expect.that(isinstance(k, int), f"{what}: vocab keys must be ints, got {k}")
@@ -278,17 +318,25 @@ def _diagnose_merge(text, specials, expected_merges, k, theirs):
     ours = expected_merges[k]
     head = f"merge {k} is {theirs} but should be {ours} ({top} occurrences at that point)"
     if theirs_count == 0 and theirs in seen:
-        return (f"{head}; the pair {theirs} occurred before an earlier merge but no longer does, so it is not the most "
-                "frequent: are the pair counts updated after every merge (subtract the old word's pairs, add the new "
-                "word's)?")
+        return (
+            f"{head}; the pair {theirs} occurred before an earlier merge but no longer does, so it is not the most "
+            "frequent: are the pair counts updated after every merge (subtract the old word's pairs, add the new "
+            "word's)?"
+        )
     if theirs_count == 0:
-        return (f"{head}; the pair {theirs} never occurs inside a pre-token at that point: pairs never cross "
-                "pre-token boundaries, and special tokens are left out of the words entirely")
+        return (
+            f"{head}; the pair {theirs} never occurs inside a pre-token at that point: pairs never cross "
+            "pre-token boundaries, and special tokens are left out of the words entirely"
+        )
     if theirs_count == top:
-        return (f"{head}; both pairs occur {top} times, a tie: among pairs with equal count take the "
-                "lexicographically greatest pair of bytes, max(tied pairs) as Python compares (bytes, bytes) tuples")
-    return (f"{head}; your pair occurs only {theirs_count} times then, so it is not the most frequent: are the pair "
-            "counts updated after every merge (subtract the old word's pairs, add the new word's)?")
+        return (
+            f"{head}; both pairs occur {top} times, a tie: among pairs with equal count take the "
+            "lexicographically greatest pair of bytes, max(tied pairs) as Python compares (bytes, bytes) tuples"
+        )
+    return (
+        f"{head}; your pair occurs only {theirs_count} times then, so it is not the most frequent: are the pair "
+        "counts updated after every merge (subtract the old word's pairs, add the new word's)?"
+    )
 
 
 def _check_training(impl, text, vocab_size, specials=(EOT,)):
@@ -296,23 +344,31 @@ def _check_training(impl, text, vocab_size, specials=(EOT,)):
     expected_vocab, expected_merges = bpe.train(text, vocab_size, specials)
     for i in range(256):
         if vocab.get(i) != bytes([i]):
-            expect.fail(f"{what}: vocab[{i}] is {vocab.get(i, 'missing')}, expected {bytes([i])}: ids 0..255 are the "
-                        "single bytes, id = byte value")
+            expect.fail(
+                f"{what}: vocab[{i}] is {vocab.get(i, 'missing')}, expected {bytes([i])}: ids 0..255 are the "
+                "single bytes, id = byte value"
+            )
     for j, special in enumerate(specials):
         if vocab.get(256 + j) != special.encode("utf-8"):
-            expect.fail(f"{what}: vocab[{256 + j}] is {vocab.get(256 + j, 'missing')}, expected the special token "
-                        f"{special.encode()}: the special tokens come right after the 256 bytes, in the order given")
+            expect.fail(
+                f"{what}: vocab[{256 + j}] is {vocab.get(256 + j, 'missing')}, expected the special token "
+                f"{special.encode()}: the special tokens come right after the 256 bytes, in the order given"
+            )
     for k, (theirs, ours) in enumerate(zip(merges, expected_merges, strict=False)):
         if theirs != ours:
             expect.fail(f"{what}: {_diagnose_merge(text, specials, expected_merges, k, theirs)}")
     if len(merges) != len(expected_merges):
-        expect.fail(f"{what} learned {len(merges)} merges, expected {len(expected_merges)}: stop when the vocabulary "
-                    "(256 bytes + special tokens + merges) has vocab_size tokens, or when no pair occurs any more")
+        expect.fail(
+            f"{what} learned {len(merges)} merges, expected {len(expected_merges)}: stop when the vocabulary "
+            "(256 bytes + special tokens + merges) has vocab_size tokens, or when no pair occurs any more"
+        )
     if vocab != expected_vocab:
         wrong = sorted(k for k in set(vocab) | set(expected_vocab) if vocab.get(k) != expected_vocab.get(k))
-        expect.fail(f"{what}: vocab[{wrong[0]}] is {vocab.get(wrong[0], 'missing')}, expected "
-                    f"{expected_vocab.get(wrong[0], 'no such id')}: after the specials, one token per merge, "
-                    "the two bytes strings concatenated, in the order learned")
+        expect.fail(
+            f"{what}: vocab[{wrong[0]}] is {vocab.get(wrong[0], 'missing')}, expected "
+            f"{expected_vocab.get(wrong[0], 'no such id')}: after the specials, one token per merge, "
+            "the two bytes strings concatenated, in the order learned"
+        )
 
 
 TIES = "ab ab cd cd ef ef xy xy"  # four pairs tie at the first merge: (x, y) is the greatest
@@ -348,18 +404,28 @@ def test_train_bpe_agrees_with_hugging_face(impl):
     expect.that(before_tie >= 5, "internal: the corpus ties too early for a comparison")
     hf = Tokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    hf.train_from_iterator(text.split(EOT), trainers.BpeTrainer(
-        vocab_size=420, special_tokens=[EOT], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    hf.train_from_iterator(
+        text.split(EOT),
+        trainers.BpeTrainer(
+            vocab_size=420,
+            special_tokens=[EOT],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     import json
 
     to_byte = {c: b for b, c in bpe.bytes_to_unicode().items()}
-    hf_merges = [tuple(bytes(to_byte[c] for c in part) for part in m)
-                 for m in json.loads(hf.to_str())["model"]["merges"]][:before_tie]
+    hf_merges = [
+        tuple(bytes(to_byte[c] for c in part) for part in m) for m in json.loads(hf.to_str())["model"]["merges"]
+    ][:before_tie]
     what, _, merges = _trained(impl, text, 420, [EOT])
     if merges[:before_tie] != hf_merges:
         k = next(k for k, (a, b) in enumerate(zip(merges, hf_merges, strict=False)) if a != b)
-        expect.fail(f"{what}: merge {k} is {merges[k]}, Hugging Face's is {hf_merges[k]} (no tie before merge "
-                    f"{before_tie}, so the two must agree there)")
+        expect.fail(
+            f"{what}: merge {k} is {merges[k]}, Hugging Face's is {hf_merges[k]} (no tie before merge "
+            f"{before_tie}, so the two must agree there)"
+        )
 
 
 def work_corpus(repeats: int = 5_200, length: int = 11) -> str:
@@ -405,17 +471,22 @@ def test_train_bpe_updates_counts_incrementally(impl):
     "the work of a merge grows with the words that contain the merged pair, not with the corpus (lines of Python run)"
     text, first, last = work_corpus(), 3, 21
     got = impl.train_bpe_work(text, [257 + first, 257 + last], [EOT], WORK_LIMIT, WORK_SECONDS)["runs"]
-    what = (f"train_bpe on 3 words repeated 5,200 times and 2,048 distinct words of x and y, {first} then {last} "
-            "merges")
-    rule = ("the work of a merge must grow with the words that contain the merged pair, not with the corpus: update "
-            "the counts incrementally (keep words_with[pair]; for those words only, subtract the old word's pairs "
-            "and add the new word's) instead of recounting the pairs or visiting every word at each merge")
-    expect.that(all(run["tracing_intact"] for run in got), f"{what}: the trainer switched off the line tracing that "
-                "measures its work (sys.settrace); leave it alone")
+    what = f"train_bpe on 3 words repeated 5,200 times and 2,048 distinct words of x and y, {first} then {last} merges"
+    rule = (
+        "the work of a merge must grow with the words that contain the merged pair, not with the corpus: update "
+        "the counts incrementally (keep words_with[pair]; for those words only, subtract the old word's pairs "
+        "and add the new word's) instead of recounting the pairs or visiting every word at each merge"
+    )
+    expect.that(
+        all(run["tracing_intact"] for run in got),
+        f"{what}: the trainer switched off the line tracing that measures its work (sys.settrace); leave it alone",
+    )
     if got[-1]["stopped"]:
-        expect.fail(f"{what}: the trainer was stopped after {got[-1]['lines']:,} lines of Python (the limit is "
-                    f"{WORK_LIMIT:,} lines or {WORK_SECONDS:g} s; an incremental trainer needs about 400,000 lines and "
-                    f"half a second); {rule}")
+        expect.fail(
+            f"{what}: the trainer was stopped after {got[-1]['lines']:,} lines of Python (the limit is "
+            f"{WORK_LIMIT:,} lines or {WORK_SECONDS:g} s; an incremental trainer needs about 400,000 lines and "
+            f"half a second); {rule}"
+        )
     work = merge_work(text, first, last)
     merges = last - first
     allowed = PER_TOUCHED_TOKEN * work["touched"] + PER_PAIR * work["pairs"] + PER_MERGE * merges
@@ -423,15 +494,21 @@ def test_train_bpe_updates_counts_incrementally(impl):
     if ran <= allowed:
         return
     recounts = got[1]["count_pairs"] - got[0]["count_pairs"]
-    why = (f" (it called count_pairs {got[1]['count_pairs']} times, once per merge: count the pairs once)"
-           if recounts >= merges else "")
-    expect.fail(f"{what}: merges {first + 1} to {last} ran {ran:,} lines of Python, {ran // merges:,} per merge{why}. "
-                f"The words that contain each of these merged pairs hold {work['touched'] // merges} tokens per merge, "
-                f"all the words {work['corpus'] // merges:,}: an incremental trainer runs at most about "
-                f"{allowed // merges:,} lines per merge here. {rule[0].upper()}{rule[1:]}")
+    why = (
+        f" (it called count_pairs {got[1]['count_pairs']} times, once per merge: count the pairs once)"
+        if recounts >= merges
+        else ""
+    )
+    expect.fail(
+        f"{what}: merges {first + 1} to {last} ran {ran:,} lines of Python, {ran // merges:,} per merge{why}. "
+        f"The words that contain each of these merged pairs hold {work['touched'] // merges} tokens per merge, "
+        f"all the words {work['corpus'] // merges:,}: an incremental trainer runs at most about "
+        f"{allowed // merges:,} lines per merge here. {rule[0].upper()}{rule[1:]}"
+    )
 
 
 # --- Exercise 5 --------------------------------------------------------------------------
+
 
 def _check_apply(impl, pieces, merges, label):
     got = impl.apply_merges_of(pieces, merges)
@@ -443,31 +520,43 @@ def _check_apply(impl, pieces, merges, label):
         expect.that(all(isinstance(t, bytes) for t in tokens), f"{what} returned items that are not bytes: {tokens}")
         expected = bpe.apply_merges(piece, ranks)
         if tokens != expected:
-            expect.fail(f"{what} gave {_show(tokens)}, expected {_show(expected)}: while some adjacent pair has a "
-                        "rank, merge every occurrence of the pair of LOWEST rank (the earliest merge), left to right")
+            expect.fail(
+                f"{what} gave {_show(tokens)}, expected {_show(expected)}: while some adjacent pair has a "
+                "rank, merge every occurrence of the pair of LOWEST rank (the earliest merge), left to right"
+            )
 
 
 @APPLY.visible
 def test_apply_merges_by_rank(impl):
     "the lowest-rank pair first, every occurrence; the order of the merges matters; b'' gives []"
     merges = [(b"b", b"c"), (b"a", b"b"), (b"a", b"bc"), (b"a", b"a"), (b"aa", b"aa")]
-    _check_apply(impl, [b"abc", b"abab", b"aaaaa", b"aaaaaaaa", b"", b"x", b"cab"], merges,
-                 "ranks of [(b, c), (a, b), (a, bc), (a, a), (aa, aa)]")
+    _check_apply(
+        impl,
+        [b"abc", b"abab", b"aaaaa", b"aaaaaaaa", b"", b"x", b"cab"],
+        merges,
+        "ranks of [(b, c), (a, b), (a, bc), (a, a), (aa, aa)]",
+    )
 
 
 @APPLY.hidden
 def test_apply_merges_repeats_the_lowest_rank(impl):
     "ranks training could not produce ((ab, c) before (a, b)): merge the lowest-ranked pair present, again and again"
     got = impl.apply_merges_of([b"abc", b"xabcab"], [(b"ab", b"c"), (b"a", b"b")])
-    for piece, result, expected, one_pass in ((b"abc", got[0], [b"abc"], [b"ab", b"c"]),
-                                                (b"xabcab", got[1], [b"x", b"abc", b"ab"], [b"x", b"ab", b"c", b"ab"])):
+    for piece, result, expected, one_pass in (
+        (b"abc", got[0], [b"abc"], [b"ab", b"c"]),
+        (b"xabcab", got[1], [b"x", b"abc", b"ab"], [b"x", b"ab", b"c", b"ab"]),
+    ):
         tokens = _b(result["items"]) if result["items"] is not None else result["type"]
         if tokens == one_pass:
-            expect.fail(f"apply_merges({piece!r}, ranks {{(ab, c): 0, (a, b): 1}}) gave {_show(one_pass)}: that is one "
-                        "pass over the merges in rank order; the text asks to repeat: while some adjacent pair has a "
-                        "rank, merge the one of lowest rank (after (a, b) is merged, (ab, c) has rank 0)")
-        expect.that(tokens == expected, f"apply_merges({piece!r}, ranks {{(ab, c): 0, (a, b): 1}}) gave {tokens}, "
-                    f"expected {_show(expected)}")
+            expect.fail(
+                f"apply_merges({piece!r}, ranks {{(ab, c): 0, (a, b): 1}}) gave {_show(one_pass)}: that is one "
+                "pass over the merges in rank order; the text asks to repeat: while some adjacent pair has a "
+                "rank, merge the one of lowest rank (after (a, b) is merged, (ab, c) has rank 0)"
+            )
+        expect.that(
+            tokens == expected,
+            f"apply_merges({piece!r}, ranks {{(ab, c): 0, (a, b): 1}}) gave {tokens}, expected {_show(expected)}",
+        )
 
 
 @APPLY.hidden
@@ -482,8 +571,18 @@ def test_apply_merges_learned(impl):
 
 # --- Exercise 6 --------------------------------------------------------------------------
 
-STRINGS = ["Once upon a time, there was a little cat.", "", "   ", "\n\n\t  x  \n", "naïve café über", "😀🎉👍🏽",
-           "日本語のテキスト中文没有空格", f"The end.{EOT}Once upon a time{EOT}", f"{EOT}{EOT}", "It's 2024, isn't it?"]
+STRINGS = [
+    "Once upon a time, there was a little cat.",
+    "",
+    "   ",
+    "\n\n\t  x  \n",
+    "naïve café über",
+    "😀🎉👍🏽",
+    "日本語のテキスト中文没有空格",
+    f"The end.{EOT}Once upon a time{EOT}",
+    f"{EOT}{EOT}",
+    "It's 2024, isn't it?",
+]
 
 
 def _small_tokenizer():
@@ -498,13 +597,17 @@ def _special_ids_diagnosis(text, ids, expected, vocab, specials) -> str:
     if len(ids) == len(expected):
         off = [(g, e) for g, e in zip(ids, expected, strict=True) if g != e]
         if all(e in special_ids for _, e in off):
-            return (f"a special token got the id {off[0][0]}, but its id in the vocabulary given is {off[0][1]}: a "
-                    "special token's id is the one whose bytes are its UTF-8 in the vocabulary, wherever the "
-                    "vocabulary puts it (not 256 + its position)")
+            return (
+                f"a special token got the id {off[0][0]}, but its id in the vocabulary given is {off[0][1]}: a "
+                "special token's id is the one whose bytes are its UTF-8 in the vocabulary, wherever the "
+                "vocabulary puts it (not 256 + its position)"
+            )
     for special in specials:
         if special in text and ids_of[special.encode("utf-8")] not in ids:
-            return (f"{special} must become its own id ({ids_of[special.encode('utf-8')]}), not the ids of its bytes: "
-                    "pass ALL the tokenizer's special tokens to pretokenize and look each one up in the vocabulary")
+            return (
+                f"{special} must become its own id ({ids_of[special.encode('utf-8')]}), not the ids of its bytes: "
+                "pass ALL the tokenizer's special tokens to pretokenize and look each one up in the vocabulary"
+            )
     return ""
 
 
@@ -514,24 +617,33 @@ def _check_tokenizer(impl, vocab, merges, texts, id_lists, label, specials=(EOT,
         what = f"encode({text[:50]!r})"
         expect.that(enc["items"] is not None, f"{what} returned a {enc['type']}, expected a list of ints")
         ids = enc["items"]
-        expect.that(all(isinstance(i, int) and i in vocab for i in ids), f"{what} returned {ids[:12]}: ids of the "
-                    "vocabulary expected")
+        expect.that(
+            all(isinstance(i, int) and i in vocab for i in ids),
+            f"{what} returned {ids[:12]}: ids of the vocabulary expected",
+        )
         expected = bpe.encode(text, vocab, merges, tuple(specials))
         if ids != expected:
             why = _special_ids_diagnosis(text, ids, expected, vocab, specials)
             expect.fail(f"{what} gave {ids[:20]}, expected {expected[:20]} ({label})" + (f": {why}" if why else ""))
-        expect.that(again == ids, f"{what} gave a different result the second time ({again[:12]}): a cache must "
-                    "return what was computed the first time")
+        expect.that(
+            again == ids,
+            f"{what} gave a different result the second time ({again[:12]}): a cache must "
+            "return what was computed the first time",
+        )
         if dec != text:
-            expect.fail(f"decode(encode({text[:50]!r})) is {dec!r}: decode must give the text back. Join the bytes "
-                        "of ALL the ids and decode once with errors='replace' (a character's bytes may sit in "
-                        "different tokens)")
+            expect.fail(
+                f"decode(encode({text[:50]!r})) is {dec!r}: decode must give the text back. Join the bytes "
+                "of ALL the ids and decode once with errors='replace' (a character's bytes may sit in "
+                "different tokens)"
+            )
     for ids, dec in zip(id_lists, got["decoded_given"], strict=True):
         expected = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
         if dec != expected:
-            expect.fail(f"decode({ids}) is {dec!r}, expected {expected!r}: concatenate the bytes of all the ids, "
-                        "then decode once with errors='replace' (invalid UTF-8 becomes '\\ufffd', nothing is lost "
-                        "or raised)")
+            expect.fail(
+                f"decode({ids}) is {dec!r}, expected {expected!r}: concatenate the bytes of all the ids, "
+                "then decode once with errors='replace' (invalid UTF-8 becomes '\\ufffd', nothing is lost "
+                "or raised)"
+            )
 
 
 @TOKENIZER.visible
@@ -539,8 +651,7 @@ def test_tokenizer_round_trip(impl):
     "encode equals the reference encoder, decode(encode(s)) == s on emoji, accents, CJK, '', whitespace, <|endoftext|>"
     vocab, merges = _small_tokenizer()
     emoji = list("😀".encode())  # four one-byte tokens: one character
-    _check_tokenizer(impl, vocab, merges, STRINGS, [emoji, [0xC3], [0xC3, 0xA9, 0xC3], []],
-                     "the reference encoder")
+    _check_tokenizer(impl, vocab, merges, STRINGS, [emoji, [0xC3], [0xC3, 0xA9, 0xC3], []], "the reference encoder")
 
 
 @TOKENIZER.hidden
@@ -566,8 +677,15 @@ def test_tokenizer_other_special_tokens(impl):
     "three special tokens ([SEP], <|pad|> and <|endoftext|>), whose ids come after the merges, in another order"
     vocab, merges = _specials_last_tokenizer()
     texts = [SPECIALS3_TEXT, f"[SEP]{EOT}<|pad|>", "no special token here", "<|pad|", "[SEP"]
-    _check_tokenizer(impl, vocab, merges, texts, [[len(vocab) - 1, 65, len(vocab) - 3]],
-                     "the reference encoder, three special tokens", specials=SPECIALS3)
+    _check_tokenizer(
+        impl,
+        vocab,
+        merges,
+        texts,
+        [[len(vocab) - 1, 65, len(vocab) - 3]],
+        "the reference encoder, three special tokens",
+        specials=SPECIALS3,
+    )
 
 
 # Lines of Python a cached pre-token may cost an encode, as a fraction of what apply_merges runs for it. Measured
@@ -583,19 +701,29 @@ def test_tokenizer_caches_pre_tokens(impl):
     text = TINY.read_text(encoding="utf-8")[:2_000] + CACHE_WORD * 40
     vocab, merges = bpe.train(text, 300, (EOT,))
     work = impl.tokenizer_work(vocab, merges, [EOT], CACHE_WORD, CACHE_REPEATS, WORK_LIMIT, WORK_SECONDS)
-    expect.that(work["tracing_intact"] and not work["stopped"], f"Tokenizer.encode({CACHE_WORD!r}) switched off "
-                "the line tracing that measures its work, or ran for too long")
+    expect.that(
+        work["tracing_intact"] and not work["stopped"],
+        f"Tokenizer.encode({CACHE_WORD!r}) switched off the line tracing that measures its work, or ran for too long",
+    )
     merging, allowed = work["apply_merges"], CACHE_SHARE * work["apply_merges"]
-    rule = ("Cache the ids per pre-token: a dict kept on the tokenizer (self.cache, made in __init__), read before "
-            "apply_merges runs and filled after")
-    expect.that(work["again"] <= allowed, f"encoding {CACHE_WORD!r} a second time, in a new encode call, ran "
-                f"{work['again']:,} lines of Python; the first time ran {work['first']:,}, apply_merges alone "
-                f"{merging:,}: the ids computed the first time were not reused. {rule}; a cache made inside encode "
-                "is lost when the call returns")
+    rule = (
+        "Cache the ids per pre-token: a dict kept on the tokenizer (self.cache, made in __init__), read before "
+        "apply_merges runs and filled after"
+    )
+    expect.that(
+        work["again"] <= allowed,
+        f"encoding {CACHE_WORD!r} a second time, in a new encode call, ran "
+        f"{work['again']:,} lines of Python; the first time ran {work['first']:,}, apply_merges alone "
+        f"{merging:,}: the ids computed the first time were not reused. {rule}; a cache made inside encode "
+        "is lost when the call returns",
+    )
     per_repeat = (work["repeated"] - work["first"]) / (CACHE_REPEATS - 1)
-    expect.that(per_repeat <= allowed, f"encoding {CACHE_WORD!r} {CACHE_REPEATS} times in one call ran "
-                f"{per_repeat:,.0f} lines of Python per repeat after the first (apply_merges alone runs {merging:,} "
-                f"for it): the repeats were merged again. {rule}")
+    expect.that(
+        per_repeat <= allowed,
+        f"encoding {CACHE_WORD!r} {CACHE_REPEATS} times in one call ran "
+        f"{per_repeat:,.0f} lines of Python per repeat after the first (apply_merges alone runs {merging:,} "
+        f"for it): the repeats were merged again. {rule}",
+    )
 
 
 @TOKENIZER.hidden
@@ -606,24 +734,28 @@ def test_tokenizer_equals_hugging_face(impl):
     vocab, merges = _small_tokenizer()
     char = bpe.bytes_to_unicode()
     printable = {i: "".join(char[b] for b in token) for i, token in vocab.items() if i != 256}
-    hf = Tokenizer(models.BPE(vocab={s: i for i, s in printable.items()},
-                              merges=[("".join(char[b] for b in a), "".join(char[b] for b in b_)) for a, b_ in merges]))
+    hf = Tokenizer(
+        models.BPE(
+            vocab={s: i for i, s in printable.items()},
+            merges=[("".join(char[b] for b in a), "".join(char[b] for b in b_)) for a, b_ in merges],
+        )
+    )
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     texts = [t for t in STRINGS if EOT not in t] + [_random_text(seed, 60).replace(EOT, "") for seed in range(3)]
     expected = [hf.encode(t).ids for t in texts]
     expect.that(expected == [bpe.encode(t, vocab, merges) for t in texts], "internal: HF and the reference disagree")
     got = impl.tokenizer_of(vocab, merges, [EOT], texts, [])
     for text, enc, ids in zip(texts, got["encoded"], expected, strict=True):
-        expect.that(enc["items"] == ids, f"encode({text[:50]!r}) gave {(enc['items'] or [])[:20]}, Hugging Face's "
-                    f"BPE with the same merges gives {ids[:20]}")
-
-
+        expect.that(
+            enc["items"] == ids,
+            f"encode({text[:50]!r}) gave {(enc['items'] or [])[:20]}, Hugging Face's "
+            f"BPE with the same merges gives {ids[:20]}",
+        )
 
 
 # --- Exercise 7 --------------------------------------------------------------------------
 
-STREAM_TEXT = (f"Once upon a time, they'll see it.\n\n'll go{EOT}The end.   It's 42, naïve 😀\n\n"
-               f"{EOT}{EOT}x  y")
+STREAM_TEXT = f"Once upon a time, they'll see it.\n\n'll go{EOT}The end.   It's 42, naïve 😀\n\n{EOT}{EOT}x  y"
 
 
 def _stream_tokenizer(specials=(EOT,)):
@@ -654,12 +786,12 @@ def _piece_encoder(vocab, merges, specials=(EOT,)):
 def _set_aside(buffer: str, specials) -> int:
     """How many characters at the end of ``buffer`` may still become a special token: the longest end that is
     the beginning of a longer special token (0 when none is)."""
-    return max((k for special in specials for k in range(1, len(special)) if buffer.endswith(special[:k])),
-               default=0)
+    return max((k for special in specials for k in range(1, len(special)) if buffer.endswith(special[:k])), default=0)
 
 
-def _stream_rule(chunks, vocab, merges, specials=(EOT,), *, hold=2, specials_held=True, per_piece=True,
-                 flush_aside=True):
+def _stream_rule(
+    chunks, vocab, merges, specials=(EOT,), *, hold=2, specials_held=True, per_piece=True, flush_aside=True
+):
     """``(ids, when)``: the ids the notebook's rule yields for ``chunks`` and, for each, how many chunks it has
     read when that id comes out (the rule yields what a chunk finishes before it reads the next one).
 
@@ -670,21 +802,23 @@ def _stream_rule(chunks, vocab, merges, specials=(EOT,), *, hold=2, specials_hel
     for count, chunk in enumerate(chunks, start=1):
         buffer += chunk
         keep = _set_aside(buffer, specials) if specials_held else 0
-        head, aside = buffer[:len(buffer) - keep], buffer[len(buffer) - keep:]
+        head, aside = buffer[: len(buffer) - keep], buffer[len(buffer) - keep :]
         pieces = bpe.pretokenize(head, tuple(specials))
-        done = pieces[:max(0, len(pieces) - hold)]
+        done = pieces[: max(0, len(pieces) - hold)]
         new = [i for piece in done for i in ids_of(piece)] if per_piece else encode("".join(done))
         out += new
         when += [count] * len(new)
-        buffer = "".join(pieces[len(done):]) + aside
+        buffer = "".join(pieces[len(done) :]) + aside
     if not flush_aside:
-        buffer = buffer[:len(buffer) - _set_aside(buffer, specials)]
+        buffer = buffer[: len(buffer) - _set_aside(buffer, specials)]
     rest = encode(buffer)
     return out + rest, when + [len(chunks)] * len(rest)
 
 
 def _first_difference(got, expected):
-    return next((k for k, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected)))
+    return next(
+        (k for k, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected))
+    )
 
 
 def _lines(text: str) -> list[str]:
@@ -696,8 +830,10 @@ def _check_stream(impl, vocab, merges, cases, specials=(EOT,)):
     """cases: [(label, chunks)], chunks a list of strings or a path (read as a real file, line by line, on the
     student's side: label says which). The ids must be those of the joined text, and each must come out as soon
     as the rule yields it (no later): after the chunk that finishes its pre-token, before the next is read."""
-    specs = [chunks if isinstance(chunks, list) else {"file_text": Path(chunks).read_text(encoding="utf-8")}
-             for _, chunks in cases]
+    specs = [
+        chunks if isinstance(chunks, list) else {"file_text": Path(chunks).read_text(encoding="utf-8")}
+        for _, chunks in cases
+    ]
     got = impl.encode_iterable_of(vocab, merges, list(specials), specs)
     _, encode = _piece_encoder(vocab, merges, specials)
     for (label, chunks), result in zip(cases, got, strict=True):
@@ -714,40 +850,56 @@ def _check_stream_ids(vocab, merges, specials, what, chunks, ids, encode):
         return
     if -1 in ids:
         expect.fail(f"{what} yielded something that is not an int id: yield the ids one by one, as ints")
-    aside = text[len(text) - _set_aside(text, specials):]
+    aside = text[len(text) - _set_aside(text, specials) :]
     if aside and ids == _stream_rule(chunks, vocab, merges, specials, flush_aside=False)[0]:
-        expect.fail(f"{what} stopped short: the input ends in {aside!r}, which was set aside as a possible "
-                    "beginning of a special token and never came out. When the input ends, no special token can "
-                    "complete any more: encode everything still held back, the set-aside part included")
-    if len(ids) < len(expected) and ids == expected[:len(ids)]:
-        expect.fail(f"{what} stopped {len(expected) - len(ids)} ids short: the text still held back when the input "
-                    f"ended ({b''.join(vocab[i] for i in expected[len(ids):])[:40].decode(errors='replace')!r}) "
-                    "never came out. After the loop over the chunks, encode what is left in the buffer")
+        expect.fail(
+            f"{what} stopped short: the input ends in {aside!r}, which was set aside as a possible "
+            "beginning of a special token and never came out. When the input ends, no special token can "
+            "complete any more: encode everything still held back, the set-aside part included"
+        )
+    if len(ids) < len(expected) and ids == expected[: len(ids)]:
+        expect.fail(
+            f"{what} stopped {len(expected) - len(ids)} ids short: the text still held back when the input "
+            f"ended ({b''.join(vocab[i] for i in expected[len(ids) :])[:40].decode(errors='replace')!r}) "
+            "never came out. After the loop over the chunks, encode what is left in the buffer"
+        )
     if ids == [i for chunk in chunks for i in encode(chunk)]:
-        expect.fail(f"{what} encodes each chunk on its own: a pre-token (or a special token) that a chunk boundary "
-                    "cuts in two becomes two pre-tokens. Keep the text of the last pre-tokens in a buffer until the "
-                    "next chunk shows where they end")
+        expect.fail(
+            f"{what} encodes each chunk on its own: a pre-token (or a special token) that a chunk boundary "
+            "cuts in two becomes two pre-tokens. Keep the text of the last pre-tokens in a buffer until the "
+            "next chunk shows where they end"
+        )
     if len(specials) > 1 and ids == _set_aside_only(chunks, vocab, merges, specials, specials[:1]):
-        expect.fail(f"{what}: a special token other than {specials[0]!r}, cut in two by a chunk boundary, came out "
-                    "as ordinary pre-tokens, not as its id: the set-aside must look at every special token the "
-                    f"tokenizer was given (self.special_tokens, here {list(specials)}), not only {specials[0]!r}")
+        expect.fail(
+            f"{what}: a special token other than {specials[0]!r}, cut in two by a chunk boundary, came out "
+            "as ordinary pre-tokens, not as its id: the set-aside must look at every special token the "
+            f"tokenizer was given (self.special_tokens, here {list(specials)}), not only {specials[0]!r}"
+        )
     if ids == _stream_rule(chunks, vocab, merges, specials, specials_held=False)[0]:
-        expect.fail(f"{what}: a special token cut in two by a chunk boundary came out as ordinary pre-tokens ('<|', "
-                    "...), not as its id. Hold back the end of the buffer that could be the beginning of a special "
-                    "token ('<|endof') until the next chunk decides")
+        expect.fail(
+            f"{what}: a special token cut in two by a chunk boundary came out as ordinary pre-tokens ('<|', "
+            "...), not as its id. Hold back the end of the buffer that could be the beginning of a special "
+            "token ('<|endof') until the next chunk decides"
+        )
     if ids == _stream_rule(chunks, vocab, merges, specials, hold=1)[0]:
-        expect.fail(f"{what} holds back only the last pre-token; the one before it can still change: a chunk "
-                    "ending in \"'l\" gives the pre-tokens \"'\", \"l\", and a next chunk starting with \"l\" "
-                    "makes them the single contraction \"'ll\". Hold back the last TWO pre-tokens")
+        expect.fail(
+            f"{what} holds back only the last pre-token; the one before it can still change: a chunk "
+            'ending in "\'l" gives the pre-tokens "\'", "l", and a next chunk starting with "l" '
+            'makes them the single contraction "\'ll". Hold back the last TWO pre-tokens'
+        )
     if ids == _stream_rule(chunks, vocab, merges, specials, per_piece=False)[0]:
-        expect.fail(f"{what} encodes the finished pre-tokens joined together, and encode splits that text "
-                    "again differently: two newlines before \"'ll\" are two pre-tokens, '\\n' and '\\n', but on "
-                    "their own they are one, '\\n\\n'. Encode each finished pre-token on its own")
+        expect.fail(
+            f"{what} encodes the finished pre-tokens joined together, and encode splits that text "
+            "again differently: two newlines before \"'ll\" are two pre-tokens, '\\n' and '\\n', but on "
+            "their own they are one, '\\n\\n'. Encode each finished pre-token on its own"
+        )
     k = _first_difference(ids, expected)
-    near = b"".join(vocab[i] for i in expected[max(0, k - 3):k + 3]).decode(errors="replace")
-    expect.fail(f"{what} gave ids that differ from encode(\"\".join(chunks)) at position {k} "
-                f"(got {ids[k:k + 6]}, expected {expected[k:k + 6]}, around {near!r}): the ids must be those "
-                "of the whole text, wherever the chunk boundaries fall")
+    near = b"".join(vocab[i] for i in expected[max(0, k - 3) : k + 3]).decode(errors="replace")
+    expect.fail(
+        f'{what} gave ids that differ from encode("".join(chunks)) at position {k} '
+        f"(got {ids[k : k + 6]}, expected {expected[k : k + 6]}, around {near!r}): the ids must be those "
+        "of the whole text, wherever the chunk boundaries fall"
+    )
 
 
 def _set_aside_only(chunks, vocab, merges, specials, considered):
@@ -758,10 +910,10 @@ def _set_aside_only(chunks, vocab, merges, specials, considered):
     for chunk in chunks:
         buffer += chunk
         keep = _set_aside(buffer, considered)
-        pieces = bpe.pretokenize(buffer[:len(buffer) - keep], tuple(specials))
-        done = pieces[:max(0, len(pieces) - 2)]
+        pieces = bpe.pretokenize(buffer[: len(buffer) - keep], tuple(specials))
+        done = pieces[: max(0, len(pieces) - 2)]
         out += [i for piece in done for i in ids_of(piece)]
-        buffer = "".join(pieces[len(done):]) + buffer[len(buffer) - keep:]
+        buffer = "".join(pieces[len(done) :]) + buffer[len(buffer) - keep :]
     return out + encode(buffer)
 
 
@@ -778,20 +930,28 @@ def _check_stream_timing(vocab, merges, specials, what, chunks, result):
     due = rule_when[k]
     held = read_bytes - sum(len(vocab[i]) for i in ids[:k])
     token = vocab[ids[k]].decode("utf-8", errors="replace")
-    head = (f"{what} held back {held:,} bytes: id {k} ({token!r}) came out after {read} chunks had been read, "
-            f"but the rule yields it right after chunk {due}")
+    head = (
+        f"{what} held back {held:,} bytes: id {k} ({token!r}) came out after {read} chunks had been read, "
+        f"but the rule yields it right after chunk {due}"
+    )
     if all(r <= min(d + 1, len(chunks)) for (r, _, _), d in zip(trace, rule_when, strict=True)):
-        expect.fail(f"{head}. It reads one chunk ahead: it reads the next chunk before it yields what the chunk "
-                    "just read has finished. Take a chunk, yield the ids of every pre-token it finishes, and only "
-                    "then read the next one (an input may be a terminal or a socket, where the next line comes "
-                    "later)")
+        expect.fail(
+            f"{head}. It reads one chunk ahead: it reads the next chunk before it yields what the chunk "
+            "just read has finished. Take a chunk, yield the ids of every pre-token it finishes, and only "
+            "then read the next one (an input may be a terminal or a socket, where the next line comes "
+            "later)"
+        )
     _, three = _stream_rule(chunks, vocab, merges, specials, hold=3)
     if all(r <= t for (r, _, _), t in zip(trace, three, strict=True)):
-        expect.fail(f"{head}. It holds back more than the last two pre-tokens; only those two can still change, "
-                    "every pre-token before them is finished: yield its ids at once")
-    expect.fail(f"{head}: yield the ids of each finished pre-token as soon as the chunk that finishes it has been "
-                "read; the buffer holds only the last two pre-tokens and a possible beginning of a special token, "
-                "not a line, a story or the input")
+        expect.fail(
+            f"{head}. It holds back more than the last two pre-tokens; only those two can still change, "
+            "every pre-token before them is finished: yield its ids at once"
+        )
+    expect.fail(
+        f"{head}: yield the ids of each finished pre-token as soon as the chunk that finishes it has been "
+        "read; the buffer holds only the last two pre-tokens and a possible beginning of a special token, "
+        "not a line, a story or the input"
+    )
 
 
 def _cut(text, *at):
@@ -805,29 +965,41 @@ def test_encode_iterable_matches_encode(impl):
     vocab, merges = _stream_tokenizer()
     text = STREAM_TEXT
     special, contraction = text.index(EOT) + 5, text.index("they'l") + 6
-    _check_stream(impl, vocab, merges, [
-        ("[the whole text]", [text]),
-        ("its lines", text.splitlines(keepends=True)),
-        ("1-character chunks", list(text)),
-        (f"{EOT} cut in two: [..., '<|endo', 'ftext|>...']", _cut(text, special)),
-        ("\"they'll\" cut after \"they'l\"", _cut(text, contraction)),
-        ("chunks of 4 characters with empty chunks between", [c for i in range(0, len(text), 4)
-                                                               for c in (text[i:i + 4], "")]),
-        ("[] (no chunks)", []),
-    ])
+    _check_stream(
+        impl,
+        vocab,
+        merges,
+        [
+            ("[the whole text]", [text]),
+            ("its lines", text.splitlines(keepends=True)),
+            ("1-character chunks", list(text)),
+            (f"{EOT} cut in two: [..., '<|endo', 'ftext|>...']", _cut(text, special)),
+            ('"they\'ll" cut after "they\'l"', _cut(text, contraction)),
+            (
+                "chunks of 4 characters with empty chunks between",
+                [c for i in range(0, len(text), 4) for c in (text[i : i + 4], "")],
+            ),
+            ("[] (no chunks)", []),
+        ],
+    )
 
 
 @STREAM.visible
 def test_encode_iterable_input_ends_in_part_of_a_special(impl):
     "an input ending in '<' or '<|endof' (the start of a special token that never completes) is encoded in full"
     vocab, merges = _stream_tokenizer()
-    _check_stream(impl, vocab, merges, [
-        ("['Once upon a time <']", ["Once upon a time <"]),
-        ("['The end.', ' <|endof']", ["The end.", " <|endof"]),
-        ("['<', '|end', 'of']", ["<", "|end", "of"]),
-        (f"['a{EOT}<|', '']", [f"a{EOT}<|", ""]),
-        ("1-character chunks of 'x <|endoftext|'", list("x <|endoftext|")),
-    ])
+    _check_stream(
+        impl,
+        vocab,
+        merges,
+        [
+            ("['Once upon a time <']", ["Once upon a time <"]),
+            ("['The end.', ' <|endof']", ["The end.", " <|endof"]),
+            ("['<', '|end', 'of']", ["<", "|end", "of"]),
+            (f"['a{EOT}<|', '']", [f"a{EOT}<|", ""]),
+            ("1-character chunks of 'x <|endoftext|'", list("x <|endoftext|")),
+        ],
+    )
 
 
 @STREAM.visible
@@ -836,21 +1008,29 @@ def test_encode_iterable_other_special_tokens(impl):
     vocab, merges = _stream_tokenizer(SPECIALS3)
     text = SPECIALS3_TEXT
     pad, sep = text.index("<|pad|>") + 4, text.index("[SEP]") + 3
-    _check_stream(impl, vocab, merges, [
-        ("'<|pad|>' cut in two: [..., '<|pa', 'd|>...']", _cut(text, pad)),
-        ("'[SEP]' cut in two: [..., '[SE', 'P]...']", _cut(text, sep)),
-        ("1-character chunks", list(text)),
-        ("an input ending in '[SE'", ["It's 42 ", "[SE"]),
-    ], SPECIALS3)
+    _check_stream(
+        impl,
+        vocab,
+        merges,
+        [
+            ("'<|pad|>' cut in two: [..., '<|pa', 'd|>...']", _cut(text, pad)),
+            ("'[SEP]' cut in two: [..., '[SE', 'P]...']", _cut(text, sep)),
+            ("1-character chunks", list(text)),
+            ("an input ending in '[SE'", ["It's 42 ", "[SE"]),
+        ],
+        SPECIALS3,
+    )
 
 
 def _endless(impl, vocab, merges, lines, take=12, limit=2000):
     got = impl.encode_iterable_of(vocab, merges, [EOT], [lines], endless=True, limit=limit, take=take)[0]
     what = f"encode_iterable(an endless input of {len(lines)} lines repeated)"
     if got["error"]:
-        expect.fail(f"{what} read {got['chunks']:,} lines without yielding {take} ids: it is not lazy. It must yield "
-                    "the ids of each finished pre-token as soon as it has read it (a generator with yield), not "
-                    "read the whole input first (an input may be a 2 GB file, or never end)")
+        expect.fail(
+            f"{what} read {got['chunks']:,} lines without yielding {take} ids: it is not lazy. It must yield "
+            "the ids of each finished pre-token as soon as it has read it (a generator with yield), not "
+            "read the whole input first (an input may be a 2 GB file, or never end)"
+        )
     _, encode = _piece_encoder(vocab, merges)
     expected = encode("".join(lines * 3))[:take]
     expect.that(got["ids"] == expected, f"{what} began with {got['ids']}, expected {expected}")
@@ -885,12 +1065,18 @@ def test_encode_iterable_random_specials(impl):
     cases = []
     for seed in range(4):
         rng = random.Random(12750 + seed)
-        parts = [rng.choice([*SPECIALS3, "<|", "[S", "<|pa", "[SEP", " the", " cat", "'ll", "\n\n", " 42", "x"])
-                 for _ in range(40)]
+        parts = [
+            rng.choice([*SPECIALS3, "<|", "[S", "<|pa", "[SEP", " the", " cat", "'ll", "\n\n", " 42", "x"])
+            for _ in range(40)
+        ]
         text = "".join(parts) + rng.choice(["", "<", "<|pa", "[SE", "<|endoftext"])
         cuts = sorted(rng.choices(range(len(text) + 1), k=rng.randint(5, 30)))
-        cases.append((f"a random string of special tokens and their beginnings (seed {seed}) cut at {cuts[:6]}...",
-                      _cut(text, *cuts)))
+        cases.append(
+            (
+                f"a random string of special tokens and their beginnings (seed {seed}) cut at {cuts[:6]}...",
+                _cut(text, *cuts),
+            )
+        )
     _check_stream(impl, vocab, merges, cases, SPECIALS3)
 
 
@@ -899,6 +1085,15 @@ def test_encode_iterable_holds_back_no_more_than_the_rule(impl):
     "on 12,000 characters of TinyStories in chunks of 1 and 7: every id comes out as soon as the rule yields it"
     vocab, merges = _stream_tokenizer()
     text = TINY.read_text(encoding="utf-8")[:12_000]
-    _check_stream(impl, vocab, merges, [
-        (f"12,000 characters of TinyStories in chunks of {size}", [text[i:i + size] for i in range(0, len(text), size)])
-        for size in (1, 7)])
+    _check_stream(
+        impl,
+        vocab,
+        merges,
+        [
+            (
+                f"12,000 characters of TinyStories in chunks of {size}",
+                [text[i : i + size] for i in range(0, len(text), size)],
+            )
+            for size in (1, 7)
+        ],
+    )

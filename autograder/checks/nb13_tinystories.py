@@ -93,7 +93,9 @@ TRAIN_STEP = Exercise("train_step", "Exercise 5: train_step", points=5)
 MAPS = Exercise("attention_maps", "Exercise 6: attention_maps", points=4)
 GENERATE = Exercise("generate_with_cache", "Exercise 7: generate_with_cache", points=4)
 EXERCISES = [BITS_PER_BYTE, FLOPS, MFU, MICRO, TRAIN_STEP, MAPS, GENERATE]
-ORACLE_IMPORTS = ("transformers.models.llama.modeling_llama",)  # imported while the notebook runs (grading.grade): seconds
+ORACLE_IMPORTS = (
+    "transformers.models.llama.modeling_llama",
+)  # imported while the notebook runs (grading.grade): seconds
 
 LN2 = math.log(2.0)
 GRAD = {"atol": 1e-6, "rtol": 1e-5}
@@ -108,19 +110,25 @@ def _number(value, call: str, kind: type = float) -> float:
     if isinstance(value, dict) and "__unsupported__" in value:
         expect.fail(f"{call} returned a {value['__unsupported__']}, expected a Python {kind.__name__}")
     if isinstance(value, torch.Tensor):
-        expect.fail(f"{call} returned a tensor ({value!r:.60}), expected a Python {kind.__name__}: compute with "
-                    "Python numbers and math (or call .item())")
+        expect.fail(
+            f"{call} returned a tensor ({value!r:.60}), expected a Python {kind.__name__}: compute with "
+            "Python numbers and math (or call .item())"
+        )
     expect.that(not isinstance(value, bool), f"{call} returned a bool, expected a Python {kind.__name__}")
     if kind is int and isinstance(value, float):
-        expect.fail(f"{call} returned {value!r}, a float, expected an int (a count of FLOPs): use // or int "
-                    "arithmetic only")
-    expect.that(isinstance(value, int if kind is int else int | float),
-                f"{call} returned a {type(value).__name__}, expected a Python {kind.__name__}")
+        expect.fail(
+            f"{call} returned {value!r}, a float, expected an int (a count of FLOPs): use // or int arithmetic only"
+        )
+    expect.that(
+        isinstance(value, int if kind is int else int | float),
+        f"{call} returned a {type(value).__name__}, expected a Python {kind.__name__}",
+    )
     expect.that(math.isfinite(value), f"{call} returned {value}")
     return float(value)
 
 
 # --- Exercise 1 --------------------------------------------------------------------------
+
 
 def _bpb(impl, loss, tokens, n_bytes):
     call = f"bits_per_byte({loss!r}, {tokens}, {n_bytes})"
@@ -128,11 +136,15 @@ def _bpb(impl, loss, tokens, n_bytes):
 
 
 def _bpb_diagnosis(got, loss, tokens, n_bytes) -> str:
-    mistakes = [(loss * tokens / n_bytes, "this is nats per byte: divide by ln 2 to turn nats into bits"),
-                (loss * n_bytes / (tokens * LN2), "tokens and bytes are swapped: the total bits are loss · tokens / "
-                 "ln 2, spread over n_bytes bytes"),
-                (loss / LN2, "this is bits per token: multiply by tokens / n_bytes to get bits per byte"),
-                (loss * tokens / (n_bytes * math.log(10)), "that divides by ln 10; bits need ln 2")]
+    mistakes = [
+        (loss * tokens / n_bytes, "this is nats per byte: divide by ln 2 to turn nats into bits"),
+        (
+            loss * n_bytes / (tokens * LN2),
+            "tokens and bytes are swapped: the total bits are loss · tokens / ln 2, spread over n_bytes bytes",
+        ),
+        (loss / LN2, "this is bits per token: multiply by tokens / n_bytes to get bits per byte"),
+        (loss * tokens / (n_bytes * math.log(10)), "that divides by ln 10; bits need ln 2"),
+    ]
     for value, why in mistakes:
         if math.isclose(got, value, rel_tol=1e-6):
             return why
@@ -145,8 +157,10 @@ def test_bpb_closed_form(impl):
     for loss, tokens, n_bytes in ((1.45, 5_500_000, 22_500_000), (3.2, 1000, 4100), (0.7, 77, 77), (2.0, 10, 3)):
         got, call = _bpb(impl, loss, tokens, n_bytes)
         expected = loss * tokens / (n_bytes * LN2)
-        expect.that(math.isclose(got, expected, rel_tol=1e-6),
-                    f"{call} = {got:.6g}, expected {expected:.6g}: {_bpb_diagnosis(got, loss, tokens, n_bytes)}")
+        expect.that(
+            math.isclose(got, expected, rel_tol=1e-6),
+            f"{call} = {got:.6g}, expected {expected:.6g}: {_bpb_diagnosis(got, loss, tokens, n_bytes)}",
+        )
 
 
 @BITS_PER_BYTE.visible
@@ -160,9 +174,11 @@ def test_bpb_byte_level_model(impl):
         bits = -torch.log2(torch.softmax(logits, -1)).gather(1, targets[:, None]).sum()
         got, call = _bpb(impl, loss, length, len(text))
         expected = float(bits) / len(text)
-        expect.that(math.isclose(got, expected, rel_tol=1e-6),
-                    f"{call} = {got:.6g} for a byte-level model, whose bits per byte are {expected:.6g} (its loss / "
-                    f"ln 2): {_bpb_diagnosis(got, loss, length, len(text))}")
+        expect.that(
+            math.isclose(got, expected, rel_tol=1e-6),
+            f"{call} = {got:.6g} for a byte-level model, whose bits per byte are {expected:.6g} (its loss / "
+            f"ln 2): {_bpb_diagnosis(got, loss, length, len(text))}",
+        )
 
 
 @BITS_PER_BYTE.hidden
@@ -174,16 +190,26 @@ def test_bpb_invariant_to_the_tokenizer(impl):
         got, call = _bpb(impl, total_nats / tokens, tokens, n_bytes)
         values.append(got)
         expected = total_nats / (n_bytes * LN2)
-        expect.that(math.isclose(got, expected, rel_tol=1e-6),
-                    f"{call} = {got:.6g}, expected {expected:.6g} (total nats {total_nats} over {n_bytes} bytes): "
-                    f"{_bpb_diagnosis(got, total_nats / tokens, tokens, n_bytes)}")
+        expect.that(
+            math.isclose(got, expected, rel_tol=1e-6),
+            f"{call} = {got:.6g}, expected {expected:.6g} (total nats {total_nats} over {n_bytes} bytes): "
+            f"{_bpb_diagnosis(got, total_nats / tokens, tokens, n_bytes)}",
+        )
 
 
 # --- Exercises 2 and 3 ---------------------------------------------------------------------
 
+
 def _fields(vocab, d, layers, heads, kv, d_ff):
-    return {"vocab_size": vocab, "d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": d_ff,
-            "max_seq_len": 512, "n_kv_heads": kv}
+    return {
+        "vocab_size": vocab,
+        "d_model": d,
+        "n_layers": layers,
+        "n_heads": heads,
+        "d_ff": d_ff,
+        "max_seq_len": 512,
+        "n_kv_heads": kv,
+    }
 
 
 def measured_flops_per_token(fields: dict, context_length: int, batch: int = 2) -> int:
@@ -207,18 +233,30 @@ def _flops_diagnosis(got, fields, context) -> str:
     weights = layers * (2 * d * d + 2 * d * kv_width + 3 * d * fields["d_ff"]) + d * vocab
     attention = 4 * layers * context * d
     mistakes = [
-        (2 * weights + attention, "this is the forward pass only; training adds the backward pass, twice the "
-         "forward's FLOPs (gradients of the inputs and of the weights): multiply by 3"),
-        (3 * (2 * (weights + d * vocab) + attention), "the embedding table is counted as a matmul; a lookup "
-         "costs no multiply-adds"),
-        (3 * 2 * weights, "attention's own matmuls are missing: q k^T and weights @ v cost 4 · n_layers · "
-         "context_length · d_model per token (forward)"),
-        (3 * (2 * weights + attention // 2), "attention is counted for the causal half only; the kernels "
-         "compute the full T x T"),
-        (3 * (2 * (weights + layers * 2 * d * (d - kv_width)) + attention), "k_proj and v_proj are counted as "
-         "d_model x d_model; with grouped-query attention they are d_model x (n_kv_heads · head_dim)"),
-        (3 * 2 * (weights - d * vocab) + 3 * attention, "the output head (lm_head, d_model x vocab_size) is "
-         "missing"),
+        (
+            2 * weights + attention,
+            "this is the forward pass only; training adds the backward pass, twice the "
+            "forward's FLOPs (gradients of the inputs and of the weights): multiply by 3",
+        ),
+        (
+            3 * (2 * (weights + d * vocab) + attention),
+            "the embedding table is counted as a matmul; a lookup costs no multiply-adds",
+        ),
+        (
+            3 * 2 * weights,
+            "attention's own matmuls are missing: q k^T and weights @ v cost 4 · n_layers · "
+            "context_length · d_model per token (forward)",
+        ),
+        (
+            3 * (2 * weights + attention // 2),
+            "attention is counted for the causal half only; the kernels compute the full T x T",
+        ),
+        (
+            3 * (2 * (weights + layers * 2 * d * (d - kv_width)) + attention),
+            "k_proj and v_proj are counted as "
+            "d_model x d_model; with grouped-query attention they are d_model x (n_kv_heads · head_dim)",
+        ),
+        (3 * 2 * (weights - d * vocab) + 3 * attention, "the output head (lm_head, d_model x vocab_size) is missing"),
     ]
     for value, why in mistakes:
         if abs(got - value) < 0.5:
@@ -227,14 +265,18 @@ def _flops_diagnosis(got, fields, context) -> str:
 
 
 def _flops_case(impl, fields, context):
-    call = (f"flops_per_token(DecoderConfig(vocab_size={fields['vocab_size']}, d_model={fields['d_model']}, "
-            f"n_layers={fields['n_layers']}, n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}, "
-            f"d_ff={fields['d_ff']}), context_length={context})")
+    call = (
+        f"flops_per_token(DecoderConfig(vocab_size={fields['vocab_size']}, d_model={fields['d_model']}, "
+        f"n_layers={fields['n_layers']}, n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}, "
+        f"d_ff={fields['d_ff']}), context_length={context})"
+    )
     got = _number(impl.flops(fields, context), call, int)
     expected = measured_flops_per_token(fields, context)
-    expect.that(abs(got - expected) < 0.5,
-                f"{call} = {got:,.0f}, but FlopCounterMode counts {expected:,} FLOPs per token for a forward and "
-                f"backward pass of that decoder. {_flops_diagnosis(got, fields, context)}".strip())
+    expect.that(
+        abs(got - expected) < 0.5,
+        f"{call} = {got:,.0f}, but FlopCounterMode counts {expected:,} FLOPs per token for a forward and "
+        f"backward pass of that decoder. {_flops_diagnosis(got, fields, context)}".strip(),
+    )
 
 
 @FLOPS.visible
@@ -261,8 +303,10 @@ def _mfu_case(impl, tps, fpt, peak):
         why = ": return a fraction (0.4), not a percentage (40)"
     elif math.isclose(got, 1 / expected, rel_tol=1e-9):
         why = ": the ratio is upside down; achieved FLOP/s over the peak"
-    expect.that(math.isclose(got, expected, rel_tol=1e-9), f"{call} = {got:.6g}, expected tokens_per_second · "
-                f"flops_per_token / peak_flops = {expected:.6g}{why}")
+    expect.that(
+        math.isclose(got, expected, rel_tol=1e-9),
+        f"{call} = {got:.6g}, expected tokens_per_second · flops_per_token / peak_flops = {expected:.6g}{why}",
+    )
 
 
 @MFU.visible
@@ -280,6 +324,7 @@ def test_mfu_more(impl):
 
 
 # --- Exercise 4 --------------------------------------------------------------------------
+
 
 def _all_ranks(impl, n, world, accumulation, width=3):
     batch = torch.arange(n * width).view(n, width)
@@ -299,20 +344,29 @@ def test_micro_batches_partition(impl):
         size = n // (world * accumulation)
         for rank, micro in enumerate(got):
             where = call.replace("rank,", f"rank={rank},")
-            expect.that(len(micro) == accumulation, f"{where} returned {len(micro)} micro-batches, expected "
-                        f"accumulation_steps = {accumulation}")
+            expect.that(
+                len(micro) == accumulation,
+                f"{where} returned {len(micro)} micro-batches, expected accumulation_steps = {accumulation}",
+            )
             for i, part in enumerate(micro):
                 expect.tensor(part, f"{where}[{i}]", shape=(size, batch.shape[1]))
         joined = torch.cat([part for micro in got for part in micro])
         if torch.equal(joined.sort(0).values, batch) and not torch.equal(joined, batch):
             interleaved = torch.cat([batch[rank::world] for rank in range(world)])
             if torch.equal(torch.cat([torch.cat(m) for m in got]), interleaved):
-                expect.fail(f"{call}: rank r took the rows r, r + W, r + 2W, ... (interleaved); it takes the "
-                            "contiguous rows [r·n/W, (r+1)·n/W)")
-            expect.fail(f"{call}: every row is there, but not in order: rank r takes the contiguous rows "
-                        "[r·n/W, (r+1)·n/W) and cuts them into contiguous micro-batches")
-        expect.that(torch.equal(joined, batch), f"{call}: the micro-batches of ranks 0, 1, ..., concatenated, are "
-                    "not the batch: each row must go to exactly one micro-batch of one rank")
+                expect.fail(
+                    f"{call}: rank r took the rows r, r + W, r + 2W, ... (interleaved); it takes the "
+                    "contiguous rows [r·n/W, (r+1)·n/W)"
+                )
+            expect.fail(
+                f"{call}: every row is there, but not in order: rank r takes the contiguous rows "
+                "[r·n/W, (r+1)·n/W) and cuts them into contiguous micro-batches"
+            )
+        expect.that(
+            torch.equal(joined, batch),
+            f"{call}: the micro-batches of ranks 0, 1, ..., concatenated, are "
+            "not the batch: each row must go to exactly one micro-batch of one rank",
+        )
 
 
 @MICRO.visible
@@ -321,11 +375,17 @@ def test_micro_batches_not_divisible(impl):
     for n, world, accumulation in ((10, 4, 1), (12, 2, 4), (7, 1, 2)):
         call = f"rank_micro_batches(batch of {n} rows, rank=0, world_size={world}, accumulation_steps={accumulation})"
         got = impl.micro_batches_error(torch.zeros(n, 2), world, accumulation)
-        expect.that(got["raised"] == "ValueError", f"{call} " + (
-            f"raised {got['raised']}" if got["raised"] else "returned without an error") + f": {n} rows cannot be "
-            f"cut into {world} x {accumulation} equal micro-batches, so raise ValueError with a message that says so")
-        expect.that(len(got["message"].strip()) >= 10, f"{call} raised ValueError({got['message']!r}): say in the "
-                    "message what is not divisible by what")
+        expect.that(
+            got["raised"] == "ValueError",
+            f"{call} "
+            + (f"raised {got['raised']}" if got["raised"] else "returned without an error")
+            + f": {n} rows cannot be "
+            f"cut into {world} x {accumulation} equal micro-batches, so raise ValueError with a message that says so",
+        )
+        expect.that(
+            len(got["message"].strip()) >= 10,
+            f"{call} raised ValueError({got['message']!r}): say in the message what is not divisible by what",
+        )
 
 
 def _grads(model, rows, scale):
@@ -353,22 +413,36 @@ def test_gradient_accumulation_equals_the_full_batch(impl):
             expect.that(not isinstance(micro, str), f"{call}: {micro}")
             for part in micro:
                 part = expect.tensor(part, f"{call}: a micro-batch")
-                expect.that(part.dim() == 2 and part.shape[0] > 0, f"{call}: a micro-batch has shape "
-                            f"{list(part.shape)}")
+                expect.that(
+                    part.dim() == 2 and part.shape[0] > 0, f"{call}: a micro-batch has shape {list(part.shape)}"
+                )
                 for t, grad in zip(total, _grads(model, part, 1.0 / accumulation), strict=True):
                     t += grad / world
-        for name, (t, f) in zip(("embedding", "linear weight", "linear bias"), zip(total, full, strict=True),
-                                strict=False):
-            expect.close(t, f, f"{call}: the {name}'s gradient averaged over the ranks and accumulated over the "
-                         "micro-batches (each loss divided by accumulation_steps)", **GRAD,
-                         hint="It must equal the full batch's gradient: the micro-batches must be equal in size, "
-                         "accumulation_steps per rank, and together the whole batch.")
+        for name, (t, f) in zip(
+            ("embedding", "linear weight", "linear bias"), zip(total, full, strict=True), strict=False
+        ):
+            expect.close(
+                t,
+                f,
+                f"{call}: the {name}'s gradient averaged over the ranks and accumulated over the "
+                "micro-batches (each loss divided by accumulation_steps)",
+                **GRAD,
+                hint="It must equal the full batch's gradient: the micro-batches must be equal in size, "
+                "accumulation_steps per rank, and together the whole batch.",
+            )
 
 
 # --- Exercise 5 --------------------------------------------------------------------------
 
-STEP_FIELDS = {"vocab_size": 29, "d_model": 16, "n_layers": 2, "n_heads": 2, "d_ff": 32, "max_seq_len": 32,
-               "n_kv_heads": None}
+STEP_FIELDS = {
+    "vocab_size": 29,
+    "d_model": 16,
+    "n_layers": 2,
+    "n_heads": 2,
+    "d_ff": 32,
+    "max_seq_len": 32,
+    "n_kv_heads": None,
+}
 EXACT = {"atol": 1e-6, "rtol": 1e-5}  # float32 both ways: k small forwards against one big one
 HALF = {"bfloat16": {"atol": 3e-3, "rtol": 0.0}, "float16": {"atol": 5e-4, "rtol": 0.0}}
 SGD = ("sgd", {"lr": 0.5})
@@ -382,8 +456,13 @@ def _step_setup(seed, fields=STEP_FIELDS):
 
 def _micro_batches(seed, k, rows, length, vocab, calls=1):
     g = _gen(100 + seed)
-    return [[(torch.randint(0, vocab, (rows, length), generator=g), torch.randint(0, vocab, (rows, length), generator=g))
-             for _ in range(k)] for _ in range(calls)]
+    return [
+        [
+            (torch.randint(0, vocab, (rows, length), generator=g), torch.randint(0, vocab, (rows, length), generator=g))
+            for _ in range(k)
+        ]
+        for _ in range(calls)
+    ]
 
 
 def _oracle(fields, state, steps, optimizer, *, grad_clip=None, mistake=None):
@@ -436,58 +515,107 @@ def _close_states(a: dict, b: dict, tol: dict) -> bool:
     return all(torch.allclose(a[n], b[n], **tol) for n in b)
 
 
-def _step_case(impl, seed, *, k, rows=2, length=6, calls=1, optimizer=SGD, dtype=None, scaler=None, grad_clip=None,
-               fields=STEP_FIELDS):
+def _step_case(
+    impl,
+    seed,
+    *,
+    k,
+    rows=2,
+    length=6,
+    calls=1,
+    optimizer=SGD,
+    dtype=None,
+    scaler=None,
+    grad_clip=None,
+    fields=STEP_FIELDS,
+):
     state = _step_setup(seed, fields)
     steps = _micro_batches(seed, k, rows, length, fields["vocab_size"], calls)
-    call = (f"train_step(model, {k} micro-batches of {rows} x {length} tokens, {optimizer[0]} optimizer"
-            f"{f', dtype=torch.{dtype}' if dtype else ''}{', scaler=GradScaler(...)' if scaler else ''}"
-            f"{f', grad_clip={grad_clip}' if grad_clip else ''})")
-    got = impl.train_step(fields, state, steps, optimizer=optimizer[0], optimizer_kwargs=optimizer[1], dtype=dtype,
-                          scaler=scaler, grad_clip=grad_clip)
+    call = (
+        f"train_step(model, {k} micro-batches of {rows} x {length} tokens, {optimizer[0]} optimizer"
+        f"{f', dtype=torch.{dtype}' if dtype else ''}{', scaler=GradScaler(...)' if scaler else ''}"
+        f"{f', grad_clip={grad_clip}' if grad_clip else ''})"
+    )
+    got = impl.train_step(
+        fields,
+        state,
+        steps,
+        optimizer=optimizer[0],
+        optimizer_kwargs=optimizer[1],
+        dtype=dtype,
+        scaler=scaler,
+        grad_clip=grad_clip,
+    )
     if got["raised"]:
         r = got["raised"]
         hint = ""
         if scaler and r["call"] > 0 and "unscale_" in r["message"]:
-            hint = (": the scaler's step was not followed by scaler.update(), so the next step's unscale_ finds "
-                    "this one's state")
+            hint = (
+                ": the scaler's step was not followed by scaler.update(), so the next step's unscale_ finds "
+                "this one's state"
+            )
         expect.fail(f"{call}, call {r['call'] + 1} of {calls}, raised {r['type']}: {r['message']}{hint}")
     for loss in got["losses"]:
         what = loss["__unsupported__"] if isinstance(loss, dict) else type(loss).__name__
-        expect.that(isinstance(loss, float), f"{call} returned a {what}, expected the mean loss as a Python float "
-                    "(float(...) or .item())")
+        expect.that(
+            isinstance(loss, float),
+            f"{call} returned a {what}, expected the mean loss as a Python float (float(...) or .item())",
+        )
     return state, steps, got, call
 
 
 def _compare_step(got, call, fields, state, steps, optimizer, *, grad_clip=None, tol=EXACT, scale=None):
     expected, losses = _oracle(fields, state, steps, optimizer, grad_clip=grad_clip)
-    mistakes = [("undivided", "the loss of each micro-batch must be divided by the number of micro-batches k: "
-                 "the gradients add up over the k backward passes, so undivided they are k times the batch's"),
-                ("last", "only the last micro-batch's gradient is left: gradients were zeroed before each "
-                 "micro-batch; zero them once per step, so the k backward passes accumulate in .grad"),
-                ("every", "the optimizer stepped after every micro-batch; it steps once, after the last one"),
-                ("stale", "the previous step's gradients were still in .grad: zero the gradients once per step "
-                 "(optimizer.zero_grad())")]
+    mistakes = [
+        (
+            "undivided",
+            "the loss of each micro-batch must be divided by the number of micro-batches k: "
+            "the gradients add up over the k backward passes, so undivided they are k times the batch's",
+        ),
+        (
+            "last",
+            "only the last micro-batch's gradient is left: gradients were zeroed before each "
+            "micro-batch; zero them once per step, so the k backward passes accumulate in .grad",
+        ),
+        ("every", "the optimizer stepped after every micro-batch; it steps once, after the last one"),
+        (
+            "stale",
+            "the previous step's gradients were still in .grad: zero the gradients once per step "
+            "(optimizer.zero_grad())",
+        ),
+    ]
     if scale and grad_clip:
-        mistakes.append((("clip", scale), "the gradients were clipped while still scaled by the GradScaler: call "
-                         "scaler.unscale_(optimizer) before clip_grad_norm_"))
+        mistakes.append(
+            (
+                ("clip", scale),
+                "the gradients were clipped while still scaled by the GradScaler: call "
+                "scaler.unscale_(optimizer) before clip_grad_norm_",
+            )
+        )
     for i, (state_got, state_expected) in enumerate(zip(got["states"], expected, strict=True)):
         if _close_states(state_got, state_expected, tol):
             continue
         for mistake, why in mistakes:
-            wrong, _ = _oracle(fields, state, steps[:i + 1], optimizer, grad_clip=grad_clip, mistake=mistake)
+            wrong, _ = _oracle(fields, state, steps[: i + 1], optimizer, grad_clip=grad_clip, mistake=mistake)
             if _close_states(state_got, wrong[i], tol):
                 expect.fail(f"{call}: after call {i + 1}, {why}")
         worst = max(float((state_got[n] - state_expected[n]).abs().max()) for n in state_expected)
-        expect.fail(f"{call}: after call {i + 1} the parameters differ from one {optimizer[0]} step on the whole "
-                    f"batch (the micro-batches concatenated) by up to {worst:.3g}")
+        expect.fail(
+            f"{call}: after call {i + 1} the parameters differ from one {optimizer[0]} step on the whole "
+            f"batch (the micro-batches concatenated) by up to {worst:.3g}"
+        )
     for i, (loss, expected_loss) in enumerate(zip(got["losses"], losses, strict=True)):
         allowed = 1e-5 * max(1.0, abs(expected_loss)) if tol is EXACT else 0.02
-        expect.that(abs(loss - expected_loss) <= allowed,
-                    f"{call} returned {loss:.6g} at call {i + 1}, expected the mean loss of its micro-batches, "
-                    f"{expected_loss:.6g}" + (f" (k = {len(steps[i])} times too large: each micro-batch's "
-                                              "loss is divided by k before adding)"
-                                              if math.isclose(loss, expected_loss * len(steps[i]), rel_tol=1e-3) else ""))
+        expect.that(
+            abs(loss - expected_loss) <= allowed,
+            f"{call} returned {loss:.6g} at call {i + 1}, expected the mean loss of its micro-batches, "
+            f"{expected_loss:.6g}"
+            + (
+                f" (k = {len(steps[i])} times too large: each micro-batch's loss is divided by k before adding)"
+                if math.isclose(loss, expected_loss * len(steps[i]), rel_tol=1e-3)
+                else ""
+            ),
+        )
 
 
 def _forwards_under(got, call, dtype):
@@ -495,17 +623,31 @@ def _forwards_under(got, call, dtype):
         expect.that(bool(forwards), f"{call} never called the model at call {i + 1}")
         for f in forwards:
             if dtype is None:
-                expect.that(not f["autocast"], f"{call} with dtype=None ran the model under autocast "
-                            f"({f['dtype']}): None means float32, no autocast")
+                expect.that(
+                    not f["autocast"],
+                    f"{call} with dtype=None ran the model under autocast "
+                    f"({f['dtype']}): None means float32, no autocast",
+                )
                 continue
-            expect.that(f["autocast"], f"{call}: the model's forward ran without autocast: wrap the forward and the "
-                        f"loss in torch.autocast(device_type, dtype=dtype)")
-            expect.that(f["dtype"] == f"torch.{dtype}", f"{call}: the model's forward ran under autocast in "
-                        f"{f['dtype']}, but dtype=torch.{dtype} was asked for"
-                        + (" (float16 is the GPU's habit; on this call bfloat16 was requested)"
-                           if f["dtype"] == "torch.float16" else ""))
-            expect.that(f["logits"] == f"torch.{dtype}", f"{call}: the logits came out as {f['logits']} under "
-                        f"autocast in {dtype}")
+            expect.that(
+                f["autocast"],
+                f"{call}: the model's forward ran without autocast: wrap the forward and the "
+                f"loss in torch.autocast(device_type, dtype=dtype)",
+            )
+            expect.that(
+                f["dtype"] == f"torch.{dtype}",
+                f"{call}: the model's forward ran under autocast in "
+                f"{f['dtype']}, but dtype=torch.{dtype} was asked for"
+                + (
+                    " (float16 is the GPU's habit; on this call bfloat16 was requested)"
+                    if f["dtype"] == "torch.float16"
+                    else ""
+                ),
+            )
+            expect.that(
+                f["logits"] == f"torch.{dtype}",
+                f"{call}: the logits came out as {f['logits']} under autocast in {dtype}",
+            )
 
 
 def _one_pass_per_micro_batch(got, call, k, rows):
@@ -517,27 +659,38 @@ def _one_pass_per_micro_batch(got, call, k, rows):
         where, ran = f"{call}, at call {i + 1},", " ".join(events)
         forwards, backwards = [e for e in events if e.startswith("F")], events.count("B")
         if k > 1 and forwards == [f"F{k * rows}"]:
-            expect.fail(f"{where} ran the model once, on the {k} micro-batches concatenated ({k * rows} rows): run one "
-                        f"forward and one backward per micro-batch, on its own {rows} rows. On the whole batch at "
-                        "once, its activations are all in memory together, which is what accumulation avoids")
+            expect.fail(
+                f"{where} ran the model once, on the {k} micro-batches concatenated ({k * rows} rows): run one "
+                f"forward and one backward per micro-batch, on its own {rows} rows. On the whole batch at "
+                "once, its activations are all in memory together, which is what accumulation avoids"
+            )
         if k > 1 and len(forwards) == k and backwards == 1:
-            expect.fail(f"{where} ran {k} forwards and one backward pass ({ran}: the losses added up, then one "
-                        f"backward): the graphs of all {k} micro-batches were in memory at once. Back-propagate each "
-                        "micro-batch's loss / k right after its forward, before the next micro-batch")
+            expect.fail(
+                f"{where} ran {k} forwards and one backward pass ({ran}: the losses added up, then one "
+                f"backward): the graphs of all {k} micro-batches were in memory at once. Back-propagate each "
+                "micro-batch's loss / k right after its forward, before the next micro-batch"
+            )
         if k > 1 and len(forwards) == k and backwards == k:
-            expect.fail(f"{where} ran all {k} forwards before the backward passes ({ran}): the graphs of all the "
-                        "micro-batches were in memory at once. Back-propagate each micro-batch's loss / k right after "
-                        "its forward, before the next micro-batch")
-        expect.fail(f"{where} ran {ran} (F<rows>: a forward of the model, B: a backward pass); expected one forward "
-                    f"of each micro-batch's {rows} rows, then its backward, in turn: {' '.join(expected)}")
+            expect.fail(
+                f"{where} ran all {k} forwards before the backward passes ({ran}): the graphs of all the "
+                "micro-batches were in memory at once. Back-propagate each micro-batch's loss / k right after "
+                "its forward, before the next micro-batch"
+            )
+        expect.fail(
+            f"{where} ran {ran} (F<rows>: a forward of the model, B: a backward pass); expected one forward "
+            f"of each micro-batch's {rows} rows, then its backward, in turn: {' '.join(expected)}"
+        )
 
 
 def _no_gradient_left(got, call):
     for i, left in enumerate(got["grads_left"]):
-        expect.that(left["values"] == 0, f"{call}: when call {i + 1} returned, .grad still held gradients "
-                    f"({left['values']} of {sum(left.values())} parameters): zero them after the step "
-                    "(optimizer.zero_grad(), which leaves None; zeros, with set_to_none=False, are fine too), so that "
-                    "the call leaves no gradient behind and the next one starts from none")
+        expect.that(
+            left["values"] == 0,
+            f"{call}: when call {i + 1} returned, .grad still held gradients "
+            f"({left['values']} of {sum(left.values())} parameters): zero them after the step "
+            "(optimizer.zero_grad(), which leaves None; zeros, with set_to_none=False, are fine too), so that "
+            "the call leaves no gradient behind and the next one starts from none",
+        )
 
 
 def _loss_under_autocast(got, call, dtype):
@@ -545,20 +698,26 @@ def _loss_under_autocast(got, call, dtype):
         return
     for i, ops in enumerate(got["loss_ops"]):
         outside = list(dict.fromkeys(op["op"] for op in ops if not op["autocast"]))
-        expect.that(not outside, f"{call}, call {i + 1}: {', '.join(outside)} ran on the logits outside autocast: the "
-                    "loss was computed after the with block. The forward AND the loss go under "
-                    f"torch.autocast(device_type, dtype=dtype): there F.cross_entropy runs in float32; outside it, "
-                    f"on {dtype} logits, the loss is computed in {dtype}")
+        expect.that(
+            not outside,
+            f"{call}, call {i + 1}: {', '.join(outside)} ran on the logits outside autocast: the "
+            "loss was computed after the with block. The forward AND the loss go under "
+            f"torch.autocast(device_type, dtype=dtype): there F.cross_entropy runs in float32; outside it, "
+            f"on {dtype} logits, the loss is computed in {dtype}",
+        )
 
 
 def _backward_outside_autocast(got, call, dtype):
     if dtype is None:
         return
     for i, inside in enumerate(got["backward_autocast"]):
-        expect.that(not inside, f"{call}, call {i + 1}: the backward pass ran inside the autocast block. Only the "
-                    "forward and the loss go under torch.autocast; call backward after the with block (PyTorch's "
-                    "autocast documentation: backward passes under autocast are not recommended, the backward ops "
-                    "already run in the dtypes their forward ops used)")
+        expect.that(
+            not inside,
+            f"{call}, call {i + 1}: the backward pass ran inside the autocast block. Only the "
+            "forward and the loss go under torch.autocast; call backward after the with block (PyTorch's "
+            "autocast documentation: backward passes under autocast are not recommended, the backward ops "
+            "already run in the dtypes their forward ops used)",
+        )
 
 
 def _observed(got, call, k, rows, dtype=None):
@@ -580,9 +739,12 @@ def test_step_accumulation_equals_big_batch(impl):
         _observed(got, call, k, 2)
         if optimizer is ADAMW:
             for i, updates in enumerate(got["updates"]):
-                expect.that(updates == [i + 1], f"{call}: after call {i + 1} AdamW has counted {updates} updates "
-                            f"per parameter, expected {i + 1}: step the optimizer once per call, after the "
-                            f"last micro-batch")
+                expect.that(
+                    updates == [i + 1],
+                    f"{call}: after call {i + 1} AdamW has counted {updates} updates "
+                    f"per parameter, expected {i + 1}: step the optimizer once per call, after the "
+                    f"last micro-batch",
+                )
 
 
 @TRAIN_STEP.visible
@@ -599,33 +761,47 @@ def test_step_autocast_bfloat16(impl):
 def test_step_grad_scaler(impl):
     "a GradScaler: the update equals the unscaled one, clipping sees unscaled gradients, the scale grows each step"
     for seed, k, clip in ((5, 2, 0.05), (6, 3, None)):
-        scaler = {"init_scale": 2.0 ** 12, "growth_interval": 1}
+        scaler = {"init_scale": 2.0**12, "growth_interval": 1}
         state, steps, got, call = _step_case(impl, seed, k=k, calls=2, scaler=scaler, grad_clip=clip)
-        _compare_step(got, call, STEP_FIELDS, state, steps, SGD, grad_clip=clip, scale=2.0 ** 12)
+        _compare_step(got, call, STEP_FIELDS, state, steps, SGD, grad_clip=clip, scale=2.0**12)
         _observed(got, call, k, 2)
-        expect.that(got["scales"] == [2.0 ** 13, 2.0 ** 14], f"{call}: the scaler's scale went 2^12 -> "
-                    f"{got['scales']} over two steps, expected 2^13, 2^14 (growth_interval=1, no inf): call "
-                    "scaler.update() once per step, after scaler.step(optimizer)")
+        expect.that(
+            got["scales"] == [2.0**13, 2.0**14],
+            f"{call}: the scaler's scale went 2^12 -> "
+            f"{got['scales']} over two steps, expected 2^13, 2^14 (growth_interval=1, no inf): call "
+            "scaler.update() once per step, after scaler.step(optimizer)",
+        )
 
 
 @TRAIN_STEP.hidden
 def test_step_float16_overflow_skips(impl):
     "float16 with a scale so large that the gradients overflow: no update, the scale halves; then a normal fp16 step"
-    state, steps, got, call = _step_case(impl, 7, k=2, dtype="float16",
-                                         scaler={"init_scale": 2.0 ** 30, "growth_interval": 1})
+    state, steps, got, call = _step_case(
+        impl, 7, k=2, dtype="float16", scaler={"init_scale": 2.0**30, "growth_interval": 1}
+    )
     _forwards_under(got, call, "float16")
     after = got["states"][0]
     finite = all(bool(after[n].isfinite().all()) for n in after)
-    expect.that(finite, f"{call}: the parameters hold inf or nan after a step whose gradients overflowed: let "
-                "scaler.step(optimizer) decide, it skips the update when it finds inf or nan")
-    expect.that(all(torch.equal(after[n], state[n]) for n in after), f"{call}: the gradients overflowed in "
-                "float16, yet the parameters changed: scaler.step(optimizer) skips such a step; do not call "
-                "optimizer.step() yourself")
-    expect.that(got["scales"] == [2.0 ** 29], f"{call}: after an overflow the scale should halve from 2^30 to 2^29, "
-                f"got {got['scales']}: call scaler.update() after scaler.step(optimizer)")
+    expect.that(
+        finite,
+        f"{call}: the parameters hold inf or nan after a step whose gradients overflowed: let "
+        "scaler.step(optimizer) decide, it skips the update when it finds inf or nan",
+    )
+    expect.that(
+        all(torch.equal(after[n], state[n]) for n in after),
+        f"{call}: the gradients overflowed in "
+        "float16, yet the parameters changed: scaler.step(optimizer) skips such a step; do not call "
+        "optimizer.step() yourself",
+    )
+    expect.that(
+        got["scales"] == [2.0**29],
+        f"{call}: after an overflow the scale should halve from 2^30 to 2^29, "
+        f"got {got['scales']}: call scaler.update() after scaler.step(optimizer)",
+    )
     _observed(got, call, 2, 2, "float16")
-    state, steps, got, call = _step_case(impl, 8, k=2, dtype="float16", calls=2,
-                                         scaler={"init_scale": 2.0 ** 8, "growth_interval": 1})
+    state, steps, got, call = _step_case(
+        impl, 8, k=2, dtype="float16", calls=2, scaler={"init_scale": 2.0**8, "growth_interval": 1}
+    )
     _forwards_under(got, call, "float16")
     _compare_step(got, call, STEP_FIELDS, state, steps, SGD, tol=HALF["float16"])
     _observed(got, call, 2, 2, "float16")
@@ -635,24 +811,38 @@ def test_step_float16_overflow_skips(impl):
 def test_step_more_shapes(impl):
     "AdamW with clipping, 4 micro-batches, grouped-query attention, bfloat16 with a scaler; float32 with clipping"
     gqa = {**STEP_FIELDS, "d_model": 24, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 31}
-    state, steps, got, call = _step_case(impl, 9, k=4, rows=1, length=9, calls=3, optimizer=ADAMW, grad_clip=0.5,
-                                         fields=gqa)
+    state, steps, got, call = _step_case(
+        impl, 9, k=4, rows=1, length=9, calls=3, optimizer=ADAMW, grad_clip=0.5, fields=gqa
+    )
     _compare_step(got, call, gqa, state, steps, ADAMW, grad_clip=0.5)
-    expect.that(got["updates"] == [[1], [2], [3]], f"{call}: AdamW counted {got['updates']} updates after calls "
-                "1, 2, 3; expected 1, 2, 3")
+    expect.that(
+        got["updates"] == [[1], [2], [3]],
+        f"{call}: AdamW counted {got['updates']} updates after calls 1, 2, 3; expected 1, 2, 3",
+    )
     _observed(got, call, 4, 1)
-    state, steps, got, call = _step_case(impl, 10, k=2, dtype="bfloat16", calls=2, grad_clip=0.02,
-                                         scaler={"init_scale": 2.0 ** 10, "growth_interval": 1})
+    state, steps, got, call = _step_case(
+        impl, 10, k=2, dtype="bfloat16", calls=2, grad_clip=0.02, scaler={"init_scale": 2.0**10, "growth_interval": 1}
+    )
     _forwards_under(got, call, "bfloat16")
-    _compare_step(got, call, STEP_FIELDS, state, steps, SGD, grad_clip=0.02, tol=HALF["bfloat16"], scale=2.0 ** 10)
+    _compare_step(got, call, STEP_FIELDS, state, steps, SGD, grad_clip=0.02, tol=HALF["bfloat16"], scale=2.0**10)
     _observed(got, call, 2, 2, "bfloat16")
 
 
 # --- Exercise 6 --------------------------------------------------------------------------
 
+
 def _maps_fields(seed, d=32, heads=4, kv=2, layers=2, base=10000.0):
-    return {"vocab_size": 53 + seed, "d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": 48,
-            "max_seq_len": 64, "n_kv_heads": kv, "rope_base": base, "norm_eps": 1e-5}
+    return {
+        "vocab_size": 53 + seed,
+        "d_model": d,
+        "n_layers": layers,
+        "n_heads": heads,
+        "d_ff": 48,
+        "max_seq_len": 64,
+        "n_kv_heads": kv,
+        "rope_base": base,
+        "norm_eps": 1e-5,
+    }
 
 
 @torch.no_grad()
@@ -698,9 +888,11 @@ def _hf_maps(model, tokens, *, scaling=None, no_rope=False):
     rotary = model.model.rotary_emb
     forward = rotary.forward
     if no_rope:
+
         def flat(x, position_ids):
             cos, sin = forward(x, position_ids)
             return torch.ones_like(cos), torch.zeros_like(sin)
+
         rotary.forward = flat
     try:
         return torch.stack(model(tokens, output_attentions=True).attentions)
@@ -714,8 +906,10 @@ def _maps_case(impl, fields, seed, batch, length):
     hf = _hf_model(fields, seed)
     tokens = torch.randint(0, fields["vocab_size"], (batch, length), generator=_gen(seed + 50))
     state = hf_llama.course_state(hf.state_dict(), fields)
-    call = (f"attention_maps(model, tokens) on a decoder with {fields['n_layers']} layers, {fields['n_heads']} heads, "
-            f"{fields['n_kv_heads']} kv heads, tokens [{batch}, {length}]")
+    call = (
+        f"attention_maps(model, tokens) on a decoder with {fields['n_layers']} layers, {fields['n_heads']} heads, "
+        f"{fields['n_kv_heads']} kv heads, tokens [{batch}, {length}]"
+    )
     got = impl.maps(fields, state, tokens)
     shape = (fields["n_layers"], batch, fields["n_heads"], length, length)
     maps = expect.tensor(got["maps"], call, shape=shape)
@@ -725,14 +919,23 @@ def _maps_case(impl, fields, seed, batch, length):
 
 def _maps_diagnosis(hf, fields, tokens, layer0) -> str:
     scale = fields["d_model"] // fields["n_heads"]
-    mistakes = [(_hf_maps(hf, tokens, scaling=1.0), "the scores are not divided by sqrt(head_dim) = "
-                 f"{math.sqrt(scale):.3g}"),
-                (_hf_maps(hf, tokens, no_rope=True), "RoPE is missing: rotate q and k with the attention's own "
-                 "rope(q, positions) before the scores, as its forward does")]
+    mistakes = [
+        (_hf_maps(hf, tokens, scaling=1.0), f"the scores are not divided by sqrt(head_dim) = {math.sqrt(scale):.3g}"),
+        (
+            _hf_maps(hf, tokens, no_rope=True),
+            "RoPE is missing: rotate q and k with the attention's own "
+            "rope(q, positions) before the scores, as its forward does",
+        ),
+    ]
     if fields["n_kv_heads"] not in (None, fields["n_heads"], 1):
-        mistakes.append((_hf_maps(_tiled_kv(hf, fields), tokens), "query head i reads kv head i % n_kv_heads "
-                         "(repeat: 0 1 0 1); in the course it reads kv head i // (n_heads // n_kv_heads), "
-                         "repeat_interleave: 0 0 1 1"))
+        mistakes.append(
+            (
+                _hf_maps(_tiled_kv(hf, fields), tokens),
+                "query head i reads kv head i % n_kv_heads "
+                "(repeat: 0 1 0 1); in the course it reads kv head i // (n_heads // n_kv_heads), "
+                "repeat_interleave: 0 0 1 1",
+            )
+        )
     for wrong, why in mistakes:
         if torch.allclose(layer0, wrong[0], atol=MAP_ATOL):
             return why
@@ -745,23 +948,40 @@ def _compare_with_hf(hf, fields, tokens, maps, call):
         why = _maps_diagnosis(hf, fields, tokens, maps[0])
         if why:
             expect.fail(f"{call}: layer 0's maps are wrong: {why}")
-    expect.close(maps, expected, call, atol=MAP_ATOL,
-                 hint="The oracle is Hugging Face's LlamaForCausalLM with the same weights, output_attentions=True: "
-                 "softmax(q k^T / sqrt(head_dim)) with q and k rotated by RoPE and the causal mask, per layer.")
+    expect.close(
+        maps,
+        expected,
+        call,
+        atol=MAP_ATOL,
+        hint="The oracle is Hugging Face's LlamaForCausalLM with the same weights, output_attentions=True: "
+        "softmax(q k^T / sqrt(head_dim)) with q and k rotated by RoPE and the causal mask, per layer.",
+    )
 
 
 def _structure(maps, got, call):
     upper = torch.ones(maps.shape[-1], maps.shape[-1], dtype=torch.bool).triu(1)
     leak = float(maps[..., upper].abs().max()) if upper.any() else 0.0
-    expect.that(leak <= 1e-9, f"{call}: a position attends to a later one (weight {leak:.3g} above the diagonal): "
-                "apply the causal mask before the softmax")
+    expect.that(
+        leak <= 1e-9,
+        f"{call}: a position attends to a later one (weight {leak:.3g} above the diagonal): "
+        "apply the causal mask before the softmax",
+    )
     sums = maps.double().sum(-1)
-    expect.that(bool(((sums - 1).abs() <= 1e-5).all()), f"{call}: rows sum to values between {float(sums.min()):.4g} "
-                f"and {float(sums.max()):.4g}, expected 1: softmax over the keys (the last axis)")
-    expect.that(got["hooks_left"] == 0, f"{call} left {got['hooks_left']} hooks on the model: remove them "
-                "(handle.remove(), in a finally block) so the model runs as before")
-    expect.that(got["logits_unchanged"], f"{call}: the model's logits changed after the call: the hooks must only "
-                "read, and the weights stay as they were")
+    expect.that(
+        bool(((sums - 1).abs() <= 1e-5).all()),
+        f"{call}: rows sum to values between {float(sums.min()):.4g} "
+        f"and {float(sums.max()):.4g}, expected 1: softmax over the keys (the last axis)",
+    )
+    expect.that(
+        got["hooks_left"] == 0,
+        f"{call} left {got['hooks_left']} hooks on the model: remove them "
+        "(handle.remove(), in a finally block) so the model runs as before",
+    )
+    expect.that(
+        got["logits_unchanged"],
+        f"{call}: the model's logits changed after the call: the hooks must only "
+        "read, and the weights stay as they were",
+    )
     _maps_observed(got, call)
 
 
@@ -769,19 +989,34 @@ def _maps_observed(got, call):
     """What the text asks of the way there: hooks on each block.attn, the model run once without gradients, the
     hooks removed even when the model fails."""
     runs = got["model_calls"]
-    expect.that(runs == 1, f"{call} ran the model {runs} times: run it once, model(tokens), with the hooks on"
-                + ("; running the embedding and the blocks by hand is not running the model" if runs == 0 else ""))
+    expect.that(
+        runs == 1,
+        f"{call} ran the model {runs} times: run it once, model(tokens), with the hooks on"
+        + ("; running the embedding and the blocks by hand is not running the model" if runs == 0 else ""),
+    )
     calls = got["attn_calls"]
-    expect.that(all(not c["forward_replaced"] for c in calls), f"{call} replaced block.attn.forward: record the "
-                "input with a forward hook (register_forward_hook) instead, which leaves the module as it is")
-    expect.that(all(c["hooks"] >= 1 for c in calls), f"{call}: no hook of yours was on block.attn when it ran: "
-                "register a forward hook on each block.attn that records its input")
-    expect.that(all(not c["grad"] for c in calls), f"{call} ran the model with gradients on: decorate "
-                "attention_maps with @torch.no_grad() (or run the model inside with torch.no_grad())")
+    expect.that(
+        all(not c["forward_replaced"] for c in calls),
+        f"{call} replaced block.attn.forward: record the "
+        "input with a forward hook (register_forward_hook) instead, which leaves the module as it is",
+    )
+    expect.that(
+        all(c["hooks"] >= 1 for c in calls),
+        f"{call}: no hook of yours was on block.attn when it ran: "
+        "register a forward hook on each block.attn that records its input",
+    )
+    expect.that(
+        all(not c["grad"] for c in calls),
+        f"{call} ran the model with gradients on: decorate "
+        "attention_maps with @torch.no_grad() (or run the model inside with torch.no_grad())",
+    )
     left = got["hooks_left_after_failure"]
-    expect.that(left == 0, f"attention_maps(model, tokens) on a model that failed in the middle of its forward left "
-                f"{left} hooks on the model: remove them in a finally block (try: model(tokens) finally: "
-                "handle.remove()), so they go even when something fails")
+    expect.that(
+        left == 0,
+        f"attention_maps(model, tokens) on a model that failed in the middle of its forward left "
+        f"{left} hooks on the model: remove them in a finally block (try: model(tokens) finally: "
+        "handle.remove()), so they go even when something fails",
+    )
 
 
 @MAPS.visible
@@ -794,8 +1029,7 @@ def test_maps_equal_hugging_face(impl):
 
 @MAPS.visible
 def test_maps_causal_rows_sum_to_one(impl):
-    ("zero above the diagonal, rows summing to 1, no hooks left behind, the model's logits unchanged; hooks on "
-     "each block.attn, the model run once without gradients, the hooks removed when the model fails")
+    "zero above the diagonal, rows summing to 1, no hooks left behind, the model's logits unchanged; hooks on each block.attn, the model run once without gradients, the hooks removed when the model fails"
     fields = _maps_fields(1)
     _, _, maps, got, call = _maps_case(impl, fields, 1, 2, 7)
     _structure(maps, got, call)
@@ -804,9 +1038,12 @@ def test_maps_causal_rows_sum_to_one(impl):
 @MAPS.hidden
 def test_maps_other_shapes(impl):
     "multi-query, no grouping, 6 heads in 3 groups, rope_base 500, three layers, one token"
-    for seed, fields, batch, length in ((2, _maps_fields(2, kv=1), 3, 11), (3, _maps_fields(3, kv=4, layers=3), 1, 16),
-                                        (4, _maps_fields(4, d=48, heads=6, kv=3, base=500.0), 2, 10),
-                                        (5, _maps_fields(5, kv=2, layers=1), 2, 1)):
+    for seed, fields, batch, length in (
+        (2, _maps_fields(2, kv=1), 3, 11),
+        (3, _maps_fields(3, kv=4, layers=3), 1, 16),
+        (4, _maps_fields(4, d=48, heads=6, kv=3, base=500.0), 2, 10),
+        (5, _maps_fields(5, kv=2, layers=1), 2, 1),
+    ):
         hf, tokens, maps, got, call = _maps_case(impl, fields, seed, batch, length)
         _structure(maps, got, call)
         _compare_with_hf(hf, fields, tokens, maps, call)
@@ -814,9 +1051,19 @@ def test_maps_other_shapes(impl):
 
 # --- Exercise 7 --------------------------------------------------------------------------
 
+
 def _generation_fields(seed, *, layers=2, d=32, heads=4, kv=2):
-    return {"vocab_size": 37 + seed, "d_model": d, "n_layers": layers, "n_heads": heads, "d_ff": 48,
-            "max_seq_len": 64, "n_kv_heads": kv, "rope_base": 10000.0, "norm_eps": 1e-5}
+    return {
+        "vocab_size": 37 + seed,
+        "d_model": d,
+        "n_layers": layers,
+        "n_heads": heads,
+        "d_ff": 48,
+        "max_seq_len": 64,
+        "n_kv_heads": kv,
+        "rope_base": 10000.0,
+        "norm_eps": 1e-5,
+    }
 
 
 @torch.no_grad()
@@ -862,8 +1109,18 @@ def sample_next_oracle(logits, pick, generator):
     return sample_next(logits, temperature=pick["temperature"], top_k=pick["top_k"], generator=generator)
 
 
-def _generation_case(impl, seed, *, prompt_length, window, max_new_tokens, eos_from=None, pick=None, fields=None,
-                     prompt_dtype=torch.int64):
+def _generation_case(
+    impl,
+    seed,
+    *,
+    prompt_length,
+    window,
+    max_new_tokens,
+    eos_from=None,
+    pick=None,
+    fields=None,
+    prompt_dtype=torch.int64,
+):
     """Run the student's loop and the oracle; fail with what differs, named where the mistake is known."""
     fields = fields or _generation_fields(seed)
     model = _generation_model(fields, seed)
@@ -872,69 +1129,112 @@ def _generation_case(impl, seed, *, prompt_length, window, max_new_tokens, eos_f
     eos_id = None
     if eos_from is not None:  # the token the loop picks at step eos_from ends the text there
         eos_id = expected[prompt_length + eos_from]
-        expected, feeds = _segments_oracle(model, prompt, max_new_tokens=max_new_tokens, window=window,
-                                           eos_id=eos_id, pick=pick)
-    call = (f"generate_with_cache(model, prompt of {prompt_length} tokens, max_new_tokens={max_new_tokens}, "
-            f"window={window}{f', eos_id={eos_id}' if eos_id is not None else ''}"
-            f"{', pick=a seeded sampler' if pick else ', pick=greedy'}"
-            f"{f', a {prompt_dtype} prompt' if prompt_dtype != torch.int64 else ''})")
-    got = impl.generate_with_cache(fields, model.state_dict(), prompt.clone(), max_new_tokens=max_new_tokens,
-                                   window=window, eos_id=eos_id, pick=pick)
+        expected, feeds = _segments_oracle(
+            model, prompt, max_new_tokens=max_new_tokens, window=window, eos_id=eos_id, pick=pick
+        )
+    call = (
+        f"generate_with_cache(model, prompt of {prompt_length} tokens, max_new_tokens={max_new_tokens}, "
+        f"window={window}{f', eos_id={eos_id}' if eos_id is not None else ''}"
+        f"{', pick=a seeded sampler' if pick else ', pick=greedy'}"
+        f"{f', a {prompt_dtype} prompt' if prompt_dtype != torch.int64 else ''})"
+    )
+    got = impl.generate_with_cache(
+        fields,
+        model.state_dict(),
+        prompt.clone(),
+        max_new_tokens=max_new_tokens,
+        window=window,
+        eos_id=eos_id,
+        pick=pick,
+    )
     _check_calls(got["calls"], feeds, got["caches"], prompt_length, window, call)
     tokens = expect.tensor(got["tokens"], call)
-    expect.that(tokens.dim() == 1, f"{call} returned shape {list(tokens.shape)}, expected a 1-D tensor: the prompt "
-                "followed by the new tokens")
-    expect.that(tokens.dtype == prompt.dtype, f"{call} returned {tokens.dtype} tokens for a {prompt.dtype} prompt: the "
-                "result has the prompt's dtype. pick returns int64 tokens, and torch.cat of a sequence of another "
-                "integer dtype with them promotes it to int64: convert each new token with .to(prompt.dtype) before "
-                "adding it (or build the result with dtype=prompt.dtype)")
+    expect.that(
+        tokens.dim() == 1,
+        f"{call} returned shape {list(tokens.shape)}, expected a 1-D tensor: the prompt followed by the new tokens",
+    )
+    expect.that(
+        tokens.dtype == prompt.dtype,
+        f"{call} returned {tokens.dtype} tokens for a {prompt.dtype} prompt: the "
+        "result has the prompt's dtype. pick returns int64 tokens, and torch.cat of a sequence of another "
+        "integer dtype with them promotes it to int64: convert each new token with .to(prompt.dtype) before "
+        "adding it (or build the result with dtype=prompt.dtype)",
+    )
     _check_tokens(tokens.tolist(), expected, prompt_length, eos_id, call)
     shapes = {tuple(s) for s in got["picks"]}
-    expect.that(len(got["picks"]) == len(expected) - prompt_length and shapes <= {(1, fields["vocab_size"])},
-                f"{call} called pick {len(got['picks'])} times with logits of shapes {sorted(shapes)}, "
-                f"expected once per new token ({len(expected) - prompt_length}) with the last position's logits "
-                f"[1, {fields['vocab_size']}]")
+    expect.that(
+        len(got["picks"]) == len(expected) - prompt_length and shapes <= {(1, fields["vocab_size"])},
+        f"{call} called pick {len(got['picks'])} times with logits of shapes {sorted(shapes)}, "
+        f"expected once per new token ({len(expected) - prompt_length}) with the last position's logits "
+        f"[1, {fields['vocab_size']}]",
+    )
     expect.that(got["prompt_unchanged"], f"{call} changed the prompt tensor in place: build a new sequence")
 
 
 def _check_calls(calls, feeds, caches, prompt_length, window, call):
-    expect.that(all(c["cache"] is not None for c in calls),
-                f"{call} called the model without a cache: pass cache=new_cache() on the first call and the same "
-                "cache on the next ones")
-    expect.that(not any(c["grad"] for c in calls),
-                f"{call} ran the model with gradients on: decorate it with @torch.no_grad(), or every step's "
-                "autograd graph stays alive in the cache")
+    expect.that(
+        all(c["cache"] is not None for c in calls),
+        f"{call} called the model without a cache: pass cache=new_cache() on the first call and the same "
+        "cache on the next ones",
+    )
+    expect.that(
+        not any(c["grad"] for c in calls),
+        f"{call} ran the model with gradients on: decorate it with @torch.no_grad(), or every step's "
+        "autograd graph stays alive in the cache",
+    )
     bad = [c["shape"] for c in calls if c["shape"] is None or len(c["shape"]) != 2 or c["shape"][0] != 1]
     expect.that(not bad, f"{call} fed the model tokens of shape {list(bad[0] or [])}, expected [1, n]" if bad else "")
     fed = [c["shape"][1] for c in calls]
     if calls:
-        expect.that(fed[0] == feeds[0][0], f"{call}: the first call fed {fed[0]} tokens, expected "
-                    f"{feeds[0][0]}: the prompt's last window tokens (all of a prompt of at most window)")
+        expect.that(
+            fed[0] == feeds[0][0],
+            f"{call}: the first call fed {fed[0]} tokens, expected "
+            f"{feeds[0][0]}: the prompt's last window tokens (all of a prompt of at most window)",
+        )
     held = max(c["after"] for c in calls) if calls else 0
-    expect.that(held <= window, f"{call}: the cache grew to {held} positions, more than window={window}: when it "
-                "holds window positions, start a new cache (new_cache()) filled with the last window // 2 tokens")
+    expect.that(
+        held <= window,
+        f"{call}: the cache grew to {held} positions, more than window={window}: when it "
+        "holds window positions, start a new cache (new_cache()) filled with the last window // 2 tokens",
+    )
     if caches > len(calls) > 1 or (len(calls) > 2 and all(c["before"] == 0 for c in calls)):
-        expect.fail(f"{call} started a new cache for every call ({caches} caches for {len(calls)} calls): keep the "
-                    "cache between steps and feed it only the newest token")
+        expect.fail(
+            f"{call} started a new cache for every call ({caches} caches for {len(calls)} calls): keep the "
+            "cache between steps and feed it only the newest token"
+        )
     for i, c in enumerate(calls[1:], start=1):
         if c["before"]:
-            expect.that(fed[i] == 1, f"{call}: call {i + 1} fed {fed[i]} tokens to a cache that already held "
-                        f"{c['before']}: after the prefill, feed only the newest token")
+            expect.that(
+                fed[i] == 1,
+                f"{call}: call {i + 1} fed {fed[i]} tokens to a cache that already held "
+                f"{c['before']}: after the prefill, feed only the newest token",
+            )
         else:
-            expect.that(fed[i] == window // 2, f"{call}: call {i + 1} filled a new cache with {fed[i]} tokens, "
-                        f"expected the last window // 2 = {window // 2}")
+            expect.that(
+                fed[i] == window // 2,
+                f"{call}: call {i + 1} filled a new cache with {fed[i]} tokens, "
+                f"expected the last window // 2 = {window // 2}",
+            )
     restarts = [i for i, c in enumerate(calls) if c["before"] == 0]
     expected_restarts = [i for i, (_, new) in enumerate(feeds) if new]
     if restarts != expected_restarts and len(calls) >= len(feeds):
         first = next(i for i in range(len(calls)) if (i in restarts) != (i in expected_restarts))
         before = calls[first]["before"]
-        expect.fail(f"{call}: call {first + 1} " + (
-            f"started a new cache while the old one held {calls[first - 1]['after']} of window={window} positions: "
-            "start again only when the cache is full" if first in restarts else
-            f"went on with a cache that held {before} of window={window} positions: when it is full, start a new "
-            "one with the last window // 2 tokens"))
-    expect.that(len(calls) == len(feeds), f"{call} made {len(calls)} model calls for {len(feeds)} new tokens: one "
-                "call per new token (the prefill gives the first); no call after the last token")
+        expect.fail(
+            f"{call}: call {first + 1} "
+            + (
+                f"started a new cache while the old one held {calls[first - 1]['after']} of window={window} positions: "
+                "start again only when the cache is full"
+                if first in restarts
+                else f"went on with a cache that held {before} of window={window} positions: when it is full, start a new "
+                "one with the last window // 2 tokens"
+            )
+        )
+    expect.that(
+        len(calls) == len(feeds),
+        f"{call} made {len(calls)} model calls for {len(feeds)} new tokens: one "
+        "call per new token (the prefill gives the first); no call after the last token",
+    )
 
 
 def _check_tokens(got, expected, prompt_length, eos_id, call):
@@ -944,13 +1244,17 @@ def _check_tokens(got, expected, prompt_length, eos_id, call):
         expect.fail(f"{call} does not begin with the prompt: return the prompt followed by the new tokens")
     if eos_id is not None and got == expected[:-1]:
         expect.fail(f"{call} stopped at eos_id but dropped it: keep the eos token, then stop")
-    if eos_id is not None and len(got) > len(expected) and got[:len(expected)] == expected:
+    if eos_id is not None and len(got) > len(expected) and got[: len(expected)] == expected:
         expect.fail(f"{call} went on after eos_id {eos_id}: stop as soon as it is picked (it is kept)")
-    first = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected)))
-    expect.fail(f"{call} gave {len(got) - prompt_length} new tokens, expected {len(expected) - prompt_length}; the "
-                f"first difference is new token {first - prompt_length + 1} ({got[first] if first < len(got) else 'none'}"
-                f" instead of {expected[first] if first < len(expected) else 'none'}). The oracle recomputes every "
-                "token without a cache over the current window segment.")
+    first = next(
+        (i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected))
+    )
+    expect.fail(
+        f"{call} gave {len(got) - prompt_length} new tokens, expected {len(expected) - prompt_length}; the "
+        f"first difference is new token {first - prompt_length + 1} ({got[first] if first < len(got) else 'none'}"
+        f" instead of {expected[first] if first < len(expected) else 'none'}). The oracle recomputes every "
+        "token without a cache over the current window segment."
+    )
 
 
 @GENERATE.visible
@@ -988,4 +1292,6 @@ def test_generation_stops(impl):
 @GENERATE.hidden
 def test_generation_samples(impl):
     "with a seeded sampler (temperature 0.9, top-k 5) as pick: the same draws as the oracle, one pick per token"
-    _generation_case(impl, 11, prompt_length=5, window=8, max_new_tokens=24, pick={"seed": 3, "temperature": 0.9, "top_k": 5})
+    _generation_case(
+        impl, 11, prompt_length=5, window=8, max_new_tokens=24, pick={"seed": 3, "temperature": 0.9, "top_k": 5}
+    )

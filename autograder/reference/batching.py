@@ -89,8 +89,8 @@ class RecomputeEngine(_Engine):
         mask = torch.zeros(len(slots), longest, dtype=torch.bool)
         for row, s in enumerate(slots):
             n = len(self.sequences[s])
-            tokens[row, longest - n:] = torch.tensor(self.sequences[s])
-            mask[row, longest - n:] = True
+            tokens[row, longest - n :] = torch.tensor(self.sequences[s])
+            mask[row, longest - n :] = True
         out = self.model(tokens, mask)[:, -1].argmax(-1).tolist()
         for s, t in zip(slots, out, strict=True):
             self.sequences[s].append(t)

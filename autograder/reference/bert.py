@@ -63,23 +63,35 @@ class BertForMaskedLM(nn.Module):
         self.config = config
         self.embeddings = BertEmbeddings(config, norm=norm)
         block_norm = functools.partial(norm, eps=config.norm_eps)
-        self.blocks = nn.ModuleList(EncoderBlock(config.d_model, config.n_heads, config.d_ff, "gelu", False,
-                                                 norm=block_norm) for _ in range(config.n_layers))
+        self.blocks = nn.ModuleList(
+            EncoderBlock(config.d_model, config.n_heads, config.d_ff, "gelu", False, norm=block_norm)
+            for _ in range(config.n_layers)
+        )
         self.head = MLMHead(config, self.embeddings.word, norm=norm)
 
-    def forward(self, tokens: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, token_type_ids: torch.Tensor | None = None, padding_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         x = self.embeddings(tokens, token_type_ids)
         for block in self.blocks:
             x = block(x, padding_mask)
         return self.head(x)
 
 
-def mask_tokens(tokens: torch.Tensor, *, mask_token_id: int, vocab_size: int, special_ids, generator: torch.Generator,
-                probability: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
+def mask_tokens(
+    tokens: torch.Tensor,
+    *,
+    mask_token_id: int,
+    vocab_size: int,
+    special_ids,
+    generator: torch.Generator,
+    probability: float = 0.15,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masking: of the non-special tokens pick ``probability``; of those 80% [MASK], 10% random, 10% kept."""
-    eligible = ~torch.isin(tokens, torch.as_tensor(list(special_ids) if not torch.is_tensor(special_ids)
-                                                   else special_ids, dtype=tokens.dtype))
+    eligible = ~torch.isin(
+        tokens,
+        torch.as_tensor(list(special_ids) if not torch.is_tensor(special_ids) else special_ids, dtype=tokens.dtype),
+    )
     draw = torch.rand(tokens.shape, generator=generator)
     chosen = eligible & (draw < probability)
     kind = torch.rand(tokens.shape, generator=generator)

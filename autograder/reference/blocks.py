@@ -23,8 +23,17 @@ def _keys(padding: torch.Tensor | None) -> torch.Tensor | None:
 
 
 class PreNormBlock(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, activation: str = "relu", *,
-                 attention=MultiHeadAttention, feed_forward=FeedForward, norm=nn.LayerNorm):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        activation: str = "relu",
+        *,
+        attention=MultiHeadAttention,
+        feed_forward=FeedForward,
+        norm=nn.LayerNorm,
+    ):
         super().__init__()
         self.norm1, self.norm2 = norm(d_model), norm(d_model)
         self.attn = attention(d_model, num_heads)
@@ -36,8 +45,18 @@ class PreNormBlock(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, activation: str = "relu", norm_first: bool = False,
-                 *, attention=MultiHeadAttention, feed_forward=FeedForward, norm=nn.LayerNorm):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        activation: str = "relu",
+        norm_first: bool = False,
+        *,
+        attention=MultiHeadAttention,
+        feed_forward=FeedForward,
+        norm=nn.LayerNorm,
+    ):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = attention(d_model, num_heads)
@@ -52,9 +71,19 @@ class EncoderBlock(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, activation: str = "relu", norm_first: bool = False,
-                 *, attention=MultiHeadAttention, cross_attention=CrossAttention, feed_forward=FeedForward,
-                 norm=nn.LayerNorm):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        activation: str = "relu",
+        norm_first: bool = False,
+        *,
+        attention=MultiHeadAttention,
+        cross_attention=CrossAttention,
+        feed_forward=FeedForward,
+        norm=nn.LayerNorm,
+    ):
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = attention(d_model, num_heads)
@@ -62,13 +91,20 @@ class DecoderBlock(nn.Module):
         self.ffn = feed_forward(d_model, d_ff, activation)
         self.norm1, self.norm2, self.norm3 = norm(d_model), norm(d_model), norm(d_model)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, tgt_padding: torch.Tensor | None = None,
-                memory_padding: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_padding: torch.Tensor | None = None,
+        memory_padding: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         causal = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).tril()
         self_mask = causal if tgt_padding is None else causal & _keys(tgt_padding)
-        steps = ((self.norm1, lambda h: self.self_attn(h, self_mask)),
-                 (self.norm2, lambda h: self.cross_attn(h, memory, _keys(memory_padding))),
-                 (self.norm3, self.ffn))
+        steps = (
+            (self.norm1, lambda h: self.self_attn(h, self_mask)),
+            (self.norm2, lambda h: self.cross_attn(h, memory, _keys(memory_padding))),
+            (self.norm3, self.ffn),
+        )
         for norm, sublayer in steps:
             x = x + sublayer(norm(x)) if self.norm_first else norm(x + sublayer(x))
         return x

@@ -103,8 +103,14 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
-def train(text: str, vocab_size: int, special_tokens=("<|endoftext|>",), *, tie_break: str = "greatest",
-          steps: list | None = None):
+def train(
+    text: str,
+    vocab_size: int,
+    special_tokens=("<|endoftext|>",),
+    *,
+    tie_break: str = "greatest",
+    steps: list | None = None,
+):
     """``(vocab, merges)`` by naive recounting. ``steps``, when given, receives ``(pair, count, n_tied)``."""
     vocab = {b: bytes([b]) for b in range(256)}
     for special in special_tokens:

@@ -50,8 +50,9 @@ class GPT2(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, d)
         self.wpe = nn.Embedding(config.n_positions, d)
         norm = functools.partial(nn.LayerNorm, eps=config.norm_eps)
-        self.blocks = nn.ModuleList(PreNormBlock(d, config.n_heads, config.d_ff, activation, norm=norm)
-                                    for _ in range(config.n_layers))
+        self.blocks = nn.ModuleList(
+            PreNormBlock(d, config.n_heads, config.d_ff, activation, norm=norm) for _ in range(config.n_layers)
+        )
         self.ln_f = nn.LayerNorm(d, eps=config.norm_eps)
         self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight

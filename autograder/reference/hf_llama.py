@@ -25,14 +25,22 @@ def transformers_quiet():
 def hf_config(fields: dict, attn_implementation: str = "eager"):
     """A ``LlamaConfig`` with the course's fields (untied head, no biases)."""
     T = transformers_quiet()
-    config = T.LlamaConfig(vocab_size=fields["vocab_size"], hidden_size=fields["d_model"],
-                           intermediate_size=fields["d_ff"], num_hidden_layers=fields["n_layers"],
-                           num_attention_heads=fields["n_heads"],
-                           num_key_value_heads=fields.get("n_kv_heads") or fields["n_heads"],
-                           max_position_embeddings=fields["max_seq_len"], rms_norm_eps=fields.get("norm_eps", 1e-5),
-                           rope_parameters={"rope_type": "default", "rope_theta": fields.get("rope_base", 10000.0)},
-                           tie_word_embeddings=False, attention_bias=False, mlp_bias=False, bos_token_id=0,
-                           eos_token_id=0)
+    config = T.LlamaConfig(
+        vocab_size=fields["vocab_size"],
+        hidden_size=fields["d_model"],
+        intermediate_size=fields["d_ff"],
+        num_hidden_layers=fields["n_layers"],
+        num_attention_heads=fields["n_heads"],
+        num_key_value_heads=fields.get("n_kv_heads") or fields["n_heads"],
+        max_position_embeddings=fields["max_seq_len"],
+        rms_norm_eps=fields.get("norm_eps", 1e-5),
+        rope_parameters={"rope_type": "default", "rope_theta": fields.get("rope_base", 10000.0)},
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     config._attn_implementation = attn_implementation
     return config
 
@@ -45,10 +53,12 @@ def interleaved(weight: torch.Tensor, heads: int) -> torch.Tensor:
 
 
 def attention_state(hf_state: dict, prefix: str, heads: int, kv: int) -> dict:
-    return {"q_proj.weight": interleaved(hf_state[f"{prefix}q_proj.weight"], heads),
-            "k_proj.weight": interleaved(hf_state[f"{prefix}k_proj.weight"], kv),
-            "v_proj.weight": hf_state[f"{prefix}v_proj.weight"].clone(),
-            "out_proj.weight": hf_state[f"{prefix}o_proj.weight"].clone()}
+    return {
+        "q_proj.weight": interleaved(hf_state[f"{prefix}q_proj.weight"], heads),
+        "k_proj.weight": interleaved(hf_state[f"{prefix}k_proj.weight"], kv),
+        "v_proj.weight": hf_state[f"{prefix}v_proj.weight"].clone(),
+        "out_proj.weight": hf_state[f"{prefix}o_proj.weight"].clone(),
+    }
 
 
 def block_state(hf_state: dict, prefix: str, heads: int, kv: int) -> dict:
@@ -63,8 +73,11 @@ def block_state(hf_state: dict, prefix: str, heads: int, kv: int) -> dict:
 def course_state(hf_state: dict, fields: dict) -> dict:
     """A ``LlamaForCausalLM`` state dict in the names of the course's decoder (``tok_emb``, ``blocks``, ...)."""
     heads, kv = fields["n_heads"], fields.get("n_kv_heads") or fields["n_heads"]
-    state = {"tok_emb.weight": hf_state["model.embed_tokens.weight"], "norm.weight": hf_state["model.norm.weight"],
-             "lm_head.weight": hf_state["lm_head.weight"]}
+    state = {
+        "tok_emb.weight": hf_state["model.embed_tokens.weight"],
+        "norm.weight": hf_state["model.norm.weight"],
+        "lm_head.weight": hf_state["lm_head.weight"],
+    }
     for i in range(fields["n_layers"]):
         state |= {f"blocks.{i}.{k}": v for k, v in block_state(hf_state, f"model.layers.{i}.", heads, kv).items()}
     return state

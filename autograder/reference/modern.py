@@ -40,9 +40,15 @@ class RotaryGroupedQueryAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=False)
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None, cache=None, layer: int = 0,
-                is_causal: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        token_positions: torch.Tensor | None = None,
+        cache=None,
+        layer: int = 0,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
         if is_causal and mask is not None:
             raise ValueError("is_causal=True stands for the causal mask: give mask=None with it")
         batch, length, _ = x.shape
@@ -73,17 +79,24 @@ class RotaryGroupedQueryAttention(nn.Module):
 
 
 class ModernBlock(nn.Module):
-    def __init__(self, config, rope: nn.Module, *, attention=RotaryGroupedQueryAttention, feed_forward=SwiGLU,
-                 norm=nn.RMSNorm):
+    def __init__(
+        self, config, rope: nn.Module, *, attention=RotaryGroupedQueryAttention, feed_forward=SwiGLU, norm=nn.RMSNorm
+    ):
         super().__init__()
         self.norm1 = norm(config.d_model, eps=config.norm_eps)
         self.attn = attention(config.d_model, config.n_heads, config.n_kv_heads or config.n_heads, rope)
         self.norm2 = norm(config.d_model, eps=config.norm_eps)
         self.ffn = feed_forward(config.d_model, config.d_ff)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                token_positions: torch.Tensor | None = None, cache=None, layer: int = 0,
-                is_causal: bool = False) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        token_positions: torch.Tensor | None = None,
+        cache=None,
+        layer: int = 0,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
         extra = {} if cache is None else {"cache": cache, "layer": layer}
         if is_causal:
             extra["is_causal"] = True

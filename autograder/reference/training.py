@@ -44,7 +44,7 @@ def clip(parameters, max_norm: float) -> torch.Tensor:
 def inverse_sqrt_lr(step: int, *, d_model: int, warmup_steps: int) -> float:
     if step == 0:
         return 0.0
-    return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
 def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
@@ -56,8 +56,17 @@ def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, dec
     return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
 
 
-def evaluate(model, tokens, *, batches: int, batch_size: int, context_length: int, generator,
-             get_batch=get_batch, loss_fn=loss_fn) -> float:
+def evaluate(
+    model,
+    tokens,
+    *,
+    batches: int,
+    batch_size: int,
+    context_length: int,
+    generator,
+    get_batch=get_batch,
+    loss_fn=loss_fn,
+) -> float:
     was_training = model.training
     device = next(model.parameters()).device
     model.eval()
@@ -70,8 +79,21 @@ def evaluate(model, tokens, *, batches: int, batch_size: int, context_length: in
     return total / batches
 
 
-def train(model, optimizer, train_tokens, val_tokens, config, *, schedule, generator, get_batch=get_batch,
-          loss_fn=loss_fn, clip=clip, evaluate=evaluate, progress=False) -> dict:
+def train(
+    model,
+    optimizer,
+    train_tokens,
+    val_tokens,
+    config,
+    *,
+    schedule,
+    generator,
+    get_batch=get_batch,
+    loss_fn=loss_fn,
+    clip=clip,
+    evaluate=evaluate,
+    progress=False,
+) -> dict:
     history = {"step": [], "train_loss": [], "lr": [], "tokens_per_s": [], "val_step": [], "val_loss": []}
     device = next(model.parameters()).device
     model.train()
@@ -80,8 +102,7 @@ def train(model, optimizer, train_tokens, val_tokens, config, *, schedule, gener
         lr = schedule(step)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        inputs, targets = get_batch(train_tokens, config.batch_size, config.context_length, device,
-                                    generator=generator)
+        inputs, targets = get_batch(train_tokens, config.batch_size, config.context_length, device, generator=generator)
         loss = loss_fn(model(inputs), targets)
         optimizer.zero_grad()
         loss.backward()
@@ -93,10 +114,18 @@ def train(model, optimizer, train_tokens, val_tokens, config, *, schedule, gener
         history["tokens_per_s"].append(inputs.numel() / max(time.perf_counter() - start, 1e-9))
         if step % config.eval_interval == 0 or step == config.max_steps:
             history["val_step"].append(step)
-            history["val_loss"].append(evaluate(
-                model, val_tokens, batches=config.eval_batches, batch_size=config.batch_size,
-                context_length=config.context_length, generator=torch.Generator().manual_seed(config.eval_seed),
-                get_batch=get_batch, loss_fn=loss_fn))
+            history["val_loss"].append(
+                evaluate(
+                    model,
+                    val_tokens,
+                    batches=config.eval_batches,
+                    batch_size=config.batch_size,
+                    context_length=config.context_length,
+                    generator=torch.Generator().manual_seed(config.eval_seed),
+                    get_batch=get_batch,
+                    loss_fn=loss_fn,
+                )
+            )
     return history
 
 

@@ -38,21 +38,39 @@ RIGHT = {
 
 WRONG = [
     # The exercises' rules (autograder.rules): each message quotes the rule.
-    Wrong("relative_positions", "a nested comprehension",
-          relative_positions("return torch.tensor([[j - i for j in range(n)] for i in range(n)])"),
-          "this exercise's rule is: no Python loops"),
-    Wrong("relative_positions", "a for loop filling rows",
-          relative_positions("out = torch.empty(n, n, dtype=torch.int64)\n    for i in range(n):\n"
-                             "        out[i] = torch.arange(n) - i\n    return out"),
-          "this exercise's rule is: no Python loops"),
-    Wrong("pairwise_sq_distances", "a loop over the rows of a",
-          pairwise_sq_distances("return torch.stack([((row - b) ** 2).sum(-1) for row in a])"),
-          "this exercise's rule is: no Python loops"),
-    Wrong("pairwise_sq_distances", "calls torch.cdist", pairwise_sq_distances("return torch.cdist(a, b) ** 2"),
-          "this exercise's rule is: no torch.cdist"),
-    Wrong("pairwise_sq_distances", "keeps a reference to torch.cdist",
-          "dist = torch.cdist\n" + pairwise_sq_distances("return dist(a, b) ** 2"), "this exercise's rule is: no torch.cdist"),
-
+    Wrong(
+        "relative_positions",
+        "a nested comprehension",
+        relative_positions("return torch.tensor([[j - i for j in range(n)] for i in range(n)])"),
+        "this exercise's rule is: no Python loops",
+    ),
+    Wrong(
+        "relative_positions",
+        "a for loop filling rows",
+        relative_positions(
+            "out = torch.empty(n, n, dtype=torch.int64)\n    for i in range(n):\n"
+            "        out[i] = torch.arange(n) - i\n    return out"
+        ),
+        "this exercise's rule is: no Python loops",
+    ),
+    Wrong(
+        "pairwise_sq_distances",
+        "a loop over the rows of a",
+        pairwise_sq_distances("return torch.stack([((row - b) ** 2).sum(-1) for row in a])"),
+        "this exercise's rule is: no Python loops",
+    ),
+    Wrong(
+        "pairwise_sq_distances",
+        "calls torch.cdist",
+        pairwise_sq_distances("return torch.cdist(a, b) ** 2"),
+        "this exercise's rule is: no torch.cdist",
+    ),
+    Wrong(
+        "pairwise_sq_distances",
+        "keeps a reference to torch.cdist",
+        "dist = torch.cdist\n" + pairwise_sq_distances("return dist(a, b) ** 2"),
+        "this exercise's rule is: no torch.cdist",
+    ),
     Wrong(
         "relative_positions",
         "query minus key (transposed)",
@@ -63,17 +81,14 @@ WRONG = [
         "relative_positions",
         "float positions",
         relative_positions(
-            "positions = torch.arange(n, dtype=torch.float32)\n"
-            "    return positions[None, :] - positions[:, None]"
+            "positions = torch.arange(n, dtype=torch.float32)\n    return positions[None, :] - positions[:, None]"
         ),
         "whole numbers",
     ),
     Wrong(
         "relative_positions",
         "absolute distance",
-        relative_positions(
-            "positions = torch.arange(n)\n    return (positions[None, :] - positions[:, None]).abs()"
-        ),
+        relative_positions("positions = torch.arange(n)\n    return (positions[None, :] - positions[:, None]).abs()"),
         "lost the sign",
     ),
     Wrong(
@@ -121,39 +136,40 @@ WRONG = [
     Wrong(
         "pairwise_sq_distances",
         "unsqueeze_ on the input, squeeze_ to put the shape back",
-        pairwise_sq_distances("a.unsqueeze_(1)\n    diff = a - b[None, :, :]\n    a.squeeze_(1)\n"
-                              "    return (diff ** 2).sum(-1)"),
+        pairwise_sq_distances(
+            "a.unsqueeze_(1)\n    diff = a - b[None, :, :]\n    a.squeeze_(1)\n    return (diff ** 2).sum(-1)"
+        ),
         "changed its input `a` in place, even if it put it back afterwards",
     ),
     Wrong(
         "pairwise_sq_distances",
         "centres both inputs in place (sub_), then adds the centre back",
-        pairwise_sq_distances("centre = a.mean(0)\n    a.sub_(centre)\n    b.sub_(centre)\n"
-                              "    out = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)\n"
-                              "    a.add_(centre)\n    b.add_(centre)\n    return out"),
+        pairwise_sq_distances(
+            "centre = a.mean(0)\n    a.sub_(centre)\n    b.sub_(centre)\n"
+            "    out = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)\n"
+            "    a.add_(centre)\n    b.add_(centre)\n    return out"
+        ),
         "changed its input `a` in place",
     ),
     Wrong(
         "pairwise_sq_distances",
         "reshapes the input through .data and back (no method ending in _)",
-        pairwise_sq_distances("a.data = a.data.unsqueeze(1)\n    diff = a - b.unsqueeze(0)\n"
-                              "    a.data = a.data.squeeze(1)\n    return (diff ** 2).sum(-1)"),
+        pairwise_sq_distances(
+            "a.data = a.data.unsqueeze(1)\n    diff = a - b.unsqueeze(0)\n"
+            "    a.data = a.data.squeeze(1)\n    return (diff ** 2).sum(-1)"
+        ),
         "when they are one tensor, changing a changes b too",
     ),
     Wrong(
         "pairwise_sq_distances",
         "squeezes away size-1 dimensions",
-        pairwise_sq_distances(
-            "diff = (a[:, None, :] - b[None, :, :]).squeeze()\n    return (diff ** 2).sum(-1)"
-        ),
+        pairwise_sq_distances("diff = (a[:, None, :] - b[None, :, :]).squeeze()\n    return (diff ** 2).sum(-1)"),
         "expected [1, 5]",
     ),
     Wrong(
         "pairwise_sq_distances",
         "computes in float32 whatever the input",
-        pairwise_sq_distances(
-            "diff = a.float()[:, None, :] - b.float()[None, :, :]\n    return (diff ** 2).sum(-1)"
-        ),
+        pairwise_sq_distances("diff = a.float()[:, None, :] - b.float()[None, :, :]\n    return (diff ** 2).sum(-1)"),
         "expected torch.float64",
     ),
     Wrong(
