@@ -539,6 +539,12 @@ def _formgrader(hub: Hub, inst: Person, stu1: Person, stu2: Person, screens: Scr
     page, said = inst.page, []
     base = f"{hub.url}/user/{inst.name}/formgrader"
     page.goto(base)
+    # The configuration formgrader loaded (it shows it): the course's, from the instructor's course folder, and the
+    # class's exchange with the course's exchange classes.
+    loaded = page.locator("#collapseConfig pre").text_content()
+    for setting in ("autograder.exchange.OwnerCheckedCollect", "autograder.exchange.PrivateSubmit", "TrustedVerdict",
+                    str(hub.exchange)):
+        assert setting in loaded, (setting, loaded[:3000])
     row = page.locator("tr", has=page.locator("td", has_text=NOTEBOOK))
     row.locator("td.collect a").click(timeout=60_000)
     said.append(_modal(page))
