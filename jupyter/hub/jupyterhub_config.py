@@ -1,6 +1,6 @@
 # A JupyterHub for one class of this course on one Linux server: `make hub` (as root) runs
 # `jupyterhub -f jupyter/hub/jupyterhub_config.py` with the class's environment's Python (docs/instructors.md,
-# "One server hub"). Students and instructors log in with their Unix account and password; each one's JupyterLab
+# "One server: make hub"). Students and instructors log in with their Unix account and password; each one's JupyterLab
 # runs as that account, in their home, from the class's environment. tests/test_hub.py runs this file as it is.
 #
 # What `make hub` passes in (environment variables; the defaults are for a real class):
@@ -99,7 +99,8 @@ c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
 
 # The students' settings (jupyter/student/: nbgrader's instructor tools off and locked, no news pop-up, terminals
-# that run the class's Python) for everyone; the instructors' (jupyter/hub/instructors/) before them for the
+# that run the class's Python) and the class's nbgrader configuration (jupyter/hub/class/: the course, the exchange,
+# the course's exchange classes) for everyone; the instructors' (jupyter/hub/instructors/) before them for the
 # instructors: formgrader, Create Assignment and the course list back on, and nbgrader configured from their course
 # folder. Both are copied at every start into the hub's folder, where every account can read them (the repository
 # may be where they cannot, such as under /root), and given through JUPYTER_CONFIG_PATH, which outranks the
@@ -124,6 +125,7 @@ _copy_readable(HERE / "class", SETTINGS / "class")
 
 
 def _config_path(spawner) -> str:
+    """JUPYTER_CONFIG_PATH of ``spawner``'s server: the instructors' settings first for an instructor."""
     folders = [SETTINGS / "students", SETTINGS / "class"]
     if spawner.user.name in _members(INSTRUCTORS):
         folders.insert(0, SETTINGS / "instructors")
@@ -131,7 +133,8 @@ def _config_path(spawner) -> str:
 
 
 # JupyterHub passes a server almost none of the hub's own environment (its API token must not leak): the
-# class's environment comes first on PATH, and the exchange and the instructors' course folder are named here.
+# class's environment comes first on PATH, and the exchange and the instructors' course folder are named here
+# (jupyter/hub/class/ and jupyter/hub/instructors/ read them).
 c.Spawner.environment = {
     "PATH": os.pathsep.join([str(ENV_BIN), "/usr/local/bin", "/usr/bin", "/bin"]),
     "LANG": "C.UTF-8",
