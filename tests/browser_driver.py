@@ -29,8 +29,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 LOCAL = re.compile(r"^(file:|data:|blob:|about:|http://127\.0\.0\.1[:/])")
 
 
@@ -114,8 +120,15 @@ class Lab:
 
 
 @contextmanager
-def jupyter_lab(root: Path, *, env: dict | None = None, args: tuple[str, ...] = (),
-                token: str = "course-test-token", start_timeout: float = 90, via_make: bool = False) -> Iterator[Lab]:
+def jupyter_lab(
+    root: Path,
+    *,
+    env: dict | None = None,
+    args: tuple[str, ...] = (),
+    token: str = "course-test-token",
+    start_timeout: float = 90,
+    via_make: bool = False,
+) -> Iterator[Lab]:
     """JupyterLab serving ``root`` headless on a free localhost port; stopped on exit.
 
     ``via_make`` starts it with the students' own command, ``make lab`` (their settings included), with
@@ -124,15 +137,23 @@ def jupyter_lab(root: Path, *, env: dict | None = None, args: tuple[str, ...] = 
     port = free_port()
     options = ["--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={token}", *args]
     if via_make:
-        command = ["make", "--no-print-directory", "-C", str(ROOT), "lab", f"LAB_DIR={root}",
-                   f"LAB_ARGS={shlex.join(options)}"]
+        command = [
+            "make",
+            "--no-print-directory",
+            "-C",
+            str(ROOT),
+            "lab",
+            f"LAB_DIR={root}",
+            f"LAB_ARGS={shlex.join(options)}",
+        ]
     else:
         jupyter = Path(sys.executable).parent / "jupyter"
         command = [jupyter, "lab", "--allow-root", f"--ServerApp.root_dir={root}", *options]
     log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed below; its tail explains a failed start
     # A session of its own, so that stopping it stops make, the server and its kernels together.
-    server = subprocess.Popen(command, cwd=root, env=env or dict(os.environ), stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+    server = subprocess.Popen(
+        command, cwd=root, env=env or dict(os.environ), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + start_timeout

@@ -115,8 +115,17 @@ def _lent(argv: list[str], paths: tuple[Path, ...] = (Path(sys.base_prefix).reso
             quoted = shlex.quote(str(path))
             lines.append(f'mkdir -p {quoted}; mount --bind "$k{n}_{m}" {quoted}; umount "$k{n}_{m}"; rmdir "$k{n}_{m}"')
     lines.append('exec "$@"')
-    return [shutil.which("unshare") or "/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
-            "; ".join(lines), "lend", *argv]
+    return [
+        shutil.which("unshare") or "/usr/bin/unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        "; ".join(lines),
+        "lend",
+        *argv,
+    ]
 
 
 @dataclass
@@ -138,8 +147,9 @@ class Hub:
 
 
 def _as(user: str, *argv: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    done = subprocess.run(_lent([RUNUSER, "-u", user, "--", *argv]), cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        _lent([RUNUSER, "-u", user, "--", *argv]), cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, f"{user}: {' '.join(argv)}:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -172,15 +182,31 @@ def class_hub(tag: str, students_group: str, instructors_group: str):
     scratch.chmod(0o755)  # the hub's settings/ inside it are every account's to read
     folder, exchange, log = scratch / "hub", scratch / "exchange", scratch / "hub.log"
     port, hub_port, api_port = free_port(), free_port(), free_port()
-    command = ["make", "--no-print-directory", "-C", str(ROOT), "hub-start", f"HUB_PREFIX={ENV}", f"HUB_DIR={folder}",
-               f"HUB_URL=http://127.0.0.1:{port}", f"HUB_INTERNAL_PORTS={hub_port},{api_port}",
-               f"HUB_STUDENTS={students_group}", f"HUB_INSTRUCTORS={instructors_group}", f"HUB_EXCHANGE={exchange}"]
+    command = [
+        "make",
+        "--no-print-directory",
+        "-C",
+        str(ROOT),
+        "hub-start",
+        f"HUB_PREFIX={ENV}",
+        f"HUB_DIR={folder}",
+        f"HUB_URL=http://127.0.0.1:{port}",
+        f"HUB_INTERNAL_PORTS={hub_port},{api_port}",
+        f"HUB_STUDENTS={students_group}",
+        f"HUB_INSTRUCTORS={instructors_group}",
+        f"HUB_EXCHANGE={exchange}",
+    ]
     started = time.monotonic()
     with open(log, "w") as out:
         # In a session of its own, so that one signal reaches make and the hub; in a mount namespace of its own
         # where this Python is lent to the accounts, if it lies where they cannot read it (/root).
-        process = subprocess.Popen(_lent(command), stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True, env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8"})
+        process = subprocess.Popen(
+            _lent(command),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={"PATH": os.environ["PATH"], "LANG": "C.UTF-8"},
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         while True:
@@ -294,8 +320,11 @@ print("PROBE DONE")"""
 def test_a_class_on_the_hub_in_a_browser():
     reason = _reason()
     if reason:
-        if os.environ.get("COURSE_REQUIRE_BROWSER") == "1" and os.environ.get("COURSE_REQUIRE_SANDBOX") == "1" \
-                and os.geteuid() == 0:
+        if (
+            os.environ.get("COURSE_REQUIRE_BROWSER") == "1"
+            and os.environ.get("COURSE_REQUIRE_SANDBOX") == "1"
+            and os.geteuid() == 0
+        ):
             pytest.fail(f"CI runs the hub's class: {reason}")
         pytest.skip(reason)
     began = time.monotonic()
@@ -310,7 +339,10 @@ def test_a_class_on_the_hub_in_a_browser():
     assert RIGHT in solved, "the solution's LayerNorm changed: update RIGHT and WRONG"
     released = read(release_path(NOTEBOOK)).cells
     assert released[ANSWER].metadata["nbgrader"]["grade_id"] == "layer_norm"
-    assert released[TEST].metadata["nbgrader"]["grade_id"] == "layer_norm_test" and "import torch" in released[IMPORTS].source
+    assert (
+        released[TEST].metadata["nbgrader"]["grade_id"] == "layer_norm_test"
+        and "import torch" in released[IMPORTS].source
+    )
 
     accounts = Accounts()
     groups = [f"ts_students_{accounts.tag}", f"ts_instructors_{accounts.tag}"]
@@ -322,8 +354,9 @@ def test_a_class_on_the_hub_in_a_browser():
         for role, group in (("inst", groups[1]), ("stu1", groups[0]), ("stu2", groups[0])):
             person = Person(accounts.add(role), secrets.token_urlsafe(12))
             subprocess.run(["usermod", "-aG", group, person.name], check=True, capture_output=True)
-            subprocess.run(["chpasswd"], input=f"{person.name}:{person.password}\n", text=True, check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["chpasswd"], input=f"{person.name}:{person.password}\n", text=True, check=True, capture_output=True
+            )
             people.append(person)
         inst, stu1, stu2 = people
         step("accounts")
@@ -347,8 +380,9 @@ def test_a_class_on_the_hub_in_a_browser():
     assert not failed, f"could not delete the test's accounts: {failed}"
 
 
-def _class(hub: Hub, inst: Person, stu1: Person, stu2: Person, exercises: dict, solved: str, screens: Screens,
-           step) -> None:
+def _class(
+    hub: Hub, inst: Person, stu1: Person, stu2: Person, exercises: dict, solved: str, screens: Screens, step
+) -> None:
     # The hub's own folders: its database and cookie secret root's alone, its settings every account's to read;
     # the exchange as the multi-user recipe makes it.
     assert stat.S_IMODE((hub.folder / "private").stat().st_mode) == 0o700
@@ -358,16 +392,47 @@ def _class(hub: Hub, inst: Person, stu1: Person, stu2: Person, exercises: dict, 
     # The instructor's course folder and the release, as an instructor types them in their server's terminal
     # (the environment the hub gives their server), while the students log in.
     course = home(inst.name) / "transformer-course"
-    terminal = {"HOME": str(home(inst.name)), "USER": inst.name, "LANG": "C.UTF-8",
-                "PATH": f"{ENV / 'bin'}:/usr/bin:/bin", "COURSE_EXCHANGE": str(hub.exchange),
-                "JUPYTER_CONFIG_PATH": ":".join(str(hub.folder / "settings" / s) for s in ("instructors", "students", "class"))}
+    terminal = {
+        "HOME": str(home(inst.name)),
+        "USER": inst.name,
+        "LANG": "C.UTF-8",
+        "PATH": f"{ENV / 'bin'}:/usr/bin:/bin",
+        "COURSE_EXCHANGE": str(hub.exchange),
+        "JUPYTER_CONFIG_PATH": ":".join(str(hub.folder / "settings" / s) for s in ("instructors", "students", "class")),
+    }
     set_up: list[BaseException] = []
 
     def instructor_sets_up() -> None:
         try:
-            _as(inst.name, "mkdir", "-m", "700", str(course), str(course / "solutions"), cwd=home(inst.name), env=terminal)
-            _as(inst.name, "cp", "-r", str(ROOT / "nbgrader_config.py"), str(ROOT / "data"), str(course), cwd=course, env=terminal)
-            _as(inst.name, "cp", "-r", str(solution_path(NOTEBOOK).parent), str(course / "solutions"), cwd=course, env=terminal)
+            _as(
+                inst.name,
+                "mkdir",
+                "-m",
+                "700",
+                str(course),
+                str(course / "solutions"),
+                cwd=home(inst.name),
+                env=terminal,
+            )
+            _as(
+                inst.name,
+                "cp",
+                "-r",
+                str(ROOT / "nbgrader_config.py"),
+                str(ROOT / "data"),
+                str(course),
+                cwd=course,
+                env=terminal,
+            )
+            _as(
+                inst.name,
+                "cp",
+                "-r",
+                str(solution_path(NOTEBOOK).parent),
+                str(course / "solutions"),
+                cwd=course,
+                env=terminal,
+            )
             for args in (("generate_assignment", NOTEBOOK, "--force"), ("release_assignment", NOTEBOOK)):
                 _as(inst.name, str(ENV / "bin" / "nbgrader"), *args, "--log-level=WARN", cwd=course, env=terminal)
             _as(inst.name, "chmod", "+t", str(hub.exchange / COURSE_ID / "inbound"), cwd=course, env=terminal)
@@ -430,12 +495,16 @@ def _class(hub: Hub, inst: Person, stu1: Person, stu2: Person, exercises: dict, 
                 student.page.locator(".jp-Notebook").wait_for()
                 student.page.locator(".lm-TabBar-tab.jp-mod-dirty").wait_for(state="detached", timeout=30_000)
                 panel = _assignments(student.page)
-                fetched = panel.locator("#fetched_assignments_list > .list_item",
-                                        has=student.page.locator("a.assignment-notebooks-link", has_text=NOTEBOOK))
+                fetched = panel.locator(
+                    "#fetched_assignments_list > .list_item",
+                    has=student.page.locator("a.assignment-notebooks-link", has_text=NOTEBOOK),
+                )
                 fetched.locator("button", has_text="Submit").click()
             for student in (stu1, stu2):
                 panel = _assignments(student.page)
-                panel.locator("#submitted_assignments_list .list_item", has_text=NOTEBOOK).first.wait_for(timeout=60_000)
+                panel.locator("#submitted_assignments_list .list_item", has_text=NOTEBOOK).first.wait_for(
+                    timeout=60_000
+                )
                 screens.shot(student.page, f"{student.name}_submitted")
             submissions = {path.owner(): path for path in inbound.iterdir()}
             assert set(submissions) == {stu1.name, stu2.name}, submissions
@@ -455,7 +524,9 @@ def _class(hub: Hub, inst: Person, stu1: Person, stu2: Person, exercises: dict, 
             for student in (stu1, stu2):
                 panel = _assignments(student.page)
                 panel.locator("#refresh_assignments_list").click()
-                panel.locator("#submitted_assignments_list", has_text="feedback available to fetch").wait_for(timeout=60_000)
+                panel.locator("#submitted_assignments_list", has_text="feedback available to fetch").wait_for(
+                    timeout=60_000
+                )
                 panel.locator("#submitted_assignments_list button", has_text="Fetch Feedback").first.click()
             for student in (stu1, stu2):
                 page = student.page
@@ -486,8 +557,10 @@ def _class(hub: Hub, inst: Person, stu1: Person, stu2: Person, exercises: dict, 
         for student in (stu1, stu2):
             notebook = gradebook.find_submission_notebook(NOTEBOOK, NOTEBOOK, student.name)
             graded[student.name] = {g.name.removesuffix("_test"): g.score for g in notebook.grades}
-    assert graded == {stu1.name: {"layer_norm": exercises["layer_norm"], "rms_norm": 0},
-                      stu2.name: {"layer_norm": 0, "rms_norm": 0}}, graded
+    assert graded == {
+        stu1.name: {"layer_norm": exercises["layer_norm"], "rms_norm": 0},
+        stu2.name: {"layer_norm": 0, "rms_norm": 0},
+    }, graded
 
 
 def _refusals(hub: Hub, inst: Person, stu1: Person, stu2: Person, submission: Path, screens: Screens) -> None:
@@ -498,15 +571,19 @@ def _refusals(hub: Hub, inst: Person, stu1: Person, stu2: Person, submission: Pa
         ("student 1's lab", f"/user/{stu1.name}/lab"),
         ("student 1's notebook, through their server's files", f"/user/{stu1.name}/files/{NOTEBOOK}/{NOTEBOOK}.ipynb"),
         ("the instructor's formgrader", f"/user/{inst.name}/formgrader"),
-        ("student 1's submission, through formgrader's API",
-         f"/user/{inst.name}/formgrader/api/submission/{NOTEBOOK}/{stu1.name}"),
+        (
+            "student 1's submission, through formgrader's API",
+            f"/user/{inst.name}/formgrader/api/submission/{NOTEBOOK}/{stu1.name}",
+        ),
     ):
         reply = page.goto(hub.url + path)
         answers[what] = (reply.status, page.locator("body").inner_text()[:200])
-        assert reply.status == 403 and "You do not have permission to access Server" in answers[what][1], (what, answers)
+        assert reply.status == 403 and "You do not have permission to access Server" in answers[what][1], (
+            what,
+            answers,
+        )
     screens.shot(page, f"{stu2.name}_refused_a_server")
-    api = page.request.get(f"{hub.url}/user/{stu1.name}/api/contents/{NOTEBOOK}/{NOTEBOOK}.ipynb",
-                           max_redirects=0)
+    api = page.request.get(f"{hub.url}/user/{stu1.name}/api/contents/{NOTEBOOK}/{NOTEBOOK}.ipynb", max_redirects=0)
     assert api.status == 403, ("student 1's notebook, through their server's API", api.status, api.text()[:200])
     own = page.goto(f"{hub.url}/user/{stu2.name}/formgrader")
     assert own.status == 404, "formgrader is off in a student's own server"
@@ -514,10 +591,12 @@ def _refusals(hub: Hub, inst: Person, stu1: Person, stu2: Person, submission: Pa
     page = stu2.page
 
     # Code in their own notebook (their own account): the exchange and student 1's home keep them out.
-    targets = [("list", str(hub.exchange / COURSE_ID / "inbound")),
-               ("list", str(submission)),
-               ("read", str(submission / f"{NOTEBOOK}.ipynb")),
-               ("list", str(home(stu1.name)))]
+    targets = [
+        ("list", str(hub.exchange / COURSE_ID / "inbound")),
+        ("list", str(submission)),
+        ("read", str(submission / f"{NOTEBOOK}.ipynb")),
+        ("list", str(home(stu1.name))),
+    ]
     notebook_tab = page.locator(".lm-TabBar-tab", has_text=f"{NOTEBOOK}.ipynb")
     notebook_tab.click()
     last = page.locator(".jp-Notebook .jp-Cell").count() - 1
@@ -542,8 +621,12 @@ def _formgrader(hub: Hub, inst: Person, stu1: Person, stu2: Person, screens: Scr
     # The configuration formgrader loaded (it shows it): the course's, from the instructor's course folder, and the
     # class's exchange with the course's exchange classes.
     loaded = page.locator("#collapseConfig pre").text_content()
-    for setting in ("autograder.exchange.OwnerCheckedCollect", "autograder.exchange.PrivateSubmit", "TrustedVerdict",
-                    str(hub.exchange)):
+    for setting in (
+        "autograder.exchange.OwnerCheckedCollect",
+        "autograder.exchange.PrivateSubmit",
+        "TrustedVerdict",
+        str(hub.exchange),
+    ):
         assert setting in loaded, (setting, loaded[:3000])
     row = page.locator("tr", has=page.locator("td", has_text=NOTEBOOK))
     row.locator("td.collect a").click(timeout=60_000)
@@ -551,7 +634,9 @@ def _formgrader(hub: Hub, inst: Person, stu1: Person, stu2: Person, screens: Scr
     assert "Successfully collected" in said[-1], said[-1]
     page.goto(f"{base}/manage_submissions/{NOTEBOOK}")
     for student in (stu1, stu2):
-        page.locator("tr", has=page.locator("td", has_text=student.name)).locator("td.autograde a").click(timeout=60_000)
+        page.locator("tr", has=page.locator("td", has_text=student.name)).locator("td.autograde a").click(
+            timeout=60_000
+        )
         said.append(_modal(page))
         assert "Successfully autograded" in said[-1], said[-1]
     page.reload()

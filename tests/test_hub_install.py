@@ -35,8 +35,9 @@ HUB_PYTHON = "/usr/bin/python3"  # the Makefile's default HUB_PYTHON
 
 
 def _make(*args: str) -> list[str]:
-    done = subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.replace("\\\n", " ").splitlines()
 
@@ -57,7 +58,9 @@ def test_make_hub_install_builds_the_environment_where_every_account_can_read_it
 
 
 def test_make_hub_start_runs_the_repositorys_configuration_from_the_environment():
-    lines = _make("hub-start", "HUB_PREFIX=/opt/ts-class", "HUB_URL=http://:9000", "HUB_STUDENTS=s", "HUB_INSTRUCTORS=i")
+    lines = _make(
+        "hub-start", "HUB_PREFIX=/opt/ts-class", "HUB_URL=http://:9000", "HUB_STUDENTS=s", "HUB_INSTRUCTORS=i"
+    )
     assert lines[0] == "/opt/ts-class/bin/python tools/class_hub.py preflight --prefix /opt/ts-class --running"
     start = shlex.split(lines[1])
     assert start[:2] == ["cd", "jupyter/hub"] and "env" in start and "-i" in start
@@ -77,13 +80,32 @@ def test_the_hub_packages_resolve_with_the_lock_to_exactly_their_pins(tmp_path):
     their pins: nothing missing, nothing conflicting, nothing unpinned brought in."""
     report = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", HUB_PYTHON, "install", "--dry-run", "--ignore-installed", "--quiet",
-         "--report", str(report), "-r", str(ROOT / "requirements.lock"), "-r", str(HUB_REQUIREMENTS)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            HUB_PYTHON,
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--report",
+            str(report),
+            "-r",
+            str(ROOT / "requirements.lock"),
+            "-r",
+            str(HUB_REQUIREMENTS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, [line for line in done.stderr.splitlines() if "ERROR" in line][-3:]
-    resolved = {envfiles.canonical(item["metadata"]["name"]): item["metadata"]["version"].split("+")[0]
-                for item in json.loads(report.read_text())["install"]}
+    resolved = {
+        envfiles.canonical(item["metadata"]["name"]): item["metadata"]["version"].split("+")[0]
+        for item in json.loads(report.read_text())["install"]
+    }
     assert resolved == envfiles.lock_pins() | envfiles.parse_pins(HUB_REQUIREMENTS.read_text().splitlines())
 
 
@@ -127,8 +149,12 @@ def test_preflight_refuses_a_python_or_an_environment_the_students_cannot_read(o
 
 def _hub_config(tmp_path: Path, instructors: str) -> tuple[Config, Path]:
     state = tmp_path / "hub"
-    env = {"COURSE_HUB_DIR": str(state), "COURSE_EXCHANGE": str(tmp_path / "exchange"),
-           "COURSE_HUB_STUDENTS": "ts-no-such-group", "COURSE_HUB_INSTRUCTORS": instructors}
+    env = {
+        "COURSE_HUB_DIR": str(state),
+        "COURSE_EXCHANGE": str(tmp_path / "exchange"),
+        "COURSE_HUB_STUDENTS": "ts-no-such-group",
+        "COURSE_HUB_INSTRUCTORS": instructors,
+    }
     path = ROOT / "jupyter" / "hub" / "jupyterhub_config.py"
     c = Config()
     saved = {key: os.environ.get(key) for key in env}
