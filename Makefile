@@ -74,8 +74,8 @@ $(HUB_PACKAGES): $(STAMP) jupyter/hub/requirements.txt
 	@rm -f $(VENV)/.hub-packages-*
 	@touch $@
 
-test: $(STAMP) $(HUB_PACKAGES)
-	$(BIN)/ruff check .
+# The suite starts with `make lint` (ruff's rules and its formatting), so CI's `make test` fails on either.
+test: $(STAMP) $(HUB_PACKAGES) lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg solutions tests
 
 # A JupyterHub for a class on one Linux server (docs/instructors.md, "One server"): `make hub`, as root. The first
