@@ -21,6 +21,7 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 os.environ["COURSE_PROGRESS_CACHE"] = tempfile.mkdtemp(prefix="progress-cache-")
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: `pytest -p no:xdist` must still load this file
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadscope`` (``make test``) with the scopes the suite needs; see ``SuiteScopes``."""
     if config.getvalue("dist") == "loadscope":
