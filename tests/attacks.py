@@ -72,11 +72,14 @@ for target in ["../../escaped-{token}.txt", "/tmp/escaped-{token}.txt", "/dev/sh
 raise denied
 """
 
+# Processes until the limit stops it. Spawned, not forked: forking the worker, torch loaded, took 4.8 ms a process
+# here (posix_spawn 0.6 ms), several times that on a loaded machine, so 256 forks could outlast the cell's timeout
+# and the grader would rightly report the timeout instead of the limit this attack is about. Both count against
+# the same limit on processes.
 FORK_BOMB = """
 import os
 while True:
-    if os.fork() == 0:
-        os.execv("/bin/sleep", ["sleep", "9{token}"])
+    os.posix_spawn("/bin/sleep", ["sleep", "9{token}"], os.environ)
 """
 
 # Writing where it may not: read-only (uid of the instructor) or not its file (root grading as another uid).
