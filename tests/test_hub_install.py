@@ -11,7 +11,6 @@ modes it makes, and which settings each account's server gets.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -78,34 +77,8 @@ def test_the_hub_packages_are_pinned_and_only_those_the_lock_lacks():
 def test_the_hub_packages_resolve_with_the_lock_to_exactly_their_pins(tmp_path):
     """pip (dry run, for the Makefile's HUB_PYTHON) resolves the lock and the hub's packages together to exactly
     their pins: nothing missing, nothing conflicting, nothing unpinned brought in."""
-    report = tmp_path / "report.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            HUB_PYTHON,
-            "install",
-            "--dry-run",
-            "--ignore-installed",
-            "--quiet",
-            "--report",
-            str(report),
-            "-r",
-            str(ROOT / "requirements.lock"),
-            "-r",
-            str(HUB_REQUIREMENTS),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, [line for line in done.stderr.splitlines() if "ERROR" in line][-3:]
-    resolved = {
-        envfiles.canonical(item["metadata"]["name"]): item["metadata"]["version"].split("+")[0]
-        for item in json.loads(report.read_text())["install"]
-    }
+    resolved, said = envfiles.dry_run(ROOT / "requirements.lock", HUB_REQUIREMENTS, python=HUB_PYTHON)
+    assert resolved is not None, said[-3:]
     assert resolved == envfiles.lock_pins() | envfiles.parse_pins(HUB_REQUIREMENTS.read_text().splitlines())
 
 

@@ -50,6 +50,39 @@ def lock_pins() -> dict[str, str]:
     return parse_pins(LOCK.read_text().splitlines())
 
 
+def dry_run(
+    *requirement_files: Path, python: str | None = None, deps: bool = True, timeout: int = 600
+) -> tuple[dict[str, str] | None, list[str]]:
+    """What pip would install from ``requirement_files`` from scratch (``--dry-run --ignore-installed``), for
+    ``python`` (``pip --python``; default this interpreter): ({canonical name: version}, []), or (None, pip's
+    ERROR lines) where it cannot resolve them."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "report.json"
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            *(["--python", python] if python else []),
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            *([] if deps else ["--no-deps"]),
+            "--quiet",
+            "--report",
+            str(report),
+        ]
+        for path in requirement_files:
+            argv += ["-r", str(path)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            return None, [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
+        installed = json.loads(report.read_text())["install"]
+    return {canonical(item["metadata"]["name"]): item["metadata"]["version"].split("+")[0] for item in installed}, []
+
+
 def freeze() -> str:
     frozen = subprocess.run(
         [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
