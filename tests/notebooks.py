@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -106,3 +109,15 @@ __all__ = [
     "solution_path",
     "with_answer",
 ]
+
+
+def autograder_as_it_goes(*args: str) -> tuple[int, str, list[tuple[float, str]], float]:
+    """``python -m autograder ARGS`` with stderr read as it comes: (exit status, stdout, [(seconds since the start,
+    stderr line)], seconds until it ended), to see what a command says while it works, not only at the end."""
+    started = time.monotonic()
+    with subprocess.Popen(
+        [sys.executable, "-m", "autograder", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as done:
+        said = [(time.monotonic() - started, line.rstrip("\n")) for line in done.stderr]
+        out = done.stdout.read()
+    return done.returncode, out, said, time.monotonic() - started

@@ -11,14 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
-from notebooks import release_path
+from notebooks import autograder_as_it_goes, release_path
 from test_nbgrader_e2e import Student, points, submission, wrong
 
 from autograder import parallel, progress_cache
@@ -68,16 +65,8 @@ def serial(course) -> tuple[dict, dict, dict, list[tuple[float, str]]]:
     """The command line's JSON with one worker, the folder's fingerprint before and after, and each line it said
     on stderr with the seconds since it started."""
     before = _fingerprint(course)
-    started = time.monotonic()
-    with subprocess.Popen(
-        [sys.executable, "-m", "autograder", "progress", str(course), "--workers", "1", "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as done:
-        said = [(time.monotonic() - started, line.rstrip("\n")) for line in done.stderr]
-        out = done.stdout.read()
-    assert done.returncode == 0, said[-20:]
+    status, out, said, _ = autograder_as_it_goes("progress", str(course), "--workers", "1", "--json")
+    assert status == 0, said[-20:]
     return json.loads(out), before, _fingerprint(course), said
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from notebooks import read, solution_path
+from notebooks import autograder_as_it_goes, read, solution_path
 
 from autograder.exercises import checks_for
 from autograder.phases import PREFIX, Display, Phase
@@ -31,17 +31,8 @@ def test_check_says_each_phase_as_it_goes_and_keeps_stdout_for_the_report():
     run = [i + 1 for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and not _is_test_cell(cell)]
     exercises = checks_for(NOTEBOOK).exercises
     checks = [e.id for e in exercises for _ in range(len(e.checks) + bool(e.rules))]  # the rules, read: one more
-    started = time.monotonic()
-    with subprocess.Popen(
-        [sys.executable, "-m", "autograder", "check", str(solution_path(NOTEBOOK)), "--json"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as done:
-        said = [(time.monotonic() - started, line.rstrip("\n")) for line in done.stderr]
-        out = done.stdout.read()
-    ended = time.monotonic() - started
-    assert done.returncode == 0, said[-20:]
+    status, out, said, ended = autograder_as_it_goes("check", str(solution_path(NOTEBOOK)), "--json")
+    assert status == 0, said[-20:]
 
     report = json.loads(out)
     assert out == json.dumps(report, indent=2) + "\n", "stdout holds the JSON report and nothing else"
