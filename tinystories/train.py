@@ -287,6 +287,172 @@ def step_parts(stack: Stack, config, *, backend="inductor", say=print) -> Stack:
     return dataclasses.replace(stack, loss=CompiledLoss(stack.loss, backend=backend, say=say))
 
 
+@dataclass
+class _Loop:
+    """What every step of a run calls: the parts, the process group, the model (compiled, under DDP: ``model``;
+    the module itself: ``raw_model``), the optimizer and its gradient scaler, and the contexts a forward pass
+    runs in (``autocast``, and ``kernel``: the SDPA backend ``train.attention`` asks for)."""
+
+    config: object
+    stack: Stack
+    d: _Dist
+    device: torch.device
+    raw_model: torch.nn.Module
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    autocast: object
+    kernel: object
+    accumulation: int
+
+
+def _load_data(config, d: _Dist, progress: bool, course_dir):
+    """The prepared data and its train and validation tokens: rank 0 builds it, the others then find it cached."""
+    if d.main:
+        data = prepare(config.data, progress=progress, course_dir=course_dir)
+        print(f"tokenizer: {data.origin}")
+    if d.world > 1:
+        dist.barrier()
+    if not d.main:
+        data = prepare(config.data, progress=False, course_dir=course_dir)
+    for path in (data.train, data.val):
+        if not path.is_file():
+            raise RunError(f"the token file {path} is missing: delete {path.parent} so it is rebuilt")
+    train_tokens, val_tokens = load_tokens(data.train), load_tokens(data.val)
+    if min(len(train_tokens), len(val_tokens)) <= config.model.context_length:
+        raise RunError(f"the data has fewer tokens than model.context_length ({config.model.context_length})")
+    return data, train_tokens, val_tokens
+
+
+def _restore(loop: _Loop, checkpoint_path: Path, out: Path) -> tuple[int, list[dict]]:
+    """Resume: the checkpoint's weights, optimizer, scaler and generators; its step, and the metrics up to it."""
+    state = load_checkpoint(checkpoint_path, map_location=loop.device)
+    _check_resumable(state["config"], loop.config)
+    loop.raw_model.load_state_dict(state["model"])
+    loop.optimizer.load_state_dict(state["optimizer"])
+    loop.scaler.load_state_dict(state["scaler"])
+    # map_location put every tensor on the device; the generators take their states as CPU byte tensors.
+    torch.set_rng_state(state["rng"]["torch"].cpu())
+    if loop.device.type == "cuda" and state["rng"].get("cuda") is not None:
+        torch.cuda.set_rng_state(state["rng"]["cuda"].cpu())
+    start, metrics = state["step"], []
+    if (out / "metrics.jsonl").is_file():
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        metrics = [json.loads(line) for line in lines if line.strip()]
+        metrics = [row for row in metrics if row["step"] <= start]
+    return start, metrics
+
+
+def _checkpoint(loop: _Loop, path: Path, step: int, eot_id: int) -> None:
+    """Everything a resumed run needs to continue as if never stopped (rank 0 writes it)."""
+    if not loop.d.main:
+        return
+    _save(path, {
+        "model": loop.raw_model.state_dict(), "optimizer": loop.optimizer.state_dict(),
+        "scaler": loop.scaler.state_dict(), "step": step, "config": as_dict(loop.config), "stack": loop.stack.name,
+        "origins": loop.stack.origins, "vocab_size": loop.config.data.vocab_size, "eot_id": eot_id,
+        "rng": {"torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state() if loop.device.type == "cuda" else None}})
+
+
+def _step(loop: _Loop, step: int, train_tokens) -> tuple[float, float, torch.Tensor | None]:
+    """One optimizer step over the global batch of ``step``: (learning rate, mean training loss, gradient norm
+    before clipping, or None without clipping)."""
+    t, m, d, stack, device = loop.config.train, loop.config.model, loop.d, loop.stack, loop.device
+    lr = stack.schedule(step, max_lr=t.max_lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps, decay_steps=t.max_steps)
+    for group in loop.optimizer.param_groups:
+        group["lr"] = lr
+    generator = torch.Generator().manual_seed((t.seed << 32) + step)
+    x, y = stack.batches(train_tokens, t.batch_size, m.context_length, generator=generator)
+    xs = stack.micro_batches(x, d.rank, d.world, loop.accumulation)
+    ys = stack.micro_batches(y, d.rank, d.world, loop.accumulation)
+    loss_sum = torch.zeros((), device=device)
+    for i, (xb, yb) in enumerate(zip(xs, ys, strict=True)):
+        sync = d.world == 1 or i == loop.accumulation - 1
+        with (contextlib.nullcontext() if sync else loop.model.no_sync()), loop.autocast(), loop.kernel():
+            logits = loop.model(xb.to(device, non_blocking=True))
+            loss = stack.loss(logits.float().flatten(0, 1), yb.to(device).flatten()) / loop.accumulation
+        loop.scaler.scale(loss).backward()
+        loss_sum += loss.detach()
+    loop.scaler.unscale_(loop.optimizer)
+    grad_norm = stack.clipping(list(loop.raw_model.parameters()), t.grad_clip) if t.grad_clip > 0 else None
+    loop.scaler.step(loop.optimizer)
+    loop.scaler.update()
+    loop.optimizer.zero_grad(set_to_none=True)
+    if d.world > 1:
+        dist.all_reduce(loss_sum)
+        loss_sum /= d.world
+    train_loss = float(loss_sum)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return lr, train_loss, grad_norm
+
+
+def _write_samples(loop: _Loop, data, out: Path, say) -> list[str]:
+    """Rank 0's stories from the trained model, into out/samples.txt and printed."""
+    with loop.kernel():
+        samples, settings = _samples(loop.raw_model, data.tokenizer, loop.config, data.eot_id, loop.device, loop.stack)
+    text = f"# {settings}\n" + "".join(f"\n--- sample {i + 1} ---\n{s}\n" for i, s in enumerate(samples))
+    (out / "samples.txt").write_text(text)
+    say(f"\nSamples ({settings}):")
+    for i, s in enumerate(samples):
+        say(f"--- {i + 1} ---\n{s}")
+    return samples
+
+
+def _loop(config, stack: Stack, d: _Dist, device: torch.device, precision: str) -> _Loop:
+    """The model, its optimizer and scaler, and the forward pass's contexts, as ``config.train`` asks."""
+    t = config.train
+    accumulation, remainder = divmod(t.batch_size, d.world * t.micro_batch_size)
+    if remainder or accumulation == 0:
+        raise RunError(f"train.batch_size ({t.batch_size}) must be a multiple of {d.world} processes x "
+                       f"train.micro_batch_size ({t.micro_batch_size})")
+    torch.manual_seed(t.seed)
+    raw_model = build_model(config.model, config.data.vocab_size, stack=stack).to(device)
+    decay = [p for p in raw_model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in raw_model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    optimizer = stack.make_optimizer(groups, fused=device.type == "cuda", lr=t.max_lr, betas=(t.beta1, t.beta2))
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = functools.partial(torch.autocast, device_type=device.type, dtype=dtype, enabled=dtype is not None)
+    kernel = contextlib.nullcontext
+    if t.attention == "math":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        kernel = functools.partial(sdpa_kernel, SDPBackend.MATH)
+    return _Loop(config, stack, d, device, raw_model, raw_model, optimizer, scaler, autocast, kernel, accumulation)
+
+
+def _compile(loop: _Loop, say) -> None:
+    """``train.compile``: the model (and a student's loss, ``step_parts``) compiled; under torchrun, DDP around it.
+    After a resume has loaded the weights into the module itself."""
+    t, d = loop.config.train, loop.d
+    if t.compile:
+        _use_compile_cache(t.compile_cache)
+        loop.model = torch.compile(loop.model)
+    loop.stack = step_parts(loop.stack, loop.config, say=say)
+    if d.world > 1:
+        loop.model = torch.nn.parallel.DistributedDataParallel(
+            loop.model, device_ids=[d.local_rank] if loop.device.type == "cuda" else None)
+
+
+def _start_out_dir(config, tokenizer: Path, out: Path, metrics: list[dict]) -> None:
+    """out_dir's config.toml, tokenizer.json and metrics.jsonl (the rows kept from before a resume)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.toml").write_text(to_toml(config))
+    shutil.copyfile(tokenizer, out / "tokenizer.json")
+    with open(out / "metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in metrics)
+
+
+def _describe(loop: _Loop, precision: str) -> str:
+    t, m, d = loop.config.train, loop.config.model, loop.d
+    return (f"model: ModernDecoder ({loop.stack.origins['model']}), {count_parameters(loop.raw_model):,} parameters; "
+            f"device {loop.device}{f' x {d.world}' if d.world > 1 else ''}, {precision}, attention {t.attention}, "
+            f"compile {t.compile}; {t.batch_size} x {m.context_length} tokens per step ({loop.accumulation} "
+            f"micro-batch{'es' if loop.accumulation > 1 else ''} of {t.micro_batch_size} per process)")
+
+
 def run(config, *, stack: Stack | None = None, resume: bool = False, progress: bool = True,
         stop_after: int | None = None, course_dir=None) -> RunResult:
     """Train as ``config`` says and write out_dir/{config.toml, metrics.jsonl, checkpoint.pt,
@@ -305,96 +471,23 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
         torch.cuda.set_device(device)
     precision = _precision(t.precision, device)
     say = print if d.main else (lambda *a, **k: None)
-
     out = Path(config.out_dir)
     checkpoint_path = out / "checkpoint.pt"
     check_out_dir(config, resume)
-    accumulation, remainder = divmod(t.batch_size, d.world * t.micro_batch_size)
-    if remainder or accumulation == 0:
-        raise RunError(f"train.batch_size ({t.batch_size}) must be a multiple of {d.world} processes x "
-                       f"train.micro_batch_size ({t.micro_batch_size})")
-
-    torch.manual_seed(t.seed)
     say(stack.table())
-    raw_model = build_model(m, config.data.vocab_size, stack=stack).to(device)
+    loop = _loop(config, stack, d, device, precision)
+    data, train_tokens, val_tokens = _load_data(config, d, progress, course_dir)
+    start, metrics = _restore(loop, checkpoint_path, out) if resume else (0, [])
+    _compile(loop, say)
 
-    # Data: rank 0 builds it, the others then find it in the cache.
-    if d.main:
-        data = prepare(config.data, progress=progress, course_dir=course_dir)
-        say(f"tokenizer: {data.origin}")
-    if d.world > 1:
-        dist.barrier()
-    if not d.main:
-        data = prepare(config.data, progress=False, course_dir=course_dir)
-    for path in (data.train, data.val):
-        if not path.is_file():
-            raise RunError(f"the token file {path} is missing: delete {path.parent} so it is rebuilt")
-    train_tokens, val_tokens = load_tokens(data.train), load_tokens(data.val)
-    if min(len(train_tokens), len(val_tokens)) <= m.context_length:
-        raise RunError(f"the data has fewer tokens than model.context_length ({m.context_length})")
-
-    decay = [p for p in raw_model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in raw_model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    optimizer = stack.make_optimizer(groups, fused=device.type == "cuda", lr=t.max_lr, betas=(t.beta1, t.beta2))
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-
-    start, metrics = 0, []
-    if resume:
-        state = load_checkpoint(checkpoint_path, map_location=device)
-        _check_resumable(state["config"], config)
-        raw_model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        # map_location put every tensor on the device; the generators take their states as CPU byte tensors.
-        torch.set_rng_state(state["rng"]["torch"].cpu())
-        if device.type == "cuda" and state["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state(state["rng"]["cuda"].cpu())
-        start = state["step"]
-        if (out / "metrics.jsonl").is_file():
-            lines = (out / "metrics.jsonl").read_text().splitlines()
-            metrics = [json.loads(line) for line in lines if line.strip()]
-            metrics = [row for row in metrics if row["step"] <= start]
-
-    model = raw_model
-    if t.compile:
-        _use_compile_cache(t.compile_cache)
-        model = torch.compile(model)
-    stack = step_parts(stack, config, say=say)
-    if d.world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[d.local_rank] if device.type == "cuda" else None)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    autocast = functools.partial(torch.autocast, device_type=device.type, dtype=dtype, enabled=dtype is not None)
-    kernel = contextlib.nullcontext
-    if t.attention == "math":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        kernel = functools.partial(sdpa_kernel, SDPBackend.MATH)
-
+    stack = loop.stack
     per_token = stack.flops(decoder_config(m, config.data.vocab_size, stack.config_class), m.context_length)
     peak = peak_flops(device) if precision in ("bf16", "fp16") else None
     tokens_per_step = t.batch_size * m.context_length
     val_stats = data.stats["val"]
     if d.main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.toml").write_text(to_toml(config))
-        shutil.copyfile(data.tokenizer, out / "tokenizer.json")
-        with open(out / "metrics.jsonl", "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in metrics)
-    say(f"model: ModernDecoder ({stack.origins['model']}), {count_parameters(raw_model):,} parameters; device {device}"
-        f"{f' x {d.world}' if d.world > 1 else ''}, {precision}, attention {t.attention}, compile {t.compile}; "
-        f"{t.batch_size} x {m.context_length} tokens per step ({accumulation} micro-batch"
-        f"{'es' if accumulation > 1 else ''} of {t.micro_batch_size} per process)")
-
-    def checkpoint(step: int) -> None:
-        if not d.main:
-            return
-        _save(checkpoint_path, {
-            "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-            "step": step, "config": as_dict(config), "stack": stack.name, "origins": stack.origins,
-            "vocab_size": config.data.vocab_size, "eot_id": data.eot_id,
-            "rng": {"torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state() if device.type == "cuda" else None}})
+        _start_out_dir(config, data.tokenizer, out, metrics)
+    say(_describe(loop, precision))
 
     last = min(t.max_steps, stop_after) if stop_after else t.max_steps
     bar = tqdm(total=t.max_steps, initial=start, disable=not (progress and d.main), unit="step",
@@ -405,33 +498,7 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
     try:
         for step in range(start + 1, last + 1):
             began = time.perf_counter()
-            lr = stack.schedule(step, max_lr=t.max_lr, min_lr=t.min_lr, warmup_steps=t.warmup_steps,
-                           decay_steps=t.max_steps)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            generator = torch.Generator().manual_seed((t.seed << 32) + step)
-            x, y = stack.batches(train_tokens, t.batch_size, m.context_length, generator=generator)
-            xs = stack.micro_batches(x, d.rank, d.world, accumulation)
-            ys = stack.micro_batches(y, d.rank, d.world, accumulation)
-            loss_sum = torch.zeros((), device=device)
-            for i, (xb, yb) in enumerate(zip(xs, ys, strict=True)):
-                sync = d.world == 1 or i == accumulation - 1
-                with (contextlib.nullcontext() if sync else model.no_sync()), autocast(), kernel():
-                    logits = model(xb.to(device, non_blocking=True))
-                    loss = stack.loss(logits.float().flatten(0, 1), yb.to(device).flatten()) / accumulation
-                scaler.scale(loss).backward()
-                loss_sum += loss.detach()
-            scaler.unscale_(optimizer)
-            grad_norm = stack.clipping(list(raw_model.parameters()), t.grad_clip) if t.grad_clip > 0 else None
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            if d.world > 1:
-                dist.all_reduce(loss_sum)
-                loss_sum /= d.world
-            train_loss = float(loss_sum)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            lr, train_loss, grad_norm = _step(loop, step, train_tokens)
             seconds = time.perf_counter() - began
             tokens_seen += tokens_per_step
             row = {"step": step, "train_loss": train_loss, "lr": lr, "tokens": tokens_seen,
@@ -443,12 +510,12 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
             if not math.isfinite(train_loss):
                 raise RunError(f"the training loss became {train_loss} at step {step}: lower train.max_lr")
             if step % t.eval_interval == 0 or step == t.max_steps:
-                with kernel():
-                    val_loss = _evaluate(model, val_tokens, config, d, device, autocast, accumulation, stack)
+                with loop.kernel():
+                    val_loss = _evaluate(loop.model, val_tokens, config, d, device, loop.autocast, loop.accumulation,
+                                         stack)
                 val_bpb = stack.bits_per_byte(val_loss, val_stats["tokens"], val_stats["bytes"])
                 row.update(val_loss=val_loss, val_bpb=val_bpb)
-                say(f"step {step}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, "
-                    f"{val_bpb:.3f} bits per byte")
+                say(f"step {step}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, {val_bpb:.3f} bits per byte")
             metrics.append(row)
             if metrics_file:
                 metrics_file.write(json.dumps(row) + "\n")
@@ -457,7 +524,7 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
                             refresh=False)
             bar.update(1)
             if step % t.checkpoint_interval == 0 or step == last:
-                checkpoint(step)
+                _checkpoint(loop, checkpoint_path, step, data.eot_id)
     except torch.OutOfMemoryError:
         raise RunError(f"out of GPU memory with train.micro_batch_size={t.micro_batch_size}: lower it "
                        f"(e.g. --set train.micro_batch_size={max(1, t.micro_batch_size // 2)}); "
@@ -467,22 +534,15 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
         if metrics_file:
             metrics_file.close()
 
-    samples, settings = [], ""
+    samples = []
     if d.main:
         _plot(metrics, out / "loss_curve.png")
         if math.isnan(val_loss):
             val_rows = [row for row in metrics if "val_loss" in row]
             if val_rows:
                 val_loss, val_bpb = val_rows[-1]["val_loss"], val_rows[-1]["val_bpb"]
-        with kernel():
-            samples, settings = _samples(raw_model, data.tokenizer, config, data.eot_id, device, stack)
-        text = f"# {settings}\n" + "".join(f"\n--- sample {i + 1} ---\n{s}\n" for i, s in enumerate(samples))
-        (out / "samples.txt").write_text(text)
-        say(f"\nSamples ({settings}):")
-        for i, s in enumerate(samples):
-            say(f"--- {i + 1} ---\n{s}")
+        samples = _write_samples(loop, data, out, say)
         say(f"\nwrote {out}/: checkpoint.pt, metrics.jsonl, loss_curve.png, samples.txt")
     if d.world > 1:
         dist.barrier()
     return RunResult(out, metrics, val_loss, val_bpb, samples, checkpoint_path)
-
