@@ -52,18 +52,20 @@ def batch(
     """``get_batch`` on ``tokens`` handed over as a NumPy array, an ``np.memmap`` file or a tensor."""
     get_batch = need(ns, "get_batch")
     array = tokens.numpy().astype(dtype)
-    if kind == "memmap":
-        folder = Path(tempfile.mkdtemp(prefix="get-batch-"))
-        array.tofile(folder / "tokens.bin")
-        data = np.memmap(folder / "tokens.bin", dtype=dtype, mode="r")
-    elif kind == "tensor":
-        data = torch.from_numpy(array.astype(np.int64))
-    else:
-        data = array
-    torch.manual_seed(global_seed)
-    generator = None if seed is None else torch.Generator().manual_seed(seed)
-    value = get_batch(data, batch_size, context_length, device, generator=generator)
-    return _describe_batch(value, with_values=device != "meta")
+    with tempfile.TemporaryDirectory(
+        prefix="get-batch-", ignore_cleanup_errors=True
+    ) as folder:  # removed afterwards, also when run unsandboxed
+        if kind == "memmap":
+            array.tofile(Path(folder) / "tokens.bin")
+            data = np.memmap(Path(folder) / "tokens.bin", dtype=dtype, mode="r")
+        elif kind == "tensor":
+            data = torch.from_numpy(array.astype(np.int64))
+        else:
+            data = array
+        torch.manual_seed(global_seed)
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        value = get_batch(data, batch_size, context_length, device, generator=generator)
+        return _describe_batch(value, with_values=device != "meta")
 
 
 # --- Exercise 1: cross_entropy -----------------------------------------------------------
@@ -201,12 +203,15 @@ def checkpoint(
     first = ref.run_steps(
         model, optimizer, tokens, stop, first_step=1, generator=generator, config=config, schedule=schedule
     )
-    path = Path(tempfile.mkdtemp(prefix="checkpoint-")) / "run.pt"
-    save_checkpoint(path, model=model, optimizer=optimizer, step=stop, generator=generator)
-    fresh_model, fresh_optimizer = ref.tiny_setup(seeds["init"] + 1)  # other weights, an empty optimizer
-    fresh_generator = torch.Generator().manual_seed(seeds["batches"] + 1)
-    torch.manual_seed(seeds["dropout"] + 1)  # another global random state
-    step = load_checkpoint(path, model=fresh_model, optimizer=fresh_optimizer, generator=fresh_generator)
+    with tempfile.TemporaryDirectory(
+        prefix="checkpoint-", ignore_cleanup_errors=True
+    ) as folder:  # removed afterwards, also unsandboxed
+        path = Path(folder) / "run.pt"
+        save_checkpoint(path, model=model, optimizer=optimizer, step=stop, generator=generator)
+        fresh_model, fresh_optimizer = ref.tiny_setup(seeds["init"] + 1)  # other weights, an empty optimizer
+        fresh_generator = torch.Generator().manual_seed(seeds["batches"] + 1)
+        torch.manual_seed(seeds["dropout"] + 1)  # another global random state
+        step = load_checkpoint(path, model=fresh_model, optimizer=fresh_optimizer, generator=fresh_generator)
     following = (step if isinstance(step, int) and not isinstance(step, bool) else stop) + 1
     resumed = ref.run_steps(
         fresh_model,
