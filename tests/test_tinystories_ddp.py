@@ -52,3 +52,36 @@ def test_two_processes_train_like_one(tmp_path):
     assert train2 == pytest.approx(train1, rel=1e-5)
     assert val2 == pytest.approx(val1, rel=1e-5)
     assert (tmp_path / "two" / "checkpoint.pt").is_file() and (tmp_path / "two" / "samples.txt").is_file()
+
+
+
+def test_leaving_destroys_the_process_group(tmp_path):
+    # Gloo's threads still alive at interpreter exit can abort a rank whose work is all done
+    # (pytorch/pytorch#190489): the command line leaves the group once a run has ended well.
+    import torch.distributed as dist
+
+    from tinystories.train import leave_distributed
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    leave_distributed()
+    assert not dist.is_initialized()
+    leave_distributed()  # and nothing for one process
+
+
+def test_the_command_line_leaves_after_a_run_that_ended_well(tmp_path, monkeypatch):
+    from tinystories import __main__ as program
+    from tinystories import train
+
+    calls = []
+    monkeypatch.setattr(train, "run", lambda *args, **kwargs: calls.append("run"))
+    monkeypatch.setattr(train, "leave_distributed", lambda: calls.append("leave"))
+    assert program.main(["train", *tiny_args(tmp_path / "data", tmp_path / "out")]) == 0
+    assert calls == ["run", "leave"]
+
+    def failing_run(*args, **kwargs):
+        raise train.RunError("it broke")
+
+    calls.clear()
+    monkeypatch.setattr(train, "run", failing_run)
+    assert program.main(["train", *tiny_args(tmp_path / "data", tmp_path / "out2")]) == 2
+    assert calls == []  # another rank may still be in a collective: destroying the group could deadlock

@@ -95,11 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             config = _config(args, resume=args.resume)  # before importing torch: a typo fails fast
             check_out_dir(config, args.resume)
             from tinystories.stack import resolve
-            from tinystories.train import init_distributed, run
+            from tinystories.train import init_distributed, leave_distributed, run
 
             init_distributed(config.train)  # under torchrun: before the stack, which rank 0 alone checks
             run(config, stack=resolve(args.stack, args.course_dir, reference_parts=args.reference_parts), resume=args.resume, progress=not args.quiet,
                 stop_after=args.stop_after, course_dir=args.course_dir)
+            leave_distributed()
         elif args.command == "preflight":
             from tinystories.preflight import preflight, report
             from tinystories.stack import resolve

@@ -72,6 +72,17 @@ def init_distributed(train_config) -> None:
     _init_distributed(_device(train_config))
 
 
+def leave_distributed() -> None:
+    """Leave torchrun's process group after a run that ended well; nothing for one process.
+
+    Gloo's worker threads left alive at interpreter exit can abort the process ("terminate called
+    without an active exception", pytorch/pytorch#190489). After a failure the group is left alone:
+    the other rank may still be inside a collective, and destroying it there can deadlock."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def _init_distributed(device_kind: str) -> _Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
