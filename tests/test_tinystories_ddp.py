@@ -54,7 +54,6 @@ def test_two_processes_train_like_one(tmp_path):
     assert (tmp_path / "two" / "checkpoint.pt").is_file() and (tmp_path / "two" / "samples.txt").is_file()
 
 
-
 def test_leaving_destroys_the_process_group(tmp_path):
     # Gloo's threads still alive at interpreter exit can abort a rank whose work is all done
     # (pytorch/pytorch#190489): the command line leaves the group once a run has ended well.
