@@ -92,3 +92,22 @@ def test_reference_parts_take_the_courses_parts_all_the_same():
     assert stack.origins["schedule"] == "yours" and stack.schedule is not reference_stack().schedule
     with pytest.raises(RunError, match="no part optimiser"):
         resolve("yours", ROOT / "course", reference_parts="optimiser")
+
+
+def test_each_part_is_one_row_and_its_reference_is_exported():
+    """A capstone part is one row of ``PARTS``: the Stack's fields are its keys (and the model's config class),
+    and every reference taken from the solutions is one ``tools/export_course.py`` exports into
+    tinystories.course."""
+    import dataclasses
+
+    from tinystories import course
+    from tinystories.stack import PARTS, Stack
+
+    fields = {f.name for f in dataclasses.fields(Stack)} - {"config_class", "name", "origins"}
+    assert fields == {p.key for p in PARTS}
+    for part in PARTS:
+        reference = part.reference()
+        if getattr(reference, "__module__", None) == course.__name__:
+            assert reference.__name__ in course.__all__, part
+        else:  # PyTorch's own
+            assert reference.__module__.startswith("torch"), part

@@ -260,6 +260,33 @@ def _instead_of_yours(data_config, folder: Path, error: Exception, *, progress: 
     return fallback
 
 
+def _tokenizer_choice(data_config, course_dir) -> tuple[str, str, Path | None, str | None]:
+    """(choice, origin, notebook 12's path, its code's hash): "yours" only where its answers can be loaded."""
+    choice = getattr(data_config, "tokenizer", "fast")
+    if choice not in ("fast", "yours"):
+        raise RunError(f"data.tokenizer must be fast or yours, got {choice!r}")
+    if choice == "fast":
+        return choice, FAST, None, None
+    answers = _student_answers(course_dir)
+    if isinstance(answers, str):
+        return "fast", f"{FAST}; yours is not used ({answers})", None, None
+    path, code_hash = answers
+    return choice, f"yours (notebook 12 from {path}: train_bpe and Tokenizer.encode_iterable, pure Python)", path, code_hash
+
+
+def _split(files: dict, source: str, progress: bool):
+    """Two callables giving the training and the validation stories in batches (each call starts over)."""
+    if source != "sample":
+        return (lambda: _story_batches(files["train"][0], drop_partial=True, progress=progress),
+                lambda: _story_batches(files["val"][0], drop_partial=True, progress=progress))
+    path, drop = files["sample"]
+    stories = [s for batch in _story_batches(path, drop_partial=drop, progress=False) for s in batch]
+    cut = len(stories) - max(1, int(len(stories) * VAL_FRACTION))
+    train, val = stories[:cut], stories[cut:]
+    return (lambda: (train[i:i + 1024] for i in range(0, len(train), 1024)),
+            lambda: (val[i:i + 1024] for i in range(0, len(val), 1024)))
+
+
 def prepare(data_config, *, progress: bool = True, course_dir: str | Path | None = None,
             check: bool = True) -> PreparedData:
     """Tokenizer and token files for ``data_config`` (source, vocab_size, dir, tokenizer), built once and cached.
@@ -269,19 +296,9 @@ def prepare(data_config, *, progress: bool = True, course_dir: str | Path | None
     """
     if data_config.vocab_size >= 65536:
         raise RunError(f"data.vocab_size {data_config.vocab_size} does not fit uint16 tokens (< 65536)")
-    choice = getattr(data_config, "tokenizer", "fast")
-    if choice not in ("fast", "yours"):
-        raise RunError(f"data.tokenizer must be fast or yours, got {choice!r}")
+    choice, origin, path, code_hash = _tokenizer_choice(data_config, course_dir)
     files, source = _sources(data_config.source)
-    sizes = {name: path.stat().st_size for name, (path, _) in files.items()}
-    origin, student, code_hash = FAST, None, None
-    if choice == "yours":
-        answers = _student_answers(course_dir)
-        if isinstance(answers, str):
-            origin, choice = f"{FAST}; yours is not used ({answers})", "fast"
-        else:
-            path, code_hash = answers
-            origin = f"yours (notebook 12 from {path}: train_bpe and Tokenizer.encode_iterable, pure Python)"
+    sizes = {name: file.stat().st_size for name, (file, _) in files.items()}
     keyed = [source, data_config.vocab_size, sizes] + ([choice, code_hash] if choice == "yours" else [])
     key = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:10]
     folder = Path(data_config.dir) / _folder_name(source, data_config.vocab_size, choice, key)
@@ -294,6 +311,7 @@ def prepare(data_config, *, progress: bool = True, course_dir: str | Path | None
         result.origin = stats.get("origin", origin) + f"; cached in {folder}"
         return result
 
+    student = None
     if choice == "yours":
         student = _student_bpe(path, code_hash, check=check)
         if isinstance(student, str):
@@ -304,18 +322,22 @@ def prepare(data_config, *, progress: bool = True, course_dir: str | Path | None
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise RunError(f"cannot create the data directory {folder}: {error.strerror}") from None
+    train_batches, val_batches = _split(files, source, progress)
+    built = _build(data_config, source, student, train_batches, val_batches, result, progress=progress)
+    if isinstance(built, Exception):  # your train_bpe or encode_iterable raised: the fast tokenizer instead
+        return _instead_of_yours(data_config, folder, built, progress=progress)
+    stats = {"source": source, "tokenizer": choice, "origin": origin, **built}
+    tmp = stats_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(stats, indent=1))
+    os.replace(tmp, stats_path)
+    result.eot_id, result.stats, result.vocab_size = stats["eot_id"], stats, stats["vocab_size"]
+    return result
 
-    if source == "sample":
-        path, drop = files["sample"]
-        stories = [s for batch in _story_batches(path, drop_partial=drop, progress=False) for s in batch]
-        cut = len(stories) - max(1, int(len(stories) * VAL_FRACTION))
-        train, val = stories[:cut], stories[cut:]
-        train_batches = lambda: (train[i:i + 1024] for i in range(0, len(train), 1024))  # noqa: E731
-        val_batches = lambda: (val[i:i + 1024] for i in range(0, len(val), 1024))  # noqa: E731
-    else:
-        train_batches = lambda: _story_batches(files["train"][0], drop_partial=True, progress=progress)  # noqa: E731
-        val_batches = lambda: _story_batches(files["val"][0], drop_partial=True, progress=progress)  # noqa: E731
 
+def _build(data_config, source: str, student, train_batches, val_batches, result: PreparedData, *,
+           progress: bool) -> dict | Exception:
+    """Train the tokenizer (yours: ``student``, or the fast one), save it and encode both splits: the stats, or
+    the exception your code raised (the fast tokenizer's own errors propagate)."""
     if student is not None:
         if progress:
             print(f"Training a {data_config.vocab_size}-token byte-level BPE with your train_bpe (notebook 12, pure "
@@ -325,7 +347,7 @@ def prepare(data_config, *, progress: bool = True, course_dir: str | Path | None
             mine, tokenizer, eot_id = _train_yours(student, (s for b in train_batches() for s in b), first_val,
                                                    data_config.vocab_size)
         except Exception as error:  # noqa: BLE001 - your code: one line, then the fast tokenizer
-            return _instead_of_yours(data_config, folder, error, progress=progress)
+            return error
         encode = lambda batches, out, desc: _encode_yours(mine, batches, out, progress=progress,  # noqa: E731
                                                           desc=desc)
     else:
@@ -342,15 +364,10 @@ def prepare(data_config, *, progress: bool = True, course_dir: str | Path | None
         print(f"Note: the {source} text gives only {vocab} BPE tokens (data.vocab_size is {data_config.vocab_size}).")
     tokenizer.save(str(result.tokenizer))
     try:
-        stats = {"source": source, "vocab_size": vocab, "eot_id": eot_id, "tokenizer": choice, "origin": origin,
-                 "train": encode(train_batches(), result.train, "train"),
-                 "val": encode(val_batches(), result.val, "val")}
+        return {"vocab_size": vocab, "eot_id": eot_id,
+                "train": encode(train_batches(), result.train, "train"),
+                "val": encode(val_batches(), result.val, "val")}
     except Exception as error:
         if student is None:
             raise
-        return _instead_of_yours(data_config, folder, error, progress=progress)  # your encode_iterable raised
-    tmp = stats_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(stats, indent=1))
-    os.replace(tmp, stats_path)
-    result.eot_id, result.stats, result.vocab_size = eot_id, stats, vocab
-    return result
+        return error  # your encode_iterable raised

@@ -19,6 +19,7 @@ calls with the same arguments, so a run from the same seed gives the same losses
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,29 +34,43 @@ STUB = "raise NotImplementedError()"
 NOT_NEEDED = "reference (not needed here)"
 
 
+def _course():
+    """tinystories.course, the solutions' parts exported (imported when a reference part is first needed)."""
+    from tinystories import course
+
+    return course
+
+
 @dataclass(frozen=True)
 class Part:
     key: str  # the Stack attribute it fills
     name: str  # the definition taken from the notebook
     notebook: str
     exercises: tuple[str, ...]  # grade ids whose visible checks must pass
+    reference: Callable[[], object]  # the course's part, in the same place: PyTorch's own, or tinystories.course's
 
 
+# One row per part: reference_stack, student_stack, the run's table and --reference-parts all read these rows.
 PARTS = (
-    Part("model", "ModernDecoder", "08_decoder_models", ("rotary_gqa", "modern_block", "modern_decoder")),
-    Part("loss", "cross_entropy", "10_training", ("cross_entropy",)),
-    Part("optimizer", "AdamW", "10_training", ("adamw",)),
-    Part("schedule", "cosine_lr", "10_training", ("cosine_lr",)),
-    Part("clipping", "clip_grad_norm", "10_training", ("clip_grad_norm",)),
-    Part("batches", "get_batch", "10_training", ("get_batch",)),
-    Part("micro_batches", "rank_micro_batches", "13_tinystories", ("rank_micro_batches",)),
-    Part("flops", "flops_per_token", "13_tinystories", ("flops_per_token",)),
-    Part("mfu", "mfu", "13_tinystories", ("mfu",)),
-    Part("bits_per_byte", "bits_per_byte", "13_tinystories", ("bits_per_byte",)),
-    Part("sampling", "sample_next", "11_decoding", ("greedy_temperature", "top_k_filter", "top_p_filter", "sample_next")),
-    Part("cached_model", "CachedDecoder", "11_decoding", ("kv_cache", "cached_attention", "cached_decoder")),
-    Part("cache", "KVCache", "11_decoding", ("kv_cache",)),
-    Part("generation", "generate_with_cache", "13_tinystories", ("generate_with_cache",)),
+    Part("model", "ModernDecoder", "08_decoder_models", ("rotary_gqa", "modern_block", "modern_decoder"),
+         lambda: _course().ModernDecoder),
+    Part("loss", "cross_entropy", "10_training", ("cross_entropy",), lambda: F.cross_entropy),
+    Part("optimizer", "AdamW", "10_training", ("adamw",), lambda: torch.optim.AdamW),
+    Part("schedule", "cosine_lr", "10_training", ("cosine_lr",), lambda: _course().cosine_lr),
+    Part("clipping", "clip_grad_norm", "10_training", ("clip_grad_norm",), lambda: torch.nn.utils.clip_grad_norm_),
+    Part("batches", "get_batch", "10_training", ("get_batch",), lambda: _course().get_batch),
+    Part("micro_batches", "rank_micro_batches", "13_tinystories", ("rank_micro_batches",),
+         lambda: _course().rank_micro_batches),
+    Part("flops", "flops_per_token", "13_tinystories", ("flops_per_token",), lambda: _course().flops_per_token),
+    Part("mfu", "mfu", "13_tinystories", ("mfu",), lambda: _course().mfu),
+    Part("bits_per_byte", "bits_per_byte", "13_tinystories", ("bits_per_byte",), lambda: _course().bits_per_byte),
+    Part("sampling", "sample_next", "11_decoding", ("greedy_temperature", "top_k_filter", "top_p_filter", "sample_next"),
+         lambda: _course().sample_next),
+    Part("cached_model", "CachedDecoder", "11_decoding", ("kv_cache", "cached_attention", "cached_decoder"),
+         lambda: _course().CachedDecoder),
+    Part("cache", "KVCache", "11_decoding", ("kv_cache",), lambda: _course().KVCache),
+    Part("generation", "generate_with_cache", "13_tinystories", ("generate_with_cache",),
+         lambda: _course().generate_with_cache),
 )
 
 
@@ -99,13 +114,7 @@ class Stack:
 
 
 def reference_stack(reason: str = "--stack reference") -> Stack:
-    from tinystories import course
-
-    stack = Stack(model=course.ModernDecoder, config_class=course.DecoderConfig, loss=F.cross_entropy,
-                  optimizer=torch.optim.AdamW, schedule=course.cosine_lr, clipping=torch.nn.utils.clip_grad_norm_,
-                  batches=course.get_batch, micro_batches=course.rank_micro_batches, flops=course.flops_per_token,
-                  mfu=course.mfu, bits_per_byte=course.bits_per_byte, sampling=course.sample_next, cached_model=course.CachedDecoder,
-                  cache=course.KVCache, generation=course.generate_with_cache)
+    stack = Stack(config_class=_course().DecoderConfig, **{p.key: p.reference() for p in PARTS})
     stack.origins = {p.key: f"reference ({reason})" for p in PARTS}
     return stack
 

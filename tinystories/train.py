@@ -475,12 +475,7 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
     """
     stack = stack or reference_stack()
     t, m = config.train, config.model
-    device_kind = _device(t)
-    d = _init_distributed(device_kind)
-    device = torch.device(f"cuda:{d.local_rank}" if device_kind == "cuda" else "cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    precision = _precision(t.precision, device)
+    d, device, precision = _place(t)
     say = print if d.main else (lambda *a, **k: None)
     out = Path(config.out_dir)
     checkpoint_path = out / "checkpoint.pt"
@@ -513,18 +508,13 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
             seconds = time.perf_counter() - began
             tokens_seen += tokens_per_step
             row = {"step": step, "train_loss": train_loss, "lr": lr, "tokens": tokens_seen,
-                   "tokens_per_s": tokens_per_step / seconds, "ms_per_step": 1000 * seconds}
-            if grad_norm is not None:
-                row["grad_norm"] = float(grad_norm)
-            if peak:
-                row["mfu"] = stack.mfu(row["tokens_per_s"] / d.world, per_token, peak)
+                   "tokens_per_s": tokens_per_step / seconds, "ms_per_step": 1000 * seconds,
+                   **({} if grad_norm is None else {"grad_norm": float(grad_norm)}),
+                   **({"mfu": stack.mfu(tokens_per_step / seconds / d.world, per_token, peak)} if peak else {})}
             if not math.isfinite(train_loss):
                 raise RunError(f"the training loss became {train_loss} at step {step}: lower train.max_lr")
             if step % t.eval_interval == 0 or step == t.max_steps:
-                with loop.kernel():
-                    val_loss = _evaluate(loop.model, val_tokens, config, d, device, loop.autocast, loop.accumulation,
-                                         stack)
-                val_bpb = stack.bits_per_byte(val_loss, val_stats["tokens"], val_stats["bytes"])
+                val_loss, val_bpb = _validate(loop, val_tokens, val_stats, config, d, device)
                 row.update(val_loss=val_loss, val_bpb=val_bpb)
                 say(f"step {step}: train loss {train_loss:.3f}, val loss {val_loss:.3f}, {val_bpb:.3f} bits per byte")
             metrics.append(row)
@@ -545,15 +535,36 @@ def run(config, *, stack: Stack | None = None, resume: bool = False, progress: b
         if metrics_file:
             metrics_file.close()
 
-    samples = []
-    if d.main:
-        _plot(metrics, out / "loss_curve.png")
-        if math.isnan(val_loss):
-            val_rows = [row for row in metrics if "val_loss" in row]
-            if val_rows:
-                val_loss, val_bpb = val_rows[-1]["val_loss"], val_rows[-1]["val_bpb"]
-        samples = _write_samples(loop, data, out, say)
-        say(f"\nwrote {out}/: checkpoint.pt, metrics.jsonl, loss_curve.png, samples.txt")
+    if math.isnan(val_loss):  # this run (a resumed one, or one stopped early) evaluated nothing: the last it did
+        val_rows = [row for row in metrics if "val_loss" in row]
+        if val_rows:
+            val_loss, val_bpb = val_rows[-1]["val_loss"], val_rows[-1]["val_bpb"]
+    samples = _finish(loop, data, metrics, out, say) if d.main else []
     if d.world > 1:
         dist.barrier()
     return RunResult(out, metrics, val_loss, val_bpb, samples, checkpoint_path)
+
+
+def _place(train_config) -> tuple[_Dist, torch.device, str]:
+    """This process's rank (joining torchrun's group), its device and the precision it trains in."""
+    device_kind = _device(train_config)
+    d = _init_distributed(device_kind)
+    device = torch.device(f"cuda:{d.local_rank}" if device_kind == "cuda" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return d, device, _precision(train_config.precision, device)
+
+
+def _validate(loop: _Loop, val_tokens, val_stats: dict, config, d: _Dist, device) -> tuple[float, float]:
+    """The validation loss (every rank's share averaged) and its bits per byte."""
+    with loop.kernel():
+        val_loss = _evaluate(loop.model, val_tokens, config, d, device, loop.autocast, loop.accumulation, loop.stack)
+    return val_loss, loop.stack.bits_per_byte(val_loss, val_stats["tokens"], val_stats["bytes"])
+
+
+def _finish(loop: _Loop, data, metrics: list[dict], out: Path, say) -> list[str]:
+    """Rank 0's last outputs: the loss curve and the stories; returns the stories."""
+    _plot(metrics, out / "loss_curve.png")
+    samples = _write_samples(loop, data, out, say)
+    say(f"\nwrote {out}/: checkpoint.pt, metrics.jsonl, loss_curve.png, samples.txt")
+    return samples

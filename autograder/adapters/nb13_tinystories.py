@@ -174,43 +174,10 @@ def train_step(
     kind = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[optimizer]
     opt = kind(model.parameters(), **optimizer_kwargs)
     grad_scaler = torch.amp.GradScaler("cpu", **scaler) if scaler is not None else None
-    forwards, events, backward_autocast = [], [], []
-
-    def watch(module, args, kwargs, output):
-        forwards.append(
-            {
-                "autocast": torch.is_autocast_enabled("cpu"),
-                "dtype": str(torch.get_autocast_dtype("cpu")),
-                "logits": str(getattr(output, "dtype", None)),
-            }
-        )
-        tokens = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
-        events.append(f"F{tokens.shape[0] if tokens is not None and tokens.dim() else '?'}")
-        return output.as_subclass(_Logits) if isinstance(output, torch.Tensor) else output
-
-    def backward_pass(grad):
-        # Autocast is thread-local state that the backward pass runs with: a backward inside the with shows here.
-        events.append("B")
-        backward_autocast.append(torch.is_autocast_enabled("cpu"))
-
-    model.register_forward_hook(watch, with_kwargs=True)
-    model.lm_head.weight.register_hook(backward_pass)
-    result = {
-        "losses": [],
-        "states": [],
-        "updates": [],
-        "scales": [],
-        "forwards": [],
-        "events": [],
-        "loss_ops": [],
-        "backward_autocast": [],
-        "grads_left": [],
-        "raised": None,
-    }
+    seen = _PassObserver(model)
+    result = {key: [] for key in _STEP_RECORDS} | {"raised": None}
     for call, micro_batches in enumerate(steps):
-        forwards.clear()
-        events.clear()
-        backward_autocast.clear()
+        seen.clear()
         _LOSS_OPS.clear()
         try:
             loss = function(
@@ -226,23 +193,71 @@ def train_step(
         except Exception as error:  # noqa: BLE001
             result["raised"] = {"call": call, "type": type(error).__name__, "message": str(error)}
             break
-        result["losses"].append(
-            loss
-            if isinstance(loss, int | float)
-            else {"__unsupported__": "Tensor" if isinstance(loss, torch.Tensor) else type(loss).__qualname__}
-        )
-        result["states"].append({name: p.detach().clone() for name, p in model.named_parameters()})
-        result["updates"].append(
-            sorted({int(opt.state[p]["step"]) for p in model.parameters() if "step" in opt.state.get(p, {})})
-        )
-        result["scales"].append(grad_scaler.get_scale() if grad_scaler is not None else None)
-        result["forwards"].append(list(forwards))
-        result["events"].append(list(events))
-        result["loss_ops"].append(list(_LOSS_OPS))
-        result["backward_autocast"].append(any(backward_autocast))
-        result["grads_left"].append(_grads_left(model))
+        for key, value in _after_step(loss, model, opt, grad_scaler, seen).items():
+            result[key].append(value)
     _LOSS_OPS.clear()
     return result
+
+
+_STEP_RECORDS = (
+    "losses",
+    "states",
+    "updates",
+    "scales",
+    "forwards",
+    "events",
+    "loss_ops",
+    "backward_autocast",
+    "grads_left",
+)
+
+
+class _PassObserver:
+    """Hooks on a model that record each forward pass (autocast state, logits dtype, rows) and backward pass."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.forwards, self.events, self.backward_autocast = [], [], []
+        model.register_forward_hook(self._forward, with_kwargs=True)
+        model.lm_head.weight.register_hook(self._backward)
+
+    def clear(self) -> None:
+        self.forwards.clear()
+        self.events.clear()
+        self.backward_autocast.clear()
+
+    def _forward(self, module, args, kwargs, output):
+        self.forwards.append(
+            {
+                "autocast": torch.is_autocast_enabled("cpu"),
+                "dtype": str(torch.get_autocast_dtype("cpu")),
+                "logits": str(getattr(output, "dtype", None)),
+            }
+        )
+        tokens = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        self.events.append(f"F{tokens.shape[0] if tokens is not None and tokens.dim() else '?'}")
+        return output.as_subclass(_Logits) if isinstance(output, torch.Tensor) else output
+
+    def _backward(self, grad):
+        # Autocast is thread-local state that the backward pass runs with: a backward inside the with shows here.
+        self.events.append("B")
+        self.backward_autocast.append(torch.is_autocast_enabled("cpu"))
+
+
+def _after_step(loss, model, opt, grad_scaler, seen: _PassObserver) -> dict:
+    """What one call of the student's train_step left: one value per key of ``_STEP_RECORDS``."""
+    return {
+        "losses": loss
+        if isinstance(loss, int | float)
+        else {"__unsupported__": "Tensor" if isinstance(loss, torch.Tensor) else type(loss).__qualname__},
+        "states": {name: p.detach().clone() for name, p in model.named_parameters()},
+        "updates": sorted({int(opt.state[p]["step"]) for p in model.parameters() if "step" in opt.state.get(p, {})}),
+        "scales": grad_scaler.get_scale() if grad_scaler is not None else None,
+        "forwards": list(seen.forwards),
+        "events": list(seen.events),
+        "loss_ops": list(_LOSS_OPS),
+        "backward_autocast": any(seen.backward_autocast),
+        "grads_left": _grads_left(model),
+    }
 
 
 class _Watched(torch.nn.Module):
