@@ -172,7 +172,7 @@ def _complete(path: Path) -> bool:
     """
     import nbformat
 
-    from autograder.grading import is_test_cell
+    from coursetools.notebook_vocabulary import is_test_cell
 
     try:
         nb = nbformat.read(path, as_version=4)

@@ -218,13 +218,15 @@ def _verdicts(path: Path) -> dict[str, str]:
     """
     import nbformat
 
+    from coursetools import notebook_vocabulary
+
     try:
         nb = nbformat.read(path, as_version=4)
     except (OSError, ValueError, nbformat.reader.NotJSONError):  # not submitted, so not graded: no verdicts
         return {}
     found = {}
     for cell in nb.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        grade_id = notebook_vocabulary.grade_id(cell)
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         if grade_id and errors:
             error = errors[0]

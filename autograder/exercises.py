@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from autograder.errors import GradingError, SandboxError, StudentCodeError
 from autograder.rules import Rule
+from coursetools.notebook_vocabulary import STUB_LINE, test_id
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Check:
 
 @dataclass
 class Exercise:
-    id: str  # the grade_id of the answer cell; its test cell is "<id>_test"
+    id: str  # the grade_id of the answer cell; its test cell's is test_id(id): coursetools.notebook_vocabulary
     title: str
     points: int
     checks: list[Check] = field(default_factory=list)
@@ -49,7 +50,8 @@ class Exercise:
 
     @property
     def test_cell_id(self) -> str:
-        return f"{self.id}_test"
+        """The grade id of the exercise's test cell (nbgrader's, not the Jupyter cell id)."""
+        return test_id(self.id)
 
     def visible(self, function):
         self.checks.append(Check(function, hidden=False))
@@ -158,7 +160,7 @@ class ExerciseResult:
         return "\n".join(lines)
 
 
-NOT_IMPLEMENTED = "not implemented yet: replace `raise NotImplementedError()` with your code"
+NOT_IMPLEMENTED = f"not implemented yet: replace `{STUB_LINE}` with your code"
 
 
 def run_check(check: Check, impl) -> CheckResult:

@@ -28,22 +28,9 @@ from autograder.sandbox import (
     unavailable_reason,
     unsandboxed_note,
 )
+from coursetools.notebook_vocabulary import grade_id, is_answer_cell, is_definition_cell, is_test_cell
 
 __all__ = ["DEFAULT_TIMEOUT", "grade", "grade_file", "self_check", "unsandboxed_note"]
-
-
-def _nbgrader(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
-
-
-def grade_id(cell) -> str | None:
-    return _nbgrader(cell).get("grade_id")
-
-
-def is_test_cell(cell) -> bool:
-    """A graded cell that is not an answer: our checks, never student code."""
-    meta = _nbgrader(cell)
-    return bool(meta.get("grade")) and not meta.get("solution")
 
 
 def student_cells(nb) -> list[tuple[int, str]]:
@@ -58,13 +45,7 @@ def student_cells(nb) -> list[tuple[int, str]]:
 def definition_cells(nb) -> list[tuple[int, str]]:
     """The cells a later program loads from this notebook (``coursetools.notebook_import``): the preamble
     (imports, earlier notebooks' parts, given configs and classes) and the answer cells, in order."""
-    from coursetools.notebook_import import is_preamble
-
-    return [
-        (index, source)
-        for index, source in student_cells(nb)
-        if is_preamble(nb.cells[index].get("id")) or _nbgrader(nb.cells[index]).get("solution")
-    ]
+    return [(index, source) for index, source in student_cells(nb) if is_definition_cell(nb.cells[index])]
 
 
 def identify(nb) -> str:
@@ -195,9 +176,7 @@ def grade(
                 outcomes = process.run_cells()
             finally:
                 prefetch.join()
-            answer_index = {
-                grade_id(cell): index for index, cell in enumerate(nb.cells) if _nbgrader(cell).get("solution")
-            }
+            answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if is_answer_cell(cell)}
 
             def note(exercise) -> str:
                 index = answer_index.get(exercise.id)

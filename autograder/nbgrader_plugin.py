@@ -33,7 +33,7 @@ from traitlets import Bool, Float, Int, List, Unicode
 
 import coursetools
 from autograder.errors import GradingError
-from autograder.grading import DEFAULT_TIMEOUT, grade, is_test_cell
+from autograder.grading import DEFAULT_TIMEOUT, grade
 from autograder.sandbox import (
     DEFAULT_FILE_SIZE,
     DEFAULT_MEMORY,
@@ -43,6 +43,7 @@ from autograder.sandbox import (
     SandboxUnavailable,
     unavailable_reason,
 )
+from coursetools.notebook_vocabulary import grade_id, is_test_cell, nbgrader_resources
 
 
 def _verdict_outputs(result) -> list[NotebookNode]:
@@ -147,7 +148,7 @@ class RestoreCells(OverwriteCells):
         taken = {cell.get("id") for cell in nb.cells}
         for cell in nb.cells:
             if not cell.get("id"):
-                name = cell.metadata.get("nbgrader", {}).get("grade_id") or "restored"
+                name = grade_id(cell) or "restored"
                 base = re.sub(r"[^A-Za-z0-9_-]", "-", name)[:56]  # an id: 1 to 64 of these characters
                 cell.id, copies = base, 1
                 while cell.id in taken:
@@ -261,7 +262,7 @@ class TrustedVerdict(NbGraderPreprocessor):
 
     def _not_graded(self, resources, error: BaseException) -> None:
         """No score for a submission that could not be graded: out of the gradebook, and say why."""
-        about = resources.get("nbgrader", {})
+        about = nbgrader_resources(resources)
         assignment, student = about.get("assignment"), about.get("student")
         if assignment is None or student is None:  # not run by nbgrader's autograde
             return
@@ -305,21 +306,21 @@ class TrustedVerdict(NbGraderPreprocessor):
                     if output.output_type == "execute_result":
                         output.execution_count = count
                 continue
-            grade_id = cell.metadata["nbgrader"].get("grade_id", "")
-            result = by_test_cell.get(grade_id)
+            test = grade_id(cell) or ""
+            result = by_test_cell.get(test)
             if result is None:  # a graded cell with no checks behind it never passes
                 cell.outputs = [
                     NotebookNode(
                         output_type="error",
                         ename="UnknownTest",
-                        evalue=grade_id,
-                        traceback=[f"no checks are registered for test cell {grade_id!r}"],
+                        evalue=test,
+                        traceback=[f"no checks are registered for test cell {test!r}"],
                     )
                 ]
             else:
                 cell.outputs = _verdict_outputs(result)
         self.log.info("Trusted verdict for %s: %s/%s", report.notebook, report.score, report.max_score)
-        about = resources.get("nbgrader", {})
+        about = nbgrader_resources(resources)
         if about.get("assignment") and about.get("student"):  # graded now: an old reason no longer holds
             ungraded_record(coursedir.root, about["assignment"], about["student"]).unlink(missing_ok=True)
         return nb, resources

@@ -112,11 +112,13 @@ def find_course(start: Path | None = None) -> Path:
 
 
 def notebook_paths(course: Path) -> list[Path]:
-    """Each course notebook where the release puts it, then every other notebook one folder down."""
+    """Each course notebook where the release puts it, then every other notebook one folder down (a copy such as
+    ``04_attention-Copy1.ipynb``; not a JupyterLab checkpoint)."""
     from autograder.checks import NOTEBOOKS
+    from coursetools.notebook_vocabulary import NOTEBOOK_SUFFIX, notebook_files
 
-    expected = [course / name / f"{name}.ipynb" for name in NOTEBOOKS]
-    others = sorted(set(course.glob("*/*.ipynb")) - set(expected))
+    expected = [course / name / f"{name}{NOTEBOOK_SUFFIX}" for name in NOTEBOOKS]
+    others = sorted(set(notebook_files(course)) - set(expected))
     return expected + others
 
 
@@ -127,9 +129,10 @@ def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits
     from autograder.exercises import checks_for
     from autograder.grading import self_check
     from autograder.notebook_format import nbformat
+    from coursetools.notebook_vocabulary import is_course_notebook_path
 
     relative = str(path.relative_to(course))
-    known = path.stem if path.stem in NOTEBOOKS and path.parent.name == path.stem else None
+    known = path.stem if path.stem in NOTEBOOKS and is_course_notebook_path(path) else None
     row = Row(known or relative, relative, "missing")
     if known:
         row.max_score = sum(e.points for e in checks_for(known).exercises)

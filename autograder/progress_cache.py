@@ -38,8 +38,10 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from coursetools.notebook_vocabulary import CHECKPOINTS, is_test_cell, source_text
+
 VERSION = 2  # of the entry format (1: signed entries, which are now ignored)
-SKIPPED = {".ipynb_checkpoints", "__pycache__"}  # in the notebook's folder: not what its code can import or read
+SKIPPED = {CHECKPOINTS, "__pycache__"}  # in the notebook's folder: not what its code can import or read
 
 
 def folder() -> Path:
@@ -66,8 +68,6 @@ def grading_code() -> str:
 def graded_code(path: Path) -> str | None:
     """The hash of the cells the grader runs from the notebook at ``path`` (``grading.student_cells``, read as
     plain JSON); None when it is not readable JSON."""
-    from autograder.grading import is_test_cell
-
     try:
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         sources = []
@@ -76,8 +76,7 @@ def graded_code(path: Path) -> str | None:
                 continue
             if is_test_cell(cell):  # grading never runs the student's copy of a test cell
                 continue
-            source = cell.get("source", "")
-            sources.append(source if isinstance(source, str) else "".join(source))
+            sources.append(source_text(cell.get("source", "")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return hashlib.sha256(json.dumps(sources).encode()).hexdigest()

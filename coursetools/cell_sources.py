@@ -3,10 +3,13 @@
 An exercise's test cell (``autograder.check``) reads its answer cell's latest source from here, so the static
 half of the exercise's rules (a forbidden function under another name, a class it must not reuse) applies in the
 notebook as it does at grading, where the saved notebook is read. A test cell ``<x>-test`` belongs to the answer
-cell ``<x>-answer`` (tests/test_notebook_structure.py holds every notebook to this).
+cell ``<x>-answer`` (``notebook_vocabulary.jupyter_answer_id``; tests/test_notebook_structure.py holds every notebook
+to this).
 """
 
 from __future__ import annotations
+
+from coursetools.notebook_vocabulary import jupyter_answer_id
 
 _SOURCES: dict[str, str] = {}  # cell id -> the source it last ran with
 _RUNNING: list[str | None] = [None]  # the id of the cell running now
@@ -32,10 +35,7 @@ def remember(shell) -> None:
 def answer_source() -> tuple[str, list[str]] | None:
     """For the test cell running now, its answer cell's latest source and, as context for the rules' imports,
     every other cell's; None outside JupyterLab (no cell ids) or before the answer cell ran."""
-    running = _RUNNING[0]
-    if not running or not running.endswith("-test"):
-        return None
-    answer = running.removesuffix("-test") + "-answer"
-    if answer not in _SOURCES:
+    answer = jupyter_answer_id(_RUNNING[0])
+    if answer is None or answer not in _SOURCES:
         return None
     return _SOURCES[answer], [source for cell, source in _SOURCES.items() if cell != answer]

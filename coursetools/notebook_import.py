@@ -25,10 +25,12 @@ from pathlib import Path
 import nbformat
 import torch
 
+from coursetools.notebook_vocabulary import STUB_LINE, is_answer_cell, is_definition_cell, is_stub_source
+
 
 def answer_cells(path: Path) -> list:
     return [cell for cell in nbformat.read(path, as_version=4).cells
-            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution")]
+            if cell.cell_type == "code" and is_answer_cell(cell)]
 
 
 def _defines(source: str, name: str) -> bool:
@@ -57,8 +59,8 @@ def use_earlier(notebook: str, name: str, fallback, *, folder: Path | None = Non
     else:
         try:
             defining = [cell for cell in answer_cells(path) if _defines(cell.source, name)]
-            if any("raise NotImplementedError()" in cell.source for cell in defining):
-                reason = "its answer cell still says raise NotImplementedError()"
+            if any(is_stub_source(cell.source) for cell in defining):
+                reason = f"its answer cell still says {STUB_LINE}"
             else:
                 value = load_from_notebook(notebook, name, folder=folder)
         except Exception as error:  # noqa: BLE001 - any failure means: use the reference
@@ -71,16 +73,6 @@ def use_earlier(notebook: str, name: str, fallback, *, folder: Path | None = Non
     return fallback
 
 
-# Cells run with the answer cells, in notebook order: the imports, the earlier notebooks' parts the answers
-# build on, the given configuration classes (cells with ids ``configs`` or ``config-<name>``), and given
-# classes that a later answer builds on (notebook 11's CachedBlock, used by its CachedDecoder).
-PREAMBLE_CELLS = ("setup", "earlier", "cached-block")
-
-
-def is_preamble(cell_id: str | None) -> bool:
-    return cell_id in PREAMBLE_CELLS or (cell_id or "").startswith(("configs", "config-"))
-
-
 def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
     """The objects called ``names`` defined by the answer cells of a sibling course notebook."""
     path = (folder or Path.cwd().parent) / notebook / f"{notebook}.ipynb"
@@ -91,11 +83,9 @@ def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
     module.__file__ = str(path)
     sys.modules[module.__name__] = module
     namespace = module.__dict__
-    cells = [
-        cell for cell in nbformat.read(path, as_version=4).cells
-        if cell.cell_type == "code"
-        and (is_preamble(cell.get("id")) or cell.metadata.get("nbgrader", {}).get("solution"))
-    ]
+    # In notebook order, the preamble (the imports, the earlier notebooks' parts the answers build on, the given
+    # configuration classes and classes: notebook_vocabulary.is_preamble_cell) and the answer cells.
+    cells = [cell for cell in nbformat.read(path, as_version=4).cells if is_definition_cell(cell)]
     # Quietly, and without touching this process's random numbers (a setup cell seeds torch) or its thread
     # count (notebook 11's setup cell pins one thread for its tiny models; a training run must keep its own).
     threads = torch.get_num_threads()

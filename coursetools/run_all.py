@@ -24,8 +24,7 @@ import re
 from pathlib import Path
 
 from coursetools import cell_sources
-
-STUB_LINE = "raise NotImplementedError()"
+from coursetools.notebook_vocabulary import grade_id, is_answer_cell, is_stub_line, source_text
 
 
 def _notebook_file() -> Path | None:
@@ -54,7 +53,7 @@ def stub_name(tb) -> str | None:
     code = last.tb_frame.f_code
     if not _is_notebook_code(code.co_filename):
         return None
-    if linecache.getline(code.co_filename, last.tb_lineno).strip() != STUB_LINE:
+    if not is_stub_line(linecache.getline(code.co_filename, last.tb_lineno)):
         return None
     name = getattr(code, "co_qualname", code.co_name)
     return name.removesuffix(".__init__")  # "your `Residual`" rather than "your `Residual.__init__`"
@@ -71,13 +70,11 @@ def exercise_for(qualname: str, notebook: Path | None) -> str | None:
         return None
     pattern = re.compile(rf"^\s*(def|class)\s+{re.escape(top)}\b", re.MULTILINE)
     for cell in cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        source = "".join(cell.get("source", ""))
-        if meta.get("solution") and pattern.search(source):
+        if is_answer_cell(cell) and pattern.search(source_text(cell.get("source", ""))):
             try:
                 from autograder.exercises import find_exercise
 
-                return find_exercise(meta.get("grade_id", ""))[0].title
+                return find_exercise(grade_id(cell) or "")[0].title
             except (ImportError, LookupError):
                 return None
     return None

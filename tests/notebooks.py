@@ -18,13 +18,14 @@ from autograder.checks import NOTEBOOKS
 from autograder.errors import cell_number
 from autograder.grading import student_cells
 from coursetools.budget import GRADING_ENV
+from coursetools.notebook_vocabulary import grade_id, notebook_files
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def discovered() -> list[str]:
     """Notebooks found in solutions/, whether or not the autograder knows them."""
-    return sorted(p.parent.name for p in (ROOT / "solutions").glob("*/*.ipynb"))
+    return sorted(p.parent.name for p in notebook_files(ROOT / "solutions"))
 
 
 def solution_path(notebook: str) -> Path:
@@ -37,10 +38,6 @@ def release_path(notebook: str) -> Path:
 
 def read(path: Path):
     return nbformat.read(path, as_version=4)
-
-
-def grade_id(cell) -> str | None:
-    return cell.metadata.get("nbgrader", {}).get("grade_id")
 
 
 def answer_source(nb, exercise_id: str) -> str:
@@ -102,6 +99,7 @@ __all__ = [
     "NOTEBOOKS",
     "ROOT",
     "answer_source",
+    "grade_id",
     "read",
     "release_path",
     "require_sandbox",

@@ -22,8 +22,8 @@ from attacks import ATTACKS
 from notebooks import ROOT, answer_source, read, require_sandbox, solution_path, with_answer
 
 from autograder.exercises import checks_for
-from autograder.grading import is_test_cell
 from autograder.phases import PREFIX
+from coursetools.notebook_vocabulary import grade_id, is_test_cell
 
 NOTEBOOK = "01_tokens_embeddings"
 SOLUTION = read(solution_path(NOTEBOOK))
@@ -69,7 +69,7 @@ def test_misbehaving_code_costs_only_its_exercise(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [c for c in SOLUTION.cells if c.cell_type == "code" and c.get("id") == "setup"]
     for cell in SOLUTION.cells:
-        exercise = cell.metadata.get("nbgrader", {}).get("grade_id")
+        exercise = grade_id(cell)
         if exercise in answers:
             nb.cells.append(nbformat.v4.new_code_cell(answers[exercise], metadata=cell.metadata))
     assert len(nb.cells) == 5 and not any(is_test_cell(c) for c in nb.cells)

@@ -1,7 +1,8 @@
 """Write tinystories/course.py from the solution notebooks' answer cells (`make export`).
 
 The training program must run the SAME model code the notebooks teach, not a second copy. This tool
-reads the answer cells (and the given ``configs`` cells and those named in ``GIVEN``) of ``solutions/NN/NN.ipynb`` with nbformat,
+reads the answer cells and the given cells (``configs``/``config-<name>``, ``cached-block``:
+``coursetools.notebook_vocabulary.is_given_cell``) of ``solutions/NN/NN.ipynb`` with nbformat,
 finds the requested top-level definitions with ``ast``, adds every definition they use by name (the
 dependency closure, resolved in the same notebook first, then in the nearest earlier one), strips the
 nbgrader ``### BEGIN/END SOLUTION`` marker lines and writes them in course order under a fixed import
@@ -24,6 +25,9 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere: coursetools is beside tools/
+from coursetools.notebook_vocabulary import course_notebook_paths, is_answer_cell, is_given_cell  # noqa: E402
+
 TARGET = ROOT / "tinystories" / "course.py"
 
 # notebook folder              names to export (their dependencies come along)
@@ -61,23 +65,12 @@ IMPORTED = {"math", "dataclass", "np", "torch", "nn", "F"}
 MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
-# Given cells (not exercises) whose definitions the exported code builds on: notebook 11's CachedBlock.
-GIVEN = ("cached-block",)
-
-
 def _code_cells(notebook: str) -> list[str]:
     path = ROOT / "solutions" / notebook / f"{notebook}.ipynb"
     cells = nbformat.read(path, as_version=4).cells
-    return [
-        cell.source
-        for cell in cells
-        if cell.cell_type == "code"
-        and (
-            cell.metadata.get("nbgrader", {}).get("solution")
-            or (cell.get("id") or "").startswith("configs")
-            or cell.get("id") in GIVEN
-        )
-    ]
+    # Not the preamble's context cells (setup, earlier): the export writes its own imports and resolves names
+    # across notebooks itself.
+    return [cell.source for cell in cells if cell.cell_type == "code" and (is_answer_cell(cell) or is_given_cell(cell))]
 
 
 def _definitions(notebook: str) -> dict[str, tuple[int, str, set[str]]]:
@@ -101,7 +94,7 @@ def _definitions(notebook: str) -> dict[str, tuple[int, str, set[str]]]:
 
 
 def _course_order() -> list[str]:
-    return sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
+    return [path.parent.name for path in course_notebook_paths(ROOT / "solutions")]
 
 
 def export() -> str:

@@ -33,19 +33,20 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere: coursetools is beside tools/
+from coursetools.notebook_vocabulary import course_notebook_paths, is_test_cell  # noqa: E402
+
 WAITING = ROOT / "tools" / "run_all_waiting.json"
 TAG = "raises-exception"
 
 
 def notebooks(root: Path, names: list[str] | None = None) -> list[Path]:
-    found = sorted(root.glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
-    found = [p for p in found if p.parent.name == p.stem]
+    found = course_notebook_paths(root)
     return [p for p in found if not names or p.stem in names or p.stem[:2] in names]
 
 
 def is_graded_test(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return cell.cell_type == "code" and bool(meta.get("grade")) and not meta.get("solution")
+    return cell.cell_type == "code" and is_test_cell(cell)
 
 
 def wanted_ids(nb, waiting: list[str]) -> set[str]:
