@@ -34,6 +34,8 @@ from test_nbgrader_e2e import (
     wrong,
 )
 
+from coursetools.notebook_vocabulary import is_graded_cell, test_id
+
 NOTEBOOK = "02_normalization"
 STUDENTS = {
     "full": Student({}, set()),
@@ -144,7 +146,7 @@ def verdicts(folder: Path, student: str) -> list[str]:
     path = folder / "autograded" / student / NOTEBOOK / f"{NOTEBOOK}.ipynb"
     if not path.is_file():
         return ["(not autograded)"]
-    cells = [c for c in read(path).cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    cells = [c for c in read(path).cells if is_graded_cell(c)]
     return ["\n".join(o.get("evalue") or o.get("text", "") for o in c.get("outputs", [])) for c in cells]
 
 
@@ -158,7 +160,7 @@ def test_gradebook_equals_plain_nbgrader_autograde(classes):
     }
     assert ours == theirs, differ
     for name, student in STUDENTS.items():  # and both are right
-        assert ours[name] == {f"{e}_test": p * (e not in student.zero) for e, p in points(NOTEBOOK).items()}
+        assert ours[name] == {test_id(e): p * (e not in student.zero) for e, p in points(NOTEBOOK).items()}
 
 
 def test_resume_grades_the_rest_and_nothing_twice(classes):

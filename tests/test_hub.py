@@ -55,6 +55,7 @@ from notebooks import ROOT, answer_source, read, release_path, solution_path
 from test_multiuser_exchange import Accounts, home
 
 from autograder.exercises import checks_for
+from coursetools.notebook_vocabulary import answer_id, grade_id, test_id
 
 NOTEBOOK = "02_normalization"
 COURSE_ID = "transformer-from-scratch"
@@ -338,11 +339,8 @@ def test_a_class_on_the_hub_in_a_browser():
     solved = answer_source(read(solution_path(NOTEBOOK)), "layer_norm")
     assert RIGHT in solved, "the solution's LayerNorm changed: update RIGHT and WRONG"
     released = read(release_path(NOTEBOOK)).cells
-    assert released[ANSWER].metadata["nbgrader"]["grade_id"] == "layer_norm"
-    assert (
-        released[TEST].metadata["nbgrader"]["grade_id"] == "layer_norm_test"
-        and "import torch" in released[IMPORTS].source
-    )
+    assert grade_id(released[ANSWER]) == "layer_norm"
+    assert grade_id(released[TEST]) == test_id("layer_norm") and "import torch" in released[IMPORTS].source
 
     accounts = Accounts()
     groups = [f"ts_students_{accounts.tag}", f"ts_instructors_{accounts.tag}"]
@@ -556,7 +554,7 @@ def _class(
         graded = {}
         for student in (stu1, stu2):
             notebook = gradebook.find_submission_notebook(NOTEBOOK, NOTEBOOK, student.name)
-            graded[student.name] = {g.name.removesuffix("_test"): g.score for g in notebook.grades}
+            graded[student.name] = {answer_id(g.name): g.score for g in notebook.grades}
     assert graded == {
         stu1.name: {"layer_norm": exercises["layer_norm"], "rms_norm": 0},
         stu2.name: {"layer_norm": 0, "rms_norm": 0},

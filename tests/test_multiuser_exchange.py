@@ -39,6 +39,7 @@ import pytest
 from notebooks import ROOT, answer_source, grade_id, read, solution_path
 
 from autograder.exercises import checks_for
+from coursetools.notebook_vocabulary import answer_id
 
 NOTEBOOK = "02_normalization"  # two exercises, the quickest class to grade
 COURSE_ID = "transformer-from-scratch"
@@ -370,7 +371,7 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
         assert {student.id for student in gradebook.students} == {stu1, stu2}
         for student, scores in expected.items():
             graded = gradebook.find_submission_notebook(NOTEBOOK, NOTEBOOK, student)
-            assert {g.name.removesuffix("_test"): g.score for g in graded.grades} == scores
+            assert {answer_id(g.name): g.score for g in graded.grades} == scores
 
     # After grading, the graded copies and the gradebook stay the instructor's alone.
     for student in (stu1, stu2):

@@ -47,6 +47,7 @@ from released import release_into
 
 from autograder.exercises import checks_for
 from autograder.nbgrader_plugin import course_script
+from coursetools.notebook_vocabulary import answer_id, is_graded_cell, is_test_id
 
 TIMEOUT = 10  # seconds per cell and per call in the grading worker
 # Notebook 01's class holds the students who hang (each costs the timeout); its cells and checks take well under
@@ -232,10 +233,10 @@ def submission(release, notebook: str, student: Student):
         if grade_id(cell) in points(notebook):
             cell.source = student.answers.get(grade_id(cell), right(notebook, grade_id(cell)))
     if student.edit == "delete":
-        nb.cells = [c for c in nb.cells if not (grade_id(c) or "").endswith("_test")]
+        nb.cells = [c for c in nb.cells if not is_test_id(grade_id(c))]
     elif student.edit == "edit":
         for cell in nb.cells:
-            if (grade_id(cell) or "").endswith("_test"):
+            if is_test_id(grade_id(cell)):
                 cell.source = 'print("All visible checks passed.")'
     return nb
 
@@ -274,11 +275,9 @@ def graded(notebook: str, scratch: Path) -> GradedClass:
     release = read(folder / "course" / notebook / f"{notebook}.ipynb")
     # Run All goes on past a failing test cell (tools/run_all_tags.py); the students of ``zero`` prove
     # that grading still scores such a cell 0.
-    assert all(
-        "raises-exception" in c.metadata.get("tags", [])
-        for c in release.cells
-        if c.metadata.get("nbgrader", {}).get("grade")
-    ), "the release's test cells lost their tag"
+    assert all("raises-exception" in c.metadata.get("tags", []) for c in release.cells if is_graded_cell(c)), (
+        "the release's test cells lost their tag"
+    )
     harm = attacks.Harm(folder=folder / "autograded")
     students = class_of(notebook, harm)
     for name, student in students.items():
@@ -335,7 +334,7 @@ def _scores(course: GradedClass, student: str) -> dict[str, float]:
 
     with Gradebook(f"sqlite:///{course.folder / 'gradebook.db'}") as gradebook:
         notebook = gradebook.find_submission_notebook(course.notebook, course.notebook, student)
-        return {grade.name.removesuffix("_test"): grade.score for grade in notebook.grades}
+        return {answer_id(grade.name): grade.score for grade in notebook.grades}
 
 
 def _feedback_path(course: GradedClass, student: str) -> Path:

@@ -8,6 +8,7 @@ from notebooks import ROOT
 
 from autograder.reference.rope import rope as rope_oracle
 from coursetools.notebook_import import load_from_notebook, use_earlier
+from coursetools.notebook_vocabulary import STUB_LINE
 
 
 def test_loads_the_instructors_rope_and_it_is_right():
@@ -67,8 +68,8 @@ def test_use_earlier_falls_back_on_a_stub_and_says_so(capsys):
     assert use_earlier("06_feed_forward", "FeedForward", Reference, folder=ROOT / "course") is Reference
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith(
-        "Your FeedForward from 06_feed_forward is not finished (its answer cell still says raise "
-        "NotImplementedError()); using the course's reference version built on PyTorch instead."
+        f"Your FeedForward from 06_feed_forward is not finished (its answer cell still says {STUB_LINE}); "
+        "using the course's reference version built on PyTorch instead."
     )
     assert line.endswith("Finish notebook 06 and re-run this cell to use your own.")
 

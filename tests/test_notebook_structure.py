@@ -11,6 +11,16 @@ from notebooks import NOTEBOOKS, discovered, read, release_path, solution_path
 
 from autograder.checks import NOTEBOOKS as REGISTERED
 from autograder.exercises import checks_for
+from coursetools.notebook_vocabulary import (
+    grade_id,
+    is_answer_cell,
+    is_locked,
+    is_stub_source,
+    is_test_cell,
+    jupyter_answer_id,
+    jupyter_test_id,
+    points,
+)
 
 TEST_CELL = """# Visible checks for this exercise: run this cell after your answer cell.
 from autograder import check
@@ -19,10 +29,6 @@ check("{id}", globals())
 ### BEGIN HIDDEN TESTS
 check("{id}", globals(), hidden=True)
 ### END HIDDEN TESTS"""
-
-
-def _meta(cell) -> dict:
-    return cell.metadata.get("nbgrader", {})
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
@@ -35,23 +41,23 @@ def test_metadata_is_valid_for_nbgrader(notebook):
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_each_exercise_has_an_answer_cell_then_its_test_cell(notebook):
     nb = read(solution_path(notebook))
-    graded = [(i, _meta(c)) for i, c in enumerate(nb.cells) if _meta(c)]
-    answers = {m["grade_id"]: i for i, m in graded if m.get("solution")}
-    tests = {m["grade_id"]: (i, m) for i, m in graded if m.get("grade") and not m.get("solution")}
+    answers = {grade_id(c): i for i, c in enumerate(nb.cells) if is_answer_cell(c)}
+    tests = {grade_id(c): i for i, c in enumerate(nb.cells) if is_test_cell(c)}
     exercises = checks_for(notebook).exercises
     assert list(answers) == [e.id for e in exercises], "answer cells and registered exercises differ"
     assert list(tests) == [e.test_cell_id for e in exercises], "test cells and registered exercises differ"
     for exercise in exercises:
-        index, meta = tests[exercise.test_cell_id]
+        index = tests[exercise.test_cell_id]
         assert index > answers[exercise.id], f"{exercise.test_cell_id} comes before its answer cell"
-        assert meta["locked"] and meta["points"] == exercise.points
+        assert is_locked(nb.cells[index]) and points(nb.cells[index]) == exercise.points
         assert nb.cells[index].source == TEST_CELL.format(id=exercise.id)
         assert all(c.cell_type == "markdown" for c in nb.cells[answers[exercise.id] + 1 : index]), (
             "only explanations may stand between an answer cell and its test cell"
         )
         # the test cell finds its answer cell's source by these ids (coursetools.cell_sources)
-        assert nb.cells[index].id.endswith("-test"), nb.cells[index].id
-        assert nb.cells[answers[exercise.id]].id == nb.cells[index].id.removesuffix("-test") + "-answer"
+        assert jupyter_answer_id(nb.cells[index].id), nb.cells[index].id
+        assert nb.cells[answers[exercise.id]].id == jupyter_answer_id(nb.cells[index].id)
+        assert jupyter_test_id(nb.cells[answers[exercise.id]].id) == nb.cells[index].id
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
@@ -73,8 +79,8 @@ def test_notebook_teaches_in_the_course_style(notebook):
 def test_release_has_stubs_and_no_outputs(notebook):
     nb = read(release_path(notebook))
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    answers = [c for c in nb.cells if _meta(c).get("solution")]
-    assert answers and all("raise NotImplementedError()" in c.source for c in answers)
+    answers = [c for c in nb.cells if is_answer_cell(c)]
+    assert answers and all(is_stub_source(c.source) for c in answers)
 
 
 def test_exercise_ids_are_unique_across_the_course():

@@ -24,6 +24,7 @@ from autograder.__main__ import main
 from autograder.checks import NOTEBOOKS
 from autograder.exercises import checks_for
 from autograder.progress import Progress, Row, progress
+from coursetools.notebook_vocabulary import is_answer_cell, is_test_cell
 
 FILLED = {
     "01_tokens_embeddings": Student({}, set()),
@@ -218,7 +219,7 @@ def test_a_changed_notebook_alone_is_graded_again(course, serial, monkeypatch):
     path = course / "01_tokens_embeddings" / "01_tokens_embeddings.ipynb"
     original = path.read_bytes()
     nb = nbformat.read(path, as_version=4)
-    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer = next(c for c in nb.cells if is_answer_cell(c))
     answer.source += "\n# an edit"
     nbformat.write(nb, path)
     graded = _graded_paths(monkeypatch)
@@ -230,11 +231,7 @@ def test_a_changed_notebook_alone_is_graded_again(course, serial, monkeypatch):
     assert not any(p.startswith(("02_normalization/02", "06_feed_forward/06")) for p in graded)
     # an edit in a test cell (which grading never runs from the student's copy) changes nothing
     nb = nbformat.read(path, as_version=4)
-    test_cell = next(
-        c
-        for c in nb.cells
-        if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata.get("nbgrader", {}).get("solution")
-    )
+    test_cell = next(c for c in nb.cells if is_test_cell(c))
     test_cell.source += "\n# an edit"
     nbformat.write(nb, path)
     graded.clear()

@@ -10,6 +10,8 @@ from leaks import MARKERS, leaked, public_text, secret_lines
 from notebooks import NOTEBOOKS, ROOT, read, solution_path
 from released import every_notebook_released
 
+from coursetools.notebook_vocabulary import is_checkpoint
+
 
 @pytest.fixture(scope="module")
 def fresh_release() -> Path:
@@ -19,7 +21,7 @@ def fresh_release() -> Path:
 
 
 def _files(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts}
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not is_checkpoint(p)}
 
 
 def test_committed_release_matches_a_fresh_generation(fresh_release):

@@ -30,6 +30,7 @@ from wrong.nb10_training import TRAIN
 from autograder.exercises import find_exercise, rules_result, run_exercise
 from autograder.impl import LocalImpl
 from autograder.rules import Rule, enforced
+from coursetools.notebook_vocabulary import grade_id
 
 # Right answers in other styles than the solutions', per rule-bound exercise.
 RIGHT_STYLES = {
@@ -378,7 +379,7 @@ def test_right_code_in_other_styles_passes_both_halves(exercise_id, code, soluti
 def test_the_solutions_follow_their_rules(notebook, exercise_id):
     """The static half on the solution's own answer cell, with its notebook's cells as context."""
     nb = read(solution_path(notebook))
-    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == exercise_id]
+    (cell,) = [c for c in nb.cells if grade_id(c) == exercise_id]
     exercise, _ = find_exercise(exercise_id)
     others = [c.source for c in nb.cells if c.cell_type == "code" and c is not cell]
     assert rules_result(exercise, cell.source, others).passed

@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import run_all_tags  # noqa: E402
 
 from coursetools import run_all  # noqa: E402
+from coursetools.notebook_vocabulary import STUB_LINE  # noqa: E402
 
 WAITING = run_all_tags.load_waiting()
 
@@ -51,7 +52,7 @@ def test_only_a_stub_line_gets_the_short_message(tmp_path, monkeypatch):
     cell.parent.mkdir()
     cell.write_text(
         "class RMSNorm:\n    def forward(self, x):\n        # YOUR CODE HERE\n"
-        "        raise NotImplementedError()\n    def other(self):\n"
+        f"        {STUB_LINE}\n    def other(self):\n"
         "        raise NotImplementedError('not a stub')\n"
     )
     assert run_all.stub_name(_Frame(str(cell), "RMSNorm.forward", 4)) == "RMSNorm.forward"

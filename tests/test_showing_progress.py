@@ -17,18 +17,14 @@ from notebooks import autograder_as_it_goes, read, solution_path
 
 from autograder.exercises import checks_for
 from autograder.phases import PREFIX, Display, Phase
+from coursetools.notebook_vocabulary import is_test_cell
 
 NOTEBOOK = "01_tokens_embeddings"  # the quickest to grade
 
 
-def _is_test_cell(cell) -> bool:
-    meta = cell.metadata.get("nbgrader", {})
-    return bool(meta.get("grade")) and not meta.get("solution")
-
-
 def test_check_says_each_phase_as_it_goes_and_keeps_stdout_for_the_report():
     nb = read(solution_path(NOTEBOOK))
-    run = [i + 1 for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and not _is_test_cell(cell)]
+    run = [i + 1 for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and not is_test_cell(cell)]
     exercises = checks_for(NOTEBOOK).exercises
     checks = [e.id for e in exercises for _ in range(len(e.checks) + bool(e.rules))]  # the rules, read: one more
     status, out, said, ended = autograder_as_it_goes("check", str(solution_path(NOTEBOOK)), "--json")

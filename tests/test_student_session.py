@@ -32,6 +32,7 @@ from notebooks import answer_source, grade_id, read, release_path, solution_path
 from test_check_command import printed_check_commands
 
 from coursetools.assignment_list import NBGRADER_NO_EXCHANGE, NO_EXCHANGE
+from coursetools.notebook_vocabulary import answer_id, is_answer_cell, is_graded_cell, points, test_id
 
 pytestmark = requires_browser
 
@@ -167,12 +168,8 @@ def _shot(page, name: str) -> Path:
 
 def test_student_session_in_a_real_browser(student_lab):
     released, solved = read(release_path(NOTEBOOK)), read(solution_path(NOTEBOOK))
-    answers = {grade_id(c): i for i, c in enumerate(released.cells) if c.metadata.get("nbgrader", {}).get("solution")}
-    tests = {
-        grade_id(c).removesuffix("_test"): i
-        for i, c in enumerate(released.cells)
-        if c.metadata.get("nbgrader", {}).get("grade")
-    }
+    answers = {grade_id(c): i for i, c in enumerate(released.cells) if is_answer_cell(c)}
+    tests = {answer_id(grade_id(c)): i for i, c in enumerate(released.cells) if is_graded_cell(c)}
     assert answers.keys() == tests.keys() and WRONG_ID in answers, "notebook 05's exercises changed"
     wrong = answer_source(solved, WRONG_ID).replace(RIGHT_LINE, WRONG_LINE)
     assert wrong != answer_source(solved, WRONG_ID), "the wrong answer must differ from the solution"
@@ -280,15 +277,9 @@ def test_the_printed_check_command_runs_in_the_labs_terminal(student_lab):
     PATH (`python: command not found`, or the system's: `No module named 'nbformat'`).
     """
     (command,) = printed_check_commands(read(release_path(TERMINAL_NOTEBOOK)))
-    total = sum(
-        c.metadata["nbgrader"]["points"]
-        for c in read(release_path(TERMINAL_NOTEBOOK)).cells
-        if c.metadata.get("nbgrader", {}).get("grade")
-    )
-    (points,) = [
-        c.metadata["nbgrader"]["points"]
-        for c in read(release_path(TERMINAL_NOTEBOOK)).cells
-        if grade_id(c) == f"{TERMINAL_ANSWERED}_test"
+    total = sum(points(c) for c in read(release_path(TERMINAL_NOTEBOOK)).cells if is_graded_cell(c))
+    (answered,) = [
+        points(c) for c in read(release_path(TERMINAL_NOTEBOOK)).cells if grade_id(c) == test_id(TERMINAL_ANSWERED)
     ]
     lab, frames = student_lab, []
     with offline_page(height=1000) as browsing:
@@ -326,7 +317,7 @@ def test_the_printed_check_command_runs_in_the_labs_terminal(student_lab):
             raise
     assert "".join(command.split()) in "".join(output.split()), output[-3000:]  # typed (xterm wraps long lines)
     assert not [sign for sign in BROKEN if sign in output], output[-3000:]
-    assert f"Score: {points}/{total}" in output, output[-3000:]
+    assert f"Score: {answered}/{total}" in output, output[-3000:]
     assert browsing.blocked == [], f"requests left this machine: {browsing.blocked}"
 
 

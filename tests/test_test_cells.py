@@ -12,8 +12,11 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from coursetools import cell_sources
+from coursetools.notebook_vocabulary import jupyter_test_id
 
 SETUP = "import torch\nimport torch.nn.functional as F\nfrom coursetools.run_all import explain_unfinished\n"
+ANSWER_CELL = "ex5-answer"  # one_hot's answer cell id, as JupyterLab sends it
+TEST_CELL = jupyter_test_id(ANSWER_CELL)
 RIGHT = "def one_hot(tokens, vocab_size):\n    return (tokens[..., None] == torch.arange(vocab_size)).float()\n"
 
 
@@ -38,8 +41,8 @@ def _run(shell, source, cell_id, capsys) -> tuple[str, str | None]:
 
 
 def test_a_passing_exercise_runs_its_hidden_checks_too(shell, capsys):
-    _run(shell, RIGHT, "ex5-answer", capsys)
-    out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', "ex5-test", capsys)
+    _run(shell, RIGHT, ANSWER_CELL, capsys)
+    out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', TEST_CELL, capsys)
     assert error is None, out
     assert "(hidden)" in out and "All 2 visible and 1 hidden checks passed." in out, out  # the rules, 1 check
 
@@ -49,10 +52,10 @@ def test_a_mistake_only_a_hidden_check_catches_is_named_in_the_notebook(shell, c
     _run(
         shell,
         "def one_hot(tokens, vocab_size):\n    return (tokens.reshape(-1, 1) == torch.arange(vocab_size)).float()\n",
-        "ex5-answer",
+        ANSWER_CELL,
         capsys,
     )
-    out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', "ex5-test", capsys)
+    out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', TEST_CELL, capsys)
     assert error and error.startswith("ChecksFailed") and "the visible checks pass, but" in error, (error, out)
     assert "✗" in error and "(hidden)" in error, (error, out)  # the failures are the error's own text
 
@@ -60,11 +63,11 @@ def test_a_mistake_only_a_hidden_check_catches_is_named_in_the_notebook(shell, c
 def test_the_rules_are_read_from_the_answer_cell_by_its_id(shell, capsys):
     # a forbidden call that the checks never reach: only reading the source finds it
     forbidden = RIGHT + "\n\ndef unused(tokens):\n    return F.one_hot(tokens)\n"
-    _run(shell, forbidden, "ex5-answer", capsys)
-    out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', "ex5-test", capsys)
+    _run(shell, forbidden, ANSWER_CELL, capsys)
+    out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', TEST_CELL, capsys)
     assert error and "✗ follows the exercise's rules" in error and "do not call F.one_hot" in error, (error, out)
-    _run(shell, RIGHT, "ex5-answer", capsys)  # the answer cell run again: its latest source counts
-    out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', "ex5-test", capsys)
+    _run(shell, RIGHT, ANSWER_CELL, capsys)  # the answer cell run again: its latest source counts
+    out, error = _run(shell, 'from autograder import check\ncheck("one_hot", globals())', TEST_CELL, capsys)
     assert error is None, out
 
 
