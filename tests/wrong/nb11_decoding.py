@@ -4,38 +4,14 @@ Each wrong version is the solution's answer cell with one mistake written in (``
 replaced text is there), so the wrong versions differ from a right one only by the mistake.
 """
 
-from pathlib import Path
+import functools
 
-import nbformat
+from wrong import Wrong, solution_answers
+from wrong import variant as variant_of
 
-from wrong import Wrong
-
-_NOTEBOOK = Path(__file__).resolve().parents[2] / "solutions" / "11_decoding" / "11_decoding.ipynb"
-
-
-def _answers() -> dict:
-    answers = {}
-    for cell in nbformat.read(_NOTEBOOK, as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if meta.get("solution"):
-            lines = [
-                line
-                for line in cell.source.splitlines()
-                if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line
-            ]
-            answers[meta["grade_id"]] = "\n".join(lines) + "\n"
-    return answers
-
-
-RIGHT = _answers()
-
-
-def variant(exercise: str, *replacements: tuple[str, str]) -> str:
-    code = RIGHT[exercise]
-    for old, new in replacements:
-        assert old in code, f"{exercise}: {old!r} is not in the answer"
-        code = code.replace(old, new, 1)
-    return code
+NOTEBOOK = "11_decoding"
+RIGHT = solution_answers(NOTEBOOK)
+variant = functools.partial(variant_of, NOTEBOOK)
 
 
 SAMPLE_INLINE = """
