@@ -13,6 +13,7 @@ import pytest
 import torch
 from tinystories_helpers import ROOT, cli, tiny_args
 
+from coursetools.notebook_vocabulary import grade_id
 from tinystories.config import load_config
 from tinystories.model import build_model
 from tinystories.stack import PARTS, reference_stack, student_stack
@@ -37,7 +38,7 @@ def test_each_part_is_yours_unless_it_fails_its_visible_checks(tmp_path):
     shutil.copytree(ROOT / "solutions" / "10_training", tmp_path / "10_training")
     path = tmp_path / "10_training" / "10_training.ipynb"
     nb = nbformat.read(path, as_version=4)
-    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "cross_entropy"]
+    (cell,) = [c for c in nb.cells if grade_id(c) == "cross_entropy"]
     cell.source = SUMMED
     nbformat.write(nb, path)
 

@@ -156,16 +156,17 @@ class StudentBPE:
 def _student_answers(course_dir) -> tuple[Path, str] | str:
     """(notebook 12's path, a hash of its answer cells), or why it cannot be used (missing, not started)."""
     from coursetools.notebook_import import answer_cells
-    from tinystories.stack import COURSE, STUB
+    from coursetools.notebook_vocabulary import STUB_LINE, grade_id, is_stub_source
+    from tinystories.stack import COURSE
 
     path = Path(course_dir or COURSE).resolve() / NB12 / f"{NB12}.ipynb"
     if not path.is_file():
         return f"no notebook {path}"
     cells = answer_cells(path)
-    stubs = sorted(c.metadata["nbgrader"]["grade_id"] for c in cells if STUB in c.source)
+    stubs = sorted(grade_id(c) for c in cells if is_stub_source(c.source))
     wanted = [e for e in stubs if e in NB12_EXERCISES]
     if wanted:
-        return f"not started: {', '.join(wanted)} still say{'s' * (len(wanted) == 1)} {STUB}"
+        return f"not started: {', '.join(wanted)} still say{'s' * (len(wanted) == 1)} {STUB_LINE}"
     return path, hashlib.sha256("\n".join(c.source for c in cells).encode()).hexdigest()[:10]
 
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from coursetools.notebook_vocabulary import STUB_LINE, grade_id, is_stub_source
 from tinystories.errors import RunError
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "course"
-STUB = "raise NotImplementedError()"
 NOT_NEEDED = "reference (not needed here)"
 
 
@@ -123,7 +123,7 @@ def _stubs(path: Path) -> set[str]:
     """Grade ids of the answer cells that still hold the stub."""
     from coursetools.notebook_import import answer_cells
 
-    return {cell.metadata["nbgrader"]["grade_id"] for cell in answer_cells(path) if STUB in cell.source}
+    return {grade_id(cell) for cell in answer_cells(path) if is_stub_source(cell.source)}
 
 
 def visible_failures(path: Path, exercises: set[str]) -> dict[str, str]:
@@ -162,7 +162,7 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
         stubs = _stubs(path)
         ready = [p for p in parts if not stubs & set(p.exercises)]
         origins.update({p.key: f"reference (not started: {', '.join(sorted(stubs & set(p.exercises)))} still "
-                               f"say{'s' * (len(stubs & set(p.exercises)) == 1)} {STUB})" for p in parts if p not in ready})
+                               f"say{'s' * (len(stubs & set(p.exercises)) == 1)} {STUB_LINE})" for p in parts if p not in ready})
         if ready and check:
             print(f"checking {', '.join(p.name for p in ready)} with notebook {notebook[:2]}'s visible checks ...",
                   flush=True)
