@@ -1,80 +1,21 @@
-"""Mistakes students make in notebook 04."""
+"""Mistakes students make in notebook 04.
 
-from wrong import Wrong
-
-SOFTMAX = """
-def softmax(x, dim=-1):
-    shifted = {shift}
-    e = torch.exp(shifted)
-    return e / e.sum({sum_dim}, keepdim=True)
+Each wrong version is the solution's answer cell with one mistake written in (``variant`` checks that the
+replaced text is there), so the wrong versions differ from a right one only by the mistake. Those written out
+in full are the rules' dodges (a whole answer that calls what the rule forbids) and other algorithms.
 """
 
+import functools
 
-def softmax(shift="x - x.amax(dim, keepdim=True)", sum_dim="dim"):
-    return SOFTMAX.format(shift=shift, sum_dim=sum_dim)
+from wrong import Wrong, solution_answers
+from wrong import variant as variant_of
 
+NOTEBOOK = "04_attention"
+RIGHT = solution_answers(NOTEBOOK)
+variant = functools.partial(variant_of, NOTEBOOK)
 
-WEIGHTS = """
-def softmax(x, dim=-1):
-    e = torch.exp(x - x.amax(dim, keepdim=True))
-    return e / e.sum(dim, keepdim=True)
-
-
-def attention_weights(q, k, mask=None):
-    scores = q @ k.transpose(-1, -2) / {scale}
-    if mask is not None:
-        scores = scores.masked_fill({masked}, float("-inf"))
-    weights = softmax(scores, dim={dim})
-    weights = {finish}
-    return weights
-"""
-
-
-def weights(scale="math.sqrt(q.shape[-1])", masked="~mask", dim="-1", finish="torch.nan_to_num(weights, nan=0.0)"):
-    return WEIGHTS.format(scale=scale, masked=masked, dim=dim, finish=finish)
-
-
-SDPA = (
-    WEIGHTS.format(
-        scale="math.sqrt(q.shape[-1])", masked="~mask", dim="-1", finish="torch.nan_to_num(weights, nan=0.0)"
-    )
-    + """
-
-def scaled_dot_product_attention(q, k, v, mask=None):
-    return {body}
-"""
-)
-
-
-def sdpa(body="attention_weights(q, k, mask) @ v"):
-    return SDPA.format(body=body)
-
-
-def masks(
-    causal="torch.ones(seq_len, seq_len, dtype=torch.bool).tril()",
-    padding="(token_ids != pad_id)[:, None, None, :]",
-    decoder="causal_mask(token_ids.shape[-1]) & padding_mask(token_ids, pad_id)",
-    cross="(source_ids != pad_id)[:, None, None, :].expand(-1, 1, target_ids.shape[1], -1)",
-):
-    return f"""
-def causal_mask(seq_len, device=None):
-    return {causal}
-
-
-def padding_mask(token_ids, pad_id):
-    return {padding}
-
-
-def decoder_mask(token_ids, pad_id):
-    return {decoder}
-
-
-def cross_attention_mask(target_ids, source_ids, pad_id):
-    return {cross}
-"""
-
-
-# Ways around "do not call torch.softmax" that students try, each a whole answer cell.
+# Ways around "do not call torch.softmax" that students try, each a whole answer cell (full code: each is the
+# dodge itself, no edit of the solution; tests/test_rules.py tries each against the static and the runtime half).
 SOFTMAX_DODGES = {
     "an alias of torch.nn.functional": "from torch.nn import functional as G\n\n\ndef softmax(x, dim=-1):\n"
     "    return G.softmax(x, dim)\n",
@@ -92,25 +33,40 @@ SOFTMAX_DODGES = {
     "the aten operator": "def softmax(x, dim=-1):\n    return torch.ops.aten._softmax(x, dim % x.dim(), False)\n",
 }
 
-RIGHT = {
-    "softmax": softmax(),
-    "attention_weights": weights(),
-    "scaled_dot_product_attention": sdpa(),
-    "causal_mask": masks(),
-    "padding_mask": masks(),
-    "decoder_mask": masks(),
-    "cross_attention_mask": masks(),
-}
+_SCALE = "/ math.sqrt(d_k)"
+_MASK_SCORES = '    scores = torch.where(mask, scores, float("-inf"))\n'
+_ZERO_ROWS = "return torch.where(has_visible_key, weights, 0.0)  # ... and are replaced by zeros"
+_SDPA = "return attention_weights(q, k, mask) @ v"
+_CAUSAL = ", device=device))"
+_DECODER = "causal_mask(seq_len, device=token_ids.device) & padding_mask(token_ids, pad_id)"
+_CROSS = "padding_mask(source_ids, pad_id).expand(-1, -1, tgt_len, -1)  # a view, no copy"
 
 WRONG = [
-    Wrong("softmax", "no max subtraction (overflows)", softmax(shift="x"), "subtract each slice's maximum"),
+    Wrong(
+        "softmax",
+        "no max subtraction (overflows)",
+        variant(
+            "softmax",
+            (
+                "shifted = x - x.amax(dim=dim, keepdim=True)  # the largest entry becomes 0, all others <= 0",
+                "shifted = x",
+            ),
+        ),
+        "subtract each slice's maximum",
+    ),
     Wrong(
         "softmax",
         "one maximum for the whole tensor",
-        softmax(shift="x - x.max()"),
+        variant("softmax", ("x.amax(dim=dim, keepdim=True)", "x.max()")),
         "not one maximum of the whole tensor",
     ),
-    Wrong("softmax", "ignores dim", softmax(shift="x - x.amax(-1, keepdim=True)", sum_dim="-1"), "ignores `dim`"),
+    Wrong(
+        "softmax",
+        "ignores dim",
+        variant("softmax", ("x.amax(dim=dim,", "x.amax(dim=-1,"), ("exps.sum(dim=dim,", "exps.sum(dim=-1,")),
+        "ignores `dim`",
+    ),
+    # Full code: the forbidden call is the whole answer.
     Wrong(
         "softmax",
         "calls torch.softmax",
@@ -119,52 +75,79 @@ WRONG = [
     ),
     # The rule's dodges (tests/test_rules.py tries each against the static and the runtime half alone too).
     *(Wrong("softmax", dodge, code, "this exercise's rule is") for dodge, code in SOFTMAX_DODGES.items()),
-    Wrong("attention_weights", "no scale", weights(scale="1.0"), "not scaled"),
-    Wrong("attention_weights", "scales by d_k", weights(scale="q.shape[-1]"), "divided by d_k"),
-    Wrong("attention_weights", "softmax over the query dimension", weights(dim="-2"), "runs over the queries"),
-    Wrong("attention_weights", "inverted mask", weights(masked="mask"), "inverted"),
+    Wrong("attention_weights", "no scale", variant("attention_weights", (" " + _SCALE, "")), "not scaled"),
+    Wrong("attention_weights", "scales by d_k", variant("attention_weights", (_SCALE, "/ d_k")), "divided by d_k"),
+    Wrong(
+        "attention_weights",
+        "softmax over the query dimension",
+        variant(
+            "attention_weights",
+            ("return softmax(scores, dim=-1)", "return softmax(scores, dim=-2)"),
+            ("weights = softmax(scores, dim=-1)", "weights = softmax(scores, dim=-2)"),
+        ),
+        "runs over the queries",
+    ),
+    Wrong(
+        "attention_weights",
+        "inverted mask",
+        # Inverted in both places the solution reads the mask (True taken to mean "masked").
+        variant(
+            "attention_weights",
+            ("torch.where(mask, scores,", "torch.where(~mask, scores,"),
+            ("mask.any(dim=-1", "(~mask).any(dim=-1"),
+        ),
+        "inverted",
+    ),
     Wrong(
         "attention_weights",
         "mask applied after the softmax",
-        WEIGHTS.format(
-            scale="math.sqrt(q.shape[-1])",
-            masked="torch.zeros_like(mask, dtype=torch.bool)",
-            dim="-1",
-            finish="weights * mask if mask is not None else weights",
-        ),
+        variant("attention_weights", (_MASK_SCORES, ""), (_ZERO_ROWS, "return weights * mask")),
         "after the softmax",
     ),
-    Wrong("attention_weights", "NaN for a fully masked row", weights(finish="weights"), "NaN"),
+    Wrong(
+        "attention_weights",
+        "NaN for a fully masked row",
+        variant("attention_weights", (_ZERO_ROWS, "return weights")),
+        "NaN",
+    ),
+    # Full code: the attention written out again (unscaled) instead of a call of attention_weights, another
+    # algorithm than the solution's one line.
     Wrong(
         "scaled_dot_product_attention",
         "weights without the scale",
-        sdpa(
-            body="softmax(q @ k.transpose(-1, -2) if mask is None else (q @ k.transpose(-1, -2)).masked_fill(~mask, float('-inf'))) @ v"
-        ),
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    return softmax(q @ k.transpose(-1, -2) if mask is None else (q @ k.transpose(-1, -2)).masked_fill("
+        "~mask, float('-inf'))) @ v\n",
         "not scaled",
     ),
+    # Full code: the forbidden call is the whole answer.
     Wrong(
         "scaled_dot_product_attention",
         "calls torch's function",
-        sdpa(body="torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)"),
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n",
         "this exercise's rule is",
     ),
+    # Full code: the rule's dodge, the weights written out again.
     Wrong(
         "scaled_dot_product_attention",
         "right values, but the weights written out again instead of attention_weights",
-        sdpa(
-            body="torch.nan_to_num(softmax((q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill("
-            "~mask if mask is not None else torch.zeros((), dtype=torch.bool), float('-inf'))), nan=0.0) @ v"
-        ),
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    return torch.nan_to_num(softmax((q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])).masked_fill("
+        "~mask if mask is not None else torch.zeros((), dtype=torch.bool), float('-inf'))), nan=0.0) @ v\n",
         "without calling your attention_weights",
     ),
+    # A copy of attention_weights on purpose (the solution's, renamed), then the solution's answer calling it.
     Wrong(
         "scaled_dot_product_attention",
         "right values, from a copy of attention_weights under another name",
-        sdpa(body="_weights(q, k, mask) @ v").replace("def attention_weights(", "def _weights(")
+        variant("attention_weights", ("def attention_weights(", "def _weights("))
+        + "\n\n"
+        + variant("scaled_dot_product_attention", (_SDPA, "return _weights(q, k, mask) @ v"))
         + "\n\nattention_weights = lambda q, k, mask=None: _weights(q, k, mask)\n",
         "without calling your attention_weights",
     ),
+    # Full code: the last column of logcumsumexp is another algorithm.
     Wrong(
         "softmax",
         "the last column of torch.logcumsumexp",
@@ -174,83 +157,106 @@ WRONG = [
     Wrong(
         "scaled_dot_product_attention",
         "ignores the mask",
-        sdpa(body="attention_weights(q, k) @ v"),
+        variant("scaled_dot_product_attention", ("attention_weights(q, k, mask)", "attention_weights(q, k)")),
         "attention output with",
     ),
     Wrong(
         "scaled_dot_product_attention",
         "multiplies v by the scores' transpose",
-        sdpa(
-            body="attention_weights(q, k, mask).transpose(-1, -2)[..., : v.shape[-2], : q.shape[-2]] @ v[..., : q.shape[-2], :]"
+        variant(
+            "scaled_dot_product_attention",
+            (
+                _SDPA,
+                "return attention_weights(q, k, mask).transpose(-1, -2)[..., : v.shape[-2], : q.shape[-2]] "
+                "@ v[..., : q.shape[-2], :]",
+            ),
         ),
         "attention output",
     ),
     Wrong(
         "causal_mask",
         "off-by-one: diagonal masked",
-        masks(causal="torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-1)"),
+        variant("causal_mask", (_CAUSAL, ", device=device), diagonal=-1)")),
         "diagonal is masked",
     ),
     Wrong(
         "causal_mask",
         "off-by-one: sees the next token",
-        masks(causal="torch.ones(seq_len, seq_len, dtype=torch.bool).tril(1)"),
+        variant("causal_mask", (_CAUSAL, ", device=device), diagonal=1)")),
         "sees the next token",
     ),
     Wrong(
         "causal_mask",
         "inverted polarity",
-        masks(causal="torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1)"),
+        variant("causal_mask", ("torch.tril(", "torch.triu("), (_CAUSAL, ", device=device), diagonal=1)")),
         "inverted",
     ),
-    Wrong("causal_mask", "float mask", masks(causal="torch.ones(seq_len, seq_len).tril()"), "torch.bool"),
+    Wrong("causal_mask", "float mask", variant("causal_mask", ("dtype=torch.bool, ", "")), "torch.bool"),
     Wrong(
-        "padding_mask", "on the query axis only", masks(padding="(token_ids != pad_id)[:, None, :, None]"), "query axis"
+        "padding_mask",
+        "on the query axis only",
+        variant("padding_mask", ("[:, None, None, :]", "[:, None, :, None]")),
+        "query axis",
     ),
-    Wrong("padding_mask", "inverted", masks(padding="(token_ids == pad_id)[:, None, None, :]"), "inverted"),
+    Wrong(
+        "padding_mask", "inverted", variant("padding_mask", ("token_ids != pad_id", "token_ids == pad_id")), "inverted"
+    ),
     Wrong(
         "padding_mask",
         "not shaped to broadcast over heads and queries",
-        masks(padding="token_ids != pad_id"),
+        variant("padding_mask", ("(token_ids != pad_id)[:, None, None, :]", "token_ids != pad_id")),
         "broadcast",
     ),
-    Wrong("padding_mask", "assumes pad_id is 0", masks(padding="(token_ids != 0)[:, None, None, :]"), "pad_id=1"),
+    Wrong("padding_mask", "assumes pad_id is 0", variant("padding_mask", ("!= pad_id", "!= 0")), "pad_id=1"),
     Wrong(
         "decoder_mask",
         "causal only",
-        masks(decoder="causal_mask(token_ids.shape[-1]).expand(token_ids.shape[0], 1, -1, -1)"),
+        variant(
+            "decoder_mask",
+            (_DECODER, "causal_mask(seq_len, device=token_ids.device).expand(token_ids.shape[0], 1, -1, -1)"),
+        ),
         "padding is not masked",
     ),
     Wrong(
         "decoder_mask",
         "padding only",
-        masks(decoder="padding_mask(token_ids, pad_id).expand(-1, 1, token_ids.shape[-1], -1)"),
+        variant("decoder_mask", (_DECODER, "padding_mask(token_ids, pad_id).expand(-1, 1, seq_len, -1)")),
         "causal part is missing",
     ),
     Wrong(
         "decoder_mask",
         "OR instead of AND",
-        masks(decoder="causal_mask(token_ids.shape[-1]) | padding_mask(token_ids, pad_id)"),
+        variant("decoder_mask", (") & padding_mask(", ") | padding_mask(")),
         "use &",
     ),
     Wrong(
         "cross_attention_mask",
         "masks the target's padding too",
-        masks(cross="((source_ids != pad_id)[:, None, None, :] & (target_ids != pad_id)[:, None, :, None])"),
+        variant(
+            "cross_attention_mask",
+            (_CROSS, "(padding_mask(source_ids, pad_id) & (target_ids != pad_id)[:, None, :, None])"),
+        ),
         "padded target",
     ),
     Wrong(
         "cross_attention_mask",
         "adds a causal part",
-        masks(
-            cross="(source_ids != pad_id)[:, None, None, :] & torch.ones(target_ids.shape[1], source_ids.shape[1], dtype=torch.bool).tril()"
+        variant(
+            "cross_attention_mask",
+            (
+                _CROSS,
+                "padding_mask(source_ids, pad_id) & torch.ones(tgt_len, source_ids.shape[1], dtype=torch.bool).tril()",
+            ),
         ),
         "causal part",
     ),
     Wrong(
         "cross_attention_mask",
         "rows and columns swapped",
-        masks(cross="(source_ids != pad_id)[:, None, :, None].expand(-1, 1, -1, target_ids.shape[1])"),
+        variant(
+            "cross_attention_mask",
+            (_CROSS, "padding_mask(source_ids, pad_id).transpose(-1, -2).expand(-1, -1, -1, tgt_len)"),
+        ),
         "queries come from the target",
     ),
 ]
