@@ -16,18 +16,14 @@ Where it reads:
   score is its maximum, so a score changed by hand in formgrader counts. The histogram is of each
   submission's total score.
 - **Mistakes** from the autograded notebooks (``autograded/STUDENT/ASSIGNMENT/``), where
-  ``TrustedVerdict`` wrote each failed exercise's message into its test cell (an error output whose
-  traceback is ``"TITLE: 0/P points"`` and then ``ExerciseResult.message``). That message holds
-  one line ``"CHECK DESCRIPTION: first line of its message"`` per failed check, after the answer
-  cell's error if it raised one. The gradebook keeps only scores, and nothing else records which
-  checks failed, so the report reads those lines back, recognising each check by its description
-  in the exercise's registry (``autograder.exercises``; a message may itself span several lines).
-  Each failed exercise of each student counts once, by its reason as ``ExerciseResult.reason``
-  gives it: the answer cell's error if it raised one, else the first failed check, so the symptoms
-  that follow from one mistake in the later checks are not counted as more mistakes. A check that
-  met the untouched stub ("not implemented yet") or was not run is no mistake and is passed over;
-  an exercise failed only by such checks counts as not started. A mistake is that check's
-  description and the first line of its message, which names the mistake the check recognised
+  ``TrustedVerdict`` kept each test cell's verdict as data in the cell's metadata
+  (``nbgrader_plugin.verdict_of``: ``ExerciseResult.to_json``, with each check's status as it was decided,
+  ``exercises.Status``). The gradebook keeps only scores. Each failed exercise of each student counts once,
+  by its reason as ``ExerciseResult.reason`` gives it: the answer cell's error if it raised one, else the
+  first failed check, so the symptoms that follow from one mistake in the later checks are not counted as
+  more mistakes. A check that met the untouched stub (``not implemented``) or was ``not run`` is no mistake
+  and is passed over; an exercise failed only by such checks counts as not started. A mistake is that
+  check's description and the first line of its message, which names the mistake the check recognised
   ("eps is added outside the square root") with the student's own numbers: a mistake groups the messages
   that differ only in their numbers, and shows them with each number that differs among its students as
   ``#`` (a number every one of them got, "divide by d - 1", "correction=0", is the mistake's own). The course keeps no list of
@@ -53,7 +49,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from autograder.exercises import NOT_IMPLEMENTED, checks_for, follows_the_rules
+from autograder.exercises import Status, checks_for
 
 DEFAULT_TOP = 10
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?!\w)")
@@ -181,60 +177,44 @@ class ClassReport:
 # --------------------------------------------------------------------------- reading the class
 
 
-def _known_checks(notebook: str) -> dict[str, list[str]]:
-    """Test cell id -> the descriptions of its exercise's checks, longest first ({} for an unknown notebook)."""
-    try:
-        exercises = checks_for(notebook).exercises
-    except LookupError:
-        return {}
-    rules = (follows_the_rules.__doc__ or "").strip()
-    return {
-        e.test_cell_id: sorted({c.description for c in e.checks} | {rules}, key=len, reverse=True) for e in exercises
-    }
+NO_VERDICT = "no verdict of the grader's in its test cell (a score given by hand, or graded before verdicts were kept)"
+MISTAKES = (Status.FAILED, Status.RULE)  # not implemented and not run are no mistakes
 
 
-def failed_checks(message: str, descriptions: list[str]) -> list[tuple[str, str]]:
-    """(check description, first line of its message) for each failed check a verdict's message names.
-
-    ``message`` is ``ExerciseResult.message`` as TrustedVerdict wrote it. A first line that no
-    check's description begins is the answer cell's error (``ANSWER_CELL``); later lines that begin
-    none continue a multi-line message, or say how many more checks failed the same way.
-    """
-    found = []
-    for index, line in enumerate(message.splitlines()):
-        check = next((d for d in descriptions if line.startswith(f"{d}: ")), None)
-        if check is not None:
-            found.append((check, line[len(check) + 2 :]))
-        elif index == 0 and line.strip():
-            found.append((ANSWER_CELL, line))
+def failures(verdict: dict | None) -> list[tuple[str, str]] | None:
+    """(what failed, the first line of why) for each mistake a failed exercise's verdict holds, the answer cell's
+    error first (as ``ANSWER_CELL``); [] when it holds none (only stubs met, or checks not run); None when there
+    is no verdict to read."""
+    if verdict is None:
+        return None
+    if verdict.get("passed"):
+        return [("-", "the grader passed it: its score was changed by hand")]
+    found = [(ANSWER_CELL, verdict["note"].splitlines()[0])] if verdict.get("note") else []
+    found += [
+        (check["description"], (check["message"].splitlines() or [""])[0])
+        for check in verdict.get("checks", [])
+        if check["status"] in MISTAKES
+    ]
     return found
 
 
-def _verdicts(path: Path) -> dict[str, str]:
-    """Test cell id -> the message of its failed verdict, for each failed test cell of an autograded notebook.
-
-    TrustedVerdict's error output: ``ChecksFailed``, whose traceback is a ``TITLE: P/Q points`` line
-    and then the message; any other error (``UnknownTest``) is said as ``NAME: VALUE``.
-    """
+def _verdicts(path: Path) -> dict[str, dict]:
+    """Test cell id -> the verdict ``TrustedVerdict`` kept in it, for each graded test cell of an autograded
+    notebook ({} when there is no readable notebook)."""
     import nbformat
 
+    from autograder.nbgrader_plugin import verdict_of
     from coursetools import notebook_vocabulary
 
     try:
         nb = nbformat.read(path, as_version=4)
     except (OSError, ValueError, nbformat.reader.NotJSONError):  # not submitted, so not graded: no verdicts
         return {}
-    found = {}
-    for cell in nb.cells:
-        grade_id = notebook_vocabulary.grade_id(cell)
-        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-        if grade_id and errors:
-            error = errors[0]
-            if error.get("ename") == "ChecksFailed":
-                found[grade_id] = "\n".join(error.get("traceback") or []).partition("\n")[2]
-            else:
-                found[grade_id] = f"{error.get('ename')}: {error.get('evalue')}"
-    return found
+    return {
+        notebook_vocabulary.grade_id(cell): verdict
+        for cell in nb.cells
+        if notebook_vocabulary.grade_id(cell) and (verdict := verdict_of(cell)) is not None
+    }
 
 
 def _unreadable(folder: Path) -> str | None:
@@ -268,9 +248,7 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
 
     record = gradebook.find_assignment(assignment)  # MissingEntry: never released
     exercises: dict[tuple[str, str], ExerciseRow] = {}
-    known: dict[str, dict[str, list[str]]] = {}
     for notebook in record.notebooks:
-        known[notebook.name] = _known_checks(notebook.name)
         titles = {}
         try:
             titles = {e.test_cell_id: e.title for e in checks_for(notebook.name).exercises}
@@ -303,20 +281,13 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
                     row.passed += 1
                     outcome[row.title] = "passed"
                     continue
-                failed = failed_checks(verdicts.get(grade.name, ""), known[notebook.name].get(grade.name, []))
-                counted = [
-                    (check, text)
-                    for check, text in failed
-                    if not text.startswith(NOT_IMPLEMENTED) and not text.startswith("not run: ")
-                ]
-                if failed and not counted:
+                counted = failures(verdicts.get(grade.name))
+                if counted == []:
                     row.not_started += 1
                     outcome[row.title] = "not started"
                     continue
                 row.failing += 1
-                check, text = (
-                    counted[0] if counted else ("-", "no failed check in its verdict (a score given by hand?)")
-                )
+                check, text = counted[0] if counted else ("-", NO_VERDICT)
                 outcome[row.title] = f"failing: {check}"
                 key = (row.title, check, normalise(text))
                 mistakes.setdefault(key, Mistake(*key)).said[student] = text

@@ -17,9 +17,14 @@ implementation under test, reached only through the notebook's adapter functions
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
 
 from autograder.errors import GradingError, SandboxError, StudentCodeError
 from autograder.rules import Rule
@@ -88,11 +93,27 @@ def checks_for(notebook: str) -> NotebookChecks:
     )
 
 
-def find_exercise(exercise_id: str) -> tuple[Exercise, str]:
-    """The exercise with this id in any notebook, and its adapter module."""
+@functools.cache
+def exercise_index() -> dict[str, str]:
+    """Exercise id -> notebook, read from the checks modules' ``Exercise("id", ...)`` declarations without
+    importing them: a test cell's ``check`` imports its own notebook's checks (and their oracles) only."""
     from autograder.checks import NOTEBOOKS
 
+    index = {}
     for notebook in NOTEBOOKS:
+        spec = importlib.util.find_spec(f"autograder.checks.{module_name(notebook)}")
+        source = Path(spec.origin).read_text(encoding="utf-8")
+        index |= dict.fromkeys(_DECLARED.findall(source), notebook)
+    return index
+
+
+_DECLARED = re.compile(r"""\bExercise\(\s*["']([^"']+)["']""")  # tests/test_adapters_wired.py holds it to the imports
+
+
+def find_exercise(exercise_id: str) -> tuple[Exercise, str]:
+    """The exercise with this id in any notebook, and its adapter module."""
+    notebook = exercise_index().get(exercise_id)
+    if notebook is not None:
         checks = checks_for(notebook)
         for exercise in checks.exercises:
             if exercise.id == exercise_id:
@@ -100,12 +121,39 @@ def find_exercise(exercise_id: str) -> tuple[Exercise, str]:
     raise LookupError(f"no exercise called {exercise_id!r}")
 
 
+class Status(StrEnum):
+    """How one check ended, decided where it ends (``run_check``, ``rules_result``, ``run_exercise``): the
+    reports (``class_report``, ``progress``, the capstone's stack) read these, never the messages."""
+
+    PASSED = "passed"
+    FAILED = "failed"  # an assertion of the check, the student's code raising, or a result it cannot check
+    NOT_IMPLEMENTED = "not implemented"  # the answer still raises the stub's NotImplementedError
+    NOT_RUN = "not run"  # an earlier check stopped the student's process
+    RULE = "rule"  # the exercise's rule, read from the answer cell or refused in a call
+
+
 @dataclass
 class CheckResult:
     check: Check
-    passed: bool
+    status: Status
     message: str = ""
-    broke_rule: bool = False  # failed on the exercise's rule (read from the source, or refused in a call)
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASSED
+
+    @property
+    def broke_rule(self) -> bool:
+        return self.status is Status.RULE
+
+    def to_json(self) -> dict:
+        return {
+            "check": self.check.name,
+            "description": self.check.description,
+            "hidden": self.check.hidden,
+            "status": str(self.status),
+            "message": self.message,
+        }
 
     def same_reason(self, other: CheckResult) -> bool:
         """Whether ``other`` failed for the reason this one did: the same message, or the exercise's rule (said
@@ -134,7 +182,7 @@ class ExerciseResult:
             return "passed"
         failed = [r for r in self.results if not r.passed]
         ran = [r for r in self.results if r.check.function is not follows_the_rules]  # a stub follows every rule
-        started = any(r.passed for r in ran) or not all(r.message.startswith(NOT_IMPLEMENTED) for r in failed)
+        started = any(r.passed for r in ran) or any(r.status is not Status.NOT_IMPLEMENTED for r in failed)
         return "failing" if started else "not started"
 
     @property
@@ -144,6 +192,20 @@ class ExerciseResult:
         if not failed:
             return ""
         return (self.note or failed[0].message or failed[0].check.description).splitlines()[0]
+
+    def to_json(self) -> dict:
+        """The verdict as data: what ``check --json`` prints and the nbgrader plugin keeps beside the test cell."""
+        return {
+            "id": self.exercise.id,
+            "passed": self.passed,
+            "points": self.points,
+            "max_points": self.exercise.points,
+            "message": self.message,
+            "state": self.state,
+            "reason": self.reason,
+            "note": self.note,
+            "checks": [r.to_json() for r in self.results],
+        }
 
     @property
     def message(self) -> str:
@@ -167,31 +229,35 @@ def run_check(check: Check, impl) -> CheckResult:
     try:
         check.function(impl)
     except AssertionError as error:
-        return CheckResult(check, False, str(error) or "an assertion failed")
+        return CheckResult(check, Status.FAILED, str(error) or "an assertion failed")
     except StudentCodeError as error:
         text = str(error)
         if error.stub:
-            return CheckResult(check, False, NOT_IMPLEMENTED + f" {text[len('NotImplementedError') :].strip()}")
+            return CheckResult(
+                check, Status.NOT_IMPLEMENTED, NOT_IMPLEMENTED + f" {text[len('NotImplementedError') :].strip()}"
+            )
         if error.rule:  # its message is the rule, and what broke it
-            return CheckResult(check, False, text, broke_rule=True)
-        return CheckResult(check, False, f"your code raised {text}")
+            return CheckResult(check, Status.RULE, text)
+        return CheckResult(check, Status.FAILED, f"your code raised {text}")
     except (SandboxError, GradingError):
         raise
     except Exception as error:  # noqa: BLE001 - the student's result broke the check itself
-        return CheckResult(check, False, f"could not check your result ({type(error).__name__}: {error})")
-    return CheckResult(check, True)
+        return CheckResult(check, Status.FAILED, f"could not check your result ({type(error).__name__}: {error})")
+    return CheckResult(check, Status.PASSED)
 
 
 def follows_the_rules(source: str, context: list[str]):
     """follows the exercise's rules (read from your answer cell)"""
     # Never called: it stands for the static reading of the rules in results (``rules_result``), and its
-    # docstring is that check's description (which class_report matches in verdicts).
+    # docstring is that check's description.
 
 
 def rules_result(exercise: Exercise, source: str, context: list[str] = ()) -> CheckResult:
     """The static half of an exercise's rules, on the grader's side: the answer cell's source, read."""
     broken = [rule.message(found) for rule in exercise.rules if (found := rule.violations(source, context))]
-    return CheckResult(Check(follows_the_rules, hidden=False), not broken, "\n".join(broken), broke_rule=bool(broken))
+    return CheckResult(
+        Check(follows_the_rules, hidden=False), Status.RULE if broken else Status.PASSED, "\n".join(broken)
+    )
 
 
 def checks_to_run(exercise: Exercise, *, visible: bool = True, hidden: bool = True, source: str | None = None) -> int:
@@ -230,11 +296,11 @@ def run_exercise(
             continue
         begin()
         if stopped:
-            results.append(CheckResult(check, False, f"not run: {stopped}"))
+            results.append(CheckResult(check, Status.NOT_RUN, f"not run: {stopped}"))
             continue
         try:
             results.append(run_check(check, impl))
         except SandboxError as error:
-            results.append(CheckResult(check, False, str(error)))
+            results.append(CheckResult(check, Status.FAILED, str(error)))
             stopped = "an earlier check of this exercise stopped the process running your code"
     return ExerciseResult(exercise, results, note)

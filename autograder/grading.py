@@ -109,18 +109,7 @@ class NotebookReport:
             "notebook": self.notebook,
             "score": self.score,
             "max_score": self.max_score,
-            "exercises": [
-                {
-                    "id": r.exercise.id,
-                    "passed": r.passed,
-                    "points": r.points,
-                    "max_points": r.exercise.points,
-                    "message": r.message,
-                    "state": r.state,
-                    "reason": r.reason,
-                }
-                for r in self.exercises
-            ],
+            "exercises": [r.to_json() for r in self.exercises],
         }
 
 

@@ -19,6 +19,7 @@ import copy
 import importlib
 
 from autograder import wire
+from autograder.adapters import adapter
 from autograder.errors import RuleBroken, StudentCodeError, describe, is_stub
 from autograder.process import StudentProcess
 from autograder.rules import enforced
@@ -35,13 +36,15 @@ class LocalImpl:
         return LocalImpl(self._namespace, self._adapters.__name__, rules)
 
     def __getattr__(self, name: str):
-        adapter = getattr(self._adapters, name)
+        if name.startswith("__"):  # copy's and pickle's probes: not an adapter
+            raise AttributeError(name)
+        function = adapter(self._adapters, name)
 
         def call(*args, **kwargs):
             args, kwargs = copy.deepcopy((args, kwargs))  # student code cannot edit our inputs
             try:
                 with enforced(self._rules, self._namespace):
-                    value = adapter(self._namespace, *args, **kwargs)
+                    value = function(self._namespace, *args, **kwargs)
             except Exception as error:  # noqa: BLE001
                 raise StudentCodeError(
                     describe(error), stub=is_stub(error), rule=isinstance(error, RuleBroken)
@@ -60,4 +63,6 @@ class RemoteImpl:
         return RemoteImpl(self._process, rules)
 
     def __getattr__(self, name: str):
+        if name.startswith("__"):  # copy's and pickle's probes: not an adapter
+            raise AttributeError(name)
         return lambda *args, **kwargs: self._process.call(name, args, kwargs, self._rules)

@@ -45,6 +45,24 @@ from autograder.sandbox import (
 )
 from coursetools.notebook_vocabulary import grade_id, is_test_cell, nbgrader_resources
 
+VERDICT_KEY = "autograder_verdict"  # a graded test cell's metadata: its verdict as data (``ExerciseResult.to_json``)
+
+
+def verdict_of(cell) -> dict | None:
+    """The verdict ``TrustedVerdict`` kept in a test cell's metadata (None: the cell was not graded by it)."""
+    kept = cell.get("metadata", {}).get(VERDICT_KEY)
+    return kept if isinstance(kept, dict) else None
+
+
+def _unknown_test_verdict(test: str) -> dict:
+    return {
+        "id": test,
+        "passed": False,
+        "state": "failing",
+        "note": f"no checks are registered for test cell {test!r}",
+        "checks": [],
+    }
+
 
 def _verdict_outputs(result) -> list[NotebookNode]:
     text = f"{result.exercise.title}: {result.points}/{result.exercise.points} points\n"
@@ -295,6 +313,7 @@ class TrustedVerdict(NbGraderPreprocessor):
         by_test_cell = {r.exercise.test_cell_id: r for r in report.exercises}
         count = 0
         for index, cell in enumerate(nb.cells):
+            cell.metadata.pop(VERDICT_KEY, None)  # only the grader writes a verdict, on the test cells below
             if cell.cell_type != "code":
                 continue
             count += 1  # numbered in order, as if run top to bottom
@@ -309,6 +328,7 @@ class TrustedVerdict(NbGraderPreprocessor):
             test = grade_id(cell) or ""
             result = by_test_cell.get(test)
             if result is None:  # a graded cell with no checks behind it never passes
+                cell.metadata[VERDICT_KEY] = _unknown_test_verdict(test)
                 cell.outputs = [
                     NotebookNode(
                         output_type="error",
@@ -318,6 +338,7 @@ class TrustedVerdict(NbGraderPreprocessor):
                     )
                 ]
             else:
+                cell.metadata[VERDICT_KEY] = result.to_json()
                 cell.outputs = _verdict_outputs(result)
         self.log.info("Trusted verdict for %s: %s/%s", report.notebook, report.score, report.max_score)
         about = nbgrader_resources(resources)

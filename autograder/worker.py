@@ -54,6 +54,8 @@ def main() -> None:
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
+    from autograder.adapters import adapter
+
     shell = InteractiveShell.instance(config=Config({"HistoryManager": {"enabled": False}}))
     namespace = shell.user_ns
     shell.transform_cell("pass")  # the transformers' own lazy imports, before the student's folder is on the path
@@ -86,7 +88,7 @@ def main() -> None:
                             eval(compile(last, name, "eval", dont_inherit=True), namespace), request["index"]
                         )
             else:
-                function = getattr(adapters, request["name"])
+                function = adapter(adapters, request["name"])
                 with enforced(request["rules"], namespace):
                     reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
         except BaseException as error:  # noqa: BLE001 - SystemExit included: report, keep serving

@@ -35,7 +35,7 @@ from autograder.__main__ import main as command
 from autograder.class_report import (
     ANSWER_CELL,
     ClassReport,
-    failed_checks,
+    failures,
     masked_where_they_differ,
     normalise,
     read_class,
@@ -174,17 +174,29 @@ def test_refuses_without_a_gradebook(tmp_path, capsys):
 
 
 def test_reading_a_verdict():
-    """The lines of a failed verdict that name checks, a multi-line message, and numbers grouped away."""
-    message = (
-        "your answer cell (cell 4) failed: ValueError: 3 != 4\n"
-        "output matches: the shapes differ: [2, 3] against [2, 4]\nsecond line of it\n"
-        "grads: eps=1e-05 is used twice\n(the same for 2 more checks)"
-    )
-    assert failed_checks(message, ["output matches", "grads"]) == [
+    """A verdict's mistakes are read from its statuses: the answer cell's error, then the failed checks and the
+    broken rule; a stub met or a check not run is none; numbers are grouped away."""
+    check = {"description": "", "hidden": False, "check": "c"}
+    verdict = {
+        "passed": False,
+        "note": "your answer cell (cell 4) failed: ValueError: 3 != 4",
+        "checks": [
+            check | {"description": "output matches", "status": "failed", "message": "the shapes differ\nsecond line"},
+            check | {"description": "grads", "status": "rule", "message": "do not use torch.var"},
+            check | {"description": "dtype", "status": "not implemented", "message": "not implemented yet: ..."},
+            check | {"description": "later", "status": "not run", "message": "not run: the process stopped"},
+            check | {"description": "shape", "status": "passed", "message": ""},
+        ],
+    }
+    assert failures(verdict) == [
         (ANSWER_CELL, "your answer cell (cell 4) failed: ValueError: 3 != 4"),
-        ("output matches", "the shapes differ: [2, 3] against [2, 4]"),
-        ("grads", "eps=1e-05 is used twice"),
+        ("output matches", "the shapes differ"),
+        ("grads", "do not use torch.var"),
     ]
+    stub = verdict | {"note": "", "checks": verdict["checks"][2:]}
+    assert failures(stub) == []  # not started
+    assert failures(None) is None  # no verdict kept: a score given by hand, or graded before verdicts were kept
+    assert failures(verdict | {"passed": True}) == [("-", "the grader passed it: its score was changed by hand")]
     assert normalise("the shapes  differ: [2, 3] vs -0.5, eps=1e-05; x32 in float16") == (
         "the shapes differ: [#, #] vs #, eps=#; x32 in float16"
     )

@@ -46,8 +46,8 @@ from notebooks import (
 from released import release_into
 
 from autograder.exercises import checks_for
-from autograder.nbgrader_plugin import course_script
-from coursetools.notebook_vocabulary import answer_id, is_graded_cell, is_test_id
+from autograder.nbgrader_plugin import VERDICT_KEY, course_script, verdict_of
+from coursetools.notebook_vocabulary import answer_id, is_graded_cell, is_test_cell, is_test_id, test_id
 
 TIMEOUT = 10  # seconds per cell and per call in the grading worker
 # Notebook 01's class holds the students who hang (each costs the timeout); its cells and checks take well under
@@ -62,6 +62,7 @@ class Student:
     edit: str | None = None  # "delete" or "edit" the test cells
     says: dict[str, tuple[str, ...]] = field(default_factory=dict)  # exercise -> one of these in the feedback
     files: dict[str, str] = field(default_factory=dict)  # more files submitted beside the notebook: path -> text
+    forges_verdicts: bool = False  # writes a passing verdict into every cell's metadata, where the grader keeps its own
 
 
 def points(notebook: str) -> dict[str, int]:
@@ -216,7 +217,11 @@ def class_of(notebook: str, harm: attacks.Harm) -> dict[str, Student]:
         "full": Student({}, set()),
         "stub": Student(None, every),
         # Every answer a plausible mistake, and the last one also cheats: the trick must not earn it.
-        "wrong": Student({e: wrong(notebook, e) + (PATCH_TORCH + FAKE_AUTOGRADER) * (e == last) for e in every}, every),
+        "wrong": Student(
+            {e: wrong(notebook, e) + (PATCH_TORCH + FAKE_AUTOGRADER) * (e == last) for e in every},
+            every,
+            forges_verdicts=True,
+        ),
     }
     if notebook == "01_tokens_embeddings":
         students |= worker_breakers(notebook)
@@ -225,8 +230,14 @@ def class_of(notebook: str, harm: attacks.Harm) -> dict[str, Student]:
     return students
 
 
+FORGED_VERDICT = {"passed": True, "state": "passed", "note": "", "checks": []}
+
+
 def submission(release, notebook: str, student: Student):
     nb = copy.deepcopy(release)
+    if student.forges_verdicts:
+        for cell in nb.cells:
+            cell.metadata[VERDICT_KEY] = dict(FORGED_VERDICT)
     if student.answers is None:
         return nb
     for cell in nb.cells:
@@ -377,6 +388,24 @@ class _GradedClassTests:
     def test_gradebook_holds_the_trusted_verdict(self, course, student):
         expected = {e: 0 if e in course.students[student].zero else p for e, p in points(self.notebook).items()}
         assert _scores(course, student) == expected
+
+    def test_each_test_cell_keeps_the_graders_verdict_as_data(self, course, student):
+        """The autograded notebook's test cells hold the grader's verdict (passed, each check's status), the one
+        the gradebook's score says; no other cell holds one, whatever the submission wrote into its metadata."""
+        path = course.folder / "autograded" / student / self.notebook / f"{self.notebook}.ipynb"
+        cells = read(path).cells
+        verdicts = {grade_id(c): verdict_of(c) for c in cells if is_test_cell(c)}
+        scores = _scores(course, student)
+        assert set(verdicts) == {test_id(e) for e in scores}
+        for exercise, score in scores.items():
+            verdict = verdicts[test_id(exercise)]
+            assert verdict is not None and verdict["id"] == exercise, verdict
+            assert verdict["passed"] == (score == points(self.notebook)[exercise]), verdict
+            statuses = {check["status"] for check in verdict["checks"]}
+            assert statuses <= {"passed", "failed", "not implemented", "not run", "rule"}, statuses
+            if student == "stub":
+                assert "not implemented" in statuses, verdict
+        assert [c for c in cells if not is_test_cell(c) and verdict_of(c) is not None] == []
 
     def test_feedback_says_why_and_shows_no_hidden_test(self, course, student):
         text = _feedback(course, student)

@@ -18,6 +18,17 @@ from autograder.rules import is_student_code
 from coursetools.budget import being_graded
 
 
+def adapter(module, name: str):
+    """The adapter a check asked for by ``name``: a public function defined in the notebook's adapter ``module``.
+
+    Never a helper (``_name``), nor a name the module merely imported: only what the checks are meant to call
+    can be called in the student's process (tests/test_adapters_wired.py holds every name a check uses to this)."""
+    function = None if name.startswith("_") else getattr(module, name, None)
+    if not callable(function) or getattr(function, "__module__", None) != module.__name__:
+        raise LookupError(f"{module.__name__} has no adapter {name!r}")
+    return function
+
+
 def need(namespace: dict, name: str):
     """The student's definition of ``name``, or a NameError that says what to do: in the notebook, run the cell
     that defines it; in grading, which ran every cell from the top, that no cell defined it."""

@@ -97,7 +97,7 @@ _FUSED_GIVEN = {
 }
 
 
-def products_made(function, *args, **kwargs) -> dict:
+def _products_made(function, *args, **kwargs) -> dict:
     """``function(*args, **kwargs)`` and, for every matrix product a torch function ran, its name and output shape."""
     value, made = tensors_made(function, *args, **kwargs)
     return {
@@ -117,7 +117,7 @@ def fused_forward(ns, args: list, kwargs: dict, state: dict, x, grad_output=None
     with given(ns, **_FUSED_GIVEN):
         module = load(need(ns, "FusedSwiGLU")(*args, **kwargs), state)
         with torch.no_grad():
-            products = products_made(module, x)["products"]
+            products = _products_made(module, x)["products"]
         result = forward_backward(module, grad_output, x)
     return result | {"products": products}
 

@@ -226,10 +226,6 @@ def _decoder(ns, fields: dict):
     return need(ns, "CachedDecoder")(DecoderConfig(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=RoPE)
 
 
-def cached_decoder_summary(ns, fields: dict):
-    return summary(_decoder(ns, fields))
-
-
 @torch.no_grad()
 def cached_decoder_steps(ns, fields: dict, state: dict, tokens, chunks: list):
     """The decoder run on ``tokens``' chunks in turn with one course ``KVCache`` (and once without a cache,

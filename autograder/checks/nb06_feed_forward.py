@@ -29,7 +29,7 @@ Exercise 6 (fused gate and up projections). Oracles: SwiGLU computed here from t
 ``F.linear`` and ``F.silu``; the fused layout written out here (``torch.cat([w1, w3])`` along dim 0, as the
 notebook states it); Hugging Face's ``Phi3MLP`` (transformers, tiny random configs, offline) as an
 independent oracle of the layout and its order, gate first. The number of matrix products one forward pass
-runs is observed with a torch-function mode in the adapter (``products_made``). That the output is computed from the
+runs is observed with a torch-function mode in the adapter (``_products_made``). That the output is computed from the
 fused product's result is observed by adding a known change to that result (``fused_forward_perturbed``): the
 output must equal SwiGLU of the changed halves (same tolerance), so a dummy ``gate_up_proj(x)`` whose result is
 thrown away shows. Tolerances: outputs
