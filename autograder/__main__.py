@@ -56,7 +56,7 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="grade one notebook")
@@ -85,6 +85,11 @@ def main(argv=None) -> int:
     report.add_argument("assignment", help="the autograded assignment, e.g. 02_normalization")
     report.add_argument("--output", help="the HTML file to write (default: reports/ASSIGNMENT.html in the course root)")
     report.add_argument("--top", type=_count, default=10, help="mistakes to list (default %(default)s)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = _parser()
     args, nbgrader_options = parser.parse_known_args(argv)
     if args.command == "grade-class":
         from autograder.class_grading import main as grade_class
@@ -107,6 +112,11 @@ def main(argv=None) -> int:
         parser.error(str(error))
     if args.command == "progress":
         return _progress(args, limits)
+    return _check(args, limits)
+
+
+def _check(args, limits: Limits) -> int:
+    """``check NOTEBOOK``: grade one notebook as nbgrader would, and say how it went."""
     from autograder.errors import GradingError
     from autograder.grading import self_check, unsandboxed_note
     from autograder.notebook_format import nbformat

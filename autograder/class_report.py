@@ -370,7 +370,18 @@ def _html(report: ClassReport) -> str:
         f"{report.max_score:g} points in all.</p>",
     ]
 
-    out += [
+    out += _exercises_table(report)
+    out += _mistakes_table(report)
+    out += _students_table(report)
+    out += _scores_section(report)
+    out += _ungraded_table(report)
+    out += ["</body>", "</html>"]
+    return "\n".join(out) + "\n"
+
+
+def _exercises_table(report: ClassReport) -> list[str]:
+    """Each exercise's pass rate, with how many passed, failed and left it untouched."""
+    out = [
         "<h2>Exercises</h2>",
         "<table>",
         "<caption>Pass rate of each exercise among the graded submissions</caption>",
@@ -398,6 +409,12 @@ def _html(report: ClassReport) -> str:
         )
     out += ["</tbody>", "</table>"]
 
+    return out
+
+
+def _mistakes_table(report: ClassReport) -> list[str]:
+    """The most frequent mistakes: the check, what it said, and who made each."""
+    out = []
     shown = report.mistakes[: report.top]
     out.append("<h2>Mistakes the class made most</h2>")
     if shown:
@@ -421,8 +438,12 @@ def _html(report: ClassReport) -> str:
     else:
         out.append("<p>No failed checks among the graded submissions.</p>")
 
-    out += _students_table(report)
-    out += [
+    return out
+
+
+def _scores_section(report: ClassReport) -> list[str]:
+    """The histogram of the total scores, and its numbers in a table."""
+    out = [
         "<h2>Scores</h2>",
         f"<figure>{_histogram_svg(report)}",
         "<figcaption>Number of graded submissions per total score.</figcaption></figure>",
@@ -435,6 +456,12 @@ def _html(report: ClassReport) -> str:
         out.append(f'<tr><th scope="row">{escape(_bin_label(low, high, report))}</th><td class="num">{count}</td></tr>')
     out += ["</tbody>", "</table>"]
 
+    return out
+
+
+def _ungraded_table(report: ClassReport) -> list[str]:
+    """The submissions that could not be graded, and why."""
+    out = []
     out.append("<h2>Submissions that could not be graded</h2>")
     if report.ungraded:
         out += [
@@ -448,8 +475,7 @@ def _html(report: ClassReport) -> str:
         out += ["</tbody>", "</table>"]
     else:
         out.append("<p>None: every submission was graded.</p>")
-    out += ["</body>", "</html>"]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _students_table(report: ClassReport) -> list[str]:

@@ -155,51 +155,62 @@ def grade(
             checks.adapter_module, cells, sandbox, timeout, record, starting=starting, on_phase=on_phase
         )
         try:
-            # The checks' slow oracle imports (transformers) run here while the worker runs the cells, and
-            # are done before any check runs: no two threads ever import at once while checking. Reading a reply
-            # (torch.load) imports what it needs once, here, before the other thread starts.
-            wire.load_reply(wire.dump_reply({"ok": True}))
-            prefetch = threading.Thread(target=_import_quietly, args=(checks.oracle_imports,), daemon=True)
-            prefetch.start()
-            try:
-                outcomes = process.run_cells()
-            finally:
-                prefetch.join()
-            answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if is_answer_cell(cell)}
-
-            def note(exercise) -> str:
-                index = answer_index.get(exercise.id)
-                if index is None:
-                    return f"the answer cell `{exercise.id}` is missing from the notebook"
-                if not outcomes[index].ok:
-                    return f"your answer cell (cell {cell_number(index)}) failed: {outcomes[index].error}"
-                return ""
-
-            def source_of(exercise) -> str | None:
-                index = answer_index.get(exercise.id)
-                return nb.cells[index].source if index is not None else None
-
+            outcomes = _run_cells(process, checks.oracle_imports)
             chosen = [e for e in checks.exercises if exercises is None or e.id in exercises]
-            total = sum(checks_to_run(e, hidden=hidden, source=source_of(e)) for e in chosen)
-            steps = itertools.count(1)
-            results = []
-            for exercise in chosen:
-                index = answer_index.get(exercise.id)
-                result = run_exercise(
-                    exercise,
-                    RemoteImpl(process),
-                    note=note(exercise),
-                    source=source_of(exercise),
-                    context=[text for i, text in cells if i != index],
-                    hidden=hidden,
-                    on_check=lambda e=exercise: said(Phase("checks", next(steps), total, e.id)),
-                )
-                # A restart while checking may have replayed the answer cell, and the replay may have failed.
-                result.note = result.note or (note(exercise) if not result.passed else "")
-                results.append(result)
+            results = _check_exercises(nb, chosen, process, outcomes, cells, hidden=hidden, said=said)
         finally:
             process.close()
     return NotebookReport(name, results, outcomes, process.warnings)
+
+
+def _run_cells(process: StudentProcess, oracle_imports: tuple[str, ...]) -> dict[int, CellOutcome]:
+    """The worker runs the notebook's cells while this process imports the checks' slow oracles (transformers).
+
+    They are imported before any check runs: no two threads ever import at once while checking. Reading a reply
+    (torch.load) imports what it needs once, here, before the other thread starts."""
+    wire.load_reply(wire.dump_reply({"ok": True}))
+    prefetch = threading.Thread(target=_import_quietly, args=(oracle_imports,), daemon=True)
+    prefetch.start()
+    try:
+        return process.run_cells()
+    finally:
+        prefetch.join()
+
+
+def _check_exercises(nb, chosen, process, outcomes, cells, *, hidden: bool, said) -> list[ExerciseResult]:
+    """Each chosen exercise's checks, on the student's process, with why its answer cell failed where it did."""
+    answer_index = {grade_id(cell): index for index, cell in enumerate(nb.cells) if is_answer_cell(cell)}
+
+    def note(exercise) -> str:
+        index = answer_index.get(exercise.id)
+        if index is None:
+            return f"the answer cell `{exercise.id}` is missing from the notebook"
+        if not outcomes[index].ok:
+            return f"your answer cell (cell {cell_number(index)}) failed: {outcomes[index].error}"
+        return ""
+
+    def source_of(exercise) -> str | None:
+        index = answer_index.get(exercise.id)
+        return nb.cells[index].source if index is not None else None
+
+    total = sum(checks_to_run(e, hidden=hidden, source=source_of(e)) for e in chosen)
+    steps = itertools.count(1)
+    results = []
+    for exercise in chosen:
+        index = answer_index.get(exercise.id)
+        result = run_exercise(
+            exercise,
+            RemoteImpl(process),
+            note=note(exercise),
+            source=source_of(exercise),
+            context=[text for i, text in cells if i != index],
+            hidden=hidden,
+            on_check=lambda e=exercise: said(Phase("checks", next(steps), total, e.id)),
+        )
+        # A restart while checking may have replayed the answer cell, and the replay may have failed.
+        result.note = result.note or (note(exercise) if not result.passed else "")
+        results.append(result)
+    return results
 
 
 def grade_file(path: str | Path, **options) -> NotebookReport:

@@ -167,7 +167,17 @@ def test_renamed_copies_grade_like_the_original(tmp_path):
         assert report["score"] == report["max_score"] == sum(e.points for e in exercises)
         assert [e["id"] for e in report["exercises"]] == [e.id for e in exercises]
         for entry in report["exercises"]:
-            assert set(entry) == {"id", "passed", "points", "max_points", "message", "state", "reason"}
+            assert set(entry) == {
+                "id",
+                "passed",
+                "points",
+                "max_points",
+                "message",
+                "state",
+                "reason",
+                "note",
+                "checks",
+            }
             assert entry["passed"] and entry["points"] == entry["max_points"]
 
 

@@ -119,7 +119,16 @@ WRONG = [
     Wrong(
         "rope_matrix",
         "blocks transposed (sin sign)",
-        variant("rope_matrix", ("rotation_matrix(position * theta)", "rotation_matrix(position * theta).mT")),
+        # The blocks written out, not rotation_matrix(...).mT: a student whose rotation_matrix is itself transposed
+        # (its first mistake) would otherwise get right blocks, and tests/test_nbgrader_e2e.py's "wrong" student has both.
+        variant(
+            "rope_matrix",
+            (
+                "blocks = rotation_matrix(position * theta)",
+                "cos, sin = torch.cos(position * theta), torch.sin(position * theta)\n"
+                "    blocks = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], -2)",
+            ),
+        ),
         "blocks are transposed",
     ),
     Wrong(
