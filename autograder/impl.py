@@ -1,8 +1,10 @@
 """The seam between the checks and the student's code.
 
-A check sees ``impl``; ``impl.some_adapter(*args)`` runs
+A check sees ``impl``; ``impl.call(adapters.some_adapter, *args)`` runs
 ``autograder.adapters.<notebook>.some_adapter(namespace, *args)`` on the student's
-namespace and returns what it computed as plain tensors and containers.
+namespace and returns what it computed as plain tensors and containers. The adapter is named by
+reference (a misspelt one is an AttributeError in the checks, which tests/test_adapters_wired.py finds),
+and only a public function of the notebook's own adapter module is ever called (``adapters.adapter``).
 
 - ``LocalImpl`` calls the adapter in this process: the notebook's own visible tests.
 - ``RemoteImpl`` calls it in the worker process: grading, where student code must
@@ -19,7 +21,7 @@ import copy
 import importlib
 
 from autograder import wire
-from autograder.adapters import adapter
+from autograder.adapters import resolve
 from autograder.errors import RuleBroken, StudentCodeError, describe, is_stub
 from autograder.process import StudentProcess
 from autograder.rules import enforced
@@ -35,23 +37,16 @@ class LocalImpl:
         """The same implementation, with ``rules`` (``autograder.rules.Rule``) enforced in every call."""
         return LocalImpl(self._namespace, self._adapters.__name__, rules)
 
-    def __getattr__(self, name: str):
-        if name.startswith("__"):  # copy's and pickle's probes: not an adapter
-            raise AttributeError(name)
-        function = adapter(self._adapters, name)
-
-        def call(*args, **kwargs):
-            args, kwargs = copy.deepcopy((args, kwargs))  # student code cannot edit our inputs
-            try:
-                with enforced(self._rules, self._namespace):
-                    value = function(self._namespace, *args, **kwargs)
-            except Exception as error:  # noqa: BLE001
-                raise StudentCodeError(
-                    describe(error), stub=is_stub(error), rule=isinstance(error, RuleBroken)
-                ) from None
-            return wire.load_reply(wire.dump_reply(wire.plain(value)))
-
-        return call
+    def call(self, function, *args, **kwargs):
+        """``function(namespace, *args, **kwargs)``: an adapter of this notebook, named by reference."""
+        function = resolve(self._adapters, reference(function))
+        args, kwargs = copy.deepcopy((args, kwargs))  # student code cannot edit our inputs
+        try:
+            with enforced(self._rules, self._namespace):
+                value = function(self._namespace, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001
+            raise StudentCodeError(describe(error), stub=is_stub(error), rule=isinstance(error, RuleBroken)) from None
+        return wire.load_reply(wire.dump_reply(wire.plain(value)))
 
 
 class RemoteImpl:
@@ -62,7 +57,12 @@ class RemoteImpl:
     def _with_rules(self, rules) -> RemoteImpl:
         return RemoteImpl(self._process, rules)
 
-    def __getattr__(self, name: str):
-        if name.startswith("__"):  # copy's and pickle's probes: not an adapter
-            raise AttributeError(name)
-        return lambda *args, **kwargs: self._process.call(name, args, kwargs, self._rules)
+    def call(self, function, *args, **kwargs):
+        """``function(namespace, *args, **kwargs)`` in the worker: the adapter travels as ``module:name``, which
+        the worker resolves only within the notebook's adapter module (``adapters.adapter``)."""
+        return self._process.call(reference(function), args, kwargs, self._rules)
+
+
+def reference(function) -> str:
+    """``module:name`` of an adapter function, as it travels to the worker."""
+    return f"{function.__module__}:{function.__name__}"

@@ -54,7 +54,7 @@ def main() -> None:
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
-    from autograder.adapters import adapter
+    from autograder.adapters import resolve
 
     shell = InteractiveShell.instance(config=Config({"HistoryManager": {"enabled": False}}))
     namespace = shell.user_ns
@@ -88,7 +88,7 @@ def main() -> None:
                             eval(compile(last, name, "eval", dont_inherit=True), namespace), request["index"]
                         )
             else:
-                function = adapter(adapters, request["name"])
+                function = resolve(adapters, request["name"])
                 with enforced(request["rules"], namespace):
                     reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
         except BaseException as error:  # noqa: BLE001 - SystemExit included: report, keep serving

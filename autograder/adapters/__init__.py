@@ -29,6 +29,15 @@ def adapter(module, name: str):
     return function
 
 
+def resolve(module, reference: str):
+    """The adapter ``reference`` (``module:name``, ``impl.reference``) names, if it is one of ``module``'s: a check
+    of one notebook cannot call another notebook's adapters, nor anything that is not an adapter."""
+    named, _, name = reference.partition(":")
+    if named != module.__name__:
+        raise LookupError(f"{reference} is not one of {module.__name__}'s adapters")
+    return adapter(module, name)
+
+
 def need(namespace: dict, name: str):
     """The student's definition of ``name``, or a NameError that says what to do: in the notebook, run the cell
     that defines it; in grading, which ran every cell from the top, that no cell defined it."""

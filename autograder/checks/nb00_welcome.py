@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder import expect
+from autograder.adapters import nb00_welcome as adapters
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.rules import CODE_FROM_STRINGS, Rule
@@ -132,7 +133,7 @@ def _relative_oracle(n: int) -> torch.Tensor:
 
 
 def _check_relative(impl, n: int) -> None:
-    got = impl.call("relative_positions", [n])
+    got = impl.call(adapters.call, "relative_positions", [n])
     what = f"relative_positions({n})"
     value = got.get("value")
     expect.tensor(value, what, shape=(n, n))
@@ -168,7 +169,9 @@ def test_relative_positions_small(impl):
 @RELATIVE.visible
 def test_relative_positions_no_loops(impl):
     "no Python loops: your code does the same work (lines of your code, torch calls) for 3 and for 12 positions"
-    expect.no_loops("no Python loops", {f"n = {n}": impl.lines("relative_positions", [n]) for n in (3, 12)})
+    expect.no_loops(
+        "no Python loops", {f"n = {n}": impl.call(adapters.lines, "relative_positions", [n]) for n in (3, 12)}
+    )
 
 
 @RELATIVE.hidden
@@ -189,7 +192,7 @@ def _sq_distances_oracle(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _check_sq_distances(impl, n: int, m: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
     a, b = (_randn((n, d), seed, scale=2.0).to(dtype), _randn((m, d), seed + 50, scale=2.0).to(dtype))
-    got = impl.call("pairwise_sq_distances", [a, b], strided=[0, 1] if strided else [])
+    got = impl.call(adapters.call, "pairwise_sq_distances", [a, b], strided=[0, 1] if strided else [])
     what = f"pairwise_sq_distances(a, b) for a of shape [{n}, {d}] and b of shape [{m}, {d}]"
     value = _result(
         got,
@@ -227,14 +230,14 @@ def _check_sq_distances_same(impl, n: int, d: int, seed: int) -> None:
     """``pairwise_sq_distances(x, x)``: one tensor passed as both inputs. A function that edits ``a`` in place
     edits ``b`` with it here, whatever it puts back afterwards."""
     x = _randn((n, d), seed, scale=2.0)
-    got = impl.call("pairwise_sq_distances", [x], same=True)
+    got = impl.call(adapters.call, "pairwise_sq_distances", [x], same=True)
     what = f"pairwise_sq_distances(x, x), one tensor x of shape [{n}, {d}] passed as both a and b,"
     _unchanged(got, {"a": x, "b": x})
     expected = _sq_distances_oracle(x, x).float()
     if _right_table(got.get("value"), expected):
         return
     # The same values in two tensors: if that is right, only sharing one tensor made the difference.
-    apart = impl.call("pairwise_sq_distances", [x, x.clone()])
+    apart = impl.call(adapters.call, "pairwise_sq_distances", [x, x.clone()])
     cause = (
         (
             "; with two distinct tensors of the same values it is right, so your function changes a or b in place "
@@ -267,7 +270,9 @@ def test_sq_distances_values(impl):
 def test_sq_distances_no_loops(impl):
     "no Python loops: your code does the same work (lines of your code, torch calls) for 2 and for 9 points"
     runs = {
-        f"{n} points": impl.lines("pairwise_sq_distances", [_randn((n, 3), n), _randn((n + 1, 3), n + 1)])
+        f"{n} points": impl.call(
+            adapters.lines, "pairwise_sq_distances", [_randn((n, 3), n), _randn((n + 1, 3), n + 1)]
+        )
         for n in (2, 9)
     }
     expect.no_loops("no Python loops", runs)
@@ -297,7 +302,7 @@ def test_sq_distances_same_tensor_twice(impl):
 
 def _check_dots(impl, b: int, h: int, s: int, t: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
     q, k = _randn((b, h, s, d), seed).to(dtype), _randn((b, h, t, d), seed + 50).to(dtype)
-    got = impl.call("head_dot_products", [q, k], strided=[0, 1] if strided else [])
+    got = impl.call(adapters.call, "head_dot_products", [q, k], strided=[0, 1] if strided else [])
     what = f"head_dot_products(q, k) for q of shape {[b, h, s, d]} and k of shape {[b, h, t, d]}"
     value = _result(
         got,
@@ -394,7 +399,7 @@ _SPLIT_ORDER = (
 
 def _check_split(impl, b: int, s: int, h: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
     x = _randn((b, s, h * d), seed).to(dtype)
-    got = impl.call("split_heads", [x, h], strided=[0] if strided else [])
+    got = impl.call(adapters.call, "split_heads", [x, h], strided=[0] if strided else [])
     what = f"split_heads(x, {h}) for x of shape {[b, s, h * d]}"
     value = _result(
         got,
@@ -424,7 +429,7 @@ def _check_split(impl, b: int, s: int, h: int, d: int, seed: int, *, dtype=torch
 
 def _check_merge(impl, b: int, h: int, s: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
     y = _randn((b, h, s, d), seed).to(dtype)
-    got = impl.call("merge_heads", [y], strided=[0] if strided else [])
+    got = impl.call(adapters.call, "merge_heads", [y], strided=[0] if strided else [])
     what = f"merge_heads(y) for y of shape {[b, h, s, d]}"
     value = _result(
         got,
@@ -487,7 +492,7 @@ def test_heads_shapes_and_layouts(impl):
 
 
 def _check_one_hot(impl, tokens: torch.Tensor, vocab_size: int):
-    got = impl.one_hot(tokens, vocab_size)
+    got = impl.call(adapters.one_hot, tokens, vocab_size)
     what = f"one_hot(tokens, {vocab_size}) for tokens of shape {list(tokens.shape)}"
     shape = (*tokens.shape, vocab_size)
     value = _result(

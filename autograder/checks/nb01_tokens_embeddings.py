@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder import expect
+from autograder.adapters import nb01_tokens_embeddings as adapters
 from autograder.exercises import Exercise
 from autograder.rules import EMBEDDINGS, Rule
 
@@ -96,7 +97,7 @@ def _expect_index_error(outcome: dict, what: str, position: int, max_len: int):
 @EMBEDDING.visible
 def test_embedding_parameters(impl):
     "Embedding has one trainable parameter `weight` of shape [num_embeddings, embedding_dim]"
-    info = impl.embedding_summary(11, 5)["summary"]
+    info = impl.call(adapters.embedding_summary, 11, 5)["summary"]
     expect.that("parameters" in info, "Embedding(11, 5) is not an nn.Module")
     expect.that(
         not any(kind == "Embedding" for kind in info["submodules"].values()),
@@ -119,7 +120,7 @@ def test_embedding_parameters(impl):
 def test_embedding_lookup(impl):
     "forward(token_ids) returns the rows of weight, one per id"
     weight, ids = _random((13, 6), 0), _ids(13, (2, 7), 0)
-    out = impl.embedding_forward(weight, ids)["output"]
+    out = impl.call(adapters.embedding_forward, weight, ids)["output"]
     expect.close(
         out,
         F.embedding(ids, weight),
@@ -135,7 +136,7 @@ def test_embedding_lookup(impl):
 def test_embedding_scale(impl):
     "with scale=True the rows are multiplied by sqrt(embedding_dim)"
     weight, ids = _random((9, 16), 1), _ids(9, (3, 4), 1)
-    out = impl.embedding_forward(weight, ids, scale=True)["output"]
+    out = impl.call(adapters.embedding_forward, weight, ids, scale=True)["output"]
     expected = F.embedding(ids, weight) * math.sqrt(16)
     expect.close(
         out,
@@ -156,7 +157,7 @@ def test_embedding_any_shape(impl):
     "token ids of any shape (a single id, 1-D, 3-D) give [..., embedding_dim]"
     for seed, shape in zip(SEEDS, [(), (5,), (2, 3, 4)], strict=True):
         weight, ids = _random((17, 3 + seed), seed), _ids(17, shape, seed)
-        out = impl.embedding_forward(weight, ids)["output"]
+        out = impl.call(adapters.embedding_forward, weight, ids)["output"]
         expect.close(out, F.embedding(ids, weight), f"the output for token_ids of shape {list(shape)}", atol=LOOKUP_TOL)
 
 
@@ -165,7 +166,7 @@ def test_embedding_initialisation(impl):
     "weight starts truncated-normal with std sqrt(2 / (num_embeddings + embedding_dim))"
     for seed in SEEDS:
         num, dim = 1000, 64 + 32 * seed
-        weight = impl.embedding_summary(num, dim, seed)["weight"]
+        weight = impl.call(adapters.embedding_summary, num, dim, seed)["weight"]
         _check_init(
             weight,
             std=math.sqrt(2 / (num + dim)),
@@ -183,7 +184,7 @@ def test_embedding_gradient(impl):
         ids = torch.tensor([[1, 1, 3], [3, 0, 1]])
         grad_output = _random((2, 3, 4), seed + 10)
         (F.embedding(ids, weight) * (2.0 if scale else 1.0) * grad_output).sum().backward()
-        result = impl.embedding_forward(weight.detach(), ids, scale=scale, grad_output=grad_output)
+        result = impl.call(adapters.embedding_forward, weight.detach(), ids, scale=scale, grad_output=grad_output)
         grads = expect.gradients(result, "weight.grad after backward")
         expect.close(
             grads.get("weight"),
@@ -247,7 +248,7 @@ def _sinusoidal_mistakes(max_len: int, d_model: int):
 def test_sinusoidal_values(impl):
     "the table holds sin in even columns and cos in odd columns, pair i at frequency 10000^(-2i/d_model)"
     max_len, d_model = 50, 16
-    out = impl.sinusoidal_forward(max_len, d_model, torch.arange(max_len))
+    out = impl.call(adapters.sinusoidal_forward, max_len, d_model, torch.arange(max_len))
     expect.close(
         out,
         sinusoidal_table(max_len, d_model),
@@ -260,7 +261,7 @@ def test_sinusoidal_values(impl):
 @SINUSOIDAL.visible
 def test_sinusoidal_is_buffer(impl):
     "the table is a buffer named `pe` of shape [max_len, d_model]: no parameters, no gradient"
-    info = impl.sinusoidal_summary(20, 8)
+    info = impl.call(adapters.sinusoidal_summary, 20, 8)
     summary = info["summary"]
     expect.that("parameters" in summary, "SinusoidalPositionalEncoding(20, 8) is not an nn.Module")
     expect.that(
@@ -279,7 +280,7 @@ def test_sinusoidal_is_buffer(impl):
 def test_sinusoidal_odd_and_other_sizes(impl):
     "odd d_model works: ceil(d/2) sine columns and floor(d/2) cosine columns"
     for max_len, d_model in [(30, 7), (64, 9), (12, 2), (40, 33)]:
-        out = impl.sinusoidal_forward(max_len, d_model, torch.arange(max_len))
+        out = impl.call(adapters.sinusoidal_forward, max_len, d_model, torch.arange(max_len))
         expect.close(
             out,
             sinusoidal_table(max_len, d_model),
@@ -296,7 +297,7 @@ def test_sinusoidal_any_positions(impl):
     for seed, d_model in zip(SEEDS, (64, 10, 31), strict=True):
         positions = _ids(max_len, (3, 5), seed)
         positions[0, 0] = max_len - 1
-        out = impl.sinusoidal_forward(max_len, d_model, positions)
+        out = impl.call(adapters.sinusoidal_forward, max_len, d_model, positions)
         expect.close(
             out,
             sinusoidal_table(max_len, d_model, positions),
@@ -310,7 +311,7 @@ def test_sinusoidal_any_positions(impl):
 def test_sinusoidal_out_of_range(impl):
     "positions outside 0..max_len-1 raise IndexError"
     for position in (16, 40, -1):
-        outcome = impl.sinusoidal_out_of_range(16, 4, torch.tensor([0, position]))
+        outcome = impl.call(adapters.sinusoidal_out_of_range, 16, 4, torch.tensor([0, position]))
         _expect_index_error(outcome, "SinusoidalPositionalEncoding(16, 4)", position, 16)
 
 
@@ -320,7 +321,7 @@ def test_sinusoidal_out_of_range(impl):
 @LEARNED.visible
 def test_learned_parameter(impl):
     "one trainable parameter `weight` of shape [max_len, d_model]"
-    summary = impl.learned_summary(24, 6)["summary"]
+    summary = impl.call(adapters.learned_summary, 24, 6)["summary"]
     expect.that("parameters" in summary, "LearnedPositionalEmbedding(24, 6) is not an nn.Module")
     expect.that(
         summary["parameters"] == {"weight": [24, 6]},
@@ -335,7 +336,7 @@ def test_learned_parameter(impl):
 def test_learned_lookup(impl):
     "forward(positions) returns the rows of weight at those positions"
     weight, positions = _random((24, 6), 3), torch.tensor([[5, 0, 23], [7, 7, 1]])
-    out = impl.learned_forward(weight, positions)["output"]
+    out = impl.call(adapters.learned_forward, weight, positions)["output"]
     expect.close(
         out,
         F.embedding(positions, weight),
@@ -349,7 +350,7 @@ def test_learned_lookup(impl):
 def test_learned_initialisation(impl):
     "weight starts normal with mean 0 and std 0.02 (GPT-2's choice)"
     for seed in SEEDS:
-        weight = impl.learned_summary(1024, 64, seed)["weight"]
+        weight = impl.call(adapters.learned_summary, 1024, 64, seed)["weight"]
         _check_init(
             weight,
             std=0.02,
@@ -367,7 +368,7 @@ def test_learned_any_positions_and_gradient(impl):
         positions = _ids(32, shape, seed)
         grad_output = _random((*shape, 5), seed + 20)
         (F.embedding(positions, weight) * grad_output).sum().backward()
-        result = impl.learned_forward(weight.detach(), positions, grad_output=grad_output)
+        result = impl.call(adapters.learned_forward, weight.detach(), positions, grad_output=grad_output)
         expect.close(
             result["output"],
             F.embedding(positions, weight),
@@ -382,7 +383,7 @@ def test_learned_any_positions_and_gradient(impl):
 def test_learned_out_of_range(impl):
     "positions outside 0..max_len-1 raise IndexError (never clamp)"
     for position in (10, 11, -1):
-        outcome = impl.learned_out_of_range(10, 3, torch.tensor([[1, position]]))
+        outcome = impl.call(adapters.learned_out_of_range, 10, 3, torch.tensor([[1, position]]))
         _expect_index_error(outcome, "LearnedPositionalEmbedding(10, 3)", position, 10)
 
 
@@ -403,7 +404,7 @@ def _input_case(impl, seed, shape, start_pos, *, vocab=20, max_len=16, d_model=6
     ids = _ids(vocab, shape, seed)
     grad_output = _random((*shape, d_model), seed + 30)
     expected = _input_oracle(token_weight, position_weight, ids, start_pos or 0, grad_output)
-    got = impl.input_embedding(token_weight, position_weight, ids, start_pos, grad_output)
+    got = impl.call(adapters.input_embedding, token_weight, position_weight, ids, start_pos, grad_output)
     return got, expected, (token_weight, position_weight, ids)
 
 

@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from autograder import expect
+from autograder.adapters import nb07_blocks as adapters
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.reference.attention import CrossAttention, MultiHeadAttention
@@ -255,7 +256,7 @@ def _residual_case(impl, kind, d, seed, shape, mask=None, grads=False):
     sub.load_state_dict({k.split(".", 1)[1]: v for k, v in state.items()})
     x, grad_output = _randn(shape, seed + 5), (_randn(shape, seed + 6) if grads else None)
     call_kwargs = {} if mask is None else {"mask": mask}
-    got = impl.residual_forward(kind, d, state, x, call_kwargs, grad_output)
+    got = impl.call(adapters.residual_forward, kind, d, state, x, call_kwargs, grad_output)
     what = f"Residual({'nn.Linear' if kind == 'linear' else 'MultiHeadAttention'}({d}, ...))(x{', mask=mask' * (mask is not None)})"
     expect.that(isinstance(got, dict) and "input_after" in got, f"{what} did not run")
     expect.that(
@@ -304,7 +305,7 @@ def _residual_case(impl, kind, d, seed, shape, mask=None, grads=False):
 @RESIDUAL.visible
 def test_residual_adds_the_input(impl):
     "Residual(nn.Linear(8, 8))(x) equals x + linear(x), keeps the sublayer's parameters, leaves x unchanged"
-    got = impl.residual_summary("linear", 8)
+    got = impl.call(adapters.residual_summary, "linear", 8)
     expect.that("parameters" in got, "Residual(sublayer) is not an nn.Module: subclass nn.Module")
     expect.that(
         got["parameters"] == {"sublayer.weight": [8, 8], "sublayer.bias": [8]},
@@ -357,7 +358,7 @@ _MADE_BY = {
 
 def _check_parts_from_arguments(impl, class_name, args, kwargs, expected):
     """Each part (norm1, attn, ...) is what calling its constructor argument returned (recording factories)."""
-    parts = impl.block_parts(class_name, args, kwargs)
+    parts = impl.call(adapters.block_parts, class_name, args, kwargs)
     for name in sorted({n.split(".")[0] for n in expected}):
         argument = _MADE_BY[name.rstrip("0123456789")]
         expect.that(
@@ -369,7 +370,7 @@ def _check_parts_from_arguments(impl, class_name, args, kwargs, expected):
 
 
 def _check_block_parameters(impl, class_name, args, kwargs, expected, names):
-    got = impl.block_summary(class_name, args, kwargs)
+    got = impl.call(adapters.block_summary, class_name, args, kwargs)
     call = f"{class_name}({', '.join(map(str, args))}, ...)"
     expect.that("parameters" in got, f"{call} is not an nn.Module")
     params = got["parameters"]
@@ -445,7 +446,9 @@ def _block_case(impl, class_name, d, heads, d_ff, activation, shape, seed, mask,
     state, x = block_state(d, d_ff, seed), _randn(shape, seed + 500)
     grad_output = _randn(shape, seed + 600) if grads else None
     kwargs = {"activation": activation}
-    got = impl.block_forward(class_name, [d, heads, d_ff], kwargs, state, [x], {"mask": mask}, grad_output)
+    got = impl.call(
+        adapters.block_forward, class_name, [d, heads, d_ff], kwargs, state, [x], {"mask": mask}, grad_output
+    )
     expected, expected_grads = encoder_oracle(
         state, x, heads, d_ff, activation, pre, mask=mask, grad_output=grad_output
     )
@@ -588,8 +591,15 @@ def _encoder_case(impl, d, heads, d_ff, activation, norm_first, shape, seed, rea
     padding = None if real_lengths is None else _padding(shape[0], shape[1], real_lengths)
     grad_output = _randn(shape, seed + 600) if grads else None
     kwargs = {"activation": activation, "norm_first": norm_first}
-    got = impl.block_forward(
-        "EncoderBlock", [d, heads, d_ff], kwargs, state, [x], {"padding_mask": padding}, grad_output
+    got = impl.call(
+        adapters.block_forward,
+        "EncoderBlock",
+        [d, heads, d_ff],
+        kwargs,
+        state,
+        [x],
+        {"padding_mask": padding},
+        grad_output,
     )
     expected, expected_grads = encoder_oracle(
         state, x, heads, d_ff, activation, norm_first, padding=padding, attention="self_attn", grad_output=grad_output
@@ -614,8 +624,12 @@ def _encoder_case(impl, d, heads, d_ff, activation, norm_first, shape, seed, rea
 
 def _padding_invariance(impl, class_name, args, kwargs, state, inputs, call_kwargs, changed, real, what):
     """Changing padded tokens (inputs -> changed) leaves the outputs at the ``real`` positions unchanged."""
-    first = expect.tensor(impl.block_forward(class_name, args, kwargs, state, inputs, call_kwargs)["output"], what)
-    second = expect.tensor(impl.block_forward(class_name, args, kwargs, state, changed, call_kwargs)["output"], what)
+    first = expect.tensor(
+        impl.call(adapters.block_forward, class_name, args, kwargs, state, inputs, call_kwargs)["output"], what
+    )
+    second = expect.tensor(
+        impl.call(adapters.block_forward, class_name, args, kwargs, state, changed, call_kwargs)["output"], what
+    )
     expect.that(first.shape == second.shape, f"{what} changes shape with its input")
     delta = (first - second).abs()[real]
     return float(delta.max()) if delta.numel() else 0.0
@@ -760,7 +774,8 @@ def _decoder_case(
     memory_padding = None if memory_lengths is None else _padding(shape[0], memory_len, memory_lengths)
     grad_output = _randn(shape, seed + 600) if grads else None
     kwargs = {"activation": activation, "norm_first": norm_first}
-    got = impl.block_forward(
+    got = impl.call(
+        adapters.block_forward,
         "DecoderBlock",
         [d, heads, d_ff],
         kwargs,
@@ -875,7 +890,7 @@ def test_decoder_memory_padding_is_invisible(impl):
 def test_decoder_mask_on_the_device_of_x(impl):
     "the causal mask is made on the device of x: the block runs on another device (PyTorch's meta device)"
     for padded in (False, True):
-        got = impl.decoder_on_meta([8, 2, 32], [2, 5, 8], 4, padded)
+        got = impl.call(adapters.decoder_on_meta, [8, 2, 32], [2, 5, 8], 4, padded)
         call = (
             f"DecoderBlock(8, 2, 32).to('meta')(x, memory{', tgt_padding, memory_padding' * padded}) with x and "
             "memory on the meta device"
@@ -1036,8 +1051,15 @@ _PARALLEL_MISTAKES = {
 def _parallel_case(impl, d, heads, d_ff, activation, shape, seed, mask, oracle="gptj", grads=False):
     state, x = parallel_state(d, d_ff, seed, attention_bias=oracle != "gptj"), _randn(shape, seed + 500)
     grad_output = _randn(shape, seed + 600) if grads else None
-    got = impl.block_forward(
-        "ParallelBlock", [d, heads, d_ff], {"activation": activation}, state, [x], {"mask": mask}, grad_output
+    got = impl.call(
+        adapters.block_forward,
+        "ParallelBlock",
+        [d, heads, d_ff],
+        {"activation": activation},
+        state,
+        [x],
+        {"mask": mask},
+        grad_output,
     )
     parts = _Parts(state, d, heads, d_ff, activation)
     with torch.no_grad():
@@ -1083,7 +1105,7 @@ def _parallel_case(impl, d, heads, d_ff, activation, shape, seed, mask, oracle="
 def test_parallel_parameters(impl):
     "norm1, attn, ffn built from the components it is given, and one norm only (names and shapes)"
     expected = {k: v for k, v in _block_parameters(8, 32).items() if not k.startswith("norm2")}
-    got = impl.block_summary("ParallelBlock", [8, 2, 32], {})
+    got = impl.call(adapters.block_summary, "ParallelBlock", [8, 2, 32], {})
     params = got.get("parameters", {})
     extra_norms = sorted({n.split(".")[0] for n in set(params) - set(expected) if n.startswith("norm")})
     expect.that(

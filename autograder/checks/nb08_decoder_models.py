@@ -72,6 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
+from autograder.adapters import nb08_decoder_models as adapters
 from autograder.checks._seeds import seeded
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
@@ -334,7 +335,7 @@ GPT2_124M = 124_439_808
 
 
 def _count_case(impl, fields):
-    got = impl.num_parameters(fields)
+    got = impl.call(adapters.num_parameters, fields)
     what = f"gpt2_num_parameters(GPT2Config({', '.join(f'{k}={v}' for k, v in fields.items())}))"
     expect.that(isinstance(got, int), f"{what} returned {got!r}, expected an int")
     T = _transformers()
@@ -377,7 +378,7 @@ def _count_case(impl, fields):
 @COUNT.visible
 def test_gpt2_124m(impl):
     "GPT2Config() (GPT-2 small) has 124,439,808 parameters"
-    got = impl.num_parameters({})
+    got = impl.call(adapters.num_parameters, {})
     expect.that(isinstance(got, int), f"gpt2_num_parameters(GPT2Config()) returned {got!r}, expected an int")
     if got != GPT2_124M:
         _count_case(
@@ -410,7 +411,7 @@ GPT2_NAMES = (
 def test_gpt2_parameters(impl):
     "wte, wpe, blocks, ln_f and a head tied to wte: names and shapes, and HF's parameter count"
     fields = _gpt2_fields(0)
-    got = impl.gpt2_summary(fields)
+    got = impl.call(adapters.gpt2_summary, fields)
     expect.that("parameters" in got, "GPT2(config) is not an nn.Module")
     ref = decoders.GPT2(_config(fields))
     expected = {name: list(p.shape) for name, p in ref.named_parameters()}
@@ -439,7 +440,7 @@ def _gpt2_case(impl, fields, seed, batch, length, lengths=None, side="left"):
     state = gpt2_course_state(hf.state_dict(), fields["n_layers"], fields["d_model"])
     tokens = _tokens(batch, length, fields["vocab_size"], seed + 1)
     padding = None if lengths is None else _padding(lengths, length, side)
-    got = impl.gpt2_logits(fields, state, tokens, padding)
+    got = impl.call(adapters.gpt2_logits, fields, state, tokens, padding)
     what = f"GPT2's logits for tokens of shape {[batch, length]}" + (
         "" if padding is None else f" with {side} padding (real lengths {lengths})"
     )
@@ -480,7 +481,7 @@ def _on_the_device_of_tokens(impl, model, fields):
     """ "Build masks and positions on the device of ``tokens``": the model runs on PyTorch's meta device (a CPU-only
     grader's other device), unpadded and padded."""
     for padded in (False, True):
-        got = impl.model_on_meta(model, fields, [2, 5], padded)
+        got = impl.call(adapters.model_on_meta, model, fields, [2, 5], padded)
         call = f"{model}(config).to('meta')(tokens{', padding_mask' * padded}) with tokens on the meta device"
         expect.that(
             not got["raised"],
@@ -520,7 +521,7 @@ def _loss_case(impl, seed, ignore_index=None, ignored=()):
     expected = F.cross_entropy(shifted_logits, shifted, ignore_index=index)
     if ignore_index is None:
         expect.close(expected, out.loss, "this check's own oracle", **LOSS_TOL)
-    got = impl.causal_lm_loss(logits, labels, ignore_index)
+    got = impl.call(adapters.causal_lm_loss, logits, labels, ignore_index)
     call = "causal_lm_loss(logits, labels" + ("" if ignore_index is None else f", ignore_index={ignore_index}") + ")"
     what = f"{call} for logits [2, 7, {fields['vocab_size']}]" + (
         f" with {len(ignored)} ignored labels" * bool(ignored)
@@ -662,8 +663,13 @@ def _gpt2_convert_case(impl, fields, seed, hub):
         "gpt2_state_from_hf(" + ("the hub's model.safetensors" if hub else "GPT2LMHeadModel.state_dict()") + ", config)"
     )
     try:
-        result = impl.convert(
-            "gpt2_state_from_hf", "GPT2Config", fields, hf_state, tied=[("lm_head.weight", "transformer.wte.weight")]
+        result = impl.call(
+            adapters.convert,
+            "gpt2_state_from_hf",
+            "GPT2Config",
+            fields,
+            hf_state,
+            tied=[("lm_head.weight", "transformer.wte.weight")],
         )
     except StudentCodeError as error:
         if hub and str(error).startswith("KeyError"):
@@ -820,7 +826,7 @@ ROTARY_NAMES = (
 @ROTARY.visible
 def test_rotary_gqa_parameters(impl):
     "q_proj, k_proj, v_proj (num_kv_heads * head_dim wide), out_proj, no biases"
-    got = impl.rotary_gqa_summary(32, 4, 2)
+    got = impl.call(adapters.rotary_gqa_summary, 32, 4, 2)
     expect.that("parameters" in got, "RotaryGQA(...) is not an nn.Module")
     expected = {
         "q_proj.weight": [32, 32],
@@ -835,7 +841,7 @@ def test_rotary_gqa_parameters(impl):
             + (": Llama's projections have no bias (bias=False)" if biases else "")
             + f"; expected {ROTARY_NAMES}"
         )
-    attributes = impl.rotary_gqa_attributes(32, 4, 2)
+    attributes = impl.call(adapters.rotary_gqa_attributes, 32, 4, 2)
     for name, value in (("num_heads", 4), ("num_kv_heads", 2), ("head_dim", 8)):
         expect.that(
             attributes.get(name) == value,
@@ -861,7 +867,7 @@ def _rotary_case(impl, d, heads, kv, shape, seed, mask_kind="causal", positions=
     if padding is not None:
         mask = causal & padding[:, None, None, :]
     state, expected = hf_layer("attention", fields, seed, x, mask, positions)
-    got = impl.rotary_gqa_forward(d, heads, kv, state, x, mask, positions)
+    got = impl.call(adapters.rotary_gqa_forward, d, heads, kv, state, x, mask, positions)
     rows = _query_rows(mask, batch, length)
     if padding is not None:
         rows = rows & padding
@@ -959,7 +965,9 @@ def test_rotary_gqa_is_causal(impl):
         state, expected = hf_layer("attention", fields, seed, x, causal, None)
         what = f"RotaryGQA({d}, {heads}, {kv}, rope)(x, mask=None, is_causal=True)"
         got = expect.tensor(
-            impl.rotary_gqa_forward(d, heads, kv, state, x, None, None, is_causal=True), what, shape=[batch, length, d]
+            impl.call(adapters.rotary_gqa_forward, d, heads, kv, state, x, None, None, is_causal=True),
+            what,
+            shape=[batch, length, d],
         )
         expect.close(
             got,
@@ -969,7 +977,9 @@ def test_rotary_gqa_is_causal(impl):
             alternatives=[(gqa_math(state, x, heads, kv, None, None), IS_CAUSAL_IGNORED)],
             hint="The oracle is Hugging Face's LlamaAttention with the causal mask.",
         )
-        _check_is_causal_passed_on(impl.rotary_gqa_sdpa_calls(d, heads, kv, x, None, None, is_causal=True), what)
+        _check_is_causal_passed_on(
+            impl.call(adapters.rotary_gqa_sdpa_calls, d, heads, kv, x, None, None, is_causal=True), what
+        )
 
 
 def _check_is_causal_passed_on(calls: list, what: str) -> None:
@@ -1012,7 +1022,7 @@ def _block_parameters(d, heads, kv, d_ff):
 def test_modern_block_parameters(impl):
     "norm1, attn, norm2, ffn built from the components it is given (names and shapes)"
     fields = _llama_fields(0)
-    got = impl.modern_block_summary(fields)
+    got = impl.call(adapters.modern_block_summary, fields)
     expect.that("parameters" in got, "ModernBlock(config, rope) is not an nn.Module")
     expected = _block_parameters(32, 4, 2, fields["d_ff"])
     params = got["parameters"]
@@ -1088,7 +1098,7 @@ def _modern_block_case(impl, fields, shape, seed, lengths=None, positions=None):
         positions = _positions(padding)
     mask = causal if padding is None else causal & padding[:, None, None, :]
     state, expected = hf_layer("block", fields, seed, x, mask, positions)
-    got = impl.modern_block_forward(fields, state, x, mask, positions)
+    got = impl.call(adapters.modern_block_forward, fields, state, x, mask, positions)
     rows = _query_rows(mask, batch, length) & (True if padding is None else padding)
     what = (
         f"ModernBlock(DecoderConfig(d_model={d}, n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}"
@@ -1149,7 +1159,9 @@ def test_modern_block_is_causal(impl):
     state, expected = hf_layer("block", fields, 4, x, causal, None)
     what = f"ModernBlock(DecoderConfig(d_model={d}, ...), rope)(x, None, is_causal=True)"
     got = expect.tensor(
-        impl.modern_block_forward(fields, state, x, None, None, is_causal=True), what, shape=[batch, length, d]
+        impl.call(adapters.modern_block_forward, fields, state, x, None, None, is_causal=True),
+        what,
+        shape=[batch, length, d],
     )
     expect.close(
         got,
@@ -1193,7 +1205,7 @@ DECODER_NAMES = (
 def test_decoder_parameters(impl):
     "tok_emb, blocks, norm and an untied lm_head: names and shapes"
     fields = _llama_fields(0)
-    got = impl.decoder_summary(fields)
+    got = impl.call(adapters.decoder_summary, fields)
     expect.that("parameters" in got, "ModernDecoder(config) is not an nn.Module")
     expected = {n: list(p.shape) for n, p in decoders.LlamaDecoder(_config(fields)).named_parameters()}
     params = got["parameters"]
@@ -1256,7 +1268,7 @@ def _decoder_case(impl, fields, seed, batch, length, lengths=None, side="left"):
     state = llama_course_state(hf.state_dict(), fields)
     tokens = _tokens(batch, length, fields["vocab_size"], seed + 1)
     padding = None if lengths is None else _padding(lengths, length, side)
-    got = impl.decoder_logits(fields, state, tokens, padding)
+    got = impl.call(adapters.decoder_logits, fields, state, tokens, padding)
     what = (
         f"ModernDecoder's logits (n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}) for tokens of "
         f"shape {[batch, length]}" + ("" if padding is None else f" with {side} padding (real lengths {lengths})")
@@ -1291,7 +1303,7 @@ def test_decoder_shares_one_rope_and_counts_real_tokens(impl):
     fields = _llama_fields(2, layers=3)
     lengths, length = [7, 4, 1], 7
     padding = _padding(lengths, length, "left")
-    seen = impl.decoder_observed(fields, _tokens(3, length, fields["vocab_size"], 5), padding)
+    seen = impl.call(adapters.decoder_observed, fields, _tokens(3, length, fields["vocab_size"], 5), padding)
     expect.that(seen["blocks"] == 3, f"ModernDecoder built {seen['blocks']} blocks for n_layers = 3")
     expect.that(
         seen["ropes_made"] == 1 and seen["distinct_ropes"] == 1,
@@ -1320,7 +1332,7 @@ def test_decoder_is_causal_without_padding(impl):
     fields = _llama_fields(2, layers=2)
     length = 6
     tokens = _tokens(2, length, fields["vocab_size"], 7)
-    seen = impl.decoder_observed(fields, tokens, None)
+    seen = impl.call(adapters.decoder_observed, fields, tokens, None)
     for i, (mask, causal) in enumerate(zip(seen["masks"], seen["is_causal"], strict=True)):
         expect.that(
             mask == "None" and causal is True,
@@ -1328,7 +1340,7 @@ def test_decoder_is_causal_without_padding(impl):
             "give no mask tensor and let SDPA build it: block(x, None, positions, is_causal=True)",
         )
     padding = _padding([6, 3], length, "left")
-    seen = impl.decoder_observed(fields, tokens, padding)
+    seen = impl.call(adapters.decoder_observed, fields, tokens, padding)
     for i, (mask, causal) in enumerate(zip(seen["masks"], seen["is_causal"], strict=True)):
         expect.that(
             causal is False,
@@ -1395,7 +1407,7 @@ def _llama_convert_case(impl, fields, seed):
     hf_state = hf.state_dict()
     course = llama_course_state(hf_state, fields)
     what = "llama_state_from_hf(LlamaForCausalLM.state_dict(), config)"
-    result = impl.convert("llama_state_from_hf", "DecoderConfig", fields, hf_state)
+    result = impl.call(adapters.convert, "llama_state_from_hf", "DecoderConfig", fields, hf_state)
     got = result["value"]
     _check_keys(got, course, what)
     _check_values(got, course, what, functools.partial(_llama_diagnose, hf_state=hf_state, fields=fields))
@@ -1460,7 +1472,7 @@ def _fuse_diagnose(fused, parts, what):
 def _fuse_case(impl, seed, d, heads, kv, *, bias=False, prefix="", extra=()):
     state = _separate_state(seed, d, heads, kv, bias=bias, prefix=prefix, extra=extra)
     what = f"fuse_qkv(state with {prefix}q_proj/k_proj/v_proj" + (" weights and biases" if bias else "") + ")"
-    result = impl.fuse_qkv(state)
+    result = impl.call(adapters.fuse_qkv, state)
     got = result["value"]
     expect.that(isinstance(got, dict), f"{what} returned a {type(got).__name__}, expected a dict")
     kinds = ("weight", "bias") if bias else ("weight",)
@@ -1596,7 +1608,7 @@ def test_fuse_qkv_layout_is_phi3s(impl):
         config = _hf_llama_config(fields)
         llama_layer = _randomize(llama.LlamaAttention(config, layer_idx=0).eval(), seed)
         separate = {k: v for k, v in llama_layer.state_dict().items()}
-        fused = impl.fuse_qkv(separate)["value"]
+        fused = impl.call(adapters.fuse_qkv, separate)["value"]
         expect.that(
             isinstance(fused, dict) and "qkv_proj.weight" in fused,
             "fuse_qkv(LlamaAttention.state_dict()) has no 'qkv_proj.weight'",
@@ -1638,7 +1650,7 @@ def test_fuse_qkv_layout_is_phi3s(impl):
 @FUSED.visible
 def test_fused_parameters(impl):
     "FusedRotaryGQA(32, 4, 2, rope): qkv_proj [(4 + 2 * 2) * 8, 32], out_proj, no biases; the attributes"
-    got = impl.fused_summary(32, 4, 2)
+    got = impl.call(adapters.fused_summary, 32, 4, 2)
     expect.that("parameters" in got, "FusedRotaryGQA(...) is not an nn.Module")
     expected = {"qkv_proj.weight": [64, 32], "out_proj.weight": [32, 32]}
     if got["parameters"] != expected:
@@ -1653,7 +1665,7 @@ def test_fused_parameters(impl):
             )
             + f"; expected {FUSED_NAMES}"
         )
-    attributes = impl.fused_attributes(32, 4, 2)
+    attributes = impl.call(adapters.fused_attributes, 32, 4, 2)
     for name, value in (("num_heads", 4), ("num_kv_heads", 2), ("head_dim", 8)):
         expect.that(
             attributes.get(name) == value,
@@ -1691,7 +1703,7 @@ def _fused_case(impl, d, heads, kv, shape, seed, positions=None, lengths=None):
         + ")"
     )
     try:
-        got = impl.fused_forward(d, heads, kv, state, x, mask, positions)
+        got = impl.call(adapters.fused_forward, d, heads, kv, state, x, mask, positions)
     except StudentCodeError as error:
         if not str(error).startswith("RuntimeError"):  # a stub, a missing name: the usual message
             raise
@@ -1724,7 +1736,7 @@ def _fused_case(impl, d, heads, kv, shape, seed, positions=None, lengths=None):
 
 def _one_product(impl, d, heads, kv, batch, length):
     hd = d // heads
-    made = impl.fused_shapes_made(d, heads, kv, _randn((batch, length, d), 800))
+    made = impl.call(adapters.fused_shapes_made, d, heads, kv, _randn((batch, length, d), 800))
     numel = batch * length * (heads + 2 * kv) * hd
     expect.that(
         any(math.prod(shape) == numel and shape[0] == batch for shape in made),
@@ -1744,7 +1756,7 @@ def _one_product_used(impl, d, heads, kv, batch, length):
     mask = torch.ones(length, length, dtype=torch.bool).tril()
     state = phi3_course_state(hf_phi3_attention(fields, 810, x, mask, None)[0], heads, kv)
     delta = _randn((batch, length, width), 811)
-    got = impl.fused_forward_perturbed(d, heads, kv, state, x, mask, delta)
+    got = impl.call(adapters.fused_forward_perturbed, d, heads, kv, state, x, mask, delta)
     what = (
         f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, causal mask) when the grader adds a known change to the "
         f"result of its product of {width} output features"
@@ -1800,7 +1812,9 @@ def test_fused_is_causal(impl):
     state = phi3_course_state(hf_state, heads, kv)
     what = f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, mask=None, is_causal=True)"
     got = expect.tensor(
-        impl.fused_forward(d, heads, kv, state, x, None, None, is_causal=True), what, shape=[batch, length, d]
+        impl.call(adapters.fused_forward, d, heads, kv, state, x, None, None, is_causal=True),
+        what,
+        shape=[batch, length, d],
     )
     ignored = gqa_math(_split_mistake(state, heads, kv, "qkv"), x, heads, kv, None, None)
     expect.close(
@@ -1811,7 +1825,7 @@ def test_fused_is_causal(impl):
         alternatives=[(ignored, IS_CAUSAL_IGNORED)],
         hint="The oracle is Hugging Face's Phi3Attention with the causal mask.",
     )
-    _check_is_causal_passed_on(impl.fused_sdpa_calls(d, heads, kv, x, None, None, is_causal=True), what)
+    _check_is_causal_passed_on(impl.call(adapters.fused_sdpa_calls, d, heads, kv, x, None, None, is_causal=True), what)
 
 
 @FUSED.hidden

@@ -61,6 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
+from autograder.adapters import nb09_bert_encoder_decoder as adapters
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.reference.bert import BertEmbeddings as ReferenceEmbeddings
@@ -267,7 +268,7 @@ EMBEDDINGS_NAMES = (
 def test_embeddings_parameters(impl):
     "word, position, token_type tables and norm, with the shapes the config asks for"
     f = bert_fields(vocab=40, d=16, positions=20, types=3)
-    got = impl.embeddings_summary(f)
+    got = impl.call(adapters.embeddings_summary, f)
     expect.that("parameters" in got, "BertEmbeddings(config) is not an nn.Module")
     expected = {
         "word.weight": [40, 16],
@@ -325,7 +326,7 @@ def _embeddings_case(impl, f, seed, shape, with_types=True):
     state = embeddings_state(f, seed)
     tokens = _randint(f["vocab_size"], shape, seed + 10)
     types = _randint(f["type_vocab_size"], shape, seed + 11) if with_types else None
-    got = impl.embeddings_forward(f, state, tokens, types)
+    got = impl.call(adapters.embeddings_forward, f, state, tokens, types)
     hf = hf_bert(
         f,
         {f"embeddings.{k}": v for k, v in state.items()}
@@ -375,7 +376,7 @@ HEAD_NAMES = (
 def test_head_parameters_and_tying(impl):
     "dense, norm and decoder (with bias); decoder.weight is the word embedding parameter itself"
     f = bert_fields(vocab=40, d=16)
-    got = impl.head_summary(f)
+    got = impl.call(adapters.head_summary, f)
     expect.that("parameters" in got, "MLMHead(config, word_embeddings) is not an nn.Module")
     expected = {
         "dense.weight": [16, 16],
@@ -436,7 +437,7 @@ def _head_case(impl, f, seed, shape, grads=False):
     word = _randn((f["vocab_size"], f["d_model"]), seed + 20, 0.5)
     hidden = _randn((*shape, f["d_model"]), seed + 21)
     grad_output = _randn((*shape, f["vocab_size"]), seed + 22) if grads else None
-    got = impl.head_forward(f, state, word, hidden, grad_output)
+    got = impl.call(adapters.head_forward, f, state, word, hidden, grad_output)
     hf = _head_hf(f, state, word)
     hidden_hf = hidden.clone()
     expected = hf.cls.predictions(hidden_hf)
@@ -510,7 +511,7 @@ def bert_parameters(f):
 def test_bert_parameters(impl):
     "embeddings, blocks, head with the course's names; as many parameters as Hugging Face's (the head is tied)"
     f = bert_fields(vocab=40, d=16, layers=3)
-    got = impl.bert_summary(f)
+    got = impl.call(adapters.bert_summary, f)
     expect.that("parameters" in got, "BertForMaskedLM(config) is not an nn.Module")
     expected, count = bert_parameters(f)
     params = got["parameters"]
@@ -585,7 +586,7 @@ def _bert_case(impl, f, seed, lengths, length, with_types=True, gain=1.0):
     if padding is not None:
         tokens[~padding] = f["pad_token_id"]
     types = (torch.arange(length)[None, :] >= torch.tensor(lengths)[:, None] // 2).long() if with_types else None
-    got = impl.bert_forward(f, state, tokens, types, padding)
+    got = impl.call(adapters.bert_forward, f, state, tokens, types, padding)
     hf = hf_bert(f, state)
     with torch.no_grad():
         expected = hf(
@@ -636,8 +637,12 @@ def test_bert_padding_is_invisible(impl):
     padding = _padding([8, 3], 8)
     tokens = _randint(f["vocab_size"], (2, 8), 41, low=1)
     changed = torch.where(padding, tokens, _randint(f["vocab_size"], (2, 8), 42, low=1))
-    first = expect.tensor(impl.bert_forward(f, state, tokens, None, padding).get("output"), "BertForMaskedLM(...)")
-    second = expect.tensor(impl.bert_forward(f, state, changed, None, padding).get("output"), "BertForMaskedLM(...)")
+    first = expect.tensor(
+        impl.call(adapters.bert_forward, f, state, tokens, None, padding).get("output"), "BertForMaskedLM(...)"
+    )
+    second = expect.tensor(
+        impl.call(adapters.bert_forward, f, state, changed, None, padding).get("output"), "BertForMaskedLM(...)"
+    )
     delta = float((first - second).abs()[padding].max())
     expect.that(
         delta <= SAME,
@@ -668,7 +673,7 @@ def _options(vocab, probability=None, special=SPECIAL):
 
 
 def _masking_draws(impl, tokens, options, seed, draws=1, global_seed=0):
-    got = impl.mask_tokens_run(tokens, options, seed, global_seed, draws)
+    got = impl.call(adapters.mask_tokens_run, tokens, options, seed, global_seed, draws)
     what = "mask_tokens(tokens, ...)"
     expect.that(
         "inputs" in got,
@@ -860,7 +865,7 @@ def _loss_mistakes(logits, labels):
 
 
 def _loss_case(impl, logits, labels, what, expected=None):
-    got = impl.mlm_loss_run(logits, labels)
+    got = impl.call(adapters.mlm_loss_run, logits, labels)
     reference = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
     loss = expect.tensor(got.get("loss"), what)
     expect.that(loss.numel() == 1, f"{what} has shape {list(loss.shape)}, expected a scalar")
@@ -1102,7 +1107,7 @@ def _encdec_case(impl, f, seed, src_lengths, src_len, tgt_lengths, tgt_len):
     tgt = _randint(f["tgt_vocab_size"], (len(tgt_lengths), tgt_len), seed + 11)
     src_padding = None if all(n == src_len for n in src_lengths) else _padding(src_lengths, src_len)
     tgt_padding = None if all(n == tgt_len for n in tgt_lengths) else _padding(tgt_lengths, tgt_len)
-    got = impl.encdec_forward(f, state, src, tgt, src_padding, tgt_padding)
+    got = impl.call(adapters.encdec_forward, f, state, src, tgt, src_padding, tgt_padding)
     expected, memory = encdec_oracle(f, state, src, tgt, src_padding, tgt_padding)
     real = torch.ones(tgt.shape, dtype=torch.bool) if tgt_padding is None else tgt_padding
     what = (
@@ -1136,7 +1141,7 @@ def test_encdec_parameters(impl):
     "src_embed, tgt_embed, encoder, encoder_norm, decoder, decoder_norm, out_proj; shared embeddings counted once"
     for share in (False, True):
         f = encdec_fields(src_vocab=30, tgt_vocab=30 if share else 25, share=share)
-        got = impl.encdec_summary(f)
+        got = impl.call(adapters.encdec_summary, f)
         expect.that("parameters" in got, "EncoderDecoder(config) is not an nn.Module")
         expected = encdec_parameters(f)
         params = got["parameters"]
@@ -1168,12 +1173,14 @@ def test_encdec_is_causal(impl):
     f = encdec_fields()
     state = encdec_state(f, 5)
     src, tgt = _randint(30, (2, 6), 6), _randint(25, (2, 6), 7)
-    base = expect.tensor(impl.encdec_forward(f, state, src, tgt).get("output"), "EncoderDecoder(...)(src, tgt)")
+    base = expect.tensor(
+        impl.call(adapters.encdec_forward, f, state, src, tgt).get("output"), "EncoderDecoder(...)(src, tgt)"
+    )
     for t in (0, 3):
         changed = tgt.clone()
         changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % 25
         moved = expect.tensor(
-            impl.encdec_forward(f, state, src, changed).get("output"), "EncoderDecoder(...)(src, tgt)"
+            impl.call(adapters.encdec_forward, f, state, src, changed).get("output"), "EncoderDecoder(...)(src, tgt)"
         )
         delta = float((moved - base)[:, : t + 1].abs().max())
         expect.that(
@@ -1208,9 +1215,11 @@ def test_encdec_source_padding_is_invisible(impl):
     src_padding = _padding([7, 3], 7)
     src, tgt = _randint(30, (2, 7), 41), _randint(25, (2, 5), 42)
     changed = torch.where(src_padding, src, _randint(30, (2, 7), 43))
-    first = expect.tensor(impl.encdec_forward(f, state, src, tgt, src_padding).get("output"), "EncoderDecoder(...)")
+    first = expect.tensor(
+        impl.call(adapters.encdec_forward, f, state, src, tgt, src_padding).get("output"), "EncoderDecoder(...)"
+    )
     second = expect.tensor(
-        impl.encdec_forward(f, state, changed, tgt, src_padding).get("output"), "EncoderDecoder(...)"
+        impl.call(adapters.encdec_forward, f, state, changed, tgt, src_padding).get("output"), "EncoderDecoder(...)"
     )
     delta = float((first - second).abs().max())
     expect.that(
@@ -1218,7 +1227,7 @@ def test_encdec_source_padding_is_invisible(impl):
         f"changing padded source tokens changed the logits by up to {delta:.3g}: src_padding "
         "must reach the encoder blocks and, as memory_padding, every decoder block",
     )
-    error = impl.encdec_build_error(encdec_fields(src_vocab=30, tgt_vocab=25, share=True))
+    error = impl.call(adapters.encdec_build_error, encdec_fields(src_vocab=30, tgt_vocab=25, share=True))
     expect.that(
         error == "ValueError",
         "EncoderDecoder with share_embeddings=True and two vocabulary sizes "
@@ -1300,7 +1309,7 @@ def _count_mistakes(f) -> dict:
 
 
 def _count_case(impl, f):
-    got = impl.count_parameters(f)
+    got = impl.call(adapters.count_parameters, f)
     what = f"transformer_num_parameters(TransformerConfig({', '.join(f'{k}={v!r}' for k, v in f.items())}))"
     expect.that(isinstance(got, int), f"{what} returned {got!r}, expected an int")
     expected = count_oracle(f)

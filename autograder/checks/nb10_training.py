@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder import expect
+from autograder.adapters import nb10_training as adapters
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.reference import training as ref
@@ -108,7 +109,7 @@ def _stream(length: int, seed: int, offset: int = 40000) -> torch.Tensor:
 
 
 def _got_batch(impl, tokens, batch_size, context, **kwargs):
-    got = impl.batch(tokens, batch_size, context, **kwargs)
+    got = impl.call(adapters.batch, tokens, batch_size, context, **kwargs)
     call = f"get_batch(tokens, {batch_size}, {context}, {kwargs.get('device', 'cpu')!r}, generator=...)"
     expect.that(
         got.get("returned") == "pair", f"{call} returned a {got.get('returned')}, expected a pair (inputs, targets)"
@@ -295,7 +296,7 @@ def _loss_case(impl, shape, seed, scale=1.0, ignored=0.0, **kwargs):
         drop = torch.rand(shape[:-1], generator=_gen(seed + 2)) < ignored
         drop.view(-1)[0] = False
         targets = torch.where(drop, ignore_index, targets)
-    got = impl.loss(logits, targets, kwargs)
+    got = impl.call(adapters.loss, logits, targets, kwargs)
     what = (
         f"cross_entropy(logits of shape {list(shape)}, scale {scale:g}, "
         f"{'some targets ignored, ' if ignored else ''}{', '.join(f'{k}={v}' for k, v in kwargs.items())})"
@@ -421,7 +422,7 @@ ADAM_MISTAKES = {
 
 def _adam_case(impl, seed, *, resume_at=None, closure_at=None, groups=GROUPS, defaults=DEFAULTS, steps=30):
     initial, grads = _adam_problem(seed, steps)
-    got = impl.adamw(initial, groups, defaults, grads, resume_at=resume_at, closure_at=closure_at)
+    got = impl.call(adapters.adamw, initial, groups, defaults, grads, resume_at=resume_at, closure_at=closure_at)
     expect.that(
         got["is_optimizer"],
         "AdamW(...) is not a torch.optim.Optimizer: subclass it and call super().__init__(params, defaults)",
@@ -539,7 +540,7 @@ def _inverse_sqrt_mistakes(d, w):
 
 def _inverse_sqrt_case(impl, d, w, steps):
     what = f"inverse_sqrt_lr(step, d_model={d}, warmup_steps={w})"
-    got = _floats(impl.schedule("inverse_sqrt_lr", steps, {"d_model": d, "warmup_steps": w}), what)
+    got = _floats(impl.call(adapters.schedule, "inverse_sqrt_lr", steps, {"d_model": d, "warmup_steps": w}), what)
     _compare(
         got,
         [ref.inverse_sqrt_lr(s, d_model=d, warmup_steps=w) for s in steps],
@@ -555,7 +556,9 @@ def test_inverse_sqrt_boundaries(impl):
     "0 at step 0; the peak d^-0.5 · warmup^-0.5 at warmup_steps; linear before, 1/sqrt(step) after"
     d, w = 512, 4000
     what = f"inverse_sqrt_lr(step, d_model={d}, warmup_steps={w})"
-    got = _floats(impl.schedule("inverse_sqrt_lr", [0, 2000, 4000, 16000], {"d_model": d, "warmup_steps": w}), what)
+    got = _floats(
+        impl.call(adapters.schedule, "inverse_sqrt_lr", [0, 2000, 4000, 16000], {"d_model": d, "warmup_steps": w}), what
+    )
     peak = d**-0.5 * w**-0.5
     expect.that(got[0] == 0.0, f"{what} at step 0 is {got[0]:.6g}, expected 0 (no update has been made yet)")
     _compare(got, [0.0, peak / 2, peak, peak / 2], [0, 2000, 4000, 16000], what, 1e-9, _inverse_sqrt_mistakes(d, w))
@@ -609,7 +612,7 @@ def _cosine_mistakes(max_lr, min_lr, w, d):
 def _cosine_case(impl, max_lr, min_lr, w, d, steps, rtol=1e-9):
     kwargs = {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w, "decay_steps": d}
     what = f"cosine_lr(step, max_lr={max_lr:g}, min_lr={min_lr:g}, warmup_steps={w}, decay_steps={d})"
-    got = _floats(impl.schedule("cosine_lr", steps, kwargs), what)
+    got = _floats(impl.call(adapters.schedule, "cosine_lr", steps, kwargs), what)
     _compare(
         got, [ref.cosine_lr(s, **kwargs) for s in steps], steps, what, rtol, _cosine_mistakes(max_lr, min_lr, w, d)
     )
@@ -641,7 +644,12 @@ def test_cosine_against_torch(impl):
     steps = list(range(0, d + 1))
     what = f"cosine_lr(step, max_lr={max_lr:g}, min_lr={min_lr:g}, warmup_steps={w}, decay_steps={d})"
     got = _floats(
-        impl.schedule("cosine_lr", steps, {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w, "decay_steps": d}),
+        impl.call(
+            adapters.schedule,
+            "cosine_lr",
+            steps,
+            {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w, "decay_steps": d},
+        ),
         what,
     )
     _compare(
@@ -656,7 +664,7 @@ def test_cosine_against_torch(impl):
 
 def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False):
     grads = [None if s is None else _randn(s, seed + i, scale) for i, s in enumerate(shapes)]
-    got = impl.clip(grads, max_norm, as_generator=as_generator)
+    got = impl.call(adapters.clip, grads, max_norm, as_generator=as_generator)
     params = []
     for g in grads:
         p = torch.nn.Parameter(torch.zeros(3) if g is None else torch.zeros_like(g))
@@ -784,7 +792,7 @@ CHECKPOINT_MISTAKES = {
 def _checkpoint_case(impl, seed, total, stop):
     state, tokens = _tiny_state(seed), ref.tokens_for(seed)
     seeds = {"init": seed, "dropout": seed + 100, "batches": seed + 200}
-    got = impl.checkpoint(state, tokens, TINY, SCHEDULE, total=total, stop=stop, seeds=seeds)
+    got = impl.call(adapters.checkpoint, state, tokens, TINY, SCHEDULE, total=total, stop=stop, seeds=seeds)
     what = f"saving after {stop} of {total} steps and loading into fresh objects"
     expect.that(
         got["step"] == stop and not isinstance(got["step"], bool),
@@ -850,8 +858,15 @@ def evaluate_oracle(state, tokens, batches, batch_size, context, seed):
 
 def _evaluate_case(impl, seed, training, batches=3, batch_size=4, context=8):
     state, tokens = _tiny_state(seed), ref.tokens_for(seed + 50)
-    got = impl.evaluate(
-        state, tokens, batches=batches, batch_size=batch_size, context_length=context, seed=seed, training=training
+    got = impl.call(
+        adapters.evaluate,
+        state,
+        tokens,
+        batches=batches,
+        batch_size=batch_size,
+        context_length=context,
+        seed=seed,
+        training=training,
     )
     what = f"evaluate(model in {'train' if training else 'eval'} mode, tokens, batches={batches}, ...)"
     expect.that(
@@ -961,7 +976,16 @@ TRAIN_MISTAKES = {
 def _train_case(impl, seed, config, schedule_kwargs):
     state = _tiny_state(seed)
     train_tokens, val_tokens = ref.tokens_for(seed + 300), ref.tokens_for(seed + 400, length=120)
-    got = impl.train(state, train_tokens, val_tokens, config, schedule_kwargs, seed=seed + 500, global_seed=seed + 600)
+    got = impl.call(
+        adapters.train,
+        state,
+        train_tokens,
+        val_tokens,
+        config,
+        schedule_kwargs,
+        seed=seed + 500,
+        global_seed=seed + 600,
+    )
     history = got["history"]
     what = f"train(..., TrainConfig({', '.join(f'{k}={v}' for k, v in config.items())}))"
     expect.that(
@@ -1041,8 +1065,14 @@ def test_train_shows_a_progress_bar(impl):
         "eval_batches": 1,
         "max_grad_norm": 1.0,
     }
-    got = impl.train_bars(
-        _tiny_state(3), ref.tokens_for(303), ref.tokens_for(403, length=120), config, SCHEDULE, seed=503
+    got = impl.call(
+        adapters.train_bars,
+        _tiny_state(3),
+        ref.tokens_for(303),
+        ref.tokens_for(403, length=120),
+        config,
+        SCHEDULE,
+        seed=503,
     )
     shown = [bar for bar in got["True"] if not bar["disabled"]]
     expect.that(
@@ -1121,7 +1151,7 @@ def _overfit_case(impl, seed, steps, lr, shape=(4, 8), final=None):
     state = _tiny_state(seed)
     inputs = torch.randint(0, 16, shape, generator=_gen(seed + 700))
     targets = torch.randint(0, 16, shape, generator=_gen(seed + 701))
-    got = impl.overfit(state, inputs, targets, steps=steps, lr=lr)["losses"]
+    got = impl.call(adapters.overfit, state, inputs, targets, steps=steps, lr=lr)["losses"]
     what = f"overfit_one_batch(model, AdamW(lr={lr:g}), a batch of shape {list(shape)}, steps={steps})"
     expect.that(isinstance(got, list), f"{what} returned a {type(got).__name__}, expected the list of training losses")
     expect.that(

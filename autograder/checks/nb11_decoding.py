@@ -50,6 +50,7 @@ import math
 import torch
 
 from autograder import expect
+from autograder.adapters import nb11_decoding as adapters
 from autograder.checks._seeds import seeded
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
@@ -171,7 +172,9 @@ def test_greedy_picks_the_argmax(impl):
     "greedy(logits) is the argmax over the last axis, ties to the lower token id, for [4, 9] and [2, 3, 9]"
     for logits in (_with_ties(), _randn((2, 3, 9), 2)):
         got = expect.tensor(
-            impl.greedy_of(logits), f"greedy(logits of shape {list(logits.shape)})", shape=logits.shape[:-1]
+            impl.call(adapters.greedy_of, logits),
+            f"greedy(logits of shape {list(logits.shape)})",
+            shape=logits.shape[:-1],
         )
         expected = torch.tensor([_order(row)[0] for row in logits.reshape(-1, 9)]).reshape(logits.shape[:-1])
         expect.that(not got.dtype.is_floating_point, f"greedy returned {got.dtype}: return token ids (argmax)")
@@ -195,7 +198,7 @@ def test_temperature_divides(impl):
     logits = _randn((3, 8), 3, 2.0)
     for t in (0.5, 1.0, 2.0):
         what = f"apply_temperature(logits, {t})"
-        got = impl.temperature_of(logits, t)
+        got = impl.call(adapters.temperature_of, logits, t)
         expect.that(
             not got["input_changed"], f"{what} changed the logits in place: return logits / temperature as a new tensor"
         )
@@ -220,7 +223,7 @@ def test_temperature_divides(impl):
 def test_temperature_zero_is_greedy(impl):
     "apply_temperature(logits, 0) keeps the greedy token's logit (ties: the lower id) and sets the others to -inf"
     logits = _with_ties()
-    got = impl.temperature_of(logits, 0.0)
+    got = impl.call(adapters.temperature_of, logits, 0.0)
     expected = kept_top_k(logits, 1)
     out = expect.tensor(got["output"], "apply_temperature(logits, 0)", shape=logits.shape)
     expect.that(
@@ -247,7 +250,7 @@ def test_temperature_zero_is_greedy(impl):
 @GREEDY.hidden
 def test_negative_temperature_raises(impl):
     "apply_temperature(logits, -1.0) raises ValueError"
-    got = impl.temperature_refuses(_randn((2, 5), 4), -1.0)
+    got = impl.call(adapters.temperature_refuses, _randn((2, 5), 4), -1.0)
     expect.that(
         got["raised"] == "ValueError",
         f"apply_temperature(logits, -1.0) "
@@ -288,7 +291,7 @@ def _top_k_mistakes(logits, k):
 def _top_k_of(impl, logits, k):
     """The filter's result; where it raises for a k above the vocabulary size, a message that says why."""
     try:
-        return impl.filter_of("top_k_filter", logits, k)
+        return impl.call(adapters.filter_of, "top_k_filter", logits, k)
     except StudentCodeError as error:
         if k <= logits.shape[-1]:
             raise
@@ -334,7 +337,9 @@ def test_top_k_edge_cases_and_hugging_face(impl):
         )
     logits = _randn((4, 50), 15)
     theirs = torch.isfinite(TopKLogitsWarper(top_k=10)(None, logits.clone()))
-    _check_filter(impl.filter_of("top_k_filter", logits, 10), "top_k_filter(logits [4, 50], 10)", logits, theirs)
+    _check_filter(
+        impl.call(adapters.filter_of, "top_k_filter", logits, 10), "top_k_filter(logits [4, 50], 10)", logits, theirs
+    )
 
 
 # --- Exercise 3 --------------------------------------------------------------------------
@@ -380,7 +385,7 @@ def test_top_p_keeps_the_crossing_token(impl):
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.5, 0.3]])
     logits = probs.log()
     for p in (0.7, 0.6, 0.95, 0.3):
-        got = impl.filter_of("top_p_filter", logits, p)
+        got = impl.call(adapters.filter_of, "top_p_filter", logits, p)
         _check_filter(
             got,
             f"top_p_filter(log([0.5, 0.3, 0.15, 0.05]), {p})",
@@ -392,7 +397,7 @@ def test_top_p_keeps_the_crossing_token(impl):
     for m in (1, 3, 6):
         p = _p_inside(logits[0], m)
         _check_filter(
-            impl.filter_of("top_p_filter", logits, p),
+            impl.call(adapters.filter_of, "top_p_filter", logits, p),
             f"top_p_filter(random logits, {p:.4f})",
             logits,
             kept_top_p(logits, p),
@@ -406,7 +411,7 @@ def test_top_p_ties_and_shapes(impl):
     logits = torch.tensor([[2.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]])
     for p in (_p_inside(logits[0], 3), 0.5):
         _check_filter(
-            impl.filter_of("top_p_filter", logits, p),
+            impl.call(adapters.filter_of, "top_p_filter", logits, p),
             f"top_p_filter(logits with ties, {p:.4f})",
             logits,
             kept_top_p(logits, p),
@@ -414,17 +419,20 @@ def test_top_p_ties_and_shapes(impl):
         )
     peaked = torch.tensor([[10.0, 0.0, 0.0, 0.0]])
     _check_filter(
-        impl.filter_of("top_p_filter", peaked, 0.5), "top_p_filter([10, 0, 0, 0], 0.5)", peaked, kept_top_p(peaked, 0.5)
+        impl.call(adapters.filter_of, "top_p_filter", peaked, 0.5),
+        "top_p_filter([10, 0, 0, 0], 0.5)",
+        peaked,
+        kept_top_p(peaked, 0.5),
     )
     cube = _randn((2, 3, 8), 21)
     _check_filter(
-        impl.filter_of("top_p_filter", cube, 0.8),
+        impl.call(adapters.filter_of, "top_p_filter", cube, 0.8),
         "top_p_filter(logits of shape [2, 3, 8], 0.8)",
         cube,
         kept_top_p(cube, 0.8),
     )
     _check_filter(
-        impl.filter_of("top_p_filter", cube, 1.0),
+        impl.call(adapters.filter_of, "top_p_filter", cube, 1.0),
         "top_p_filter(logits, 1.0)",
         cube,
         torch.ones(cube.shape, dtype=torch.bool),
@@ -442,7 +450,7 @@ def test_top_p_equals_hugging_face(impl):
         theirs = torch.isfinite(TopPLogitsWarper(top_p=p)(None, logits.clone()))
         expect.that(int(theirs.sum()) == m, "internal: HF's nucleus differs from the construction")
         _check_filter(
-            impl.filter_of("top_p_filter", logits, p),
+            impl.call(adapters.filter_of, "top_p_filter", logits, p),
             f"top_p_filter(logits [1, 40], {p:.4f})",
             logits,
             theirs,
@@ -459,7 +467,7 @@ def _describe_kwargs(kwargs):
 
 def _sample_case(impl, logits, kwargs, seed, mistakes=()):
     what = f"sample_next(logits, {_describe_kwargs(kwargs)})"
-    got = impl.sample_counts(logits, DRAWS, kwargs, seed)
+    got = impl.call(adapters.sample_counts, logits, DRAWS, kwargs, seed)
     if got.get("counts") is None:
         if got.get("out_of_range"):
             expect.fail(f"{what} returned token ids outside 0..{logits.shape[-1] - 1}")
@@ -636,7 +644,7 @@ def _generate_case(impl, table_seed, prompt, max_new_tokens, eos_id):
     table = _table(table_seed)
     expected = greedy_oracle(table, prompt, max_new_tokens, eos_id)
     what = f"generate(model, {prompt.tolist()}, max_new_tokens={max_new_tokens}, eos_id={eos_id})"
-    got = impl.generate_with({"table": table}, prompt, max_new_tokens, eos_id)
+    got = impl.call(adapters.generate_with, {"table": table}, prompt, max_new_tokens, eos_id)
     tokens = _sequence(got["output"], what)
     if tokens == expected:
         return
@@ -706,7 +714,7 @@ def _check_batch(impl, spec, prompts, max_new_tokens, pad_id, eos_id, expected):
         f"generate_batch(model, prompts of lengths {[len(p) for p in prompts]}, max_new_tokens={max_new_tokens}, "
         f"pad_id={pad_id}, eos_id={eos_id})"
     )
-    got = impl.generate_batch_with(spec, prompts, max_new_tokens, pad_id, eos_id)
+    got = impl.call(adapters.generate_batch_with, spec, prompts, max_new_tokens, pad_id, eos_id)
     out = got["output"]
     expect.that(
         isinstance(out, list) and len(out) == len(prompts),
@@ -830,7 +838,7 @@ def _beam_case(
         f"beam_search(model, {prompt.tolist()}, beam_size={beam_size}, max_new_tokens={max_new_tokens}, "
         f"eos_id={eos_id}, length_penalty={alpha})"
     )
-    got = impl.beam_search_with(table, prompt, beam_size, max_new_tokens, eos_id, alpha)
+    got = impl.call(adapters.beam_search_with, table, prompt, beam_size, max_new_tokens, eos_id, alpha)
     tokens = _sequence(got["tokens"], f"the tokens of {what}")
     expect.that(
         isinstance(got["score"], float),
@@ -976,7 +984,7 @@ def _cache_updates(seed, shapes):
 
 def _check_cache(impl, n_layers, shapes, seed):
     updates = _cache_updates(seed, shapes)
-    got = impl.kv_cache_updates(n_layers, updates)
+    got = impl.call(adapters.kv_cache_updates, n_layers, updates)
     expect.that(
         got["length_empty"] == 0, f"KVCache({n_layers}).length is {got['length_empty']} before any update, expected 0"
     )
@@ -1063,7 +1071,7 @@ def _attention_case(impl, d, heads, kv_heads, seed, length, chunks, layer=0, bat
     reference.load_state_dict(state)
     with torch.no_grad():
         full = reference(x, torch.ones(length, length, dtype=torch.bool).tril())
-    got = impl.cached_attention_steps(d, heads, kv_heads, state, x, chunks, layer)
+    got = impl.call(adapters.cached_attention_steps, d, heads, kv_heads, state, x, chunks, layer)
     for i, (start, end) in enumerate(chunks):
         what = (
             f"CachedRotaryGQA({d}, {heads}, {kv_heads}) on the tokens {start}..{end - 1} after {start} cached "
@@ -1116,7 +1124,7 @@ def _attention_case(impl, d, heads, kv_heads, seed, length, chunks, layer=0, bat
 @ATTENTION.visible
 def test_attention_prompt_then_single_tokens(impl):
     "a 5-token prompt then 3 single tokens with the cache equal full causal attention (course's reference)"
-    summary = impl.cached_attention_summary(32, 4, 2)
+    summary = impl.call(adapters.cached_attention_summary, 32, 4, 2)
     expected = {
         "q_proj.weight": [32, 32],
         "k_proj.weight": [16, 32],
@@ -1176,7 +1184,7 @@ def _decoder_case(impl, seed, chunks, length, n_kv_heads=2, batch=2):
     tokens = torch.randint(0, 50, (batch, length), generator=_gen(seed + 500))
     with torch.no_grad():
         full = model(tokens)
-    got = impl.cached_decoder_steps(fields, state, tokens, chunks)
+    got = impl.call(adapters.cached_decoder_steps, fields, state, tokens, chunks)
     expect.close(
         got["full"],
         full,
@@ -1233,7 +1241,9 @@ def test_decoder_generates_the_same_tokens(impl):
     model, fields, state = _decoder_spec(110)
     prompt = torch.tensor([4, 8, 15, 16, 23, 42])
     expected = llama_greedy(model, prompt, 10, None)
-    got = _sequence(impl.cached_decoder_generate(fields, state, prompt, 10), "greedy generation with your cache")
+    got = _sequence(
+        impl.call(adapters.cached_decoder_generate, fields, state, prompt, 10), "greedy generation with your cache"
+    )
     expect.that(got == expected, f"greedy generation with the cache gave {got[6:]}, without it {expected[6:]}")
 
 
@@ -1283,7 +1293,7 @@ def _batching_case(impl, spec, prompts, n_slots, max_new_tokens, eos_id, expecte
         f"continuous_batching(engine with {n_slots} slots, {len(prompts)} prompts, max_new_tokens="
         f"{max_new_tokens}, eos_id={eos_id})"
     )
-    got = impl.serve(spec, prompts, n_slots, max_new_tokens, eos_id)
+    got = impl.call(adapters.serve, spec, prompts, n_slots, max_new_tokens, eos_id)
     out = got["output"]
     expect.that(
         isinstance(out, list) and len(out) == len(prompts),

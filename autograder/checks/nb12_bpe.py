@@ -55,6 +55,7 @@ from collections import Counter
 from pathlib import Path
 
 from autograder import expect
+from autograder.adapters import nb12_bpe as adapters
 from autograder.exercises import Exercise
 from autograder.reference import bpe
 
@@ -101,7 +102,7 @@ def _random_text(seed: int, length: int = 40) -> str:
 
 
 def _check_pretokens(impl, text, specials):
-    got = impl.pretokenize_of(text, list(specials))
+    got = impl.call(adapters.pretokenize_of, text, list(specials))
     what = f"pretokenize({text[:60]!r}{'...' if len(text) > 60 else ''}, {list(specials)})"
     expect.that(got["items"] is not None, f"{what} returned a {got['type']}, expected a list of strings")
     pieces = got["items"]
@@ -173,7 +174,7 @@ def _word(text: str) -> tuple:
 
 
 def _check_counts(impl, word_counts: dict, what: str):
-    got = impl.count_pairs_of(word_counts)
+    got = impl.call(adapters.count_pairs_of, word_counts)
     expect.that(got["pairs"] is not None, f"count_pairs returned a {got['type']}, expected a dict")
     counted = {}
     for a, b, n in got["pairs"]:
@@ -242,7 +243,7 @@ def test_count_pairs_random(impl):
 
 
 def _check_merge(impl, word: tuple, pair: tuple):
-    got = impl.merge_word_of(word, pair)
+    got = impl.call(adapters.merge_word_of, word, pair)
     what = f"merge_word({_show(list(word))}, {pair})"
     expect.that(got["items"] is not None, f"{what} returned a {got['type']}, expected a tuple of bytes")
     tokens = _b(got["items"])
@@ -288,7 +289,7 @@ def test_merge_word_random(impl):
 
 
 def _trained(impl, text, vocab_size, specials):
-    got = impl.train_bpe_of(text, vocab_size, list(specials))
+    got = impl.call(adapters.train_bpe_of, text, vocab_size, list(specials))
     what = f"train_bpe(text of {len(text)} characters, {vocab_size}, {list(specials)})"
     if "error" in got:
         expect.fail(f"{what}: {got['error']}")
@@ -470,7 +471,7 @@ WORK_SECONDS = 10.0  # and seconds (both runs; the solution takes 0.3 s with the
 def test_train_bpe_updates_counts_incrementally(impl):
     "the work of a merge grows with the words that contain the merged pair, not with the corpus (lines of Python run)"
     text, first, last = work_corpus(), 3, 21
-    got = impl.train_bpe_work(text, [257 + first, 257 + last], [EOT], WORK_LIMIT, WORK_SECONDS)["runs"]
+    got = impl.call(adapters.train_bpe_work, text, [257 + first, 257 + last], [EOT], WORK_LIMIT, WORK_SECONDS)["runs"]
     what = f"train_bpe on 3 words repeated 5,200 times and 2,048 distinct words of x and y, {first} then {last} merges"
     rule = (
         "the work of a merge must grow with the words that contain the merged pair, not with the corpus: update "
@@ -511,7 +512,7 @@ def test_train_bpe_updates_counts_incrementally(impl):
 
 
 def _check_apply(impl, pieces, merges, label):
-    got = impl.apply_merges_of(pieces, merges)
+    got = impl.call(adapters.apply_merges_of, pieces, merges)
     ranks = {pair: r for r, pair in enumerate(merges)}
     for piece, result in zip(pieces, got, strict=True):
         what = f"apply_merges({piece!r}, {label})"
@@ -541,7 +542,7 @@ def test_apply_merges_by_rank(impl):
 @APPLY.hidden
 def test_apply_merges_repeats_the_lowest_rank(impl):
     "ranks training could not produce ((ab, c) before (a, b)): merge the lowest-ranked pair present, again and again"
-    got = impl.apply_merges_of([b"abc", b"xabcab"], [(b"ab", b"c"), (b"a", b"b")])
+    got = impl.call(adapters.apply_merges_of, [b"abc", b"xabcab"], [(b"ab", b"c"), (b"a", b"b")])
     for piece, result, expected, one_pass in (
         (b"abc", got[0], [b"abc"], [b"ab", b"c"]),
         (b"xabcab", got[1], [b"x", b"abc", b"ab"], [b"x", b"ab", b"c", b"ab"]),
@@ -612,7 +613,7 @@ def _special_ids_diagnosis(text, ids, expected, vocab, specials) -> str:
 
 
 def _check_tokenizer(impl, vocab, merges, texts, id_lists, label, specials=(EOT,)):
-    got = impl.tokenizer_of(vocab, merges, list(specials), texts, id_lists)
+    got = impl.call(adapters.tokenizer_of, vocab, merges, list(specials), texts, id_lists)
     for text, enc, again, dec in zip(texts, got["encoded"], got["again"], got["decoded"], strict=True):
         what = f"encode({text[:50]!r})"
         expect.that(enc["items"] is not None, f"{what} returned a {enc['type']}, expected a list of ints")
@@ -700,7 +701,7 @@ def test_tokenizer_caches_pre_tokens(impl):
     "the ids of a pre-token seen before come from the cache: in a later encode call and in the same call"
     text = TINY.read_text(encoding="utf-8")[:2_000] + CACHE_WORD * 40
     vocab, merges = bpe.train(text, 300, (EOT,))
-    work = impl.tokenizer_work(vocab, merges, [EOT], CACHE_WORD, CACHE_REPEATS, WORK_LIMIT, WORK_SECONDS)
+    work = impl.call(adapters.tokenizer_work, vocab, merges, [EOT], CACHE_WORD, CACHE_REPEATS, WORK_LIMIT, WORK_SECONDS)
     expect.that(
         work["tracing_intact"] and not work["stopped"],
         f"Tokenizer.encode({CACHE_WORD!r}) switched off the line tracing that measures its work, or ran for too long",
@@ -744,7 +745,7 @@ def test_tokenizer_equals_hugging_face(impl):
     texts = [t for t in STRINGS if EOT not in t] + [_random_text(seed, 60).replace(EOT, "") for seed in range(3)]
     expected = [hf.encode(t).ids for t in texts]
     expect.that(expected == [bpe.encode(t, vocab, merges) for t in texts], "internal: HF and the reference disagree")
-    got = impl.tokenizer_of(vocab, merges, [EOT], texts, [])
+    got = impl.call(adapters.tokenizer_of, vocab, merges, [EOT], texts, [])
     for text, enc, ids in zip(texts, got["encoded"], expected, strict=True):
         expect.that(
             enc["items"] == ids,
@@ -834,7 +835,7 @@ def _check_stream(impl, vocab, merges, cases, specials=(EOT,)):
         chunks if isinstance(chunks, list) else {"file_text": Path(chunks).read_text(encoding="utf-8")}
         for _, chunks in cases
     ]
-    got = impl.encode_iterable_of(vocab, merges, list(specials), specs)
+    got = impl.call(adapters.encode_iterable_of, vocab, merges, list(specials), specs)
     _, encode = _piece_encoder(vocab, merges, specials)
     for (label, chunks), result in zip(cases, got, strict=True):
         if not isinstance(chunks, list):
@@ -1023,7 +1024,7 @@ def test_encode_iterable_other_special_tokens(impl):
 
 
 def _endless(impl, vocab, merges, lines, take=12, limit=2000):
-    got = impl.encode_iterable_of(vocab, merges, [EOT], [lines], endless=True, limit=limit, take=take)[0]
+    got = impl.call(adapters.encode_iterable_of, vocab, merges, [EOT], [lines], endless=True, limit=limit, take=take)[0]
     what = f"encode_iterable(an endless input of {len(lines)} lines repeated)"
     if got["error"]:
         expect.fail(

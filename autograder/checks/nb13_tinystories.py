@@ -79,6 +79,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
+from autograder.adapters import nb13_tinystories as adapters
 from autograder.checks._seeds import seeded
 from autograder.exercises import Exercise
 from autograder.reference import hf_llama
@@ -132,7 +133,7 @@ def _number(value, call: str, kind: type = float) -> float:
 
 def _bpb(impl, loss, tokens, n_bytes):
     call = f"bits_per_byte({loss!r}, {tokens}, {n_bytes})"
-    return _number(impl.bits_per_byte(loss, tokens, n_bytes), call), call
+    return _number(impl.call(adapters.bits_per_byte, loss, tokens, n_bytes), call), call
 
 
 def _bpb_diagnosis(got, loss, tokens, n_bytes) -> str:
@@ -270,7 +271,7 @@ def _flops_case(impl, fields, context):
         f"n_layers={fields['n_layers']}, n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}, "
         f"d_ff={fields['d_ff']}), context_length={context})"
     )
-    got = _number(impl.flops(fields, context), call, int)
+    got = _number(impl.call(adapters.flops, fields, context), call, int)
     expected = measured_flops_per_token(fields, context)
     expect.that(
         abs(got - expected) < 0.5,
@@ -296,7 +297,7 @@ def test_flops_more_configs(impl):
 
 def _mfu_case(impl, tps, fpt, peak):
     call = f"mfu({tps:g}, {fpt}, {peak:g})"
-    got = _number(impl.mfu(tps, fpt, peak), call)
+    got = _number(impl.call(adapters.mfu, tps, fpt, peak), call)
     expected = tps * fpt / peak
     why = ""
     if math.isclose(got, 100 * expected, rel_tol=1e-9):
@@ -329,7 +330,7 @@ def test_mfu_more(impl):
 def _all_ranks(impl, n, world, accumulation, width=3):
     batch = torch.arange(n * width).view(n, width)
     call = f"rank_micro_batches(batch of {n} rows, rank, world_size={world}, accumulation_steps={accumulation})"
-    got = impl.micro_batches(batch, world, accumulation)
+    got = impl.call(adapters.micro_batches, batch, world, accumulation)
     for rank, micro in enumerate(got):
         if isinstance(micro, str):
             expect.fail(f"{call.replace('rank,', f'rank={rank},')} {micro}")
@@ -374,7 +375,7 @@ def test_micro_batches_not_divisible(impl):
     "a ValueError with a message when n is not divisible by world_size · accumulation_steps"
     for n, world, accumulation in ((10, 4, 1), (12, 2, 4), (7, 1, 2)):
         call = f"rank_micro_batches(batch of {n} rows, rank=0, world_size={world}, accumulation_steps={accumulation})"
-        got = impl.micro_batches_error(torch.zeros(n, 2), world, accumulation)
+        got = impl.call(adapters.micro_batches_error, torch.zeros(n, 2), world, accumulation)
         expect.that(
             got["raised"] == "ValueError",
             f"{call} "
@@ -403,7 +404,7 @@ def test_gradient_accumulation_equals_the_full_batch(impl):
         g = _gen(100 + seed)
         tokens = torch.randint(0, 11, (n, 6), generator=g)
         call = f"rank_micro_batches(tokens [{n}, 6], rank, world_size={world}, accumulation_steps={accumulation})"
-        got = impl.micro_batches(tokens, world, accumulation)
+        got = impl.call(adapters.micro_batches, tokens, world, accumulation)
         torch.manual_seed(seed)
         model = nn.Sequential(nn.Embedding(11, 8), nn.Tanh(), nn.Linear(8, 11))
 
@@ -536,7 +537,8 @@ def _step_case(
         f"{f', dtype=torch.{dtype}' if dtype else ''}{', scaler=GradScaler(...)' if scaler else ''}"
         f"{f', grad_clip={grad_clip}' if grad_clip else ''})"
     )
-    got = impl.train_step(
+    got = impl.call(
+        adapters.train_step,
         fields,
         state,
         steps,
@@ -910,7 +912,7 @@ def _maps_case(impl, fields, seed, batch, length):
         f"attention_maps(model, tokens) on a decoder with {fields['n_layers']} layers, {fields['n_heads']} heads, "
         f"{fields['n_kv_heads']} kv heads, tokens [{batch}, {length}]"
     )
-    got = impl.maps(fields, state, tokens)
+    got = impl.call(adapters.maps, fields, state, tokens)
     shape = (fields["n_layers"], batch, fields["n_heads"], length, length)
     maps = expect.tensor(got["maps"], call, shape=shape)
     expect.that(maps.dtype == torch.float32, f"{call} has dtype {maps.dtype}, expected torch.float32")
@@ -1138,7 +1140,8 @@ def _generation_case(
         f"{', pick=a seeded sampler' if pick else ', pick=greedy'}"
         f"{f', a {prompt_dtype} prompt' if prompt_dtype != torch.int64 else ''})"
     )
-    got = impl.generate_with_cache(
+    got = impl.call(
+        adapters.generate_with_cache,
         fields,
         model.state_dict(),
         prompt.clone(),
