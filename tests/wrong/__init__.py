@@ -13,6 +13,7 @@ solution when the solution changes (``variant`` fails loudly when the text it re
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -52,3 +53,9 @@ def variant(notebook: str, exercise: str, *replacements: tuple[str, str]) -> str
         assert old in code, f"{notebook} {exercise}: {old!r} is not in the solution's answer cell"
         code = code.replace(old, new, 1)
     return code
+
+
+def catalogue(notebook: str) -> tuple[dict[str, str], Callable[..., str]]:
+    """A wrong-versions module's two tools: the solution's answer cells (``RIGHT``, which must pass) and
+    ``variant`` bound to ``notebook`` (``variant(exercise, (old, new), ...)``)."""
+    return solution_answers(notebook), functools.partial(variant, notebook)

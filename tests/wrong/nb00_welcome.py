@@ -5,14 +5,10 @@ replaced text is there), so the wrong versions differ from a right one only by t
 in full are the rules' dodges (a loop, a forbidden call) and other algorithms, which are no edit of the solution.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "00_welcome"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 _DIFFERENCES = "    differences = a[:, None, :] - b[None, :, :]  # [n, 1, d] - [1, m, d] -> [n, m, d]\n"
 _SQUARED_SUM = "return (differences * differences).sum(dim=-1)"

@@ -4,14 +4,10 @@ Each wrong version is the solution's answer cell with one mistake written in (``
 replaced text is there), so the wrong versions differ from a right one only by the mistake.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "02_normalization"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 _LN_OUT = "out = centred / torch.sqrt(var + self.eps) * self.weight + self.bias"
 _LN_VAR = "var = (centred * centred).mean(dim=-1, keepdim=True)"

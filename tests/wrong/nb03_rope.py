@@ -5,14 +5,10 @@ replaced text is there), so the wrong versions differ from a right one only by t
 in full are other algorithms, no edit of the solution.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "03_rope"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 _EVEN_CHECK = (
     "    if d_k % 2 != 0:\n"

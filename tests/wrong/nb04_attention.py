@@ -5,14 +5,10 @@ replaced text is there), so the wrong versions differ from a right one only by t
 in full are the rules' dodges (a whole answer that calls what the rule forbids) and other algorithms.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "04_attention"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 # Ways around "do not call torch.softmax" that students try, each a whole answer cell (full code: each is the
 # dodge itself, no edit of the solution; tests/test_rules.py tries each against the static and the runtime half).

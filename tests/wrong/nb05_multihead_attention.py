@@ -5,14 +5,10 @@ replaced text is there), so the wrong versions differ from a right one only by t
 too are edits: each replaces one line of the solution's class.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "05_multihead_attention"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 _MHA_SPLITS = (
     '        q = rearrange(self.q_proj(x), "b s (h d) -> b h s d", h=self.num_heads)\n'

@@ -4,14 +4,10 @@ Each wrong version is the solution's answer cell with one mistake written in (``
 replaced text is there), so the wrong versions differ from a right one only by the mistake.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "06_feed_forward"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 # The solution's lines that the templates below and the wrong versions replace.
 _RELU = "torch.where(x > 0, x, torch.zeros_like(x))"

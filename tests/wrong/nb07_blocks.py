@@ -4,14 +4,10 @@ Each wrong version is the solution's answer cell with one mistake written in (``
 replaced text is there), so the wrong versions differ from a right one only by the mistake.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "07_blocks"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 # The solution's forward bodies and lines that the wrong versions replace.
 _SUBLAYER = "return x + self.sublayer(x, *args, **kwargs)"

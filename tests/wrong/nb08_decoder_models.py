@@ -5,14 +5,10 @@ replaced text is there), so the wrong versions differ from a right one only by t
 in full say why.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "08_decoder_models"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 # The solution's lines that the wrong versions (and the helpers tests/test_rules.py uses) replace.
 _GPT2_CAUSAL = "torch.ones(length, length, dtype=torch.bool, device=tokens.device).tril()"

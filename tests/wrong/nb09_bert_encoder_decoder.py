@@ -5,14 +5,10 @@ replaced text is there), so the wrong versions differ from a right one only by t
 in full says why.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "09_bert_encoder_decoder"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 # The solution's lines that the wrong versions replace.
 _SUM = "self.word(tokens) + self.position(positions) + self.token_type(token_type_ids)"

@@ -6,14 +6,10 @@ in full say why. The code runs in the solution notebook's namespace, which has `
 ``TrainConfig`` and the other answers.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "10_training"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 # The solution's train, which tests/test_rules.py edits into a right answer in another order.
 TRAIN = RIGHT["train"]

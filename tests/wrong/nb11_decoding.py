@@ -4,14 +4,10 @@ Each wrong version is the solution's answer cell with one mistake written in (``
 replaced text is there), so the wrong versions differ from a right one only by the mistake.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "11_decoding"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 
 SAMPLE_INLINE = """

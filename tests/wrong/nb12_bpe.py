@@ -5,14 +5,10 @@ replaced text is there), so the wrong versions differ from a right one only by t
 the solution notebook's namespace, so ``PRETOKEN``, ``re``, ``Counter`` and ``defaultdict`` are there.
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "12_bpe"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 
 BEST = "best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))  # ties: the greatest pair"

@@ -5,14 +5,10 @@ there), so it differs from the right one only by the mistake. The code runs in t
 namespace after ``PRELUDE`` (``math``, ``torch``, ``F``, ``nn``).
 """
 
-import functools
-
-from wrong import Wrong, solution_answers
-from wrong import variant as variant_of
+from wrong import Wrong, catalogue
 
 NOTEBOOK = "13_tinystories"
-RIGHT = solution_answers(NOTEBOOK)
-variant = functools.partial(variant_of, NOTEBOOK)
+RIGHT, variant = catalogue(NOTEBOOK)
 
 
 _BPB = "return loss * tokens / (n_bytes * math.log(2))"
