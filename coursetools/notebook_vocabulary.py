@@ -158,6 +158,12 @@ def is_definition_cell(cell: Mapping) -> bool:
 # The stub: what nbgrader leaves of an answer in the release
 
 STUB_LINE = "raise NotImplementedError()"  # nbgrader's default code stub (ClearSolutions.code_stub)
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")  # around the solution in solutions/'s answer cells
+
+
+def without_solution_markers(source: str) -> str:
+    """An answer cell of solutions/ as the solution reads without nbgrader's marker lines (no trailing newline)."""
+    return "\n".join(line for line in source_text(source).splitlines() if line.strip() not in SOLUTION_MARKERS)
 
 
 def source_text(source: str | Iterable[str]) -> str:

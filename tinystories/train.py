@@ -77,9 +77,9 @@ def leave_distributed() -> None:
 
     Gloo's worker threads left alive at interpreter exit can abort the process ("terminate called
     without an active exception", pytorch/pytorch#190489). After a failure the group is left alone:
-    the other rank may still be inside a collective, and destroying it there can deadlock."""
+    the other rank may still be inside a collective, and destroying it there can deadlock. ``run`` ends
+    with a barrier, so every rank arrives here with its collectives done."""
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -26,7 +26,12 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: coursetools is beside tools/
-from coursetools.notebook_vocabulary import course_notebook_paths, is_answer_cell, is_given_cell  # noqa: E402
+from coursetools.notebook_vocabulary import (  # noqa: E402
+    course_notebook_paths,
+    is_answer_cell,
+    is_given_cell,
+    without_solution_markers,
+)
 
 TARGET = ROOT / "tinystories" / "course.py"
 
@@ -62,7 +67,6 @@ import torch.nn.functional as F
 """
 
 IMPORTED = {"math", "dataclass", "np", "torch", "nn", "F"}
-MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
 def _code_cells(notebook: str) -> list[str]:
@@ -77,8 +81,8 @@ def _definitions(notebook: str) -> dict[str, tuple[int, str, set[str]]]:
     """name -> (position in the notebook, source without markers, names it loads)."""
     found = {}
     for source in _code_cells(notebook):
-        lines = [line for line in source.splitlines() if line.strip() not in MARKERS]
-        text = "\n".join(lines)
+        text = without_solution_markers(source)
+        lines = text.splitlines()
         for node in ast.parse(text).body:
             if not isinstance(node, ast.FunctionDef | ast.ClassDef):
                 continue

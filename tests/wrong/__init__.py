@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import nbformat
 
-from coursetools.notebook_vocabulary import grade_id, is_answer_cell
+from coursetools.notebook_vocabulary import grade_id, is_answer_cell, without_solution_markers
 
 
 class Wrong(NamedTuple):
@@ -31,19 +31,13 @@ class Wrong(NamedTuple):
 
 PRELUDE = "import math\nimport einops\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
 SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
-_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
 @functools.cache
 def solution_answers(notebook: str) -> dict[str, str]:
     """Grade id -> the solution's answer cell for that exercise, without nbgrader's solution markers."""
     cells = nbformat.read(SOLUTIONS / notebook / f"{notebook}.ipynb", as_version=4).cells
-    return {
-        grade_id(cell): "\n".join(line for line in cell.source.splitlines() if not line.strip().startswith(_MARKERS))
-        + "\n"
-        for cell in cells
-        if is_answer_cell(cell)
-    }
+    return {grade_id(cell): without_solution_markers(cell.source) + "\n" for cell in cells if is_answer_cell(cell)}
 
 
 def variant(notebook: str, exercise: str, *replacements: tuple[str, str]) -> str:
