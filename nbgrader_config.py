@@ -45,7 +45,7 @@ c.CourseDirectory.course_id = "transformer-from-scratch"
 # record, and `autograde` warned "Attribute 'checksum' for cell *_test has changed!" for every
 # submission (jupyter/nbgrader#1961). Saved after, a clean submission autogrades without that warning
 # and a test cell a student edited still warns, and is put back as released. The hidden checks do not
-# depend on it: TrustedVerdict runs every exercise's hidden checks from autograder/checks, never the
+# depend on it: TrustedVerdict runs every exercise's hidden checks from autograder/notebooks, never the
 # test cells' source.
 c.GenerateAssignment.preprocessors = [
     IncludeHeaderFooter,

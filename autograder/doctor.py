@@ -30,7 +30,7 @@ from pathlib import Path
 from autograder.errors import GradingError, SandboxError
 from autograder.sandbox import INSTALL_HINT, Limits, Sandbox, SandboxUnavailable, unavailable_reason
 
-PROBE_ADAPTERS = "autograder.adapters.nb00_welcome"  # the worker's first import; the probe imports the rest
+PROBE_ADAPTERS = "autograder.notebooks.nb00_welcome"  # the worker's first import; the probe imports the rest
 LOCK = Path(__file__).resolve().parents[1] / "requirements.lock"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 EXCHANGE_MODE = 0o1777  # the guide's `chmod 1777 EXCHANGE`
@@ -57,11 +57,10 @@ def sandbox_finding() -> Finding:
 
 IMPORT_PROBE = """\
 import importlib
-from autograder.checks import NOTEBOOKS
+from autograder.notebooks import NOTEBOOKS
 from autograder.exercises import module_name
 for _name in NOTEBOOKS:
-    importlib.import_module('autograder.adapters.' + module_name(_name))
-    importlib.import_module('autograder.checks.' + module_name(_name))
+    importlib.import_module('autograder.notebooks.' + module_name(_name))
 """
 
 

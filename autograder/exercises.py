@@ -1,6 +1,6 @@
 """Exercises, their checks, and running the checks against one implementation.
 
-A checks module (``autograder/checks/nb<notebook>.py``) declares its exercises::
+A notebook's module (``autograder/notebooks/nb<notebook>.py``) declares its exercises::
 
     EMBEDDING = Exercise("embedding", "Embedding from scratch", points=3)
 
@@ -11,7 +11,7 @@ A checks module (``autograder/checks/nb<notebook>.py``) declares its exercises::
 
 Each check is an ordinary pytest-style function of one argument, ``impl``: the
 implementation under test, reached only through the notebook's adapter functions
-(``autograder/adapters/nb<notebook>.py``). It fails by raising AssertionError (usually
+(marked ``@adapter`` in the same module). It fails by raising AssertionError (usually
 ``CheckFailed`` through ``autograder.expect``) with a message for the student.
 """
 
@@ -80,28 +80,28 @@ def module_name(notebook: str) -> str:
 
 
 def checks_for(notebook: str) -> NotebookChecks:
-    """The exercises of a notebook, by its file stem (``autograder/checks/nb<stem>.py``)."""
+    """The exercises of a notebook, by its file stem (``autograder/notebooks/nb<stem>.py``)."""
     try:
-        module = importlib.import_module(f"autograder.checks.{module_name(notebook)}")
+        module = importlib.import_module(f"autograder.notebooks.{module_name(notebook)}")
     except ModuleNotFoundError:
         raise LookupError(f"no checks for a notebook named {notebook!r}") from None
     return NotebookChecks(
         notebook,
         list(module.EXERCISES),
-        f"autograder.adapters.{module_name(notebook)}",
+        module.__name__,
         tuple(getattr(module, "ORACLE_IMPORTS", ())),
     )
 
 
 @functools.cache
 def exercise_index() -> dict[str, str]:
-    """Exercise id -> notebook, read from the checks modules' ``Exercise("id", ...)`` declarations without
+    """Exercise id -> notebook, read from the notebook modules' ``Exercise("id", ...)`` declarations without
     importing them: a test cell's ``check`` imports its own notebook's checks (and their oracles) only."""
-    from autograder.checks import NOTEBOOKS
+    from autograder.notebooks import NOTEBOOKS
 
     index = {}
     for notebook in NOTEBOOKS:
-        spec = importlib.util.find_spec(f"autograder.checks.{module_name(notebook)}")
+        spec = importlib.util.find_spec(f"autograder.notebooks.{module_name(notebook)}")
         source = Path(spec.origin).read_text(encoding="utf-8")
         index |= dict.fromkeys(_DECLARED.findall(source), notebook)
     return index
@@ -111,7 +111,7 @@ _DECLARED = re.compile(r"""\bExercise\(\s*["']([^"']+)["']""")  # tests/test_ada
 
 
 def find_exercise(exercise_id: str) -> tuple[Exercise, str]:
-    """The exercise with this id in any notebook, and its adapter module."""
+    """The exercise with this id in any notebook, and its notebook's module (whose adapters the checks call)."""
     notebook = exercise_index().get(exercise_id)
     if notebook is not None:
         checks = checks_for(notebook)

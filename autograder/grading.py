@@ -54,7 +54,7 @@ def identify(nb) -> str:
     Not from its file name: JupyterLab's Duplicate saves ``NAME-Copy1.ipynb``, and a
     student may save their work under any name.
     """
-    from autograder.checks import NOTEBOOKS
+    from autograder.notebooks import NOTEBOOKS
 
     ids = {grade_id(cell) for cell in nb.cells} - {None}
     overlap = {}

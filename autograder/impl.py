@@ -1,10 +1,10 @@
 """The seam between the checks and the student's code.
 
-A check sees ``impl``; ``impl.call(adapters.some_adapter, *args)`` runs
-``autograder.adapters.<notebook>.some_adapter(namespace, *args)`` on the student's
-namespace and returns what it computed as plain tensors and containers. The adapter is named by
-reference (a misspelt one is an AttributeError in the checks, which tests/test_adapters_wired.py finds),
-and only a public function of the notebook's own adapter module is ever called (``adapters.adapter``).
+A check sees ``impl``; ``impl.call(some_adapter, *args)`` runs ``some_adapter(namespace, *args)``, an
+adapter of the check's own notebook module (``autograder/notebooks/nb<notebook>.py``), on the student's
+namespace and returns what it computed as plain tensors and containers. The adapter is named by reference
+(a misspelt one is an undefined name, which ruff reports), and only a function of the notebook's own module
+marked ``@adapter`` is ever called (``adapters.resolve``).
 
 - ``LocalImpl`` calls the adapter in this process: the notebook's own visible tests.
 - ``RemoteImpl`` calls it in the worker process: grading, where student code must
@@ -59,7 +59,7 @@ class RemoteImpl:
 
     def call(self, function, *args, **kwargs):
         """``function(namespace, *args, **kwargs)`` in the worker: the adapter travels as ``module:name``, which
-        the worker resolves only within the notebook's adapter module (``adapters.adapter``)."""
+        the worker resolves only within the notebook's module (``adapters.resolve``)."""
         return self._process.call(reference(function), args, kwargs, self._rules)
 
 

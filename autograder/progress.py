@@ -114,7 +114,7 @@ def find_course(start: Path | None = None) -> Path:
 def notebook_paths(course: Path) -> list[Path]:
     """Each course notebook where the release puts it, then every other notebook one folder down (a copy such as
     ``04_attention-Copy1.ipynb``; not a JupyterLab checkpoint)."""
-    from autograder.checks import NOTEBOOKS
+    from autograder.notebooks import NOTEBOOKS
     from coursetools.notebook_vocabulary import NOTEBOOK_SUFFIX, notebook_files
 
     expected = [course / name / f"{name}{NOTEBOOK_SUFFIX}" for name in NOTEBOOKS]
@@ -124,11 +124,11 @@ def notebook_paths(course: Path) -> list[Path]:
 
 def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits: Limits | None = None) -> Row:
     """Grade one notebook as ``check`` does; anything that stops it from being graded is the row's message."""
-    from autograder.checks import NOTEBOOKS
     from autograder.errors import GradingError
     from autograder.exercises import checks_for
     from autograder.grading import self_check
     from autograder.notebook_format import nbformat
+    from autograder.notebooks import NOTEBOOKS
     from coursetools.notebook_vocabulary import is_course_notebook_path
 
     relative = str(path.relative_to(course))

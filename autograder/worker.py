@@ -1,14 +1,14 @@
 """The process that runs a student's notebook code; started by ``process.Worker``.
 
 It executes notebook cells and calls the adapter functions of one notebook
-(``autograder.adapters.<module>``) on the student's namespace. It decides nothing:
+(``@adapter`` in ``autograder.notebooks.<module>``) on the student's namespace. It decides nothing:
 it only sends back what the student's code computed for the inputs it was given, and
 what the cells showed. Before any student code runs it gives up root (when started
 by root, inside the sandbox) and applies the resource limits.
 
 Usage: python -I -B -m autograder.worker REQUEST_FD REPLY_FD SETTINGS_JSON
 (``-I``: the working directory, the student's folder, is not on ``sys.path`` until student code runs.)
-The first request names the adapter module (``{"adapters": "autograder.adapters.nb..."}``): the checker
+The first request names the notebook's module (``{"adapters": "autograder.notebooks.nb..."}``): the checker
 starts the worker before it knows which notebook it grades, so that the worker imports torch and IPython
 while the checker imports its checks; the worker says it is ready once it has imported the adapters.
 """

@@ -91,7 +91,7 @@ ATTACKS = [
     Attack(
         "edits_checks",
         SDPA,
-        "import autograder.checks.nb04_attention as checks\n"
+        "import autograder.notebooks.nb04_attention as checks\n"
         "open(checks.__file__, 'a').write('\\nEXERCISES = []  # every later grading passes\\n')",
         DENIED,
     ),

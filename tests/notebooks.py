@@ -14,9 +14,9 @@ from unittest import mock
 import matplotlib
 import nbformat
 
-from autograder.checks import NOTEBOOKS
 from autograder.errors import cell_number
 from autograder.grading import student_cells
+from autograder.notebooks import NOTEBOOKS
 from coursetools.budget import GRADING_ENV
 from coursetools.notebook_vocabulary import grade_id, notebook_files
 

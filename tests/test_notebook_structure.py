@@ -9,8 +9,8 @@ import pytest
 from nbgrader.nbgraderformat import MetadataValidator
 from notebooks import NOTEBOOKS, discovered, read, release_path, solution_path
 
-from autograder.checks import NOTEBOOKS as REGISTERED
 from autograder.exercises import checks_for
+from autograder.notebooks import NOTEBOOKS as REGISTERED
 from coursetools.notebook_vocabulary import (
     grade_id,
     is_answer_cell,
@@ -89,7 +89,7 @@ def test_exercise_ids_are_unique_across_the_course():
 
     ids = [e.id for notebook in REGISTERED for e in checks_for(notebook).exercises]
     assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
-    assert sorted(REGISTERED) == discovered(), "every notebook in solutions/ needs checks in autograder/checks"
+    assert sorted(REGISTERED) == discovered(), "every notebook in solutions/ needs its module in autograder/notebooks"
     for notebook in REGISTERED:
         assert identify(read(release_path(notebook))) == notebook
 

@@ -175,7 +175,7 @@ def test_which_files_are_course_notebooks(tmp_path):
 
 
 def test_the_course_notebooks_are_found():
-    from autograder.checks import NOTEBOOKS
+    from autograder.notebooks import NOTEBOOKS
 
     assert [p.parent.name for p in course_notebook_paths(ROOT / "solutions")] == sorted(NOTEBOOKS)
     assert [p.parent.name for p in course_notebook_paths(ROOT / "course")] == sorted(NOTEBOOKS)

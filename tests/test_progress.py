@@ -21,8 +21,8 @@ from test_nbgrader_e2e import Student, points, submission, wrong
 from autograder import parallel, progress_cache
 from autograder import progress as progress_module
 from autograder.__main__ import main
-from autograder.checks import NOTEBOOKS
 from autograder.exercises import checks_for
+from autograder.notebooks import NOTEBOOKS
 from autograder.progress import Progress, Row, progress
 from coursetools.notebook_vocabulary import is_answer_cell, is_test_cell
 

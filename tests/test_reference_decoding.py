@@ -72,7 +72,7 @@ def test_engines_and_schedules_give_one_at_a_time_greedy_tokens():
 
 def test_the_beam_oracle_with_a_wide_beam_is_brute_force():
     """The checks' beam search (notebook 11's spec) agrees with enumeration when no candidate is dropped."""
-    from autograder.checks.nb11_decoding import _table, beam_oracle, best_hypothesis
+    from autograder.notebooks.nb11_decoding import _table, beam_oracle, best_hypothesis
 
     for seed in (60, 111, 7):
         table, prompt = _table(seed, vocab=4, scale=1.5), torch.tensor([1, 2])

@@ -319,8 +319,8 @@ NOTEBOOK_OF |= {exercise_id: "08_decoder_models" for exercise_id in _BLIND_B2_NB
 
 def _rule_bound() -> list[tuple[str, str]]:
     """(notebook, exercise) for every exercise that declares a rule."""
-    from autograder.checks import NOTEBOOKS
     from autograder.exercises import checks_for
+    from autograder.notebooks import NOTEBOOKS
 
     return [(n, e.id) for n in NOTEBOOKS for e in checks_for(n).exercises if e.rules]
 

@@ -111,7 +111,7 @@ def test_the_progress_button_shows_each_notebook_as_it_is_graded(tmp_path, monke
     import ipywidgets
     from IPython import display as ipython_display
 
-    from autograder.checks import NOTEBOOKS
+    from autograder.notebooks import NOTEBOOKS
     from coursetools import run_all
 
     folder = tmp_path / "course" / "00_welcome"  # where the welcome notebook runs

@@ -47,9 +47,9 @@ import torch
 from torch import nn
 
 from autograder import expect
-from autograder.adapters import nb07_blocks as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import adapter, forward_backward, load, need, outcome, summary
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.reference.attention import CrossAttention, MultiHeadAttention
 from autograder.reference.feed_forward import FeedForward
 
@@ -256,7 +256,7 @@ def _residual_case(impl, kind, d, seed, shape, mask=None, grads=False):
     sub.load_state_dict({k.split(".", 1)[1]: v for k, v in state.items()})
     x, grad_output = _randn(shape, seed + 5), (_randn(shape, seed + 6) if grads else None)
     call_kwargs = {} if mask is None else {"mask": mask}
-    got = impl.call(adapters.residual_forward, kind, d, state, x, call_kwargs, grad_output)
+    got = impl.call(residual_forward, kind, d, state, x, call_kwargs, grad_output)
     what = f"Residual({'nn.Linear' if kind == 'linear' else 'MultiHeadAttention'}({d}, ...))(x{', mask=mask' * (mask is not None)})"
     expect.that(isinstance(got, dict) and "input_after" in got, f"{what} did not run")
     expect.that(
@@ -305,7 +305,7 @@ def _residual_case(impl, kind, d, seed, shape, mask=None, grads=False):
 @RESIDUAL.visible
 def test_residual_adds_the_input(impl):
     "Residual(nn.Linear(8, 8))(x) equals x + linear(x), keeps the sublayer's parameters, leaves x unchanged"
-    got = impl.call(adapters.residual_summary, "linear", 8)
+    got = impl.call(residual_summary, "linear", 8)
     expect.that("parameters" in got, "Residual(sublayer) is not an nn.Module: subclass nn.Module")
     expect.that(
         got["parameters"] == {"sublayer.weight": [8, 8], "sublayer.bias": [8]},
@@ -358,7 +358,7 @@ _MADE_BY = {
 
 def _check_parts_from_arguments(impl, class_name, args, kwargs, expected):
     """Each part (norm1, attn, ...) is what calling its constructor argument returned (recording factories)."""
-    parts = impl.call(adapters.block_parts, class_name, args, kwargs)
+    parts = impl.call(block_parts, class_name, args, kwargs)
     for name in sorted({n.split(".")[0] for n in expected}):
         argument = _MADE_BY[name.rstrip("0123456789")]
         expect.that(
@@ -370,7 +370,7 @@ def _check_parts_from_arguments(impl, class_name, args, kwargs, expected):
 
 
 def _check_block_parameters(impl, class_name, args, kwargs, expected, names):
-    got = impl.call(adapters.block_summary, class_name, args, kwargs)
+    got = impl.call(block_summary, class_name, args, kwargs)
     call = f"{class_name}({', '.join(map(str, args))}, ...)"
     expect.that("parameters" in got, f"{call} is not an nn.Module")
     params = got["parameters"]
@@ -446,9 +446,7 @@ def _block_case(impl, class_name, d, heads, d_ff, activation, shape, seed, mask,
     state, x = block_state(d, d_ff, seed), _randn(shape, seed + 500)
     grad_output = _randn(shape, seed + 600) if grads else None
     kwargs = {"activation": activation}
-    got = impl.call(
-        adapters.block_forward, class_name, [d, heads, d_ff], kwargs, state, [x], {"mask": mask}, grad_output
-    )
+    got = impl.call(block_forward, class_name, [d, heads, d_ff], kwargs, state, [x], {"mask": mask}, grad_output)
     expected, expected_grads = encoder_oracle(
         state, x, heads, d_ff, activation, pre, mask=mask, grad_output=grad_output
     )
@@ -592,7 +590,7 @@ def _encoder_case(impl, d, heads, d_ff, activation, norm_first, shape, seed, rea
     grad_output = _randn(shape, seed + 600) if grads else None
     kwargs = {"activation": activation, "norm_first": norm_first}
     got = impl.call(
-        adapters.block_forward,
+        block_forward,
         "EncoderBlock",
         [d, heads, d_ff],
         kwargs,
@@ -625,10 +623,10 @@ def _encoder_case(impl, d, heads, d_ff, activation, norm_first, shape, seed, rea
 def _padding_invariance(impl, class_name, args, kwargs, state, inputs, call_kwargs, changed, real, what):
     """Changing padded tokens (inputs -> changed) leaves the outputs at the ``real`` positions unchanged."""
     first = expect.tensor(
-        impl.call(adapters.block_forward, class_name, args, kwargs, state, inputs, call_kwargs)["output"], what
+        impl.call(block_forward, class_name, args, kwargs, state, inputs, call_kwargs)["output"], what
     )
     second = expect.tensor(
-        impl.call(adapters.block_forward, class_name, args, kwargs, state, changed, call_kwargs)["output"], what
+        impl.call(block_forward, class_name, args, kwargs, state, changed, call_kwargs)["output"], what
     )
     expect.that(first.shape == second.shape, f"{what} changes shape with its input")
     delta = (first - second).abs()[real]
@@ -775,7 +773,7 @@ def _decoder_case(
     grad_output = _randn(shape, seed + 600) if grads else None
     kwargs = {"activation": activation, "norm_first": norm_first}
     got = impl.call(
-        adapters.block_forward,
+        block_forward,
         "DecoderBlock",
         [d, heads, d_ff],
         kwargs,
@@ -890,7 +888,7 @@ def test_decoder_memory_padding_is_invisible(impl):
 def test_decoder_mask_on_the_device_of_x(impl):
     "the causal mask is made on the device of x: the block runs on another device (PyTorch's meta device)"
     for padded in (False, True):
-        got = impl.call(adapters.decoder_on_meta, [8, 2, 32], [2, 5, 8], 4, padded)
+        got = impl.call(decoder_on_meta, [8, 2, 32], [2, 5, 8], 4, padded)
         call = (
             f"DecoderBlock(8, 2, 32).to('meta')(x, memory{', tgt_padding, memory_padding' * padded}) with x and "
             "memory on the meta device"
@@ -1052,7 +1050,7 @@ def _parallel_case(impl, d, heads, d_ff, activation, shape, seed, mask, oracle="
     state, x = parallel_state(d, d_ff, seed, attention_bias=oracle != "gptj"), _randn(shape, seed + 500)
     grad_output = _randn(shape, seed + 600) if grads else None
     got = impl.call(
-        adapters.block_forward,
+        block_forward,
         "ParallelBlock",
         [d, heads, d_ff],
         {"activation": activation},
@@ -1105,7 +1103,7 @@ def _parallel_case(impl, d, heads, d_ff, activation, shape, seed, mask, oracle="
 def test_parallel_parameters(impl):
     "norm1, attn, ffn built from the components it is given, and one norm only (names and shapes)"
     expected = {k: v for k, v in _block_parameters(8, 32).items() if not k.startswith("norm2")}
-    got = impl.call(adapters.block_summary, "ParallelBlock", [8, 2, 32], {})
+    got = impl.call(block_summary, "ParallelBlock", [8, 2, 32], {})
     params = got.get("parameters", {})
     extra_norms = sorted({n.split(".")[0] for n in set(params) - set(expected) if n.startswith("norm")})
     expect.that(
@@ -1146,3 +1144,111 @@ def test_parallel_gradients(impl):
     "parameter gradients equal autograd's through GPTJBlock and through x + attn(norm1(x)) + ffn(norm1(x))"
     _parallel_case(impl, 8, 2, 24, "gelu_tanh", (2, 6, 8), 30, causal(6), grads=True)
     _parallel_case(impl, 8, 2, 24, "gelu", (2, 6, 8), 35, causal(6), oracle="composed", grads=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 07: the residual connection, pre-/post-norm blocks, encoder and decoder blocks.
+#
+# The blocks take their components as constructor arguments; here they get the course's reference
+# components (``autograder.reference``), so grading never depends on the student's notebooks 02, 05
+# and 06.
+
+
+COMPONENTS = {"attention": MultiHeadAttention, "feed_forward": FeedForward, "norm": nn.LayerNorm}
+
+
+def _build(ns, class_name: str, args: list, kwargs: dict):
+    components = dict(COMPONENTS, **({"cross_attention": CrossAttention} if class_name == "DecoderBlock" else {}))
+    return need(ns, class_name)(*args, **kwargs, **components)
+
+
+@adapter
+def block_parts(ns, class_name: str, args: list, kwargs: dict) -> dict:
+    """Build the block with factories that record what they make: child name -> the argument that made it.
+
+    The text requires the parts to be made by calling the arguments (``norm(d_model)``), not by naming a
+    class: a block that ignores ``norm=partial(RMSNorm, eps=...)`` would otherwise pass here, with LayerNorms
+    equal to the reference ones, and fail only in a later notebook.
+    """
+    components = dict(COMPONENTS, **({"cross_attention": CrossAttention} if class_name == "DecoderBlock" else {}))
+    made = {}  # id(module) -> the argument whose call returned it
+
+    def recording(argument, factory):
+        def make(*args, **kwargs):
+            module = factory(*args, **kwargs)
+            made[id(module)] = argument
+            return module
+
+        return make
+
+    block = need(ns, class_name)(*args, **kwargs, **{name: recording(name, f) for name, f in components.items()})
+    if not isinstance(block, nn.Module):
+        return {}
+    return {name: made.get(id(child)) for name, child in block.named_children()}
+
+
+@adapter
+def block_summary(ns, class_name: str, args: list, kwargs: dict):
+    return summary(_build(ns, class_name, args, kwargs))
+
+
+@adapter
+def block_forward(
+    ns, class_name: str, args: list, kwargs: dict, state: dict, inputs: list, call_kwargs: dict, grad_output=None
+):
+    """Build the block with the reference components, load ``state`` by name, run it (and backward)."""
+    module = load(_build(ns, class_name, args, kwargs), state)
+    return forward_backward(module, grad_output, *inputs, **call_kwargs)
+
+
+@adapter
+def decoder_on_meta(ns, args: list, x_shape: list, memory_len: int, padded: bool) -> dict:
+    """``DecoderBlock(*args)`` moved to PyTorch's meta device and run on meta inputs (shapes only, no values):
+    what it raised, or its output's device and shape. A tensor it makes on the CPU (a mask built without
+    ``device=x.device``, or kept as a plain attribute) cannot be mixed with meta tensors, so it raises."""
+    block = _build(ns, "DecoderBlock", args, {}).to("meta")
+    batch, length, d_model = x_shape
+    x, memory = (
+        torch.empty(batch, length, d_model, device="meta"),
+        torch.empty(batch, memory_len, d_model, device="meta"),
+    )
+    paddings = (
+        [
+            torch.ones(batch, length, dtype=torch.bool, device="meta"),
+            torch.ones(batch, memory_len, dtype=torch.bool, device="meta"),
+        ]
+        if padded
+        else []
+    )
+    made = []
+    result = outcome(lambda: made.append(block(x, memory, *paddings)))
+    output = made[0] if made else None
+    return result | {"device": str(getattr(output, "device", "")), "shape": list(getattr(output, "shape", []))}
+
+
+def _sublayer(kind: str, d_model: int) -> nn.Module:
+    return nn.Linear(d_model, d_model) if kind == "linear" else MultiHeadAttention(d_model, 2)
+
+
+@adapter
+def residual_summary(ns, kind: str, d_model: int):
+    return summary(need(ns, "Residual")(_sublayer(kind, d_model)))
+
+
+@adapter
+def residual_forward(ns, kind: str, d_model: int, state: dict, x, call_kwargs: dict, grad_output=None):
+    """``Residual(sublayer)(x, **call_kwargs)``; whether ``x`` was changed; gradients of ``x`` and parameters."""
+    module = load(need(ns, "Residual")(_sublayer(kind, d_model)), state)
+    given = x.clone().requires_grad_(grad_output is not None)
+    seen = given.detach().clone()
+    result = forward_backward(module, grad_output, given, **call_kwargs)
+    result["input_after"] = given.detach().clone()
+    result["input_before"] = seen
+    if grad_output is not None and isinstance(result.get("grads"), dict):
+        result["input_grad"] = given.grad if given.grad is not None else torch.zeros_like(given)
+    return result

@@ -49,9 +49,21 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from autograder import expect
-from autograder.adapters import nb06_feed_forward as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import (
+    MATRIX_PRODUCTS,
+    adapter,
+    dict_call_observed,
+    first_product_perturbed,
+    forward_backward,
+    given,
+    load,
+    need,
+    outcome,
+    summary,
+    tensors_made,
+)
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.rules import ACTIVATIONS as READY_MADE_ACTIVATIONS
 from autograder.rules import Rule
 
@@ -180,7 +192,7 @@ def _activation_mistakes(name, x):
 def _activation_case(impl, name, shape, seed, scale=3.0, grads=False):
     x = _randn(shape, seed, scale)
     grad_output = _randn(shape, seed + 100) if grads else None
-    got = impl.call(adapters.activation, name, x, grad_output)
+    got = impl.call(activation_forward, name, x, grad_output)
     if isinstance(got, dict) and "output" in got:
         expect.close(
             got["output"],
@@ -206,7 +218,7 @@ def test_activations_shapes_and_extremes(impl):
     for name in ORACLES:
         for seed, shape in ((1, (7,)), (2, (2, 3, 5))):
             _activation_case(impl, name, shape, seed)
-        got = impl.call(adapters.activation, name, extremes, None)
+        got = impl.call(activation_forward, name, extremes, None)
         out = expect.tensor(got["output"], f"{name}(x)", shape=extremes.shape)
         shown = ", ".join(f"{v:g}" for v in extremes.tolist())
         expect.that(
@@ -226,7 +238,7 @@ def test_activations_shapes_and_extremes(impl):
 
 def _check_derivative_at(impl, name, x, shown):
     """The derivative at large |x| is finite and right (not at 0, where ReLU's derivative is a convention)."""
-    grad = impl.call(adapters.activation, name, x, torch.ones_like(x)).get("grad")
+    grad = impl.call(activation_forward, name, x, torch.ones_like(x)).get("grad")
     expect.that(grad is not None, f"no gradient reaches the input of {name}")
     grad = expect.tensor(grad, f"the derivative of {name}", shape=x.shape)
     expect.that(
@@ -323,7 +335,7 @@ def _ffn_parameters(d_model, d_ff, bias=True):
 
 
 def _check_parameters(impl, class_name, args, kwargs, expected, names):
-    summary = impl.call(adapters.ffn_summary, class_name, args, kwargs)
+    summary = impl.call(ffn_summary, class_name, args, kwargs)
     call = f"{class_name}({', '.join([*map(str, args), *(f'{k}={v!r}' for k, v in kwargs.items())])})"
     expect.that("parameters" in summary, f"{call} is not an nn.Module")
     got = summary["parameters"]
@@ -355,7 +367,7 @@ def test_ffn_parameters(impl):
 def test_ffn_forward(impl):
     "FeedForward(8, 32)(x) equals fc2(gelu(fc1(x))) with exact GELU, for x of shape [2, 5, 8]"
     state, x = ffn_state(8, 32, 0), _randn((2, 5, 8), 10)
-    got = impl.call(adapters.ffn_forward, "FeedForward", [8, 32], {}, state, x)
+    got = impl.call(ffn_forward, "FeedForward", [8, 32], {}, state, x)
     expect.close(
         got["output"],
         ffn_oracle(state, x),
@@ -378,9 +390,7 @@ def test_ffn_activations_shapes_and_bias(impl):
     for activation, bias, shape, d_ff, seed in cases:
         d = shape[-1]
         state, x = ffn_state(d, d_ff, seed * 10, bias), _randn(shape, seed * 10 + 5, 2.0)
-        got = impl.call(
-            adapters.ffn_forward, "FeedForward", [d, d_ff], {"activation": activation, "bias": bias}, state, x
-        )
+        got = impl.call(ffn_forward, "FeedForward", [d, d_ff], {"activation": activation, "bias": bias}, state, x)
         expect.close(
             got["output"],
             ffn_oracle(state, x, activation),
@@ -394,7 +404,7 @@ def test_ffn_activations_shapes_and_bias(impl):
 def test_ffn_unknown_activation(impl):
     "an unknown activation name raises ValueError (no silent fallback)"
     for name in ("swish", "GELU", ""):
-        got = impl.call(adapters.ffn_outcome, [8, 32], {"activation": name}, _randn((2, 8), 11))
+        got = impl.call(ffn_outcome, [8, 32], {"activation": name}, _randn((2, 8), 11))
         expect.that(
             got["raised"] == "ValueError",
             f"FeedForward(8, 32, activation={name!r}) "
@@ -409,9 +419,7 @@ def test_ffn_gradients(impl):
     for seed, activation, shape in ((6, "gelu", (3, 5, 12)), (7, "relu", (20, 12))):
         state, x = ffn_state(12, 36, seed * 10), _randn(shape, seed * 10 + 5)
         grad_output = _randn(shape, seed * 10 + 6)
-        got = impl.call(
-            adapters.ffn_forward, "FeedForward", [12, 36], {"activation": activation}, state, x, grad_output
-        )
+        got = impl.call(ffn_forward, "FeedForward", [12, 36], {"activation": activation}, state, x, grad_output)
         grads = expect.gradients(got, f"FeedForward(12, 36, activation={activation!r})")
         params = {k: v.clone().requires_grad_() for k, v in state.items()}
         ffn_oracle(params, x, activation).backward(grad_output)
@@ -422,7 +430,7 @@ def test_ffn_gradients(impl):
 @FFN.hidden
 def test_ffn_dropout(impl):
     "dropout on the output: active in train mode (entries 0 or scaled by 1/(1-p)), off in eval mode"
-    submodules = impl.call(adapters.ffn_summary, "FeedForward", [8, 32], {"activation": "relu", "dropout": 0.5}).get(
+    submodules = impl.call(ffn_summary, "FeedForward", [8, 32], {"activation": "relu", "dropout": 0.5}).get(
         "submodules", {}
     )
     expect.that(
@@ -432,7 +440,7 @@ def test_ffn_dropout(impl):
     )
     state, x = ffn_state(8, 32, 80), _randn((5, 5, 8), 85)
     expected = ffn_oracle(state, x, "relu")
-    got = impl.call(adapters.ffn_dropout, [8, 32], {"activation": "relu", "dropout": 0.5}, state, x)
+    got = impl.call(ffn_dropout, [8, 32], {"activation": "relu", "dropout": 0.5}, state, x)
     for key in ("eval_a", "eval_b"):
         expect.close(
             got[key],
@@ -465,7 +473,7 @@ def test_ffn_dropout(impl):
         f"with dropout=0.5, {share:.0%} of the output entries are zero; expected "
         "about half: pass the `dropout` argument to nn.Dropout",
     )
-    got = impl.call(adapters.ffn_dropout, [8, 32], {"activation": "relu"}, state, x)
+    got = impl.call(ffn_dropout, [8, 32], {"activation": "relu"}, state, x)
     expect.close(
         got["train_a"],
         expected,
@@ -518,7 +526,7 @@ def test_hidden_dim_examples(impl):
     "swiglu_hidden_dim: 8/3 * d_model rounded up to a multiple of multiple_of (768 -> 2048, 512 -> 1408)"
     for d_model in (768, 512, 4096):
         value = _int_result(
-            impl.call(adapters.call, "swiglu_hidden_dim", [d_model], {}), f"swiglu_hidden_dim({d_model})"
+            impl.call(function_value, "swiglu_hidden_dim", [d_model], {}), f"swiglu_hidden_dim({d_model})"
         )
         expected = hidden_dim_oracle(d_model)
         expect.that(
@@ -533,7 +541,7 @@ def test_hidden_dim_multiple_of(impl):
     for d_model, multiple_of in ((100, 64), (288, 32), (5120, 256), (10, 1), (1000, 100), (7, 1)):
         call = f"swiglu_hidden_dim({d_model}, multiple_of={multiple_of})"
         value = _int_result(
-            impl.call(adapters.call, "swiglu_hidden_dim", [d_model], {"multiple_of": multiple_of}), call
+            impl.call(function_value, "swiglu_hidden_dim", [d_model], {"multiple_of": multiple_of}), call
         )
         expected = hidden_dim_oracle(d_model, multiple_of)
         expect.that(
@@ -571,7 +579,7 @@ def test_param_counts(impl):
     ):
         call = f"ffn_param_count({d_model}, {d_ff}, gated={gated}, bias={bias})"
         value = _int_result(
-            impl.call(adapters.call, "ffn_param_count", [d_model, d_ff], {"gated": gated, "bias": bias}), call
+            impl.call(function_value, "ffn_param_count", [d_model, d_ff], {"gated": gated, "bias": bias}), call
         )
         expected = param_count_oracle(d_model, d_ff, gated, bias)
         expect.that(
@@ -583,7 +591,7 @@ def test_param_counts(impl):
 @WIDTH.hidden
 def test_param_counts_defaults_and_more(impl):
     "defaults gated=False, bias=True; gated with biases; small sizes"
-    value = _int_result(impl.call(adapters.call, "ffn_param_count", [16, 64], {}), "ffn_param_count(16, 64)")
+    value = _int_result(impl.call(function_value, "ffn_param_count", [16, 64], {}), "ffn_param_count(16, 64)")
     expect.that(
         value == param_count_oracle(16, 64),
         f"ffn_param_count(16, 64) = {value}, expected "
@@ -593,7 +601,7 @@ def test_param_counts_defaults_and_more(impl):
     for d_model, d_ff, gated, bias in ((10, 27, True, True), (1, 1, True, True), (300, 832, False, True)):
         call = f"ffn_param_count({d_model}, {d_ff}, gated={gated}, bias={bias})"
         value = _int_result(
-            impl.call(adapters.call, "ffn_param_count", [d_model, d_ff], {"gated": gated, "bias": bias}), call
+            impl.call(function_value, "ffn_param_count", [d_model, d_ff], {"gated": gated, "bias": bias}), call
         )
         expected = param_count_oracle(d_model, d_ff, gated, bias)
         expect.that(
@@ -667,7 +675,7 @@ def test_swiglu_parameters(impl):
     for d_model, multiple_of in ((96, 64), (100, 64), (40, 16)):
         kwargs = {} if multiple_of == 64 else {"multiple_of": multiple_of}
         width = hidden_dim_oracle(d_model, multiple_of)
-        summary = impl.call(adapters.ffn_summary, "SwiGLU", [d_model], kwargs)
+        summary = impl.call(ffn_summary, "SwiGLU", [d_model], kwargs)
         got = summary.get("parameters", {}).get("w1.weight", ["?", "?"])[0]
         call = f"SwiGLU({d_model}{', multiple_of=' + str(multiple_of) if kwargs else ''})"
         expect.that(
@@ -683,7 +691,7 @@ def test_swiglu_parameters(impl):
 def test_swiglu_forward(impl):
     "SwiGLU(16, 40)(x) equals w2(silu(w1 x) * w3 x), for x of shape [2, 5, 16]"
     state, x = swiglu_state(16, 40, 0), _randn((2, 5, 16), 1)
-    got = impl.call(adapters.ffn_forward, "SwiGLU", [16, 40], {}, state, x)
+    got = impl.call(ffn_forward, "SwiGLU", [16, 40], {}, state, x)
     expect.close(
         got["output"], swiglu_oracle(state, x), "SwiGLU(16, 40)(x)", **TOL, alternatives=_swiglu_mistakes(state, x)
     )
@@ -697,7 +705,7 @@ def test_swiglu_shapes_bias_and_gradients(impl):
         d = shape[-1]
         state, x = swiglu_state(d, d_ff, seed * 10, bias), _randn(shape, seed * 10 + 5, 1.5)
         grad_output = _randn(shape, seed * 10 + 6)
-        got = impl.call(adapters.ffn_forward, "SwiGLU", [d, d_ff], {"bias": bias}, state, x, grad_output)
+        got = impl.call(ffn_forward, "SwiGLU", [d, d_ff], {"bias": bias}, state, x, grad_output)
         expect.close(
             got["output"],
             swiglu_oracle(state, x),
@@ -756,7 +764,7 @@ def _costs_diagnosis(key, value, d_model, d_ff, seq_len, expected):
 
 def _check_costs(impl, d_model, d_ff, seq_len):
     call = f"block_costs({d_model}, {d_ff}, {seq_len})"
-    got = impl.call(adapters.call, "block_costs", [d_model, d_ff, seq_len], {})
+    got = impl.call(function_value, "block_costs", [d_model, d_ff, seq_len], {})
     value = got["value"]
     expect.that(
         got["type"] == "dict" and isinstance(value, dict),
@@ -857,7 +865,7 @@ def _fused_parameters(d_model, d_ff, bias=False):
 
 
 def _check_fused_parameters(impl, args, kwargs, expected):
-    summary = impl.call(adapters.fused_summary, args, kwargs)
+    summary = impl.call(fused_summary, args, kwargs)
     call = f"FusedSwiGLU({', '.join([*map(str, args), *(f'{k}={v!r}' for k, v in kwargs.items())])})"
     expect.that("parameters" in summary, f"{call} is not an nn.Module")
     got = summary["parameters"]
@@ -881,7 +889,7 @@ def _check_fused_forward(impl, d_model, d_ff, shape, seed, bias=False, grads=Fal
     grad_output = _randn(shape, seed + 6) if grads else None
     args = [d_model] if default_width else [d_model, d_ff]
     call = f"FusedSwiGLU({', '.join(map(str, args))}{', bias=True' if bias else ''})"
-    got = impl.call(adapters.fused_forward, args, {"bias": bias}, fuse_oracle(state), x, grad_output)
+    got = impl.call(fused_forward, args, {"bias": bias}, fuse_oracle(state), x, grad_output)
     expect.close(
         got["output"],
         fused_oracle(state, x),
@@ -908,7 +916,7 @@ def _check_uses_fused_output(impl, args, bias, state, x, call):
     computed another way) leaves the output as it was."""
     d_ff = state["w1.weight"].shape[0]
     delta = _randn((*x.shape[:-1], 2 * d_ff), 9000 + d_ff)
-    got = impl.call(adapters.fused_forward_perturbed, args, {"bias": bias}, fuse_oracle(state), x, delta)
+    got = impl.call(fused_forward_perturbed, args, {"bias": bias}, fuse_oracle(state), x, delta)
     fused = fuse_oracle(state)
     gate, up = (F.linear(x, fused["gate_up_proj.weight"], fused.get("gate_up_proj.bias")) + delta).split(d_ff, dim=-1)
     expected = F.linear(F.silu(gate) * up, state["w2.weight"], state.get("w2.bias"))
@@ -938,7 +946,7 @@ def _unfused_keys(bias):
 
 def _check_conversion(impl, name, given, expected, what):
     """``name(given)`` must equal ``expected`` exactly (concatenating and splitting copies values, it rounds nothing)."""
-    got = impl.call(adapters.convert, name, given)
+    got = impl.call(convert, name, given)
     value = got["value"]
     expect.that(isinstance(value, dict), f"{name}(state) returned a {got['type']}; return a dict of tensors")
     expect.that(
@@ -1051,7 +1059,7 @@ def test_against_phi3(impl):
         phi3_state = {k: v.detach().clone() for k, v in mlp.state_dict().items()}
         with torch.no_grad():
             expected = mlp(x)
-        got = impl.call(adapters.fused_forward, [hidden, intermediate], {}, phi3_state, x)
+        got = impl.call(fused_forward, [hidden, intermediate], {}, phi3_state, x)
         expect.close(
             got["output"],
             expected,
@@ -1060,7 +1068,7 @@ def test_against_phi3(impl):
             hint="Phi-3's gate_up_proj holds the gate in its first half, up in its second.",
         )
         state = swiglu_state(hidden, intermediate, seed + 2)
-        fused = impl.call(adapters.convert, "fuse_swiglu_state", state)["value"]
+        fused = impl.call(convert, "fuse_swiglu_state", state)["value"]
         expect.that(
             isinstance(fused, dict) and set(fused) == _fused_keys(False),
             "fuse_swiglu_state(state) must return a dict with the keys of FusedSwiGLU's state dict",
@@ -1077,9 +1085,150 @@ def test_against_phi3(impl):
                 **TOL,
                 alternatives=_fused_mistakes(state, x)[:1],
             )
-        unfused = impl.call(adapters.convert, "unfuse_swiglu_state", phi3_state)["value"]
+        unfused = impl.call(convert, "unfuse_swiglu_state", phi3_state)["value"]
         expect.that(
             isinstance(unfused, dict) and set(unfused) == _unfused_keys(False),
             "unfuse_swiglu_state(state) must return a dict with keys w1.weight, w2.weight, w3.weight",
         )
         expect.close(fused_oracle(unfused, x), expected, "SwiGLU with unfuse_swiglu_state(a Phi3MLP's weights)", **TOL)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 06: activations, the position-wise FeedForward and SwiGLU.
+
+
+@adapter
+def activation_forward(ns, name: str, x, grad_output=None):
+    """``name(x)``, and with ``grad_output`` the input's gradient (the exercise's rule switches the library's off)."""
+    function = need(ns, name)
+    x = x.clone().requires_grad_(grad_output is not None)
+    output = function(x)
+    result = {"output": output, "grad": None}
+    if (
+        grad_output is not None
+        and isinstance(output, torch.Tensor)
+        and output.requires_grad
+        and output.shape == grad_output.shape
+    ):
+        output.backward(grad_output)
+        result["grad"] = x.grad
+    return result
+
+
+# Exercise 1's functions, as PyTorch computes them: the FeedForward and SwiGLU exercises are graded with these in
+# the student's namespace, so a mistake in Exercise 1 costs Exercise 1 only.
+_REFERENCE_ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+@adapter
+def ffn_summary(ns, class_name: str, args: list, kwargs: dict):
+    with given(ns, **_REFERENCE_ACTIVATIONS):
+        return summary(need(ns, class_name)(*args, **kwargs))
+
+
+@adapter
+def ffn_forward(ns, class_name: str, args: list, kwargs: dict, state: dict, x, grad_output=None):
+    """Build ``class_name(*args, **kwargs)``, load ``state`` by name, return its output (and parameter gradients)."""
+    with given(ns, **_REFERENCE_ACTIVATIONS):
+        module = load(need(ns, class_name)(*args, **kwargs), state)
+        return forward_backward(module, grad_output, x)
+
+
+@adapter
+def ffn_outcome(ns, args: list, kwargs: dict, x):
+    """What building ``FeedForward(*args, **kwargs)`` and calling it on ``x`` raised, if anything."""
+    with given(ns, **_REFERENCE_ACTIVATIONS):
+        return outcome(lambda: need(ns, "FeedForward")(*args, **kwargs)(x))
+
+
+@adapter
+def ffn_dropout(ns, args: list, kwargs: dict, state: dict, x):
+    """Two calls in train mode (different random numbers) and two in eval mode."""
+    with given(ns, **_REFERENCE_ACTIVATIONS):
+        module = load(need(ns, "FeedForward")(*args, **kwargs), state)
+    if not isinstance(module, nn.Module):
+        return {}
+    results = {}
+    with torch.no_grad():
+        module.train()
+        torch.manual_seed(0)
+        results["train_a"] = module(x)
+        torch.manual_seed(1)
+        results["train_b"] = module(x)
+        module.eval()
+        results["eval_a"] = module(x)
+        results["eval_b"] = module(x)
+    return results
+
+
+@adapter
+def function_value(ns, name: str, args: list, kwargs: dict):
+    """The value a plain function returns, and the name of its type (a check may insist on int)."""
+    value = need(ns, name)(*args, **kwargs)
+    return {"value": value, "type": type(value).__name__}
+
+
+# Exercise 6 is graded with the course's activations and width (Exercises 1 and 3), for the same reason.
+_FUSED_GIVEN = {
+    **_REFERENCE_ACTIVATIONS,
+    "swiglu_hidden_dim": lambda d_model, multiple_of=64: -(-8 * d_model // (3 * multiple_of)) * multiple_of,
+}
+
+
+def _products_made(function, *args, **kwargs) -> dict:
+    """``function(*args, **kwargs)`` and, for every matrix product a torch function ran, its name and output shape."""
+    value, made = tensors_made(function, *args, **kwargs)
+    return {
+        "value": value,
+        "products": [{"name": name, "shape": shape} for name, shape in made if name in MATRIX_PRODUCTS],
+    }
+
+
+@adapter
+def fused_summary(ns, args: list, kwargs: dict):
+    with given(ns, **_FUSED_GIVEN):
+        return summary(need(ns, "FusedSwiGLU")(*args, **kwargs))
+
+
+@adapter
+def fused_forward(ns, args: list, kwargs: dict, state: dict, x, grad_output=None):
+    """``FusedSwiGLU(*args, **kwargs)`` with ``state`` loaded by name: its output (and parameter gradients), and
+    the matrix products one forward pass ran."""
+    with given(ns, **_FUSED_GIVEN):
+        module = load(need(ns, "FusedSwiGLU")(*args, **kwargs), state)
+        with torch.no_grad():
+            products = _products_made(module, x)["products"]
+        result = forward_backward(module, grad_output, x)
+    return result | {"products": products}
+
+
+@adapter
+def fused_forward_perturbed(ns, args: list, kwargs: dict, state: dict, x, delta):
+    """``FusedSwiGLU``'s output when ``delta`` is added to the result of the first matrix product with
+    ``delta.shape[-1]`` (2 * d_ff) output features, however it is computed (``gate_up_proj(x)``, ``F.linear``, ``@``;
+    flattened rows too: ``delta`` is laid out row by row like them)."""
+    with given(ns, **_FUSED_GIVEN):
+        module = load(need(ns, "FusedSwiGLU")(*args, **kwargs), state)
+        with torch.no_grad(), first_product_perturbed(delta):
+            output = module(x)
+    return {"output": output}
+
+
+@adapter
+def convert(ns, name: str, state: dict):
+    """``name(state)`` for a state-dict conversion: its result, and whether the input dict came back unchanged."""
+    value, caller = dict_call_observed(need(ns, name), state)
+    unchanged = not (caller["removed"] or caller["added"] or caller["replaced"] or caller["edited"])
+    if isinstance(value, dict):
+        value = {key: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for key, v in value.items()}
+    return {"value": value, "type": type(value).__name__, "input_unchanged": unchanged}

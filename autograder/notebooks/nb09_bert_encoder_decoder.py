@@ -51,6 +51,7 @@ logits by 3.6, a missing sqrt(d_model) the encoder-decoder's by 0.36.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import warnings
 from functools import partial
@@ -61,12 +62,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
-from autograder.adapters import nb09_bert_encoder_decoder as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import adapter, forward_backward, load, need, summary
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.reference.bert import BertEmbeddings as ReferenceEmbeddings
 from autograder.reference.bert import MLMHead as ReferenceHead
-from autograder.reference.blocks import EncoderBlock
+from autograder.reference.blocks import DecoderBlock, EncoderBlock
+from autograder.reference.positions import SinusoidalPositionalEncoding
 from autograder.rules import Rule
 
 EMBEDDINGS = Exercise("bert_embeddings", "Exercise 1: BertEmbeddings", points=3)
@@ -268,7 +270,7 @@ EMBEDDINGS_NAMES = (
 def test_embeddings_parameters(impl):
     "word, position, token_type tables and norm, with the shapes the config asks for"
     f = bert_fields(vocab=40, d=16, positions=20, types=3)
-    got = impl.call(adapters.embeddings_summary, f)
+    got = impl.call(embeddings_summary, f)
     expect.that("parameters" in got, "BertEmbeddings(config) is not an nn.Module")
     expected = {
         "word.weight": [40, 16],
@@ -326,7 +328,7 @@ def _embeddings_case(impl, f, seed, shape, with_types=True):
     state = embeddings_state(f, seed)
     tokens = _randint(f["vocab_size"], shape, seed + 10)
     types = _randint(f["type_vocab_size"], shape, seed + 11) if with_types else None
-    got = impl.call(adapters.embeddings_forward, f, state, tokens, types)
+    got = impl.call(embeddings_forward, f, state, tokens, types)
     hf = hf_bert(
         f,
         {f"embeddings.{k}": v for k, v in state.items()}
@@ -376,7 +378,7 @@ HEAD_NAMES = (
 def test_head_parameters_and_tying(impl):
     "dense, norm and decoder (with bias); decoder.weight is the word embedding parameter itself"
     f = bert_fields(vocab=40, d=16)
-    got = impl.call(adapters.head_summary, f)
+    got = impl.call(head_summary, f)
     expect.that("parameters" in got, "MLMHead(config, word_embeddings) is not an nn.Module")
     expected = {
         "dense.weight": [16, 16],
@@ -437,7 +439,7 @@ def _head_case(impl, f, seed, shape, grads=False):
     word = _randn((f["vocab_size"], f["d_model"]), seed + 20, 0.5)
     hidden = _randn((*shape, f["d_model"]), seed + 21)
     grad_output = _randn((*shape, f["vocab_size"]), seed + 22) if grads else None
-    got = impl.call(adapters.head_forward, f, state, word, hidden, grad_output)
+    got = impl.call(head_forward, f, state, word, hidden, grad_output)
     hf = _head_hf(f, state, word)
     hidden_hf = hidden.clone()
     expected = hf.cls.predictions(hidden_hf)
@@ -511,7 +513,7 @@ def bert_parameters(f):
 def test_bert_parameters(impl):
     "embeddings, blocks, head with the course's names; as many parameters as Hugging Face's (the head is tied)"
     f = bert_fields(vocab=40, d=16, layers=3)
-    got = impl.call(adapters.bert_summary, f)
+    got = impl.call(bert_summary, f)
     expect.that("parameters" in got, "BertForMaskedLM(config) is not an nn.Module")
     expected, count = bert_parameters(f)
     params = got["parameters"]
@@ -586,7 +588,7 @@ def _bert_case(impl, f, seed, lengths, length, with_types=True, gain=1.0):
     if padding is not None:
         tokens[~padding] = f["pad_token_id"]
     types = (torch.arange(length)[None, :] >= torch.tensor(lengths)[:, None] // 2).long() if with_types else None
-    got = impl.call(adapters.bert_forward, f, state, tokens, types, padding)
+    got = impl.call(bert_forward, f, state, tokens, types, padding)
     hf = hf_bert(f, state)
     with torch.no_grad():
         expected = hf(
@@ -638,10 +640,10 @@ def test_bert_padding_is_invisible(impl):
     tokens = _randint(f["vocab_size"], (2, 8), 41, low=1)
     changed = torch.where(padding, tokens, _randint(f["vocab_size"], (2, 8), 42, low=1))
     first = expect.tensor(
-        impl.call(adapters.bert_forward, f, state, tokens, None, padding).get("output"), "BertForMaskedLM(...)"
+        impl.call(bert_forward, f, state, tokens, None, padding).get("output"), "BertForMaskedLM(...)"
     )
     second = expect.tensor(
-        impl.call(adapters.bert_forward, f, state, changed, None, padding).get("output"), "BertForMaskedLM(...)"
+        impl.call(bert_forward, f, state, changed, None, padding).get("output"), "BertForMaskedLM(...)"
     )
     delta = float((first - second).abs()[padding].max())
     expect.that(
@@ -673,7 +675,7 @@ def _options(vocab, probability=None, special=SPECIAL):
 
 
 def _masking_draws(impl, tokens, options, seed, draws=1, global_seed=0):
-    got = impl.call(adapters.mask_tokens_run, tokens, options, seed, global_seed, draws)
+    got = impl.call(mask_tokens_run, tokens, options, seed, global_seed, draws)
     what = "mask_tokens(tokens, ...)"
     expect.that(
         "inputs" in got,
@@ -865,7 +867,7 @@ def _loss_mistakes(logits, labels):
 
 
 def _loss_case(impl, logits, labels, what, expected=None):
-    got = impl.call(adapters.mlm_loss_run, logits, labels)
+    got = impl.call(mlm_loss_run, logits, labels)
     reference = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)
     loss = expect.tensor(got.get("loss"), what)
     expect.that(loss.numel() == 1, f"{what} has shape {list(loss.shape)}, expected a scalar")
@@ -1107,7 +1109,7 @@ def _encdec_case(impl, f, seed, src_lengths, src_len, tgt_lengths, tgt_len):
     tgt = _randint(f["tgt_vocab_size"], (len(tgt_lengths), tgt_len), seed + 11)
     src_padding = None if all(n == src_len for n in src_lengths) else _padding(src_lengths, src_len)
     tgt_padding = None if all(n == tgt_len for n in tgt_lengths) else _padding(tgt_lengths, tgt_len)
-    got = impl.call(adapters.encdec_forward, f, state, src, tgt, src_padding, tgt_padding)
+    got = impl.call(encdec_forward, f, state, src, tgt, src_padding, tgt_padding)
     expected, memory = encdec_oracle(f, state, src, tgt, src_padding, tgt_padding)
     real = torch.ones(tgt.shape, dtype=torch.bool) if tgt_padding is None else tgt_padding
     what = (
@@ -1141,7 +1143,7 @@ def test_encdec_parameters(impl):
     "src_embed, tgt_embed, encoder, encoder_norm, decoder, decoder_norm, out_proj; shared embeddings counted once"
     for share in (False, True):
         f = encdec_fields(src_vocab=30, tgt_vocab=30 if share else 25, share=share)
-        got = impl.call(adapters.encdec_summary, f)
+        got = impl.call(encdec_summary, f)
         expect.that("parameters" in got, "EncoderDecoder(config) is not an nn.Module")
         expected = encdec_parameters(f)
         params = got["parameters"]
@@ -1173,14 +1175,12 @@ def test_encdec_is_causal(impl):
     f = encdec_fields()
     state = encdec_state(f, 5)
     src, tgt = _randint(30, (2, 6), 6), _randint(25, (2, 6), 7)
-    base = expect.tensor(
-        impl.call(adapters.encdec_forward, f, state, src, tgt).get("output"), "EncoderDecoder(...)(src, tgt)"
-    )
+    base = expect.tensor(impl.call(encdec_forward, f, state, src, tgt).get("output"), "EncoderDecoder(...)(src, tgt)")
     for t in (0, 3):
         changed = tgt.clone()
         changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % 25
         moved = expect.tensor(
-            impl.call(adapters.encdec_forward, f, state, src, changed).get("output"), "EncoderDecoder(...)(src, tgt)"
+            impl.call(encdec_forward, f, state, src, changed).get("output"), "EncoderDecoder(...)(src, tgt)"
         )
         delta = float((moved - base)[:, : t + 1].abs().max())
         expect.that(
@@ -1216,10 +1216,10 @@ def test_encdec_source_padding_is_invisible(impl):
     src, tgt = _randint(30, (2, 7), 41), _randint(25, (2, 5), 42)
     changed = torch.where(src_padding, src, _randint(30, (2, 7), 43))
     first = expect.tensor(
-        impl.call(adapters.encdec_forward, f, state, src, tgt, src_padding).get("output"), "EncoderDecoder(...)"
+        impl.call(encdec_forward, f, state, src, tgt, src_padding).get("output"), "EncoderDecoder(...)"
     )
     second = expect.tensor(
-        impl.call(adapters.encdec_forward, f, state, changed, tgt, src_padding).get("output"), "EncoderDecoder(...)"
+        impl.call(encdec_forward, f, state, changed, tgt, src_padding).get("output"), "EncoderDecoder(...)"
     )
     delta = float((first - second).abs().max())
     expect.that(
@@ -1227,7 +1227,7 @@ def test_encdec_source_padding_is_invisible(impl):
         f"changing padded source tokens changed the logits by up to {delta:.3g}: src_padding "
         "must reach the encoder blocks and, as memory_padding, every decoder block",
     )
-    error = impl.call(adapters.encdec_build_error, encdec_fields(src_vocab=30, tgt_vocab=25, share=True))
+    error = impl.call(encdec_build_error, encdec_fields(src_vocab=30, tgt_vocab=25, share=True))
     expect.that(
         error == "ValueError",
         "EncoderDecoder with share_embeddings=True and two vocabulary sizes "
@@ -1309,7 +1309,7 @@ def _count_mistakes(f) -> dict:
 
 
 def _count_case(impl, f):
-    got = impl.call(adapters.count_parameters, f)
+    got = impl.call(count_parameters, f)
     what = f"transformer_num_parameters(TransformerConfig({', '.join(f'{k}={v!r}' for k, v in f.items())}))"
     expect.that(isinstance(got, int), f"{what} returned {got!r}, expected an int")
     expected = count_oracle(f)
@@ -1349,3 +1349,190 @@ def test_count_other_sizes(impl):
             src_vocab=37000, tgt_vocab=37000, share=True, d=512, heads=8, n_enc=6, n_dec=6, d_ff=2048, max_len=512
         ),
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 09: BERT's embeddings, MLM head, BertForMaskedLM, masking, the MLM loss, the
+# encoder-decoder Transformer and its parameter count.
+#
+# Configurations are built with the student's own dataclasses (``BertConfig``, ``TransformerConfig``)
+# from plain dicts. The models take their parts as constructor arguments; here they get the course's
+# reference parts (``autograder.reference``: embeddings, MLM head, encoder and decoder blocks, the
+# sinusoidal table) and ``nn.LayerNorm``, so grading never depends on the student's other exercises or
+# earlier notebooks.
+
+
+def _bert_config(ns, fields: dict):
+    return need(ns, "BertConfig")(**fields)
+
+
+def _counted(module) -> dict:
+    result = summary(module)
+    if isinstance(module, nn.Module):
+        result["count"] = sum(p.numel() for p in module.parameters())
+    return result
+
+
+# --- Exercise 1 ----------------------------------------------------------------------------
+
+
+def _embeddings(ns, fields):
+    return need(ns, "BertEmbeddings")(_bert_config(ns, fields), norm=nn.LayerNorm)
+
+
+@adapter
+def embeddings_summary(ns, fields: dict):
+    return summary(_embeddings(ns, fields))
+
+
+@adapter
+def embeddings_forward(ns, fields: dict, state: dict, tokens, token_type_ids=None):
+    module = load(_embeddings(ns, fields), state).eval()
+    args = [tokens] if token_type_ids is None else [tokens, token_type_ids]
+    return {"output": module(*args)}
+
+
+# --- Exercise 2 ----------------------------------------------------------------------------
+
+
+def _head(ns, fields):
+    config = _bert_config(ns, fields)
+    word = nn.Embedding(config.vocab_size, config.d_model)
+    return need(ns, "MLMHead")(config, word, norm=nn.LayerNorm), word
+
+
+@adapter
+def head_summary(ns, fields: dict):
+    head, word = _head(ns, fields)
+    result = summary(head)
+    if isinstance(head, nn.Module):
+        result["shares_word_weight"] = any(p is word.weight for p in head.parameters())
+    return result
+
+
+@adapter
+def head_forward(ns, fields: dict, state: dict, word_weight, hidden, grad_output=None):
+    """Load ``state`` (without the decoder's weight) and the word table, run, and backpropagate."""
+    head, word = _head(ns, fields)
+    with torch.no_grad():
+        word.weight.copy_(word_weight)
+    head.load_state_dict(state, strict=False)  # decoder.weight comes from the word table (or must equal it)
+    missing = [k for k in head.state_dict() if k not in state and k != "decoder.weight"]
+    unexpected = [k for k in state if k not in head.state_dict()]
+    if missing or unexpected:
+        raise KeyError(f"MLMHead's state dict does not fit: missing {missing}, unexpected {unexpected}")
+    result = forward_backward(head.eval(), grad_output, hidden)
+    if grad_output is not None and isinstance(result.get("grads"), dict):
+        result["word_grad"] = word.weight.grad if word.weight.grad is not None else torch.zeros_like(word.weight)
+    return result
+
+
+# --- Exercise 3 ----------------------------------------------------------------------------
+
+BERT_PARTS = {"embeddings": ReferenceEmbeddings, "block": EncoderBlock, "head": ReferenceHead, "norm": nn.LayerNorm}
+
+
+def _bert(ns, fields):
+    return need(ns, "BertForMaskedLM")(_bert_config(ns, fields), **BERT_PARTS)
+
+
+@adapter
+def bert_summary(ns, fields: dict):
+    return _counted(_bert(ns, fields))
+
+
+@adapter
+def bert_forward(ns, fields: dict, state: dict, tokens, token_type_ids=None, padding_mask=None):
+    module = load(_bert(ns, fields), state).eval()
+    with torch.no_grad():
+        return {"output": module(tokens, token_type_ids, padding_mask)}
+
+
+# --- Exercise 4 ----------------------------------------------------------------------------
+
+
+@adapter
+def mask_tokens_run(ns, tokens, options: dict, seed: int, global_seed: int = 0, draws: int = 1):
+    """``draws`` calls of ``mask_tokens`` with one generator seeded ``seed`` (global RNG seeded ``global_seed``)."""
+    mask_tokens = need(ns, "mask_tokens")
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(global_seed)
+    given = tokens.clone()
+    inputs, labels = [], []
+    for _ in range(draws):
+        result = mask_tokens(given, generator=generator, **options)
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            return {"result": result}
+        inputs.append(result[0])
+        labels.append(result[1])
+        if not torch.equal(given, tokens):
+            break
+    return {"inputs": inputs, "labels": labels, "tokens_after": given}
+
+
+# --- Exercise 5 ----------------------------------------------------------------------------
+
+
+@adapter
+def mlm_loss_run(ns, logits, labels, backward: bool = False):
+    logits = logits.clone().requires_grad_(backward)
+    loss = need(ns, "mlm_loss")(logits, labels)
+    result = {"loss": loss}
+    if backward and isinstance(loss, torch.Tensor) and loss.requires_grad and loss.dim() == 0:
+        loss.backward()
+        result["logits_grad"] = logits.grad
+    return result
+
+
+# --- Exercise 6 ----------------------------------------------------------------------------
+
+ENCDEC_PARTS = {
+    "encoder_block": EncoderBlock,
+    "decoder_block": DecoderBlock,
+    "norm": nn.LayerNorm,
+    "positions": SinusoidalPositionalEncoding,
+}
+
+
+def _encdec(ns, fields):
+    return need(ns, "EncoderDecoder")(need(ns, "TransformerConfig")(**fields), **ENCDEC_PARTS)
+
+
+@adapter
+def encdec_summary(ns, fields: dict):
+    return _counted(_encdec(ns, fields))
+
+
+@adapter
+def encdec_build_error(ns, fields: dict):
+    """What constructing the model raised (or None)."""
+    try:
+        _encdec(ns, fields)
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001
+        return type(error).__name__
+    return None
+
+
+@adapter
+def encdec_forward(ns, fields: dict, state: dict, src, tgt, src_padding=None, tgt_padding=None):
+    """``forward`` and ``encode`` of the model with ``state`` loaded by name."""
+    module = load(_encdec(ns, fields), state).train()  # no dropout in the course's parts: train == eval
+    with torch.no_grad():
+        return {"output": module(src, tgt, src_padding, tgt_padding), "memory": module.encode(src, src_padding)}
+
+
+# --- Exercise 7 ----------------------------------------------------------------------------
+
+
+@adapter
+def count_parameters(ns, fields: dict):
+    """What ``transformer_num_parameters(TransformerConfig(**fields))`` returns (an int as a plain int)."""
+    value = need(ns, "transformer_num_parameters")(need(ns, "TransformerConfig")(**fields))
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from autograder import expect
-from autograder.adapters import nb02_normalization as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import adapter, forward_backward, load, need, summary
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.rules import NORMS, Rule
 
 # Every route to a normalization that torch offers (``rules.NORMS``): LayerNorm is also instance_norm or batch_norm on
@@ -54,7 +54,7 @@ def _params(d, seed, *names):
 
 
 def _check_params(impl, class_name, expected_names):
-    info = impl.call(adapters.norm_init, class_name, 6)
+    info = impl.call(norm_init, class_name, 6)
     summary = info["summary"]
     expect.that("parameters" in summary, f"{class_name}(6) is not an nn.Module")
     expect.that(
@@ -110,7 +110,7 @@ def _layer_norm_case(impl, shape, seed, *, eps=1e-5, scale=2.0, shift=3.0, dtype
     x = _x(shape, seed, scale=scale, shift=shift, dtype=dtype)
     state = _params(d, seed, "weight", "bias")
     grad_output = _x(shape, seed + 50, dtype=dtype) if grads else None
-    got = impl.call(adapters.norm_forward, "LayerNorm", {k: v.to(dtype) for k, v in state.items()}, x, eps, grad_output)
+    got = impl.call(norm_forward, "LayerNorm", {k: v.to(dtype) for k, v in state.items()}, x, eps, grad_output)
     return got, x, state, grad_output
 
 
@@ -211,7 +211,7 @@ def _rms_case(impl, shape, seed, *, eps=1e-5, scale=1.5, dtype=torch.float32, gr
     x = _x(shape, seed, scale=scale, shift=0.5, dtype=dtype)
     state = _params(shape[-1], seed, "weight")
     grad_output = _x(shape, seed + 50) if grads else None
-    return impl.call(adapters.norm_forward, "RMSNorm", state, x, eps, grad_output), x, state["weight"], grad_output
+    return impl.call(norm_forward, "RMSNorm", state, x, eps, grad_output), x, state["weight"], grad_output
 
 
 @RMS_NORM.visible
@@ -277,3 +277,29 @@ def test_rms_norm_gradients(impl):
     grads = expect.gradients(got, "RMSNorm")
     expect.close(grads.get("input"), xr.grad, "the gradient of the input", **GRAD)
     expect.close(grads.get("weight"), w.grad, "the gradient of weight", **GRAD)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 02: LayerNorm and RMSNorm.
+
+
+@adapter
+def norm_init(ns, class_name: str, d_model: int):
+    module = need(ns, class_name)(d_model)
+    return {"summary": summary(module), "state": dict(module.state_dict())}
+
+
+@adapter
+def norm_forward(ns, class_name: str, state: dict, x, eps: float, grad_output=None):
+    """Output, and with ``grad_output`` the gradients of the input and of every parameter."""
+    module = load(need(ns, class_name)(x.shape[-1], eps=eps), state)
+    x = x.clone().requires_grad_(grad_output is not None)
+    result = forward_backward(module, grad_output, x)
+    if isinstance(result.get("grads"), dict):  # a backward pass ran
+        result["grads"]["input"] = x.grad if x.grad is not None else torch.zeros_like(x)
+    return result

@@ -20,9 +20,10 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from autograder import expect
-from autograder.adapters import nb01_tokens_embeddings as adapters
+from autograder.adapters import adapter, forward_backward, load, need, outcome, summary
 from autograder.exercises import Exercise
 from autograder.rules import EMBEDDINGS, Rule
 
@@ -97,7 +98,7 @@ def _expect_index_error(outcome: dict, what: str, position: int, max_len: int):
 @EMBEDDING.visible
 def test_embedding_parameters(impl):
     "Embedding has one trainable parameter `weight` of shape [num_embeddings, embedding_dim]"
-    info = impl.call(adapters.embedding_summary, 11, 5)["summary"]
+    info = impl.call(embedding_summary, 11, 5)["summary"]
     expect.that("parameters" in info, "Embedding(11, 5) is not an nn.Module")
     expect.that(
         not any(kind == "Embedding" for kind in info["submodules"].values()),
@@ -120,7 +121,7 @@ def test_embedding_parameters(impl):
 def test_embedding_lookup(impl):
     "forward(token_ids) returns the rows of weight, one per id"
     weight, ids = _random((13, 6), 0), _ids(13, (2, 7), 0)
-    out = impl.call(adapters.embedding_forward, weight, ids)["output"]
+    out = impl.call(embedding_forward, weight, ids)["output"]
     expect.close(
         out,
         F.embedding(ids, weight),
@@ -136,7 +137,7 @@ def test_embedding_lookup(impl):
 def test_embedding_scale(impl):
     "with scale=True the rows are multiplied by sqrt(embedding_dim)"
     weight, ids = _random((9, 16), 1), _ids(9, (3, 4), 1)
-    out = impl.call(adapters.embedding_forward, weight, ids, scale=True)["output"]
+    out = impl.call(embedding_forward, weight, ids, scale=True)["output"]
     expected = F.embedding(ids, weight) * math.sqrt(16)
     expect.close(
         out,
@@ -157,7 +158,7 @@ def test_embedding_any_shape(impl):
     "token ids of any shape (a single id, 1-D, 3-D) give [..., embedding_dim]"
     for seed, shape in zip(SEEDS, [(), (5,), (2, 3, 4)], strict=True):
         weight, ids = _random((17, 3 + seed), seed), _ids(17, shape, seed)
-        out = impl.call(adapters.embedding_forward, weight, ids)["output"]
+        out = impl.call(embedding_forward, weight, ids)["output"]
         expect.close(out, F.embedding(ids, weight), f"the output for token_ids of shape {list(shape)}", atol=LOOKUP_TOL)
 
 
@@ -166,7 +167,7 @@ def test_embedding_initialisation(impl):
     "weight starts truncated-normal with std sqrt(2 / (num_embeddings + embedding_dim))"
     for seed in SEEDS:
         num, dim = 1000, 64 + 32 * seed
-        weight = impl.call(adapters.embedding_summary, num, dim, seed)["weight"]
+        weight = impl.call(embedding_summary, num, dim, seed)["weight"]
         _check_init(
             weight,
             std=math.sqrt(2 / (num + dim)),
@@ -184,7 +185,7 @@ def test_embedding_gradient(impl):
         ids = torch.tensor([[1, 1, 3], [3, 0, 1]])
         grad_output = _random((2, 3, 4), seed + 10)
         (F.embedding(ids, weight) * (2.0 if scale else 1.0) * grad_output).sum().backward()
-        result = impl.call(adapters.embedding_forward, weight.detach(), ids, scale=scale, grad_output=grad_output)
+        result = impl.call(embedding_forward, weight.detach(), ids, scale=scale, grad_output=grad_output)
         grads = expect.gradients(result, "weight.grad after backward")
         expect.close(
             grads.get("weight"),
@@ -248,7 +249,7 @@ def _sinusoidal_mistakes(max_len: int, d_model: int):
 def test_sinusoidal_values(impl):
     "the table holds sin in even columns and cos in odd columns, pair i at frequency 10000^(-2i/d_model)"
     max_len, d_model = 50, 16
-    out = impl.call(adapters.sinusoidal_forward, max_len, d_model, torch.arange(max_len))
+    out = impl.call(sinusoidal_forward, max_len, d_model, torch.arange(max_len))
     expect.close(
         out,
         sinusoidal_table(max_len, d_model),
@@ -261,7 +262,7 @@ def test_sinusoidal_values(impl):
 @SINUSOIDAL.visible
 def test_sinusoidal_is_buffer(impl):
     "the table is a buffer named `pe` of shape [max_len, d_model]: no parameters, no gradient"
-    info = impl.call(adapters.sinusoidal_summary, 20, 8)
+    info = impl.call(sinusoidal_summary, 20, 8)
     summary = info["summary"]
     expect.that("parameters" in summary, "SinusoidalPositionalEncoding(20, 8) is not an nn.Module")
     expect.that(
@@ -280,7 +281,7 @@ def test_sinusoidal_is_buffer(impl):
 def test_sinusoidal_odd_and_other_sizes(impl):
     "odd d_model works: ceil(d/2) sine columns and floor(d/2) cosine columns"
     for max_len, d_model in [(30, 7), (64, 9), (12, 2), (40, 33)]:
-        out = impl.call(adapters.sinusoidal_forward, max_len, d_model, torch.arange(max_len))
+        out = impl.call(sinusoidal_forward, max_len, d_model, torch.arange(max_len))
         expect.close(
             out,
             sinusoidal_table(max_len, d_model),
@@ -297,7 +298,7 @@ def test_sinusoidal_any_positions(impl):
     for seed, d_model in zip(SEEDS, (64, 10, 31), strict=True):
         positions = _ids(max_len, (3, 5), seed)
         positions[0, 0] = max_len - 1
-        out = impl.call(adapters.sinusoidal_forward, max_len, d_model, positions)
+        out = impl.call(sinusoidal_forward, max_len, d_model, positions)
         expect.close(
             out,
             sinusoidal_table(max_len, d_model, positions),
@@ -311,7 +312,7 @@ def test_sinusoidal_any_positions(impl):
 def test_sinusoidal_out_of_range(impl):
     "positions outside 0..max_len-1 raise IndexError"
     for position in (16, 40, -1):
-        outcome = impl.call(adapters.sinusoidal_out_of_range, 16, 4, torch.tensor([0, position]))
+        outcome = impl.call(sinusoidal_out_of_range, 16, 4, torch.tensor([0, position]))
         _expect_index_error(outcome, "SinusoidalPositionalEncoding(16, 4)", position, 16)
 
 
@@ -321,7 +322,7 @@ def test_sinusoidal_out_of_range(impl):
 @LEARNED.visible
 def test_learned_parameter(impl):
     "one trainable parameter `weight` of shape [max_len, d_model]"
-    summary = impl.call(adapters.learned_summary, 24, 6)["summary"]
+    summary = impl.call(learned_summary, 24, 6)["summary"]
     expect.that("parameters" in summary, "LearnedPositionalEmbedding(24, 6) is not an nn.Module")
     expect.that(
         summary["parameters"] == {"weight": [24, 6]},
@@ -336,7 +337,7 @@ def test_learned_parameter(impl):
 def test_learned_lookup(impl):
     "forward(positions) returns the rows of weight at those positions"
     weight, positions = _random((24, 6), 3), torch.tensor([[5, 0, 23], [7, 7, 1]])
-    out = impl.call(adapters.learned_forward, weight, positions)["output"]
+    out = impl.call(learned_forward, weight, positions)["output"]
     expect.close(
         out,
         F.embedding(positions, weight),
@@ -350,7 +351,7 @@ def test_learned_lookup(impl):
 def test_learned_initialisation(impl):
     "weight starts normal with mean 0 and std 0.02 (GPT-2's choice)"
     for seed in SEEDS:
-        weight = impl.call(adapters.learned_summary, 1024, 64, seed)["weight"]
+        weight = impl.call(learned_summary, 1024, 64, seed)["weight"]
         _check_init(
             weight,
             std=0.02,
@@ -368,7 +369,7 @@ def test_learned_any_positions_and_gradient(impl):
         positions = _ids(32, shape, seed)
         grad_output = _random((*shape, 5), seed + 20)
         (F.embedding(positions, weight) * grad_output).sum().backward()
-        result = impl.call(adapters.learned_forward, weight.detach(), positions, grad_output=grad_output)
+        result = impl.call(learned_forward, weight.detach(), positions, grad_output=grad_output)
         expect.close(
             result["output"],
             F.embedding(positions, weight),
@@ -383,7 +384,7 @@ def test_learned_any_positions_and_gradient(impl):
 def test_learned_out_of_range(impl):
     "positions outside 0..max_len-1 raise IndexError (never clamp)"
     for position in (10, 11, -1):
-        outcome = impl.call(adapters.learned_out_of_range, 10, 3, torch.tensor([[1, position]]))
+        outcome = impl.call(learned_out_of_range, 10, 3, torch.tensor([[1, position]]))
         _expect_index_error(outcome, "LearnedPositionalEmbedding(10, 3)", position, 10)
 
 
@@ -404,7 +405,7 @@ def _input_case(impl, seed, shape, start_pos, *, vocab=20, max_len=16, d_model=6
     ids = _ids(vocab, shape, seed)
     grad_output = _random((*shape, d_model), seed + 30)
     expected = _input_oracle(token_weight, position_weight, ids, start_pos or 0, grad_output)
-    got = impl.call(adapters.input_embedding, token_weight, position_weight, ids, start_pos, grad_output)
+    got = impl.call(input_embedding, token_weight, position_weight, ids, start_pos, grad_output)
     return got, expected, (token_weight, position_weight, ids)
 
 
@@ -468,3 +469,75 @@ def test_input_submodules_and_gradients(impl):
         atol=1e-5,
         hint="Each position's row collects the gradient of every sequence in the batch.",
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 01: tokens, embeddings and positions.
+
+
+@adapter
+def embedding_summary(ns, num_embeddings: int, embedding_dim: int, seed: int = 0):
+    torch.manual_seed(seed)
+    module = need(ns, "Embedding")(num_embeddings, embedding_dim)
+    return {"summary": summary(module), "weight": getattr(module, "weight", None)}
+
+
+@adapter
+def embedding_forward(ns, weight, token_ids, scale=False, grad_output=None):
+    num_embeddings, embedding_dim = weight.shape
+    module = load(need(ns, "Embedding")(num_embeddings, embedding_dim, scale=scale), {"weight": weight})
+    return forward_backward(module, grad_output, token_ids)
+
+
+@adapter
+def sinusoidal_summary(ns, max_len: int, d_model: int):
+    module = need(ns, "SinusoidalPositionalEncoding")(max_len, d_model)
+    output = module(torch.arange(max_len))
+    return {"summary": summary(module), "requires_grad": bool(getattr(output, "requires_grad", False))}
+
+
+@adapter
+def sinusoidal_forward(ns, max_len: int, d_model: int, positions):
+    return need(ns, "SinusoidalPositionalEncoding")(max_len, d_model)(positions)
+
+
+@adapter
+def sinusoidal_out_of_range(ns, max_len: int, d_model: int, positions):
+    return outcome(need(ns, "SinusoidalPositionalEncoding")(max_len, d_model), positions)
+
+
+@adapter
+def learned_summary(ns, max_len: int, d_model: int, seed: int = 0):
+    torch.manual_seed(seed)
+    module = need(ns, "LearnedPositionalEmbedding")(max_len, d_model)
+    return {"summary": summary(module), "weight": getattr(module, "weight", None)}
+
+
+@adapter
+def learned_forward(ns, weight, positions, grad_output=None):
+    max_len, d_model = weight.shape
+    module = load(need(ns, "LearnedPositionalEmbedding")(max_len, d_model), {"weight": weight})
+    return forward_backward(module, grad_output, positions)
+
+
+@adapter
+def learned_out_of_range(ns, max_len: int, d_model: int, positions):
+    return outcome(need(ns, "LearnedPositionalEmbedding")(max_len, d_model), positions)
+
+
+@adapter
+def input_embedding(ns, token_weight, position_weight, token_ids, start_pos=None, grad_output=None):
+    """InputEmbedding around torch's own nn.Embedding tables, so only this exercise is tested."""
+    module = need(ns, "InputEmbedding")(
+        nn.Embedding.from_pretrained(token_weight.clone(), freeze=False),
+        nn.Embedding.from_pretrained(position_weight.clone(), freeze=False),
+    )
+    kwargs = {} if start_pos is None else {"start_pos": start_pos}
+    result = forward_backward(module, grad_output, token_ids, **kwargs)
+    result["summary"] = summary(module)
+    return result

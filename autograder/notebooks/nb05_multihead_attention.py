@@ -17,10 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
-from autograder.adapters import nb05_multihead_attention as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import adapter, lines_run, load, need, outcome, summary
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.reference import rope as reference_rope
+from autograder.reference.rope import RoPE
 from autograder.rules import CODE_FROM_STRINGS, Rule
 
 MHA = Exercise(
@@ -124,7 +125,7 @@ def _mha_mistakes(state, num_heads, x, context=None, mask=None):
 
 
 def _check_submodules(impl, class_name, args, expected):
-    summary = impl.call(adapters.attention_summary, class_name, args)
+    summary = impl.call(attention_summary, class_name, args)
     expect.that("parameters" in summary, f"{class_name}{tuple(args)} is not an nn.Module")
     got = summary["parameters"]
     expect.that(
@@ -168,7 +169,7 @@ def test_mha_parameters(impl):
 def test_mha_matches_torch(impl):
     "equals torch.nn.MultiheadAttention with the same weights (no mask)"
     state, x = _mha_state(16, 4, 0), _randn((2, 5, 16), 1)
-    got = impl.call(adapters.attention_forward, "MultiHeadAttention", [16, 4], state, [x])
+    got = impl.call(attention_forward, "MultiHeadAttention", [16, 4], state, [x])
     expect.close(
         got,
         torch_mha(state, 4, x),
@@ -182,7 +183,7 @@ def test_mha_matches_torch(impl):
 def test_mha_no_loop_over_heads(impl):
     "no Python loop over heads: your forward does the same work (lines of your code, torch calls) for 2 and 8 heads"
     x = _randn((2, 5, 16), 3)
-    runs = {f"{h} heads": impl.call(adapters.forward_lines, "MultiHeadAttention", [16, h], [x]) for h in (2, 8)}
+    runs = {f"{h} heads": impl.call(forward_lines, "MultiHeadAttention", [16, h], [x]) for h in (2, 8)}
     expect.no_loops("no Python loop over heads", runs)
 
 
@@ -197,7 +198,7 @@ def test_mha_masks_and_sizes(impl):
     ]
     for d, h, mask, seed in cases:
         state, x = _mha_state(d, h, seed), _randn((2, 6, d), seed + 50)
-        got = impl.call(adapters.attention_forward, "MultiHeadAttention", [d, h], state, [x], mask)
+        got = impl.call(attention_forward, "MultiHeadAttention", [d, h], state, [x], mask)
         expect.close(
             got,
             torch_mha(state, h, x, mask=mask),
@@ -215,10 +216,10 @@ def test_mha_causal_and_errors(impl):
     x2 = x.clone()
     x2[:, 4:] = _randn((1, 2, 16), 61)
     mask = _causal(6)[None, None]
-    a = impl.call(adapters.attention_forward, "MultiHeadAttention", [16, 4], state, [x], mask)
-    b = impl.call(adapters.attention_forward, "MultiHeadAttention", [16, 4], state, [x2], mask)
+    a = impl.call(attention_forward, "MultiHeadAttention", [16, 4], state, [x], mask)
+    b = impl.call(attention_forward, "MultiHeadAttention", [16, 4], state, [x2], mask)
     expect.close(b[:, :4], a[:, :4], "outputs of positions 0-3 after changing tokens 4 and 5 (causal mask)", atol=1e-6)
-    outcome = impl.call(adapters.construct_outcome, "MultiHeadAttention", [10, 4])
+    outcome = impl.call(construct_outcome, "MultiHeadAttention", [10, 4])
     expect.that(
         outcome["raised"] == "ValueError",
         "MultiHeadAttention(10, 4) must raise ValueError: 10 features do not split into 4 equal heads",
@@ -260,7 +261,7 @@ def test_fused_parameters_and_output(impl):
         {"qkv_proj.weight": [48, 16], "qkv_proj.bias": [48], "out_proj.weight": [16, 16], "out_proj.bias": [16]},
     )
     state, x = _mha_state(16, 4, 7), _randn((2, 5, 16), 70)
-    got = impl.call(adapters.attention_forward, "FusedQKVAttention", [16, 4], _fused(state), [x])
+    got = impl.call(attention_forward, "FusedQKVAttention", [16, 4], _fused(state), [x])
     expect.close(
         got,
         torch_mha(state, 4, x),
@@ -275,7 +276,7 @@ def test_fused_masks_and_sizes(impl):
     "with causal and padding masks, and other sizes"
     for d, h, mask, seed in [(12, 3, _causal(5)[None, None], 8), (8, 2, _padding([5, 1], 5), 9)]:
         state, x = _mha_state(d, h, seed), _randn((2, 5, d), seed + 80)
-        got = impl.call(adapters.attention_forward, "FusedQKVAttention", [d, h], _fused(state), [x], mask)
+        got = impl.call(attention_forward, "FusedQKVAttention", [d, h], _fused(state), [x], mask)
         expect.close(
             got,
             torch_mha(state, h, x, mask=mask),
@@ -316,7 +317,7 @@ def test_gqa_parameters_and_output(impl):
         {"q_proj.weight": [16, 16], "k_proj.weight": [8, 16], "v_proj.weight": [8, 16], "out_proj.weight": [16, 16]},
     )
     state, x = _gqa_state(16, 4, 2, 10), _randn((2, 5, 16), 100)
-    got = impl.call(adapters.attention_forward, "GroupedQueryAttention", [16, 4, 2], state, [x])
+    got = impl.call(attention_forward, "GroupedQueryAttention", [16, 4, 2], state, [x])
     expect.close(
         got,
         gqa_oracle(state, 4, 2, x),
@@ -337,7 +338,7 @@ def test_gqa_sizes_masks_and_errors(impl):
     "multi-query (1 K/V head), ordinary MHA (num_kv_heads = num_heads), 3 groups, a causal mask; bad sizes raise"
     for d, h, g, seed in [(16, 4, 1, 11), (16, 4, 4, 12), (24, 6, 2, 13), (12, 6, 3, 14)]:
         state, x, mask = _gqa_state(d, h, g, seed), _randn((2, 6, d), seed + 100), _causal(6)[None, None]
-        got = impl.call(adapters.attention_forward, "GroupedQueryAttention", [d, h, g], state, [x], mask)
+        got = impl.call(attention_forward, "GroupedQueryAttention", [d, h, g], state, [x], mask)
         expect.close(
             got,
             gqa_oracle(state, h, g, x, mask),
@@ -351,7 +352,7 @@ def test_gqa_sizes_masks_and_errors(impl):
             ],
         )
     for args in ([16, 4, 3], [10, 4, 2]):
-        outcome = impl.call(adapters.construct_outcome, "GroupedQueryAttention", args)
+        outcome = impl.call(construct_outcome, "GroupedQueryAttention", args)
         expect.that(outcome["raised"] == "ValueError", f"GroupedQueryAttention{tuple(args)} must raise ValueError")
 
 
@@ -365,7 +366,7 @@ def _kv_expected(layers, kv_heads, head_dim, seq, batch=1, nbytes=2):
 @KV.visible
 def test_kv_cache_llama2_7b(impl):
     "Llama-2-7B (32 layers, 32 K/V heads of 128) at 4096 tokens in bf16: 2 GiB"
-    got = impl.call(adapters.kv_cache_bytes, 32, 32, 128, 4096)
+    got = impl.call(kv_cache_bytes, 32, 32, 128, 4096)
     expected = _kv_expected(32, 32, 128, 4096)
     expect.that(got["type"] == "int", f"kv_cache_bytes returned a {got['type']}; return a whole number of bytes (int)")
     expect.that(
@@ -379,13 +380,13 @@ def test_kv_cache_llama2_7b(impl):
 def test_kv_cache_other_configurations(impl):
     "batch size and bytes per value count; grouped K/V heads shrink the cache"
     for args in [(80, 8, 128, 4096, 1, 2), (12, 12, 64, 1024, 8, 4), (1, 1, 1, 1, 1, 1)]:
-        got = impl.call(adapters.kv_cache_bytes, *args)
+        got = impl.call(kv_cache_bytes, *args)
         expect.that(
             got["value"] == _kv_expected(*args),
             f"kv_cache_bytes{args} = {got['value']}, expected {_kv_expected(*args)}",
         )
     got = impl.call(
-        adapters.kv_cache_bytes, num_layers=2, num_kv_heads=2, head_dim=4, seq_len=8, batch_size=3, bytes_per_value=1
+        kv_cache_bytes, num_layers=2, num_kv_heads=2, head_dim=4, seq_len=8, batch_size=3, bytes_per_value=1
     )
     expect.that(
         got["value"] == _kv_expected(2, 2, 4, 8, 3, 1),
@@ -420,7 +421,7 @@ def test_cross_attention_matches_torch(impl):
         },
     )
     state, x, context = _mha_state(16, 4, 15), _randn((2, 3, 16), 150), _randn((2, 7, 16), 151)
-    got = impl.call(adapters.attention_forward, "CrossAttention", [16, 4], state, [x, context])
+    got = impl.call(attention_forward, "CrossAttention", [16, 4], state, [x, context])
     expect.close(
         got,
         torch_mha(state, 4, x, context),
@@ -435,7 +436,7 @@ def test_cross_attention_padding(impl):
     "a source padding mask [batch, 1, 1, src_len] hides padded source tokens"
     state, x, context = _mha_state(12, 3, 16), _randn((2, 4, 12), 160), _randn((2, 6, 12), 161)
     mask = _padding([6, 2], 6)
-    got = impl.call(adapters.attention_forward, "CrossAttention", [12, 3], state, [x, context], mask)
+    got = impl.call(attention_forward, "CrossAttention", [12, 3], state, [x, context], mask)
     expect.close(
         got,
         torch_mha(state, 3, x, context, mask=mask),
@@ -490,7 +491,7 @@ def _rotary_mistakes(state, h, x, mask=None, positions=None):
 def test_rotary_attention_output(impl):
     "queries and keys of every head are rotated by their positions (default 0..seq-1); values are not"
     state, x = _mha_state(16, 4, 17), _randn((2, 5, 16), 170)
-    got = impl.call(adapters.rotary_forward, [16, 4], state, x)
+    got = impl.call(rotary_forward, [16, 4], state, x)
     expect.close(
         got,
         rotary_oracle(state, 4, x),
@@ -506,7 +507,7 @@ def test_rotary_attention_positions_and_mask(impl):
     # Only differences of positions matter, so a shifted 0..n-1 would not tell; gaps do.
     state, x = _mha_state(24, 3, 18), _randn((2, 6, 24), 180)
     positions, mask = torch.tensor([3, 5, 6, 10, 11, 40]), _causal(6)[None, None]
-    got = impl.call(adapters.rotary_forward, [24, 3], state, x, mask, positions)
+    got = impl.call(rotary_forward, [24, 3], state, x, mask, positions)
     expect.close(
         got,
         rotary_oracle(state, 3, x, mask, positions),
@@ -520,8 +521,8 @@ def test_rotary_attention_positions_and_mask(impl):
 def test_rotary_attention_only_relative_positions_matter(impl):
     "shifting every position by the same amount leaves the output unchanged"
     state, x = _mha_state(16, 2, 19), _randn((1, 7, 16), 190)
-    a = impl.call(adapters.rotary_forward, [16, 2], state, x, None, torch.arange(7))
-    b = impl.call(adapters.rotary_forward, [16, 2], state, x, None, torch.arange(7) + 300)
+    a = impl.call(rotary_forward, [16, 2], state, x, None, torch.arange(7))
+    b = impl.call(rotary_forward, [16, 2], state, x, None, torch.arange(7) + 300)
     expect.close(
         b,
         a,
@@ -529,3 +530,51 @@ def test_rotary_attention_only_relative_positions_matter(impl):
         atol=1e-4,
         hint="Rotate queries and keys by the SAME positions, inside each head.",
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 05: multi-head, fused-QKV, grouped-query and cross attention.
+
+
+@adapter
+def attention_summary(ns, class_name: str, args: list):
+    return summary(need(ns, class_name)(*args))
+
+
+@adapter
+def attention_forward(ns, class_name: str, args: list, state: dict, inputs: list, mask=None):
+    """Build ``class_name(*args)``, load ``state`` by name, return ``module(*inputs, mask=mask)``."""
+    module = load(need(ns, class_name)(*args), state)
+    return module(*inputs, mask=mask)
+
+
+@adapter
+def forward_lines(ns, class_name: str, args: list, inputs: list) -> dict:
+    """The work one forward pass of ``class_name(*args)`` does: lines of the student's code, torch calls
+    (``lines_run``)."""
+    module = need(ns, class_name)(*args)
+    return lines_run(module, *inputs)["work"]
+
+
+@adapter
+def construct_outcome(ns, class_name: str, args: list):
+    return outcome(need(ns, class_name), *args)
+
+
+@adapter
+def kv_cache_bytes(ns, *args, **kwargs):
+    value = need(ns, "kv_cache_bytes")(*args, **kwargs)
+    return {"value": value if isinstance(value, (int, float)) else str(value), "type": type(value).__name__}
+
+
+@adapter
+def rotary_forward(ns, args: list, state: dict, x, mask=None, token_positions=None):
+    """The student's attention around the checker's own RoPE, so exercise 6 does not rest on notebook 03."""
+    module = load(need(ns, "RotaryMultiHeadAttention")(*args, RoPE()), state)
+    kwargs = {} if token_positions is None else {"token_positions": token_positions}
+    return module(x, mask, **kwargs)

@@ -33,15 +33,22 @@ start, and the generator is seeded, so the outcome is fixed anyway).
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import math
+import tempfile
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from autograder import expect
-from autograder.adapters import nb10_training as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import adapter, need
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.reference import training as ref
 from autograder.rules import LOG_SOFTMAXES, Rule
 
@@ -109,7 +116,7 @@ def _stream(length: int, seed: int, offset: int = 40000) -> torch.Tensor:
 
 
 def _got_batch(impl, tokens, batch_size, context, **kwargs):
-    got = impl.call(adapters.batch, tokens, batch_size, context, **kwargs)
+    got = impl.call(batch, tokens, batch_size, context, **kwargs)
     call = f"get_batch(tokens, {batch_size}, {context}, {kwargs.get('device', 'cpu')!r}, generator=...)"
     expect.that(
         got.get("returned") == "pair", f"{call} returned a {got.get('returned')}, expected a pair (inputs, targets)"
@@ -296,7 +303,7 @@ def _loss_case(impl, shape, seed, scale=1.0, ignored=0.0, **kwargs):
         drop = torch.rand(shape[:-1], generator=_gen(seed + 2)) < ignored
         drop.view(-1)[0] = False
         targets = torch.where(drop, ignore_index, targets)
-    got = impl.call(adapters.loss, logits, targets, kwargs)
+    got = impl.call(loss_and_gradient, logits, targets, kwargs)
     what = (
         f"cross_entropy(logits of shape {list(shape)}, scale {scale:g}, "
         f"{'some targets ignored, ' if ignored else ''}{', '.join(f'{k}={v}' for k, v in kwargs.items())})"
@@ -422,7 +429,7 @@ ADAM_MISTAKES = {
 
 def _adam_case(impl, seed, *, resume_at=None, closure_at=None, groups=GROUPS, defaults=DEFAULTS, steps=30):
     initial, grads = _adam_problem(seed, steps)
-    got = impl.call(adapters.adamw, initial, groups, defaults, grads, resume_at=resume_at, closure_at=closure_at)
+    got = impl.call(adamw, initial, groups, defaults, grads, resume_at=resume_at, closure_at=closure_at)
     expect.that(
         got["is_optimizer"],
         "AdamW(...) is not a torch.optim.Optimizer: subclass it and call super().__init__(params, defaults)",
@@ -540,7 +547,7 @@ def _inverse_sqrt_mistakes(d, w):
 
 def _inverse_sqrt_case(impl, d, w, steps):
     what = f"inverse_sqrt_lr(step, d_model={d}, warmup_steps={w})"
-    got = _floats(impl.call(adapters.schedule, "inverse_sqrt_lr", steps, {"d_model": d, "warmup_steps": w}), what)
+    got = _floats(impl.call(schedule, "inverse_sqrt_lr", steps, {"d_model": d, "warmup_steps": w}), what)
     _compare(
         got,
         [ref.inverse_sqrt_lr(s, d_model=d, warmup_steps=w) for s in steps],
@@ -557,7 +564,7 @@ def test_inverse_sqrt_boundaries(impl):
     d, w = 512, 4000
     what = f"inverse_sqrt_lr(step, d_model={d}, warmup_steps={w})"
     got = _floats(
-        impl.call(adapters.schedule, "inverse_sqrt_lr", [0, 2000, 4000, 16000], {"d_model": d, "warmup_steps": w}), what
+        impl.call(schedule, "inverse_sqrt_lr", [0, 2000, 4000, 16000], {"d_model": d, "warmup_steps": w}), what
     )
     peak = d**-0.5 * w**-0.5
     expect.that(got[0] == 0.0, f"{what} at step 0 is {got[0]:.6g}, expected 0 (no update has been made yet)")
@@ -612,7 +619,7 @@ def _cosine_mistakes(max_lr, min_lr, w, d):
 def _cosine_case(impl, max_lr, min_lr, w, d, steps, rtol=1e-9):
     kwargs = {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w, "decay_steps": d}
     what = f"cosine_lr(step, max_lr={max_lr:g}, min_lr={min_lr:g}, warmup_steps={w}, decay_steps={d})"
-    got = _floats(impl.call(adapters.schedule, "cosine_lr", steps, kwargs), what)
+    got = _floats(impl.call(schedule, "cosine_lr", steps, kwargs), what)
     _compare(
         got, [ref.cosine_lr(s, **kwargs) for s in steps], steps, what, rtol, _cosine_mistakes(max_lr, min_lr, w, d)
     )
@@ -645,7 +652,7 @@ def test_cosine_against_torch(impl):
     what = f"cosine_lr(step, max_lr={max_lr:g}, min_lr={min_lr:g}, warmup_steps={w}, decay_steps={d})"
     got = _floats(
         impl.call(
-            adapters.schedule,
+            schedule,
             "cosine_lr",
             steps,
             {"max_lr": max_lr, "min_lr": min_lr, "warmup_steps": w, "decay_steps": d},
@@ -664,7 +671,7 @@ def test_cosine_against_torch(impl):
 
 def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False):
     grads = [None if s is None else _randn(s, seed + i, scale) for i, s in enumerate(shapes)]
-    got = impl.call(adapters.clip, grads, max_norm, as_generator=as_generator)
+    got = impl.call(clip, grads, max_norm, as_generator=as_generator)
     params = []
     for g in grads:
         p = torch.nn.Parameter(torch.zeros(3) if g is None else torch.zeros_like(g))
@@ -792,7 +799,7 @@ CHECKPOINT_MISTAKES = {
 def _checkpoint_case(impl, seed, total, stop):
     state, tokens = _tiny_state(seed), ref.tokens_for(seed)
     seeds = {"init": seed, "dropout": seed + 100, "batches": seed + 200}
-    got = impl.call(adapters.checkpoint, state, tokens, TINY, SCHEDULE, total=total, stop=stop, seeds=seeds)
+    got = impl.call(checkpoint, state, tokens, TINY, SCHEDULE, total=total, stop=stop, seeds=seeds)
     what = f"saving after {stop} of {total} steps and loading into fresh objects"
     expect.that(
         got["step"] == stop and not isinstance(got["step"], bool),
@@ -859,7 +866,7 @@ def evaluate_oracle(state, tokens, batches, batch_size, context, seed):
 def _evaluate_case(impl, seed, training, batches=3, batch_size=4, context=8):
     state, tokens = _tiny_state(seed), ref.tokens_for(seed + 50)
     got = impl.call(
-        adapters.evaluate,
+        evaluate,
         state,
         tokens,
         batches=batches,
@@ -977,7 +984,7 @@ def _train_case(impl, seed, config, schedule_kwargs):
     state = _tiny_state(seed)
     train_tokens, val_tokens = ref.tokens_for(seed + 300), ref.tokens_for(seed + 400, length=120)
     got = impl.call(
-        adapters.train,
+        train,
         state,
         train_tokens,
         val_tokens,
@@ -1066,7 +1073,7 @@ def test_train_shows_a_progress_bar(impl):
         "max_grad_norm": 1.0,
     }
     got = impl.call(
-        adapters.train_bars,
+        train_bars,
         _tiny_state(3),
         ref.tokens_for(303),
         ref.tokens_for(403, length=120),
@@ -1151,7 +1158,7 @@ def _overfit_case(impl, seed, steps, lr, shape=(4, 8), final=None):
     state = _tiny_state(seed)
     inputs = torch.randint(0, 16, shape, generator=_gen(seed + 700))
     targets = torch.randint(0, 16, shape, generator=_gen(seed + 701))
-    got = impl.call(adapters.overfit, state, inputs, targets, steps=steps, lr=lr)["losses"]
+    got = impl.call(overfit, state, inputs, targets, steps=steps, lr=lr)["losses"]
     what = f"overfit_one_batch(model, AdamW(lr={lr:g}), a batch of shape {list(shape)}, steps={steps})"
     expect.that(isinstance(got, list), f"{what} returned a {type(got).__name__}, expected the list of training losses")
     expect.that(
@@ -1192,3 +1199,396 @@ def test_overfit_reaches_zero(impl):
 def test_overfit_other_batch(impl):
     "another batch shape, learning rate and number of steps"
     _overfit_case(impl, 1, 30, 1e-2, shape=(2, 5))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 10: batches, cross-entropy, AdamW, schedules, clipping, checkpoints, the loop.
+#
+# The exercises that use other parts (checkpoints, evaluate, train, overfit_one_batch) get PyTorch's
+# parts and the neutral loop of ``autograder.reference.training`` injected, so each is graded alone.
+
+
+def _describe_batch(value, with_values: bool) -> dict:
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        return {"returned": type(value).__name__}
+    result = {"returned": "pair", "types": [type(v).__name__ for v in value]}
+    if all(isinstance(v, torch.Tensor) for v in value):
+        result |= {
+            "devices": [str(v.device) for v in value],
+            "dtypes": [str(v.dtype) for v in value],
+            "shapes": [list(v.shape) for v in value],
+        }
+        if with_values:
+            result |= {"inputs": value[0], "targets": value[1]}
+    return result
+
+
+@adapter
+def batch(
+    ns,
+    tokens: torch.Tensor,
+    batch_size: int,
+    context_length: int,
+    *,
+    kind: str = "numpy",
+    dtype: str = "uint16",
+    device: str = "cpu",
+    seed: int | None = 0,
+    global_seed: int = 0,
+) -> dict:
+    """``get_batch`` on ``tokens`` handed over as a NumPy array, an ``np.memmap`` file or a tensor."""
+    get_batch = need(ns, "get_batch")
+    array = tokens.numpy().astype(dtype)
+    with tempfile.TemporaryDirectory(
+        prefix="get-batch-", ignore_cleanup_errors=True
+    ) as folder:  # removed afterwards, also when run unsandboxed
+        if kind == "memmap":
+            array.tofile(Path(folder) / "tokens.bin")
+            data = np.memmap(Path(folder) / "tokens.bin", dtype=dtype, mode="r")
+        elif kind == "tensor":
+            data = torch.from_numpy(array.astype(np.int64))
+        else:
+            data = array
+        torch.manual_seed(global_seed)
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        value = get_batch(data, batch_size, context_length, device, generator=generator)
+        return _describe_batch(value, with_values=device != "meta")
+
+
+# --- Exercise 1: cross_entropy -----------------------------------------------------------
+
+
+@adapter
+def loss_and_gradient(ns, logits: torch.Tensor, targets: torch.Tensor, kwargs: dict) -> dict:
+    """``cross_entropy(logits, targets, **kwargs)`` and the gradient of the loss with respect to ``logits``."""
+    cross_entropy = need(ns, "cross_entropy")
+    given = logits.clone().requires_grad_()
+    value = cross_entropy(given, targets, **kwargs)
+    result = {"value": value}
+    if not isinstance(value, torch.Tensor) or value.numel() != 1:
+        return result
+    if not value.requires_grad:
+        result["grad"] = "the loss does not require grad: was it computed from .detach(), .item() or under no_grad?"
+        return result
+    value.reshape(()).backward()
+    result["grad"] = given.grad if given.grad is not None else torch.zeros_like(given)
+    return result
+
+
+# --- Exercise 2: AdamW -------------------------------------------------------------------
+
+
+@adapter
+def adamw(
+    ns,
+    initial: list,
+    groups: list,
+    defaults: dict,
+    grads: list,
+    *,
+    resume_at: int | None = None,
+    closure_at: int | None = None,
+) -> dict:
+    """Run the student's AdamW over a fixed sequence of gradients (None: no gradient this step).
+
+    ``groups``: ``[{"params": [indices], **options}]``. At ``resume_at`` the optimizer's ``state_dict()`` goes
+    through ``torch.save``/``torch.load(weights_only=True)`` into a fresh optimizer. At ``closure_at`` the
+    gradients are set by a closure passed to ``step``.
+    """
+    optimizer_class = need(ns, "AdamW")
+    params = [nn.Parameter(t.clone()) for t in initial]
+
+    def make():
+        return optimizer_class([dict(g, params=[params[i] for i in g["params"]]) for g in groups], **defaults)
+
+    optimizer = make()
+    result = {"is_optimizer": isinstance(optimizer, torch.optim.Optimizer), "trajectory": [], "closure": None}
+    if not result["is_optimizer"]:
+        return result
+    for k, step_grads in enumerate(grads):
+        if k == resume_at:
+            buffer = io.BytesIO()
+            torch.save(optimizer.state_dict(), buffer)
+            buffer.seek(0)
+            saved = torch.load(buffer, weights_only=True)
+            optimizer = make()
+            optimizer.load_state_dict(saved)
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = None if g is None else g.clone()
+        if k == closure_at:
+            given = [None if g is None else g.clone() for g in step_grads]
+
+            def closure(given=given):
+                result["closure_grad_enabled"] = torch.is_grad_enabled()
+                for p, g in zip(params, given, strict=True):
+                    p.grad = None if g is None else g.clone()
+                return torch.tensor(42.0)
+
+            for p in params:
+                p.grad = None
+            result["closure"] = optimizer.step(closure)
+        else:
+            optimizer.step()
+        result["trajectory"].append([p.detach().clone() for p in params])
+    result["state_keys"] = {
+        i: sorted(map(str, optimizer.state[p].keys())) for i, p in enumerate(params) if p in optimizer.state
+    }
+    result["steps"] = {
+        i: float(optimizer.state[p]["step"])
+        for i, p in enumerate(params)
+        if p in optimizer.state and "step" in optimizer.state[p]
+    }
+    return result
+
+
+# --- Exercises 3 and 4: the schedules ----------------------------------------------------
+
+
+@adapter
+def schedule(ns, name: str, steps: list, kwargs: dict) -> list:
+    function = need(ns, name)
+    return [function(step, **kwargs) for step in steps]
+
+
+# --- Exercise 5: clip_grad_norm ----------------------------------------------------------
+
+
+@adapter
+def clip(ns, grads: list, max_norm: float, *, as_generator: bool = False) -> dict:
+    """``clip_grad_norm`` on parameters with these gradients (None: no gradient); the norm and the gradients."""
+    clip_grad_norm = need(ns, "clip_grad_norm")
+    params = []
+    for g in grads:
+        p = nn.Parameter(torch.zeros(3) if g is None else torch.zeros_like(g))
+        p.grad = None if g is None else g.clone()
+        params.append(p)
+    given = (p for p in params) if as_generator else list(params)
+    total = clip_grad_norm(given, max_norm)
+    return {"total": total, "grads": [p.grad for p in params]}
+
+
+# --- Exercise 7 --------------------------------------------------------------------------
+
+
+@adapter
+def checkpoint(
+    ns, state: dict, tokens: torch.Tensor, config: dict, schedule_kwargs: dict, *, total: int, stop: int, seeds: dict
+) -> dict:
+    """A reference run of ``total`` updates, and the same run saved after ``stop`` and resumed into fresh objects."""
+    save_checkpoint, load_checkpoint = need(ns, "save_checkpoint"), need(ns, "load_checkpoint")
+    config = ref.TrainConfig(**config)
+
+    def schedule(step):
+        return ref.cosine_lr(step, **schedule_kwargs)
+
+    def start():
+        model, optimizer = ref.tiny_setup(seeds["init"])
+        model.load_state_dict(state)
+        torch.manual_seed(seeds["dropout"])
+        return model, optimizer, torch.Generator().manual_seed(seeds["batches"])
+
+    model, optimizer, generator = start()
+    uninterrupted = ref.run_steps(
+        model, optimizer, tokens, total, first_step=1, generator=generator, config=config, schedule=schedule
+    )
+    model, optimizer, generator = start()
+    first = ref.run_steps(
+        model, optimizer, tokens, stop, first_step=1, generator=generator, config=config, schedule=schedule
+    )
+    with tempfile.TemporaryDirectory(
+        prefix="checkpoint-", ignore_cleanup_errors=True
+    ) as folder:  # removed afterwards, also unsandboxed
+        path = Path(folder) / "run.pt"
+        save_checkpoint(path, model=model, optimizer=optimizer, step=stop, generator=generator)
+        fresh_model, fresh_optimizer = ref.tiny_setup(seeds["init"] + 1)  # other weights, an empty optimizer
+        fresh_generator = torch.Generator().manual_seed(seeds["batches"] + 1)
+        torch.manual_seed(seeds["dropout"] + 1)  # another global random state
+        step = load_checkpoint(path, model=fresh_model, optimizer=fresh_optimizer, generator=fresh_generator)
+    following = (step if isinstance(step, int) and not isinstance(step, bool) else stop) + 1
+    resumed = ref.run_steps(
+        fresh_model,
+        fresh_optimizer,
+        tokens,
+        total - stop,
+        first_step=following,
+        generator=fresh_generator,
+        config=config,
+        schedule=schedule,
+    )
+    return {
+        "uninterrupted": uninterrupted,
+        "first": first,
+        "resumed": resumed,
+        "step": step if isinstance(step, int | float | None) else {"__unsupported__": type(step).__qualname__},
+    }
+
+
+# --- Exercise 8 --------------------------------------------------------------------------
+
+
+@adapter
+def evaluate(
+    ns,
+    state: dict,
+    tokens: torch.Tensor,
+    *,
+    batches: int,
+    batch_size: int,
+    context_length: int,
+    seed: int,
+    training: bool,
+) -> dict:
+    """``evaluate`` on a TinyLM (with dropout) handed over in train or eval mode, with PyTorch's loss injected."""
+    evaluate = need(ns, "evaluate")
+    model = ref.TinyLM()
+    model.load_state_dict(state)
+    model.train(training)
+    calls = []
+
+    def loss_fn(logits, targets):
+        calls.append({"training": model.training, "grad_enabled": torch.is_grad_enabled()})
+        return ref.loss_fn(logits, targets)
+
+    torch.manual_seed(0)
+    value = evaluate(
+        model,
+        tokens,
+        batches=batches,
+        batch_size=batch_size,
+        context_length=context_length,
+        generator=torch.Generator().manual_seed(seed),
+        get_batch=ref.get_batch,
+        loss_fn=loss_fn,
+    )
+    return {"value": value, "calls": calls, "training_after": model.training}
+
+
+# --- Exercise 9 --------------------------------------------------------------------------
+
+
+@adapter
+def train(
+    ns,
+    state: dict,
+    train_tokens: torch.Tensor,
+    val_tokens: torch.Tensor,
+    config: dict,
+    schedule_kwargs: dict,
+    *,
+    seed: int,
+    global_seed: int,
+) -> dict:
+    """``train`` on a TinyLM (with dropout, handed over in eval mode) with PyTorch's parts injected."""
+    train = need(ns, "train")
+    model, optimizer = ref.tiny_setup(0)
+    model.load_state_dict(state)
+    model.eval()
+
+    def schedule(step):
+        return ref.cosine_lr(step, **schedule_kwargs)
+
+    torch.manual_seed(global_seed)
+    history = train(
+        model,
+        optimizer,
+        train_tokens,
+        val_tokens,
+        ref.TrainConfig(**config),
+        schedule=schedule,
+        generator=torch.Generator().manual_seed(seed),
+        get_batch=ref.get_batch,
+        loss_fn=ref.loss_fn,
+        clip=ref.clip,
+        evaluate=ref.evaluate,
+        progress=False,
+    )
+    return {
+        "history": history if isinstance(history, dict) else {"__unsupported__": type(history).__qualname__},
+        "training_after": model.training,
+    }
+
+
+@contextlib.contextmanager
+def _watched_bars():
+    """Record every tqdm bar made while the block runs (however tqdm was imported): its length, whether it is
+    disabled, and what its postfix said at each update."""
+    from tqdm.std import tqdm as base
+
+    bars, init, postfix, postfix_str = [], base.__init__, base.set_postfix, base.set_postfix_str
+
+    def recording_init(self, iterable=None, *args, **kwargs):
+        init(self, iterable, *args, **kwargs)
+        bars.append({"total": self.total, "disabled": bool(self.disable), "postfixes": []})
+        self._course_record = bars[-1]
+
+    def recording_postfix(self, ordered_dict=None, refresh=True, **kwargs):
+        if hasattr(self, "_course_record"):
+            shown = dict(ordered_dict or {}, **kwargs)
+            self._course_record["postfixes"].append(", ".join(f"{k}={v}" for k, v in shown.items()))
+        return postfix(self, ordered_dict, refresh, **kwargs)
+
+    def recording_postfix_str(self, s="", refresh=True):
+        if hasattr(self, "_course_record"):
+            self._course_record["postfixes"].append(str(s))
+        return postfix_str(self, s, refresh)
+
+    base.__init__, base.set_postfix, base.set_postfix_str = recording_init, recording_postfix, recording_postfix_str
+    try:
+        yield bars
+    finally:
+        base.__init__, base.set_postfix, base.set_postfix_str = init, postfix, postfix_str
+
+
+@adapter
+def train_bars(
+    ns,
+    state: dict,
+    train_tokens: torch.Tensor,
+    val_tokens: torch.Tensor,
+    config: dict,
+    schedule_kwargs: dict,
+    *,
+    seed: int,
+) -> dict:
+    """The tqdm bars ``train`` shows with progress=True and with progress=False (PyTorch's parts injected)."""
+    train = need(ns, "train")
+    shown = {}
+    for progress in (True, False):
+        model, optimizer = ref.tiny_setup(0)
+        model.load_state_dict(state)
+        with _watched_bars() as bars:
+            train(
+                model,
+                optimizer,
+                train_tokens,
+                val_tokens,
+                ref.TrainConfig(**config),
+                schedule=lambda step: ref.cosine_lr(step, **schedule_kwargs),
+                generator=torch.Generator().manual_seed(seed),
+                get_batch=ref.get_batch,
+                loss_fn=ref.loss_fn,
+                clip=ref.clip,
+                evaluate=ref.evaluate,
+                progress=progress,
+            )
+        shown[str(progress)] = bars
+    return shown
+
+
+# --- Exercise 10 -------------------------------------------------------------------------
+
+
+@adapter
+def overfit(ns, state: dict, inputs: torch.Tensor, targets: torch.Tensor, *, steps: int, lr: float) -> dict:
+    """``overfit_one_batch`` on a TinyLM without dropout, PyTorch's AdamW, and the reference loop injected."""
+    overfit_one_batch = need(ns, "overfit_one_batch")
+    model = ref.TinyLM(dropout=0.0)
+    model.load_state_dict(copy.deepcopy(state))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, foreach=False)
+    losses = overfit_one_batch(model, optimizer, inputs, targets, steps=steps, train=ref.train)
+    return {"losses": list(losses) if isinstance(losses, list | tuple) else losses}

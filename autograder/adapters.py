@@ -1,9 +1,10 @@
-"""Adapters: the only code that touches a student's objects.
+"""The adapters' toolkit: what every notebook's adapters share.
 
-One module per notebook, ``nb<notebook stem>.py``. Each function takes the student's
-namespace first, then plain inputs (tensors, numbers), builds and calls the student's
-classes, and returns plain results. They run beside student code (in the worker, or in
-the notebook's kernel), so they compute and report; they never judge.
+A notebook's adapters live in its module (``autograder/notebooks/nb<notebook stem>.py``), beside its exercises
+and checks, marked ``@adapter``. They are the only code that touches a student's objects: each takes the
+student's namespace first, then plain inputs (tensors, numbers), builds and calls the student's classes, and
+returns plain results. They run beside student code (in the worker, or in the notebook's kernel), so they
+compute and report; they never judge.
 """
 
 from __future__ import annotations
@@ -18,24 +19,22 @@ from autograder.rules import is_student_code
 from coursetools.budget import being_graded
 
 
-def adapter(module, name: str):
-    """The adapter a check asked for by ``name``: a public function defined in the notebook's adapter ``module``.
-
-    Never a helper (``_name``), nor a name the module merely imported: only what the checks are meant to call
-    can be called in the student's process (tests/test_adapters_wired.py holds every name a check uses to this)."""
-    function = None if name.startswith("_") else getattr(module, name, None)
-    if not callable(function) or getattr(function, "__module__", None) != module.__name__:
-        raise LookupError(f"{module.__name__} has no adapter {name!r}")
+def adapter(function):
+    """Mark ``function`` as an adapter of its notebook's module: a check can call it (``impl.call(function, ...)``),
+    in the student's process; nothing else in the module can be called there (``resolve``)."""
+    function.__adapter__ = True
     return function
 
 
 def resolve(module, reference: str):
-    """The adapter ``reference`` (``module:name``, ``impl.reference``) names, if it is one of ``module``'s: a check
-    of one notebook cannot call another notebook's adapters, nor anything that is not an adapter."""
+    """The adapter ``reference`` (``module:name``, ``impl.reference``) names, if it is one of ``module``'s: a
+    function defined there and marked ``@adapter``. So a check of one notebook cannot call another notebook's
+    adapters, nor a check, a helper or anything the module merely imported (tests/test_adapters_wired.py)."""
     named, _, name = reference.partition(":")
-    if named != module.__name__:
+    function = getattr(module, name, None) if named == module.__name__ else None
+    if not getattr(function, "__adapter__", False) or getattr(function, "__module__", None) != module.__name__:
         raise LookupError(f"{reference} is not one of {module.__name__}'s adapters")
-    return adapter(module, name)
+    return function
 
 
 def need(namespace: dict, name: str):
@@ -72,11 +71,11 @@ def given(ns, **functions):
                 ns.pop(name, None)
 
 
-_COURSE_MODULES = ("autograder.reference", "autograder.checks")
+_COURSE_MODULES = ("autograder.reference", "autograder.notebooks")
 
 
 def _is_the_courses(value) -> bool:
-    """Whether ``value`` (or its class, or a base class) is defined in the course's reference or checks."""
+    """Whether ``value`` (or its class, or a base class) is defined in the course's reference or notebook modules."""
     owners = [value, type(value)]
     for owner in list(owners):
         owners += list(getattr(owner, "__mro__", ()))

@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 
 from autograder import expect
-from autograder.adapters import nb00_welcome as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import adapter, lines_run, need
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.rules import CODE_FROM_STRINGS, Rule
 
 RELATIVE = Exercise(
@@ -133,7 +133,7 @@ def _relative_oracle(n: int) -> torch.Tensor:
 
 
 def _check_relative(impl, n: int) -> None:
-    got = impl.call(adapters.call, "relative_positions", [n])
+    got = impl.call(call, "relative_positions", [n])
     what = f"relative_positions({n})"
     value = got.get("value")
     expect.tensor(value, what, shape=(n, n))
@@ -169,9 +169,7 @@ def test_relative_positions_small(impl):
 @RELATIVE.visible
 def test_relative_positions_no_loops(impl):
     "no Python loops: your code does the same work (lines of your code, torch calls) for 3 and for 12 positions"
-    expect.no_loops(
-        "no Python loops", {f"n = {n}": impl.call(adapters.lines, "relative_positions", [n]) for n in (3, 12)}
-    )
+    expect.no_loops("no Python loops", {f"n = {n}": impl.call(lines, "relative_positions", [n]) for n in (3, 12)})
 
 
 @RELATIVE.hidden
@@ -192,7 +190,7 @@ def _sq_distances_oracle(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _check_sq_distances(impl, n: int, m: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
     a, b = (_randn((n, d), seed, scale=2.0).to(dtype), _randn((m, d), seed + 50, scale=2.0).to(dtype))
-    got = impl.call(adapters.call, "pairwise_sq_distances", [a, b], strided=[0, 1] if strided else [])
+    got = impl.call(call, "pairwise_sq_distances", [a, b], strided=[0, 1] if strided else [])
     what = f"pairwise_sq_distances(a, b) for a of shape [{n}, {d}] and b of shape [{m}, {d}]"
     value = _result(
         got,
@@ -230,14 +228,14 @@ def _check_sq_distances_same(impl, n: int, d: int, seed: int) -> None:
     """``pairwise_sq_distances(x, x)``: one tensor passed as both inputs. A function that edits ``a`` in place
     edits ``b`` with it here, whatever it puts back afterwards."""
     x = _randn((n, d), seed, scale=2.0)
-    got = impl.call(adapters.call, "pairwise_sq_distances", [x], same=True)
+    got = impl.call(call, "pairwise_sq_distances", [x], same=True)
     what = f"pairwise_sq_distances(x, x), one tensor x of shape [{n}, {d}] passed as both a and b,"
     _unchanged(got, {"a": x, "b": x})
     expected = _sq_distances_oracle(x, x).float()
     if _right_table(got.get("value"), expected):
         return
     # The same values in two tensors: if that is right, only sharing one tensor made the difference.
-    apart = impl.call(adapters.call, "pairwise_sq_distances", [x, x.clone()])
+    apart = impl.call(call, "pairwise_sq_distances", [x, x.clone()])
     cause = (
         (
             "; with two distinct tensors of the same values it is right, so your function changes a or b in place "
@@ -270,9 +268,7 @@ def test_sq_distances_values(impl):
 def test_sq_distances_no_loops(impl):
     "no Python loops: your code does the same work (lines of your code, torch calls) for 2 and for 9 points"
     runs = {
-        f"{n} points": impl.call(
-            adapters.lines, "pairwise_sq_distances", [_randn((n, 3), n), _randn((n + 1, 3), n + 1)]
-        )
+        f"{n} points": impl.call(lines, "pairwise_sq_distances", [_randn((n, 3), n), _randn((n + 1, 3), n + 1)])
         for n in (2, 9)
     }
     expect.no_loops("no Python loops", runs)
@@ -302,7 +298,7 @@ def test_sq_distances_same_tensor_twice(impl):
 
 def _check_dots(impl, b: int, h: int, s: int, t: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
     q, k = _randn((b, h, s, d), seed).to(dtype), _randn((b, h, t, d), seed + 50).to(dtype)
-    got = impl.call(adapters.call, "head_dot_products", [q, k], strided=[0, 1] if strided else [])
+    got = impl.call(call, "head_dot_products", [q, k], strided=[0, 1] if strided else [])
     what = f"head_dot_products(q, k) for q of shape {[b, h, s, d]} and k of shape {[b, h, t, d]}"
     value = _result(
         got,
@@ -399,7 +395,7 @@ _SPLIT_ORDER = (
 
 def _check_split(impl, b: int, s: int, h: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
     x = _randn((b, s, h * d), seed).to(dtype)
-    got = impl.call(adapters.call, "split_heads", [x, h], strided=[0] if strided else [])
+    got = impl.call(call, "split_heads", [x, h], strided=[0] if strided else [])
     what = f"split_heads(x, {h}) for x of shape {[b, s, h * d]}"
     value = _result(
         got,
@@ -429,7 +425,7 @@ def _check_split(impl, b: int, s: int, h: int, d: int, seed: int, *, dtype=torch
 
 def _check_merge(impl, b: int, h: int, s: int, d: int, seed: int, *, dtype=torch.float32, strided=False):
     y = _randn((b, h, s, d), seed).to(dtype)
-    got = impl.call(adapters.call, "merge_heads", [y], strided=[0] if strided else [])
+    got = impl.call(call, "merge_heads", [y], strided=[0] if strided else [])
     what = f"merge_heads(y) for y of shape {[b, h, s, d]}"
     value = _result(
         got,
@@ -492,7 +488,7 @@ def test_heads_shapes_and_layouts(impl):
 
 
 def _check_one_hot(impl, tokens: torch.Tensor, vocab_size: int):
-    got = impl.call(adapters.one_hot, tokens, vocab_size)
+    got = impl.call(one_hot, tokens, vocab_size)
     what = f"one_hot(tokens, {vocab_size}) for tokens of shape {list(tokens.shape)}"
     shape = (*tokens.shape, vocab_size)
     value = _result(
@@ -540,3 +536,54 @@ def test_one_hot_shapes(impl):
     _check_one_hot(impl, torch.randint(0, 7, (2, 4), generator=_gen(1)), 7)
     _check_one_hot(impl, torch.tensor(3), 4)
     _check_one_hot(impl, torch.zeros(5, dtype=torch.int64), 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 00: the warm-up functions on tensors.
+
+
+def _strided(t: torch.Tensor) -> torch.Tensor:
+    """The same values in column-major layout: not contiguous, as after a transpose or a slice."""
+    return t.mT.contiguous().mT
+
+
+def _layout(t) -> dict | None:
+    """What an in-place method changes in a tensor besides its values: shape, strides, version counter.
+
+    ``_version`` goes up with every in-place operation (``sub_``, ``unsqueeze_``), even one undone later.
+    """
+    if not isinstance(t, torch.Tensor):
+        return None
+    return {"shape": list(t.shape), "stride": list(t.stride()), "version": t._version}
+
+
+@adapter
+def call(ns, name: str, args: list, strided: list[int] = (), same: bool = False):
+    """What ``name(*args)`` returns, and the arguments afterwards (a check looks for in-place edits).
+
+    The arguments at the positions in ``strided`` are passed non-contiguous. With ``same``, the first argument
+    is passed twice (``name(x, x)``): one tensor as both inputs, as a caller may.
+    """
+    args = [_strided(a) if i in strided else a for i, a in enumerate(args)]
+    if same:
+        args = [args[0], args[0]]
+    before = [_layout(a) for a in args]
+    value = need(ns, name)(*args)
+    return {"value": value, "args_after": args, "layout_before": before, "layout_after": [_layout(a) for a in args]}
+
+
+@adapter
+def one_hot(ns, tokens, vocab_size: int):
+    """``one_hot(tokens, vocab_size)`` (the exercise's rule switches ``F.one_hot`` off: ``autograder.rules``)."""
+    return {"value": need(ns, "one_hot")(tokens, vocab_size)}
+
+
+@adapter
+def lines(ns, name: str, args: list) -> int:
+    """The work ``name(*args)`` does: lines of the student's code, torch calls (``lines_run``)."""
+    return lines_run(need(ns, name), *args)["work"]

@@ -32,9 +32,9 @@ import math
 import torch
 
 from autograder import expect
-from autograder.adapters import nb03_rope as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import adapter, given, need, outcome, shapes_made, summary
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.reference import rope as reference_rope
 
 ROTATION = Exercise("rotation_matrix", "Exercise 1: a 2x2 rotation", points=1)
@@ -146,7 +146,7 @@ def test_rotation_values(impl):
     angle = torch.tensor([0.0, 0.3, -1.2, math.pi / 2, 2.5])
     expected = rotation_oracle(angle)
     expect.close(
-        impl.call(adapters.rotation_matrix, angle),
+        impl.call(rotation_matrix, angle),
         expected.float(),
         "rotation_matrix(angles) for 5 angles",
         **SMALL,
@@ -165,7 +165,7 @@ def test_rotation_shapes_and_dtypes(impl):
     for seed, shape, dtype in [(0, (), torch.float32), (1, (2, 3), torch.float32), (2, (4,), torch.float64)]:
         angle = (_uniform(shape, seed) * 4).to(dtype)
         out = expect.tensor(
-            impl.call(adapters.rotation_matrix, angle),
+            impl.call(rotation_matrix, angle),
             f"rotation_matrix of angles shaped {list(shape)}",
             shape=(*shape, 2, 2),
             dtype=dtype,
@@ -178,9 +178,9 @@ def test_rotation_composes(impl):
     "R(a)^T R(b) = R(b - a): the property RoPE is built on"
     a, b = _uniform((6,), 3) * 3, _uniform((6,), 4) * 3
     ra, rb, rdiff = (
-        impl.call(adapters.rotation_matrix, a),
-        impl.call(adapters.rotation_matrix, b),
-        impl.call(adapters.rotation_matrix, b - a),
+        impl.call(rotation_matrix, a),
+        impl.call(rotation_matrix, b),
+        impl.call(rotation_matrix, b - a),
     )
     expect.close(ra.transpose(-1, -2) @ rb, rdiff, "R(a)^T R(b) compared with R(b - a)", **SMALL)
 
@@ -194,7 +194,7 @@ def test_frequencies_values(impl):
     for d_k in (8, 64):
         expected = frequencies_oracle(d_k, 10000.0)
         got = expect.tensor(
-            impl.call(adapters.rope_frequencies, d_k, 10000.0),
+            impl.call(rope_frequencies, d_k, 10000.0),
             f"rope_frequencies({d_k})",
             shape=(d_k // 2,),
             dtype=torch.float32,
@@ -218,13 +218,13 @@ def test_frequencies_values(impl):
 def test_frequencies_base_and_odd(impl):
     "the base argument is used, and an odd d_k raises ValueError"
     expect.close(
-        impl.call(adapters.rope_frequencies, 10, 500.0),
+        impl.call(rope_frequencies, 10, 500.0),
         frequencies_oracle(10, 500.0),
         "rope_frequencies(10, base=500)",
         atol=1e-7,
         rtol=1e-5,
     )
-    outcome = impl.call(adapters.rope_frequencies_outcome, 7)
+    outcome = impl.call(rope_frequencies_outcome, 7)
     expect.that(
         outcome["raised"] == "ValueError",
         f"rope_frequencies(7) {'raised ' + outcome['raised'] if outcome['raised'] else 'returned'}; "
@@ -241,7 +241,7 @@ def test_matrix_blocks(impl):
     expected = matrix_oracle(8, 3)
     perm = _halves_perm(8)
     got = expect.tensor(
-        impl.call(adapters.rope_matrix, 8, 3, 10000.0), "rope_matrix(8, position=3)", shape=(8, 8), dtype=torch.float32
+        impl.call(rope_matrix, 8, 3, 10000.0), "rope_matrix(8, position=3)", shape=(8, 8), dtype=torch.float32
     )
     expect.close(
         got,
@@ -263,7 +263,7 @@ def test_matrix_cases(impl):
     "position 0 is the identity; other sizes, positions and bases; orthogonal"
     for d_k, position, base in [(4, 0, 10000.0), (2, 7, 10000.0), (16, 100, 10000.0), (6, 5, 100.0)]:
         got = expect.tensor(
-            impl.call(adapters.rope_matrix, d_k, position, base),
+            impl.call(rope_matrix, d_k, position, base),
             f"rope_matrix({d_k}, {position})",
             shape=(d_k, d_k),
             dtype=torch.float32,
@@ -284,7 +284,7 @@ def test_rope_rotates_pairs(impl):
     "RoPE(x, positions) rotates each pair (2i, 2i+1) by position * theta_i"
     x, positions = _uniform((2, 6, 16), 0), torch.tensor([5, 0, 2, 9, 9, 1])
     out = expect.tensor(
-        impl.call(adapters.rope_forward, 16, 32, x, positions), "RoPE(16, 32)(x, positions)", dtype=torch.float32
+        impl.call(rope_forward, 16, 32, x, positions), "RoPE(16, 32)(x, positions)", dtype=torch.float32
     )
     expect.close(
         out,
@@ -298,7 +298,7 @@ def test_rope_rotates_pairs(impl):
 @ROPE.visible
 def test_rope_buffers(impl):
     "cos and sin are non-persistent buffers of shape [max_seq_len, d_k // 2]; no parameters"
-    summary = impl.call(adapters.rope_summary, 8, 20)
+    summary = impl.call(rope_summary, 8, 20)
     expect.that("parameters" in summary, "RoPE(8, 20) is not an nn.Module")
     expect.that(
         not summary["parameters"], f"RoPE has parameters {list(summary['parameters'])}; it has nothing to learn"
@@ -319,7 +319,7 @@ def test_rope_buffers(impl):
 def test_rope_builds_no_rotation_matrix(impl):
     "forward builds no [d_k, d_k] matrix: the element-wise form of Section 5"
     x, positions = _uniform((2, 3, 5, 8), 30), torch.tensor([4, 0, 7, 1, 2])  # d_k = 8; no other axis is 8
-    shapes = impl.call(adapters.rope_forward_shapes, 8, 16, x, positions)
+    shapes = impl.call(rope_forward_shapes, 8, 16, x, positions)
     square = [shape for shape in shapes if shape[-2:] == [8, 8]]
     expect.that(
         not square,
@@ -339,7 +339,7 @@ def test_rope_with_heads_and_offsets(impl):
     ]
     for seed, (shape, positions) in enumerate(cases):
         x = _uniform(shape, 10 + seed)
-        out = impl.call(adapters.rope_forward, shape[-1], 2048, x, positions)
+        out = impl.call(rope_forward, shape[-1], 2048, x, positions)
         expect.close(
             out,
             rope_oracle(x, positions),
@@ -355,7 +355,7 @@ def test_rope_equals_matrix_form(impl):
     x, positions = _uniform((5, 32), 20), torch.tensor([0, 1, 17, 300, 1023])
     expected = torch.stack([matrix_oracle(32, int(m)) @ v.double() for m, v in zip(positions, x, strict=True)])
     expect.close(
-        impl.call(adapters.rope_forward, 32, 1024, x, positions),
+        impl.call(rope_forward, 32, 1024, x, positions),
         expected,
         "RoPE against the matrix form",
         **_tolerance(1023),
@@ -368,8 +368,8 @@ def test_rope_invariances(impl):
     q, k = _uniform((1, 32), 30), _uniform((1, 32), 31)
     scores = []
     for shift in (0, 5, 200):
-        rq = impl.call(adapters.rope_forward, 32, 512, q, torch.tensor([3 + shift]))
-        rk = impl.call(adapters.rope_forward, 32, 512, k, torch.tensor([10 + shift]))
+        rq = impl.call(rope_forward, 32, 512, q, torch.tensor([3 + shift]))
+        rk = impl.call(rope_forward, 32, 512, k, torch.tensor([10 + shift]))
         scores.append(float((rq * rk).sum()))
     expect.that(
         max(scores) - min(scores) < 1e-3,
@@ -378,9 +378,9 @@ def test_rope_invariances(impl):
     )
     x = _uniform((3, 7, 16), 32)
     positions = torch.arange(7) * 13
-    out = impl.call(adapters.rope_forward, 16, 128, x, positions)
+    out = impl.call(rope_forward, 16, 128, x, positions)
     expect.close(out.norm(dim=-1), x.norm(dim=-1), "the length of each rotated vector", atol=1e-4)
-    zero = impl.call(adapters.rope_forward, 16, 128, x, torch.zeros(7, dtype=torch.long))
+    zero = impl.call(rope_forward, 16, 128, x, torch.zeros(7, dtype=torch.long))
     expect.close(zero, x, "RoPE at position 0", atol=1e-6)
 
 
@@ -388,7 +388,7 @@ def test_rope_invariances(impl):
 def test_rope_dtypes(impl):
     "bfloat16 in, bfloat16 out; float32 in, float32 out (cos/sin kept in float32 buffers)"
     x, positions = _uniform((2, 6, 16), 40), torch.tensor([1, 50, 2, 3, 99, 7])
-    out = impl.call(adapters.rope_forward, 16, 128, x.bfloat16(), positions)
+    out = impl.call(rope_forward, 16, 128, x.bfloat16(), positions)
     expect.tensor(out, "the output", shape=x.shape)
     expect.that(out.dtype == torch.bfloat16, f"RoPE returns {out.dtype} for a bfloat16 input; cast back to x.dtype")
     expect.close(out, rope_oracle(x.bfloat16(), positions), "the output for a bfloat16 input", atol=2e-2, rtol=2e-2)
@@ -400,7 +400,7 @@ def test_rope_dtypes(impl):
         "one rounding to bfloat16: it was computed in bfloat16; compute in float32 (x.float(), the float32 "
         "tables) and convert only the result back to x.dtype",
     )
-    summary = impl.call(adapters.rope_summary, 16, 128)
+    summary = impl.call(rope_summary, 16, 128)
     for name in ("cos", "sin"):
         expect.that(name in summary["buffers"], f"no buffer `{name}`: precompute cos and sin once, in __init__")
 
@@ -408,14 +408,14 @@ def test_rope_dtypes(impl):
 @ROPE.hidden
 def test_rope_rejects_bad_input(impl):
     "odd d_k and x.shape[-1] != d_k raise ValueError; positions outside 0..max_seq_len-1 raise IndexError naming max_seq_len"
-    outcome = impl.call(adapters.rope_construct_outcome, 7, 16)
+    outcome = impl.call(rope_construct_outcome, 7, 16)
     expect.that(
         outcome["raised"] == "ValueError",
         f"RoPE(7, 16) {'raised ' + outcome['raised'] if outcome['raised'] else 'was built'}; "
         "an odd d_k has no pairs to rotate: raise ValueError with a clear message",
     )
     for width in (6, 10):
-        outcome = impl.call(adapters.rope_forward_outcome, 8, 16, _uniform((2, width), 42), torch.tensor([0, 1]))
+        outcome = impl.call(rope_forward_outcome, 8, 16, _uniform((2, width), 42), torch.tensor([0, 1]))
         expect.that(
             outcome["raised"] == "ValueError",
             f"RoPE(8, 16) on x of shape [2, {width}] "
@@ -423,7 +423,7 @@ def test_rope_rejects_bad_input(impl):
             + "; if x.shape[-1] != d_k, raise ValueError",
         )
     for bad in (40, -1, 16):  # 16 = max_seq_len itself last: an off-by-one bound lets torch's own IndexError fire
-        outcome = impl.call(adapters.rope_forward_outcome, 8, 16, _uniform((2, 8), 41), torch.tensor([0, bad]))
+        outcome = impl.call(rope_forward_outcome, 8, 16, _uniform((2, 8), 41), torch.tensor([0, bad]))
         expect.that(
             outcome["raised"] == "IndexError",
             f"RoPE(8, max_seq_len=16) with position {bad} "
@@ -448,7 +448,7 @@ def test_rope_rejects_bad_input(impl):
 def test_rope_leaves_x_unchanged(impl):
     "forward leaves x unchanged (no in-place writes into the caller's tensor)"
     x, positions = _uniform((2, 5, 8), 43), torch.tensor([0, 3, 1, 7, 2])
-    got = impl.call(adapters.rope_forward_input, 8, 16, x, positions)
+    got = impl.call(rope_forward_input, 8, 16, x, positions)
     expect.close(
         got["output"],
         rope_oracle(x, positions),
@@ -469,7 +469,7 @@ def test_rope_tables_from_float64_angles(impl):
     x = _uniform((3, 8, 64), 44)
     positions = torch.tensor([4095, 4000, 3999, 3071, 2047, 1234, 4090, 3333])
     expect.close(
-        impl.call(adapters.rope_forward, 64, 4096, x, positions),
+        impl.call(rope_forward, 64, 4096, x, positions),
         rope_oracle(x, positions),
         "RoPE(64, 4096)(x, positions) at positions up to 4095",
         **PRECISE,
@@ -486,7 +486,7 @@ def test_rope_tables_from_float64_angles(impl):
 def test_halves_permutation_values(impl):
     "p = [0, 2, 4, ..., 1, 3, 5, ...]: even coordinates first, then odd"
     expected = _halves_perm(8)
-    got = expect.tensor(impl.call(adapters.halves_permutation, 8), "halves_permutation(8)", shape=(8,))
+    got = expect.tensor(impl.call(halves_permutation, 8), "halves_permutation(8)", shape=(8,))
     expect.that(not got.is_floating_point(), "return a LongTensor of indices")
     expect.that(
         got.dtype == torch.long,
@@ -508,9 +508,7 @@ def test_halves_permutation_values(impl):
 def test_halves_permutation_converts_conventions(impl):
     "split-halves RoPE of x[..., p] equals interleaved RoPE of x, permuted by p"
     for d_k in (2, 16, 64):
-        p = expect.tensor(
-            impl.call(adapters.halves_permutation, d_k), f"halves_permutation({d_k})", shape=(d_k,)
-        ).long()
+        p = expect.tensor(impl.call(halves_permutation, d_k), f"halves_permutation({d_k})", shape=(d_k,)).long()
         x, positions = _uniform((3, 5, d_k), d_k), torch.tensor([0, 3, 8, 100, 7])
         expect.close(
             rope_halves_oracle(x[..., p], positions),
@@ -579,7 +577,7 @@ def _slope_mistakes(n: int) -> list:
 def test_alibi_slopes_powers_of_two(impl):
     "8 and 16 heads: 2^(-8h/n), h = 1..n; 12 heads: the 8-head slopes, then 2^(-0.5), 2^(-1.5), ...; float32"
     for n in (8, 16, 12):
-        got = expect.tensor(impl.call(adapters.alibi_slopes, n), f"alibi_slopes({n})", shape=(n,), dtype=torch.float32)
+        got = expect.tensor(impl.call(alibi_slopes, n), f"alibi_slopes({n})", shape=(n,), dtype=torch.float32)
         expected = torch.tensor(alibi_slopes_oracle(n), dtype=torch.float64)
         expect.close(got, expected, f"alibi_slopes({n})", atol=0.0, rtol=1e-5, alternatives=_slope_mistakes(n))
 
@@ -588,7 +586,7 @@ def test_alibi_slopes_powers_of_two(impl):
 def test_alibi_slopes_other_counts(impl):
     "any number of heads: the paper's rule for non-powers of two, compared with Hugging Face BLOOM's slopes"
     for n in (1, 2, 3, 6, 12, 20, 32, 112):
-        got = expect.tensor(impl.call(adapters.alibi_slopes, n), f"alibi_slopes({n})", shape=(n,), dtype=torch.float32)
+        got = expect.tensor(impl.call(alibi_slopes, n), f"alibi_slopes({n})", shape=(n,), dtype=torch.float32)
         expected = torch.tensor(alibi_slopes_oracle(n), dtype=torch.float64)
         expect.close(bloom_slopes(n), expected, f"(the grader's two oracles) slopes for {n} heads", atol=0.0, rtol=1e-5)
         expect.close(
@@ -605,7 +603,7 @@ def test_alibi_slopes_other_counts(impl):
 def test_alibi_slopes_geometric(impl):
     "for a power of two, each slope is the previous one times 2^(-8/n) (a geometric sequence)"
     for n in (4, 64):
-        slopes = expect.tensor(impl.call(adapters.alibi_slopes, n), f"alibi_slopes({n})", shape=(n,)).double()
+        slopes = expect.tensor(impl.call(alibi_slopes, n), f"alibi_slopes({n})", shape=(n,)).double()
         ratios = slopes[1:] / slopes[:-1]
         expect.close(
             ratios,
@@ -652,9 +650,7 @@ def _bias_mistakes(n: int, q_len: int, k_len: int) -> list:
 @ALIBI.visible
 def test_alibi_bias_square(impl):
     "bias[h, i, j] = -slope_h * |i - j| for 4 heads and 6 positions, as float32 [heads, q_len, k_len]"
-    got = expect.tensor(
-        impl.call(adapters.alibi_bias, 4, 6, 6), "alibi_bias(4, 6, 6)", shape=(4, 6, 6), dtype=torch.float32
-    )
+    got = expect.tensor(impl.call(alibi_bias, 4, 6, 6), "alibi_bias(4, 6, 6)", shape=(4, 6, 6), dtype=torch.float32)
     expect.that(
         not torch.equal(got[0], got[-1]),
         "alibi_bias(4, 6, 6) gives every head the same bias: head h has its own slope, alibi_slopes(n_heads)[h]",
@@ -674,7 +670,7 @@ def test_alibi_bias_cached_queries(impl):
     "fewer queries than keys (a KV cache, up to 1,500 keys), and a number of heads that is not a power of two"
     for n, q_len, k_len in [(8, 1, 9), (6, 3, 10), (12, 5, 5), (2, 7, 40), (3, 2, 1500)]:
         got = expect.tensor(
-            impl.call(adapters.alibi_bias, n, q_len, k_len),
+            impl.call(alibi_bias, n, q_len, k_len),
             f"alibi_bias({n}, {q_len}, {k_len})",
             shape=(n, q_len, k_len),
             dtype=torch.float32,
@@ -699,7 +695,7 @@ def test_alibi_bias_matches_bloom(impl):
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     bloom = build_alibi_tensor(torch.ones(1, length, dtype=torch.long), n, torch.float32)  # [heads, 1, length]
     got = expect.tensor(
-        impl.call(adapters.alibi_bias, n, length, length),
+        impl.call(alibi_bias, n, length, length),
         f"alibi_bias({n}, {length}, {length})",
         shape=(n, length, length),
     )
@@ -720,7 +716,7 @@ def test_alibi_bias_invariances(impl):
     "depends only on i - j; zero on the diagonal; symmetric; a longer sequence extends it; constant head ratios"
     n, length = 8, 33
     bias = expect.tensor(
-        impl.call(adapters.alibi_bias, n, length, length),
+        impl.call(alibi_bias, n, length, length),
         f"alibi_bias({n}, {length}, {length})",
         shape=(n, length, length),
     ).double()
@@ -756,7 +752,7 @@ def test_alibi_bias_invariances(impl):
         hint="each head's bias is the previous head's times 2^(-8/n)",
     )
     longer = expect.tensor(
-        impl.call(adapters.alibi_bias, n, 2 * length, 2 * length),
+        impl.call(alibi_bias, n, 2 * length, 2 * length),
         f"alibi_bias({n}, {2 * length}, {2 * length})",
         shape=(n, 2 * length, 2 * length),
     )
@@ -768,3 +764,94 @@ def test_alibi_bias_invariances(impl):
         atol=1e-6,
         hint="a longer sequence must extend the bias, not change it",
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 03: rotary position embeddings and ALiBi.
+
+
+@adapter
+def rotation_matrix(ns, angle):
+    return need(ns, "rotation_matrix")(angle)
+
+
+@adapter
+def rope_frequencies(ns, d_k: int, base: float):
+    return need(ns, "rope_frequencies")(d_k, base)
+
+
+@adapter
+def rope_frequencies_outcome(ns, d_k: int):
+    return outcome(need(ns, "rope_frequencies"), d_k)
+
+
+@adapter
+def rope_matrix(ns, d_k: int, position: int, base: float):
+    return need(ns, "rope_matrix")(d_k, position, base)
+
+
+@adapter
+def rope_summary(ns, d_k: int, max_seq_len: int):
+    module = need(ns, "RoPE")(d_k, max_seq_len)
+    return summary(module)
+
+
+@adapter
+def rope_forward(ns, d_k: int, max_seq_len: int, x, token_positions, base: float = 10000.0):
+    return need(ns, "RoPE")(d_k, max_seq_len, base)(x, token_positions)
+
+
+@adapter
+def rope_forward_input(ns, d_k: int, max_seq_len: int, x, token_positions):
+    """The output, and whether forward changed ``x``: its values, or its version counter (an in-place write of
+    the same values counts too)."""
+    before, version = x.clone(), x._version
+    output = need(ns, "RoPE")(d_k, max_seq_len)(x, token_positions)
+    return {"output": output, "x_changed": x._version != version or not torch.equal(x, before)}
+
+
+@adapter
+def rope_forward_shapes(ns, d_k: int, max_seq_len: int, x, token_positions) -> list:
+    """The shape of every tensor that ``forward`` makes (the module is built outside the recording)."""
+    module = need(ns, "RoPE")(d_k, max_seq_len)
+    return shapes_made(module, x, token_positions)["shapes"]
+
+
+@adapter
+def rope_construct_outcome(ns, d_k: int, max_seq_len: int):
+    return outcome(need(ns, "RoPE"), d_k, max_seq_len)
+
+
+@adapter
+def rope_forward_outcome(ns, d_k: int, max_seq_len: int, x, token_positions):
+    return outcome(need(ns, "RoPE")(d_k, max_seq_len), x, token_positions)
+
+
+@adapter
+def halves_permutation(ns, d_k: int):
+    return need(ns, "halves_permutation")(d_k)
+
+
+@adapter
+def alibi_slopes(ns, n_heads: int):
+    return need(ns, "alibi_slopes")(n_heads)
+
+
+def _course_alibi_slopes(n_heads: int):
+    """Exercise 6 as the paper defines it (float32), so Exercise 7 is graded on its own."""
+    m = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = [2.0 ** (-8.0 * h / m) for h in range(1, m + 1)]
+    slopes += [2.0 ** (-4.0 * h / m) for h in range(1, 2 * (n_heads - m), 2)]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+@adapter
+def alibi_bias(ns, n_heads: int, q_len: int, k_len: int):
+    """The student's ``alibi_bias``, with the course's ``alibi_slopes`` in their namespace while it runs."""
+    with given(ns, alibi_slopes=_course_alibi_slopes):
+        return need(ns, "alibi_bias")(n_heads, q_len, k_len)

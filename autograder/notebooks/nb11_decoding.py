@@ -46,18 +46,22 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 
 import torch
+from torch import nn
 
 from autograder import expect
-from autograder.adapters import nb11_decoding as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import adapter, given, need, outcome, summary
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
+from autograder.reference import sampling
+from autograder.reference.batching import RecomputeEngine, SlotEngine
 from autograder.reference.configs import DecoderConfig
 from autograder.reference.decoders import LlamaDecoder
 from autograder.reference.kv_cache import KVCache
-from autograder.reference.modern import RotaryGroupedQueryAttention
+from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
 from autograder.reference.rope import RoPE
 from autograder.reference.toy import PrefixTableModel
 
@@ -172,7 +176,7 @@ def test_greedy_picks_the_argmax(impl):
     "greedy(logits) is the argmax over the last axis, ties to the lower token id, for [4, 9] and [2, 3, 9]"
     for logits in (_with_ties(), _randn((2, 3, 9), 2)):
         got = expect.tensor(
-            impl.call(adapters.greedy_of, logits),
+            impl.call(greedy_of, logits),
             f"greedy(logits of shape {list(logits.shape)})",
             shape=logits.shape[:-1],
         )
@@ -198,7 +202,7 @@ def test_temperature_divides(impl):
     logits = _randn((3, 8), 3, 2.0)
     for t in (0.5, 1.0, 2.0):
         what = f"apply_temperature(logits, {t})"
-        got = impl.call(adapters.temperature_of, logits, t)
+        got = impl.call(temperature_of, logits, t)
         expect.that(
             not got["input_changed"], f"{what} changed the logits in place: return logits / temperature as a new tensor"
         )
@@ -223,7 +227,7 @@ def test_temperature_divides(impl):
 def test_temperature_zero_is_greedy(impl):
     "apply_temperature(logits, 0) keeps the greedy token's logit (ties: the lower id) and sets the others to -inf"
     logits = _with_ties()
-    got = impl.call(adapters.temperature_of, logits, 0.0)
+    got = impl.call(temperature_of, logits, 0.0)
     expected = kept_top_k(logits, 1)
     out = expect.tensor(got["output"], "apply_temperature(logits, 0)", shape=logits.shape)
     expect.that(
@@ -250,7 +254,7 @@ def test_temperature_zero_is_greedy(impl):
 @GREEDY.hidden
 def test_negative_temperature_raises(impl):
     "apply_temperature(logits, -1.0) raises ValueError"
-    got = impl.call(adapters.temperature_refuses, _randn((2, 5), 4), -1.0)
+    got = impl.call(temperature_refuses, _randn((2, 5), 4), -1.0)
     expect.that(
         got["raised"] == "ValueError",
         f"apply_temperature(logits, -1.0) "
@@ -291,7 +295,7 @@ def _top_k_mistakes(logits, k):
 def _top_k_of(impl, logits, k):
     """The filter's result; where it raises for a k above the vocabulary size, a message that says why."""
     try:
-        return impl.call(adapters.filter_of, "top_k_filter", logits, k)
+        return impl.call(filter_of, "top_k_filter", logits, k)
     except StudentCodeError as error:
         if k <= logits.shape[-1]:
             raise
@@ -337,9 +341,7 @@ def test_top_k_edge_cases_and_hugging_face(impl):
         )
     logits = _randn((4, 50), 15)
     theirs = torch.isfinite(TopKLogitsWarper(top_k=10)(None, logits.clone()))
-    _check_filter(
-        impl.call(adapters.filter_of, "top_k_filter", logits, 10), "top_k_filter(logits [4, 50], 10)", logits, theirs
-    )
+    _check_filter(impl.call(filter_of, "top_k_filter", logits, 10), "top_k_filter(logits [4, 50], 10)", logits, theirs)
 
 
 # --- Exercise 3 --------------------------------------------------------------------------
@@ -385,7 +387,7 @@ def test_top_p_keeps_the_crossing_token(impl):
     probs = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.5, 0.3]])
     logits = probs.log()
     for p in (0.7, 0.6, 0.95, 0.3):
-        got = impl.call(adapters.filter_of, "top_p_filter", logits, p)
+        got = impl.call(filter_of, "top_p_filter", logits, p)
         _check_filter(
             got,
             f"top_p_filter(log([0.5, 0.3, 0.15, 0.05]), {p})",
@@ -397,7 +399,7 @@ def test_top_p_keeps_the_crossing_token(impl):
     for m in (1, 3, 6):
         p = _p_inside(logits[0], m)
         _check_filter(
-            impl.call(adapters.filter_of, "top_p_filter", logits, p),
+            impl.call(filter_of, "top_p_filter", logits, p),
             f"top_p_filter(random logits, {p:.4f})",
             logits,
             kept_top_p(logits, p),
@@ -411,7 +413,7 @@ def test_top_p_ties_and_shapes(impl):
     logits = torch.tensor([[2.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]])
     for p in (_p_inside(logits[0], 3), 0.5):
         _check_filter(
-            impl.call(adapters.filter_of, "top_p_filter", logits, p),
+            impl.call(filter_of, "top_p_filter", logits, p),
             f"top_p_filter(logits with ties, {p:.4f})",
             logits,
             kept_top_p(logits, p),
@@ -419,20 +421,20 @@ def test_top_p_ties_and_shapes(impl):
         )
     peaked = torch.tensor([[10.0, 0.0, 0.0, 0.0]])
     _check_filter(
-        impl.call(adapters.filter_of, "top_p_filter", peaked, 0.5),
+        impl.call(filter_of, "top_p_filter", peaked, 0.5),
         "top_p_filter([10, 0, 0, 0], 0.5)",
         peaked,
         kept_top_p(peaked, 0.5),
     )
     cube = _randn((2, 3, 8), 21)
     _check_filter(
-        impl.call(adapters.filter_of, "top_p_filter", cube, 0.8),
+        impl.call(filter_of, "top_p_filter", cube, 0.8),
         "top_p_filter(logits of shape [2, 3, 8], 0.8)",
         cube,
         kept_top_p(cube, 0.8),
     )
     _check_filter(
-        impl.call(adapters.filter_of, "top_p_filter", cube, 1.0),
+        impl.call(filter_of, "top_p_filter", cube, 1.0),
         "top_p_filter(logits, 1.0)",
         cube,
         torch.ones(cube.shape, dtype=torch.bool),
@@ -450,7 +452,7 @@ def test_top_p_equals_hugging_face(impl):
         theirs = torch.isfinite(TopPLogitsWarper(top_p=p)(None, logits.clone()))
         expect.that(int(theirs.sum()) == m, "internal: HF's nucleus differs from the construction")
         _check_filter(
-            impl.call(adapters.filter_of, "top_p_filter", logits, p),
+            impl.call(filter_of, "top_p_filter", logits, p),
             f"top_p_filter(logits [1, 40], {p:.4f})",
             logits,
             theirs,
@@ -467,7 +469,7 @@ def _describe_kwargs(kwargs):
 
 def _sample_case(impl, logits, kwargs, seed, mistakes=()):
     what = f"sample_next(logits, {_describe_kwargs(kwargs)})"
-    got = impl.call(adapters.sample_counts, logits, DRAWS, kwargs, seed)
+    got = impl.call(sample_counts, logits, DRAWS, kwargs, seed)
     if got.get("counts") is None:
         if got.get("out_of_range"):
             expect.fail(f"{what} returned token ids outside 0..{logits.shape[-1] - 1}")
@@ -644,7 +646,7 @@ def _generate_case(impl, table_seed, prompt, max_new_tokens, eos_id):
     table = _table(table_seed)
     expected = greedy_oracle(table, prompt, max_new_tokens, eos_id)
     what = f"generate(model, {prompt.tolist()}, max_new_tokens={max_new_tokens}, eos_id={eos_id})"
-    got = impl.call(adapters.generate_with, {"table": table}, prompt, max_new_tokens, eos_id)
+    got = impl.call(generate_with, {"table": table}, prompt, max_new_tokens, eos_id)
     tokens = _sequence(got["output"], what)
     if tokens == expected:
         return
@@ -714,7 +716,7 @@ def _check_batch(impl, spec, prompts, max_new_tokens, pad_id, eos_id, expected):
         f"generate_batch(model, prompts of lengths {[len(p) for p in prompts]}, max_new_tokens={max_new_tokens}, "
         f"pad_id={pad_id}, eos_id={eos_id})"
     )
-    got = impl.call(adapters.generate_batch_with, spec, prompts, max_new_tokens, pad_id, eos_id)
+    got = impl.call(generate_batch_with, spec, prompts, max_new_tokens, pad_id, eos_id)
     out = got["output"]
     expect.that(
         isinstance(out, list) and len(out) == len(prompts),
@@ -838,7 +840,7 @@ def _beam_case(
         f"beam_search(model, {prompt.tolist()}, beam_size={beam_size}, max_new_tokens={max_new_tokens}, "
         f"eos_id={eos_id}, length_penalty={alpha})"
     )
-    got = impl.call(adapters.beam_search_with, table, prompt, beam_size, max_new_tokens, eos_id, alpha)
+    got = impl.call(beam_search_with, table, prompt, beam_size, max_new_tokens, eos_id, alpha)
     tokens = _sequence(got["tokens"], f"the tokens of {what}")
     expect.that(
         isinstance(got["score"], float),
@@ -984,7 +986,7 @@ def _cache_updates(seed, shapes):
 
 def _check_cache(impl, n_layers, shapes, seed):
     updates = _cache_updates(seed, shapes)
-    got = impl.call(adapters.kv_cache_updates, n_layers, updates)
+    got = impl.call(kv_cache_updates, n_layers, updates)
     expect.that(
         got["length_empty"] == 0, f"KVCache({n_layers}).length is {got['length_empty']} before any update, expected 0"
     )
@@ -1071,7 +1073,7 @@ def _attention_case(impl, d, heads, kv_heads, seed, length, chunks, layer=0, bat
     reference.load_state_dict(state)
     with torch.no_grad():
         full = reference(x, torch.ones(length, length, dtype=torch.bool).tril())
-    got = impl.call(adapters.cached_attention_steps, d, heads, kv_heads, state, x, chunks, layer)
+    got = impl.call(cached_attention_steps, d, heads, kv_heads, state, x, chunks, layer)
     for i, (start, end) in enumerate(chunks):
         what = (
             f"CachedRotaryGQA({d}, {heads}, {kv_heads}) on the tokens {start}..{end - 1} after {start} cached "
@@ -1124,7 +1126,7 @@ def _attention_case(impl, d, heads, kv_heads, seed, length, chunks, layer=0, bat
 @ATTENTION.visible
 def test_attention_prompt_then_single_tokens(impl):
     "a 5-token prompt then 3 single tokens with the cache equal full causal attention (course's reference)"
-    summary = impl.call(adapters.cached_attention_summary, 32, 4, 2)
+    summary = impl.call(cached_attention_summary, 32, 4, 2)
     expected = {
         "q_proj.weight": [32, 32],
         "k_proj.weight": [16, 32],
@@ -1184,7 +1186,7 @@ def _decoder_case(impl, seed, chunks, length, n_kv_heads=2, batch=2):
     tokens = torch.randint(0, 50, (batch, length), generator=_gen(seed + 500))
     with torch.no_grad():
         full = model(tokens)
-    got = impl.call(adapters.cached_decoder_steps, fields, state, tokens, chunks)
+    got = impl.call(cached_decoder_steps, fields, state, tokens, chunks)
     expect.close(
         got["full"],
         full,
@@ -1241,9 +1243,7 @@ def test_decoder_generates_the_same_tokens(impl):
     model, fields, state = _decoder_spec(110)
     prompt = torch.tensor([4, 8, 15, 16, 23, 42])
     expected = llama_greedy(model, prompt, 10, None)
-    got = _sequence(
-        impl.call(adapters.cached_decoder_generate, fields, state, prompt, 10), "greedy generation with your cache"
-    )
+    got = _sequence(impl.call(cached_decoder_generate, fields, state, prompt, 10), "greedy generation with your cache")
     expect.that(got == expected, f"greedy generation with the cache gave {got[6:]}, without it {expected[6:]}")
 
 
@@ -1293,7 +1293,7 @@ def _batching_case(impl, spec, prompts, n_slots, max_new_tokens, eos_id, expecte
         f"continuous_batching(engine with {n_slots} slots, {len(prompts)} prompts, max_new_tokens="
         f"{max_new_tokens}, eos_id={eos_id})"
     )
-    got = impl.call(adapters.serve, spec, prompts, n_slots, max_new_tokens, eos_id)
+    got = impl.call(serve, spec, prompts, n_slots, max_new_tokens, eos_id)
     out = got["output"]
     expect.that(
         isinstance(out, list) and len(out) == len(prompts),
@@ -1359,3 +1359,270 @@ def test_batching_with_the_slot_engine(impl):
     expected = [llama_greedy(model, p, 8, 41)[len(p) :] for p in prompts]
     expect.that(len({len(e) for e in expected}) > 2, "internal: lengths not mixed")
     _batching_case(impl, dict(spec, max_len=32), prompts, 3, 8, 41, expected)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 11: samplers, generation loops, beam search, the KV cache, continuous batching.
+#
+# Each exercise is graded on its own: while ``sample_next`` runs, the notebook's ``apply_temperature``,
+# ``top_k_filter`` and ``top_p_filter`` are the course's (``autograder.reference.sampling``), restored
+# afterwards; the generation loops get the course's greedy choice through their ``pick`` argument; the
+# cached decoder is built with the course's cache-aware ``ModernBlock``, ``RoPE`` and ``nn.RMSNorm``, and
+# run with the course's ``KVCache``; the cached attention gets the course's ``RoPE`` and ``KVCache``; the
+# scheduler drives the course's engines. Models are built here from plain data (a lookup table, or a
+# configuration and a state dict), and each adapter reports what the student's code returned and what it
+# asked of the model or the engine.
+
+
+@adapter
+def greedy_of(ns, logits):
+    return need(ns, "greedy")(logits)
+
+
+@adapter
+def temperature_of(ns, logits, temperature):
+    given = logits.clone()
+    output = need(ns, "apply_temperature")(given, temperature)
+    return {"output": output, "input_changed": not torch.equal(given, logits)}
+
+
+@adapter
+def temperature_refuses(ns, logits, temperature):
+    return outcome(need(ns, "apply_temperature"), logits.clone(), temperature)
+
+
+@adapter
+def filter_of(ns, name: str, logits, value):
+    given = logits.clone()
+    output = need(ns, name)(given, value)
+    return {"output": output, "input_changed": not torch.equal(given, logits)}
+
+
+# --- Exercise 4 --------------------------------------------------------------------------
+
+
+@adapter
+def sample_counts(ns, logits, draws: int, kwargs: dict, seed: int):
+    """Counts of each token over ``draws`` draws per row of ``logits`` [rows, vocab], in one call, twice
+    with generators seeded alike; the course's filters stand in for the notebook's."""
+    rows, vocab = logits.shape
+    batch = logits.repeat_interleave(draws, dim=0)
+    results = []
+    with given(
+        ns,
+        apply_temperature=sampling.apply_temperature,
+        top_k_filter=sampling.top_k_filter,
+        top_p_filter=sampling.top_p_filter,
+        greedy=sampling.greedy,
+    ):
+        for _ in range(2):
+            out = need(ns, "sample_next")(batch.clone(), **kwargs, generator=torch.Generator().manual_seed(seed))
+            results.append(out)
+    first = results[0]
+    if not isinstance(first, torch.Tensor) or first.shape != (rows * draws,) or first.dtype.is_floating_point:
+        return {"draws": first, "counts": None}
+    if first.min() < 0 or first.max() >= vocab:
+        return {"draws": first, "counts": None, "out_of_range": True}
+    counts = torch.stack(
+        [torch.bincount(first[r * draws : (r + 1) * draws].long(), minlength=vocab) for r in range(rows)]
+    )
+    return {
+        "counts": counts,
+        "repeatable": isinstance(results[1], torch.Tensor) and torch.equal(results[0], results[1]),
+    }
+
+
+# --- Exercises 5 and 6: models that report how they were called --------------------------
+
+
+class _Watched(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.calls = model, []
+
+    def forward(self, tokens, padding_mask=None):
+        self.calls.append(
+            {
+                "shape": list(tokens.shape),
+                "tokens": tokens.clone(),
+                "mask": None if padding_mask is None else padding_mask.clone(),
+            }
+        )
+        return self.model(tokens, padding_mask)
+
+
+def _greedy_pick(logits):
+    return logits.argmax(dim=-1)
+
+
+def _llama(fields: dict, state: dict):
+    model = LlamaDecoder(DecoderConfig(**fields)).eval()
+    model.load_state_dict(state)
+    return model
+
+
+def _model(spec: dict):
+    return PrefixTableModel(spec["table"]) if "table" in spec else _llama(spec["fields"], spec["state"])
+
+
+@adapter
+def generate_with(ns, spec: dict, prompt, max_new_tokens: int, eos_id):
+    model = _Watched(_model(spec))
+    out = need(ns, "generate")(model, prompt.clone(), max_new_tokens=max_new_tokens, eos_id=eos_id, pick=_greedy_pick)
+    return {"output": out, "calls": [c["shape"] for c in model.calls]}
+
+
+@adapter
+def generate_batch_with(ns, spec: dict, prompts: list, max_new_tokens: int, pad_id: int, eos_id):
+    model = _Watched(_model(spec))
+    out = need(ns, "generate_batch")(
+        model,
+        [p.clone() for p in prompts],
+        max_new_tokens=max_new_tokens,
+        pad_id=pad_id,
+        eos_id=eos_id,
+        pick=_greedy_pick,
+    )
+    first = model.calls[0] if model.calls else {"shape": None, "mask": None}
+    last = model.calls[-1] if model.calls else {"tokens": None, "mask": None}
+    return {
+        "output": out,
+        "calls": len(model.calls),
+        "first_shape": first["shape"],
+        "first_mask": first["mask"],
+        "masks_given": all(c["mask"] is not None for c in model.calls),
+        "last_tokens": last["tokens"],
+        "last_mask": last["mask"],
+    }  # what the model was fed, every column
+
+
+# --- Exercise 7 --------------------------------------------------------------------------
+
+
+@adapter
+def beam_search_with(ns, table, prompt, beam_size: int, max_new_tokens: int, eos_id: int, length_penalty: float):
+    model = PrefixTableModel(table)
+    tokens, score = need(ns, "beam_search")(
+        model,
+        prompt.clone(),
+        beam_size=beam_size,
+        max_new_tokens=max_new_tokens,
+        eos_id=eos_id,
+        length_penalty=length_penalty,
+    )
+    return {"tokens": tokens, "score": float(score) if isinstance(score, numbers.Real | torch.Tensor) else score}
+
+
+# --- Exercise 8 --------------------------------------------------------------------------
+
+
+@adapter
+def kv_cache_updates(ns, n_layers: int, updates: list):
+    """``KVCache(n_layers)``: its length before anything, then each update's result and the length after it."""
+    cache = need(ns, "KVCache")(n_layers)
+    record = {"length_empty": cache.length, "steps": []}
+    for layer, k, v in updates:
+        k_all, v_all = cache.update(layer, k.clone(), v.clone())
+        stored = {
+            name: list(value) if isinstance(value := getattr(cache, name, None), list | tuple) else None
+            for name in ("keys", "values")
+        }  # the spec names them: one entry per layer
+        record["steps"].append({"k": k_all, "v": v_all, "length": cache.length, **stored})
+    return record
+
+
+# --- Exercise 9 --------------------------------------------------------------------------
+
+
+@adapter
+def cached_attention_summary(ns, d_model: int, heads: int, kv_heads: int):
+    return summary(need(ns, "CachedRotaryGQA")(d_model, heads, kv_heads, RoPE()))
+
+
+@adapter
+@torch.no_grad()
+def cached_attention_steps(ns, d_model: int, heads: int, kv_heads: int, state: dict, x, chunks: list, layer: int):
+    """The attention run on ``x``'s chunks in turn with one course ``KVCache``, positions continuing,
+    each chunk's mask ``[new, offset + new]`` (causal); its outputs and the cache's length after each call."""
+    attention = need(ns, "CachedRotaryGQA")(d_model, heads, kv_heads, RoPE())
+    attention.load_state_dict(state)
+    cache = KVCache(layer + 1)
+
+    def chunk(start, end):
+        mask = torch.ones(end - start, end, dtype=torch.bool).tril(diagonal=start)
+        return attention(x[:, start:end], mask, torch.arange(start, end), cache=cache, layer=layer)
+
+    result = _by_chunks(chunk, chunks, cache)
+    result["cached_keys"] = cache.keys[layer]  # what the cache holds at the end: the spec says rotated keys
+    return result
+
+
+def _by_chunks(call, chunks: list, cache: KVCache) -> dict:
+    """``call(start, end)`` for each chunk in turn: its outputs, or what it raised (and where), and the
+    cache's per-layer lengths after each call."""
+    result = {"outputs": [], "lengths": [], "error": None}
+    for start, end in chunks:
+        try:
+            result["outputs"].append(call(start, end))
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001 - reported with the chunk it happened in
+            result["error"] = {"chunk": [start, end], "message": f"{type(error).__name__}: {error}"}
+        result["lengths"].append([0 if k is None else k.shape[2] for k in cache.keys])
+        if result["error"]:
+            break
+    return result
+
+
+# --- Exercise 10 -------------------------------------------------------------------------
+
+
+def _decoder(ns, fields: dict):
+    return need(ns, "CachedDecoder")(DecoderConfig(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=RoPE)
+
+
+@adapter
+@torch.no_grad()
+def cached_decoder_steps(ns, fields: dict, state: dict, tokens, chunks: list):
+    """The decoder run on ``tokens``' chunks in turn with one course ``KVCache`` (and once without a cache,
+    on everything): each call's logits, or what it raised, and the cache's per-layer lengths after it."""
+    model = _decoder(ns, fields).eval()
+    model.load_state_dict(state)
+    cache = KVCache(fields["n_layers"])
+    full = model(tokens)
+    return {"full": full, **_by_chunks(lambda start, end: model(tokens[:, start:end], cache=cache), chunks, cache)}
+
+
+@adapter
+@torch.no_grad()
+def cached_decoder_generate(ns, fields: dict, state: dict, prompt, max_new_tokens: int):
+    """Greedy generation with the student's decoder and a course ``KVCache``: prefill, then one token a call."""
+    model = _decoder(ns, fields).eval()
+    model.load_state_dict(state)
+    cache = KVCache(fields["n_layers"])
+    tokens, step = prompt.clone(), prompt[None]
+    for _ in range(max_new_tokens):
+        token = model(step, cache=cache)[0, -1].argmax()
+        tokens = torch.cat([tokens, token.view(1)])
+        step = token.view(1, 1)
+    return tokens
+
+
+# --- Exercise 11 -------------------------------------------------------------------------
+
+
+@adapter
+def serve(ns, spec: dict, prompts: list, n_slots: int, max_new_tokens: int, eos_id):
+    if "table" in spec:
+        engine = RecomputeEngine(PrefixTableModel(spec["table"]), n_slots)
+    else:
+        engine = SlotEngine(_llama(spec["fields"], spec["state"]), n_slots, spec["max_len"])
+    out = need(ns, "continuous_batching")(
+        engine, [p.clone() for p in prompts], max_new_tokens=max_new_tokens, eos_id=eos_id
+    )
+    return {"output": out, "events": [[kind, what] for kind, what in engine.events]}

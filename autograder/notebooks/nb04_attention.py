@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from autograder import expect
-from autograder.adapters import nb04_attention as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import adapter, calls_of, need
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.rules import ATTENTIONS, LOG_SOFTMAXES, SOFTMAXES, Rule
 
 SOFTMAX = Exercise(
@@ -127,7 +127,7 @@ def test_softmax_values(impl):
     x = _randn((3, 5), 0, scale=3)
     for dim in (-1, 0):
         expect.close(
-            impl.call(adapters.softmax, x, dim),
+            impl.call(softmax, x, dim),
             torch.softmax(x, dim),
             f"softmax(x, dim={dim}) for x of shape [3, 5]",
             **PROB,
@@ -139,7 +139,7 @@ def test_softmax_values(impl):
 def test_softmax_large_logits(impl):
     "large logits (1000) do not overflow"
     x = torch.tensor([[1000.0, 999.0, 990.0], [-5.0, 0.0, 5.0]])
-    got = impl.call(adapters.softmax, x, -1)
+    got = impl.call(softmax, x, -1)
     if (
         isinstance(got, torch.Tensor)
         and got.shape == x.shape
@@ -164,7 +164,7 @@ def test_softmax_rows_on_different_scales(impl):
     "each slice is shifted by its own maximum; -inf entries get probability 0"
     x = torch.tensor([[1000.0, 998.0, 995.0], [-1000.0, -1001.0, -1003.0], [2.0, float("-inf"), 0.0]])
     expect.close(
-        impl.call(adapters.softmax, x, -1),
+        impl.call(softmax, x, -1),
         torch.softmax(x, -1),
         "softmax of rows near +1000, near -1000, and with -inf",
         **PROB,
@@ -178,13 +178,13 @@ def test_softmax_dims_and_dtypes(impl):
     x = _randn((2, 3, 4, 5), 1, scale=4)
     for dim in (1, -2, 3):
         expect.close(
-            impl.call(adapters.softmax, x, dim),
+            impl.call(softmax, x, dim),
             torch.softmax(x, dim),
             f"softmax over dim={dim} of a [2, 3, 4, 5] tensor",
             **PROB,
         )
     x64 = _randn((4, 6), 2).double()
-    out = expect.tensor(impl.call(adapters.softmax, x64, -1), "softmax of a float64 tensor", dtype=torch.float64)
+    out = expect.tensor(impl.call(softmax, x64, -1), "softmax of a float64 tensor", dtype=torch.float64)
     expect.close(out, torch.softmax(x64, -1), "softmax of a float64 tensor", atol=1e-12, rtol=1e-10)
 
 
@@ -196,7 +196,7 @@ def test_weights_no_mask(impl):
     "weights = softmax(q kᵀ / sqrt(d_k)) over the keys; each row sums to 1"
     q, k = _randn((2, 4, 8), 3), _randn((2, 6, 8), 4)
     expect.close(
-        impl.call(adapters.attention_weights, q, k),
+        impl.call(attention_weights, q, k),
         oracle_weights(q, k),
         "attention_weights(q, k) for q [2, 4, 8], k [2, 6, 8]",
         **PROB,
@@ -209,7 +209,7 @@ def test_weights_with_mask(impl):
     "masked keys get weight 0 and the rest still sum to 1 (True = may attend)"
     q, k, mask = _randn((2, 4, 8), 5), _randn((2, 6, 8), 6), _mask((2, 4, 6), 7)
     expect.close(
-        impl.call(adapters.attention_weights, q, k, mask),
+        impl.call(attention_weights, q, k, mask),
         oracle_weights(q, k, mask),
         "attention_weights(q, k, mask)",
         **PROB,
@@ -223,7 +223,7 @@ def test_weights_fully_masked_row(impl):
     q, k = _randn((3, 5, 4), 8), _randn((3, 7, 4), 9)
     mask = _mask((3, 5, 7), 10)
     mask[1, 2] = False
-    got = expect.tensor(impl.call(adapters.attention_weights, q, k, mask), "attention_weights", shape=(3, 5, 7))
+    got = expect.tensor(impl.call(attention_weights, q, k, mask), "attention_weights", shape=(3, 5, 7))
     expect.that(
         bool(torch.isfinite(got).all()),
         "the weights contain NaN or inf when one query has every key masked; "
@@ -239,7 +239,7 @@ def test_weights_broadcast_masks(impl):
     for seed, shape in [(13, (2, 1, 1, 5)), (14, (4, 5))]:
         mask = _mask(shape, seed)
         expect.close(
-            impl.call(adapters.attention_weights, q, k, mask),
+            impl.call(attention_weights, q, k, mask),
             oracle_weights(q, k, mask),
             f"attention_weights with a mask of shape {list(shape)}",
             **PROB,
@@ -256,7 +256,7 @@ def test_sdpa_matches_torch(impl):
     "equals torch's scaled_dot_product_attention (3-D, d_v != d_k, no mask)"
     q, k, v = _randn((2, 4, 8), 20), _randn((2, 6, 8), 21), _randn((2, 6, 3), 22)
     expect.close(
-        impl.call(adapters.scaled_dot_product_attention, q, k, v),
+        impl.call(scaled_dot_product_attention, q, k, v),
         _sdpa(q, k, v),
         "attention output for q [2,4,8], k [2,6,8], v [2,6,3]",
         **TOL,
@@ -268,7 +268,7 @@ def test_sdpa_matches_torch(impl):
 def test_sdpa_uses_attention_weights(impl):
     "uses your attention_weights: it runs while scaled_dot_product_attention does, called however you like"
     q, k, v = _randn((1, 3, 4), 32), _randn((1, 5, 4), 33), _randn((1, 5, 2), 34)
-    got = impl.call(adapters.attention_weights_used, q, k, v, _mask((1, 3, 5), 35))
+    got = impl.call(attention_weights_used, q, k, v, _mask((1, 3, 5), 35))
     # None: attention_weights is no Python function whose code could be watched; nothing to observe, so no failure.
     expect.that(
         got["calls"] != 0,
@@ -286,7 +286,7 @@ def test_sdpa_with_masks(impl):
     empty = _mask((2, 3, 5, 5), 26)
     empty[0, 1, 3] = False
     for name, mask in [("a causal mask", causal), ("a padding mask", padding), ("a fully masked row", empty)]:
-        got = impl.call(adapters.scaled_dot_product_attention, q, k, v, mask)
+        got = impl.call(scaled_dot_product_attention, q, k, v, mask)
         expect.close(
             got,
             _sdpa(q, k, v, mask),
@@ -301,10 +301,10 @@ def test_sdpa_invariances(impl):
     "causal: changing later tokens leaves earlier outputs alone; no mask: permuting keys and values together changes nothing"
     q, k, v = _randn((1, 6, 8), 27), _randn((1, 6, 8), 28), _randn((1, 6, 8), 29)
     causal = torch.ones(6, 6, dtype=torch.bool).tril()
-    before = impl.call(adapters.scaled_dot_product_attention, q, k, v, causal)
+    before = impl.call(scaled_dot_product_attention, q, k, v, causal)
     k2, v2 = k.clone(), v.clone()
     k2[:, 4:], v2[:, 4:] = _randn((1, 2, 8), 30), _randn((1, 2, 8), 31)
-    after = impl.call(adapters.scaled_dot_product_attention, q, k2, v2, causal)
+    after = impl.call(scaled_dot_product_attention, q, k2, v2, causal)
     expect.close(
         after[:, :4],
         before[:, :4],
@@ -313,10 +313,10 @@ def test_sdpa_invariances(impl):
         hint="A query must never see a later key when the causal mask is given.",
     )
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
-    permuted = impl.call(adapters.scaled_dot_product_attention, q, k[:, perm], v[:, perm])
+    permuted = impl.call(scaled_dot_product_attention, q, k[:, perm], v[:, perm])
     expect.close(
         permuted,
-        impl.call(adapters.scaled_dot_product_attention, q, k, v),
+        impl.call(scaled_dot_product_attention, q, k, v),
         "the output after permuting the keys and values together",
         **TOL,
         hint="Without a mask, attention is a weighted average over a set: the order of keys cannot matter.",
@@ -345,7 +345,7 @@ def _same_mask(got, expected, what, mistakes=()):
 def test_causal_mask_values(impl):
     "causal_mask(n): True on and below the diagonal (query i sees keys 0..i)"
     expected = torch.ones(5, 5, dtype=torch.bool).tril()
-    got = _mask_result(impl.call(adapters.causal_mask, 5), "causal_mask(5)", (5, 5))
+    got = _mask_result(impl.call(causal_mask, 5), "causal_mask(5)", (5, 5))
     _same_mask(
         got,
         expected,
@@ -366,7 +366,7 @@ def test_causal_mask_values(impl):
 def test_causal_mask_sizes(impl):
     "works for sizes 1, 2 and 9"
     for n in (1, 2, 9):
-        got = _mask_result(impl.call(adapters.causal_mask, n), f"causal_mask({n})", (n, n))
+        got = _mask_result(impl.call(causal_mask, n), f"causal_mask({n})", (n, n))
         _same_mask(got, torch.ones(n, n, dtype=torch.bool).tril(), f"causal_mask({n})")
 
 
@@ -380,7 +380,7 @@ def _padding_oracle(ids, pad):
 @PADDING.visible
 def test_padding_mask_values(impl):
     "padding_mask(ids, pad_id) is [batch, 1, 1, seq], True where the key token is not padding"
-    got = impl.call(adapters.padding_mask, _IDS, 0)
+    got = impl.call(padding_mask, _IDS, 0)
     keys = _IDS != 0
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (3, 1, 5, 1):
         expect.fail(
@@ -405,7 +405,7 @@ def test_padding_mask_values(impl):
 def test_padding_mask_other_pad_id_and_effect(impl):
     "any pad_id; changing padded tokens changes no output of real queries"
     ids = torch.tensor([[2, 2, 8, 1], [6, 1, 1, 1]])
-    got = _mask_result(impl.call(adapters.padding_mask, ids, 1), "padding_mask(ids, pad_id=1)", (2, 1, 1, 4))
+    got = _mask_result(impl.call(padding_mask, ids, 1), "padding_mask(ids, pad_id=1)", (2, 1, 1, 4))
     _same_mask(got, _padding_oracle(ids, 1), "padding_mask(ids, pad_id=1)")
     q, k, v = _randn((2, 3, 4, 8), 40), _randn((2, 3, 4, 8), 41), _randn((2, 3, 4, 8), 42)
     k2, v2 = k.clone(), v.clone()
@@ -422,7 +422,7 @@ def _decoder_oracle(ids, pad):
 @DECODER.visible
 def test_decoder_mask_values(impl):
     "decoder_mask(ids, pad_id) = causal AND padding, shaped [batch, 1, seq, seq]"
-    got = _mask_result(impl.call(adapters.decoder_mask, _IDS, 0), "decoder_mask(ids, 0)", (3, 1, 5, 5))
+    got = _mask_result(impl.call(decoder_mask, _IDS, 0), "decoder_mask(ids, 0)", (3, 1, 5, 5))
     causal = torch.ones(5, 5, dtype=torch.bool).tril().expand(3, 1, 5, 5)
     padding = _padding_oracle(_IDS, 0).expand(3, 1, 5, 5)
     _same_mask(
@@ -441,7 +441,7 @@ def test_decoder_mask_values(impl):
 def test_decoder_mask_other_pad_id(impl):
     "any pad_id and length"
     ids = torch.tensor([[9, 9, 9, 2, 2, 2, 2], [9, 3, 4, 5, 6, 7, 8]])
-    got = _mask_result(impl.call(adapters.decoder_mask, ids, 2), "decoder_mask(ids, pad_id=2)", (2, 1, 7, 7))
+    got = _mask_result(impl.call(decoder_mask, ids, 2), "decoder_mask(ids, pad_id=2)", (2, 1, 7, 7))
     _same_mask(got, _decoder_oracle(ids, 2), "decoder_mask(ids, pad_id=2)")
 
 
@@ -453,7 +453,7 @@ def _cross_oracle(target, source, pad):
 def test_cross_mask_values(impl):
     "cross_attention_mask(target, source, pad_id): [batch, 1, tgt_len, src_len], True where the SOURCE token is real"
     target, source = torch.tensor([[4, 5, 0], [6, 0, 0]]), _IDS[:2]
-    got = impl.call(adapters.cross_attention_mask, target, source, 0)
+    got = impl.call(cross_attention_mask, target, source, 0)
     if isinstance(got, torch.Tensor) and tuple(got.shape) == (2, 1, 5, 3):
         expect.fail(
             "the mask has shape [2, 1, 5, 3]: queries come from the target (rows), keys from the source (columns)"
@@ -478,6 +478,57 @@ def test_cross_mask_other_sizes(impl):
     "other pad ids and lengths"
     target, source = torch.tensor([[1, 1, 1, 1]]), torch.tensor([[8, 8, 7, 7, 7, 7]])
     got = _mask_result(
-        impl.call(adapters.cross_attention_mask, target, source, 7), "cross_attention_mask with pad_id=7", (1, 1, 4, 6)
+        impl.call(cross_attention_mask, target, source, 7), "cross_attention_mask with pad_id=7", (1, 1, 4, 6)
     )
     _same_mask(got, _cross_oracle(target, source, 7), "cross_attention_mask with pad_id=7")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 04: softmax, attention and masks.
+
+
+@adapter
+def softmax(ns, x, dim=-1):
+    return need(ns, "softmax")(x, dim=dim)
+
+
+@adapter
+def attention_weights(ns, q, k, mask=None):
+    return need(ns, "attention_weights")(q, k, mask)
+
+
+@adapter
+def scaled_dot_product_attention(ns, q, k, v, mask=None):
+    return need(ns, "scaled_dot_product_attention")(q, k, v, mask)
+
+
+@adapter
+def attention_weights_used(ns, q, k, v, mask=None) -> dict:
+    """``scaled_dot_product_attention(q, k, v, mask)`` and how many times the student's ``attention_weights`` ran
+    meanwhile (``calls_of``: reached by any name or reference; None when it is not a Python function)."""
+    return calls_of(need(ns, "attention_weights"), need(ns, "scaled_dot_product_attention"), q, k, v, mask)
+
+
+@adapter
+def causal_mask(ns, seq_len: int):
+    return need(ns, "causal_mask")(seq_len)
+
+
+@adapter
+def padding_mask(ns, token_ids, pad_id: int):
+    return need(ns, "padding_mask")(token_ids, pad_id)
+
+
+@adapter
+def decoder_mask(ns, token_ids, pad_id: int):
+    return need(ns, "decoder_mask")(token_ids, pad_id)
+
+
+@adapter
+def cross_attention_mask(ns, target_ids, source_ids, pad_id: int):
+    return need(ns, "cross_attention_mask")(target_ids, source_ids, pad_id)

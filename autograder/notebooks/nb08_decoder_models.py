@@ -65,21 +65,33 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from autograder import expect
-from autograder.adapters import nb08_decoder_models as adapters
-from autograder.checks._seeds import seeded
+from autograder.adapters import (
+    adapter,
+    dict_call_observed,
+    first_product_perturbed,
+    load,
+    need,
+    outcome,
+    shapes_made,
+    summary,
+)
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
+from autograder.notebooks._seeds import seeded
 from autograder.reference import decoders, hf_llama
+from autograder.reference.blocks import PreNormBlock
 from autograder.reference.feed_forward import SwiGLU
-from autograder.reference.modern import RotaryGroupedQueryAttention
-from autograder.reference.rope import RoPE, halves_permutation, rope
+from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
+from autograder.reference.rope import RoPE, frequencies, halves_permutation, rope
 from autograder.rules import Rule
 
 # "As a closed form: no model built", enforced as notebook 09's count is: the torch modules a model is built from
@@ -335,7 +347,7 @@ GPT2_124M = 124_439_808
 
 
 def _count_case(impl, fields):
-    got = impl.call(adapters.num_parameters, fields)
+    got = impl.call(num_parameters, fields)
     what = f"gpt2_num_parameters(GPT2Config({', '.join(f'{k}={v}' for k, v in fields.items())}))"
     expect.that(isinstance(got, int), f"{what} returned {got!r}, expected an int")
     T = _transformers()
@@ -378,7 +390,7 @@ def _count_case(impl, fields):
 @COUNT.visible
 def test_gpt2_124m(impl):
     "GPT2Config() (GPT-2 small) has 124,439,808 parameters"
-    got = impl.call(adapters.num_parameters, {})
+    got = impl.call(num_parameters, {})
     expect.that(isinstance(got, int), f"gpt2_num_parameters(GPT2Config()) returned {got!r}, expected an int")
     if got != GPT2_124M:
         _count_case(
@@ -411,7 +423,7 @@ GPT2_NAMES = (
 def test_gpt2_parameters(impl):
     "wte, wpe, blocks, ln_f and a head tied to wte: names and shapes, and HF's parameter count"
     fields = _gpt2_fields(0)
-    got = impl.call(adapters.gpt2_summary, fields)
+    got = impl.call(gpt2_summary, fields)
     expect.that("parameters" in got, "GPT2(config) is not an nn.Module")
     ref = decoders.GPT2(_config(fields))
     expected = {name: list(p.shape) for name, p in ref.named_parameters()}
@@ -440,7 +452,7 @@ def _gpt2_case(impl, fields, seed, batch, length, lengths=None, side="left"):
     state = gpt2_course_state(hf.state_dict(), fields["n_layers"], fields["d_model"])
     tokens = _tokens(batch, length, fields["vocab_size"], seed + 1)
     padding = None if lengths is None else _padding(lengths, length, side)
-    got = impl.call(adapters.gpt2_logits, fields, state, tokens, padding)
+    got = impl.call(gpt2_logits, fields, state, tokens, padding)
     what = f"GPT2's logits for tokens of shape {[batch, length]}" + (
         "" if padding is None else f" with {side} padding (real lengths {lengths})"
     )
@@ -481,7 +493,7 @@ def _on_the_device_of_tokens(impl, model, fields):
     """ "Build masks and positions on the device of ``tokens``": the model runs on PyTorch's meta device (a CPU-only
     grader's other device), unpadded and padded."""
     for padded in (False, True):
-        got = impl.call(adapters.model_on_meta, model, fields, [2, 5], padded)
+        got = impl.call(model_on_meta, model, fields, [2, 5], padded)
         call = f"{model}(config).to('meta')(tokens{', padding_mask' * padded}) with tokens on the meta device"
         expect.that(
             not got["raised"],
@@ -521,7 +533,7 @@ def _loss_case(impl, seed, ignore_index=None, ignored=()):
     expected = F.cross_entropy(shifted_logits, shifted, ignore_index=index)
     if ignore_index is None:
         expect.close(expected, out.loss, "this check's own oracle", **LOSS_TOL)
-    got = impl.call(adapters.causal_lm_loss, logits, labels, ignore_index)
+    got = impl.call(causal_lm_loss, logits, labels, ignore_index)
     call = "causal_lm_loss(logits, labels" + ("" if ignore_index is None else f", ignore_index={ignore_index}") + ")"
     what = f"{call} for logits [2, 7, {fields['vocab_size']}]" + (
         f" with {len(ignored)} ignored labels" * bool(ignored)
@@ -664,7 +676,7 @@ def _gpt2_convert_case(impl, fields, seed, hub):
     )
     try:
         result = impl.call(
-            adapters.convert,
+            convert,
             "gpt2_state_from_hf",
             "GPT2Config",
             fields,
@@ -826,7 +838,7 @@ ROTARY_NAMES = (
 @ROTARY.visible
 def test_rotary_gqa_parameters(impl):
     "q_proj, k_proj, v_proj (num_kv_heads * head_dim wide), out_proj, no biases"
-    got = impl.call(adapters.rotary_gqa_summary, 32, 4, 2)
+    got = impl.call(rotary_gqa_summary, 32, 4, 2)
     expect.that("parameters" in got, "RotaryGQA(...) is not an nn.Module")
     expected = {
         "q_proj.weight": [32, 32],
@@ -841,7 +853,7 @@ def test_rotary_gqa_parameters(impl):
             + (": Llama's projections have no bias (bias=False)" if biases else "")
             + f"; expected {ROTARY_NAMES}"
         )
-    attributes = impl.call(adapters.rotary_gqa_attributes, 32, 4, 2)
+    attributes = impl.call(rotary_gqa_attributes, 32, 4, 2)
     for name, value in (("num_heads", 4), ("num_kv_heads", 2), ("head_dim", 8)):
         expect.that(
             attributes.get(name) == value,
@@ -867,7 +879,7 @@ def _rotary_case(impl, d, heads, kv, shape, seed, mask_kind="causal", positions=
     if padding is not None:
         mask = causal & padding[:, None, None, :]
     state, expected = hf_layer("attention", fields, seed, x, mask, positions)
-    got = impl.call(adapters.rotary_gqa_forward, d, heads, kv, state, x, mask, positions)
+    got = impl.call(rotary_gqa_forward, d, heads, kv, state, x, mask, positions)
     rows = _query_rows(mask, batch, length)
     if padding is not None:
         rows = rows & padding
@@ -965,7 +977,7 @@ def test_rotary_gqa_is_causal(impl):
         state, expected = hf_layer("attention", fields, seed, x, causal, None)
         what = f"RotaryGQA({d}, {heads}, {kv}, rope)(x, mask=None, is_causal=True)"
         got = expect.tensor(
-            impl.call(adapters.rotary_gqa_forward, d, heads, kv, state, x, None, None, is_causal=True),
+            impl.call(rotary_gqa_forward, d, heads, kv, state, x, None, None, is_causal=True),
             what,
             shape=[batch, length, d],
         )
@@ -977,9 +989,7 @@ def test_rotary_gqa_is_causal(impl):
             alternatives=[(gqa_math(state, x, heads, kv, None, None), IS_CAUSAL_IGNORED)],
             hint="The oracle is Hugging Face's LlamaAttention with the causal mask.",
         )
-        _check_is_causal_passed_on(
-            impl.call(adapters.rotary_gqa_sdpa_calls, d, heads, kv, x, None, None, is_causal=True), what
-        )
+        _check_is_causal_passed_on(impl.call(rotary_gqa_sdpa_calls, d, heads, kv, x, None, None, is_causal=True), what)
 
 
 def _check_is_causal_passed_on(calls: list, what: str) -> None:
@@ -1022,7 +1032,7 @@ def _block_parameters(d, heads, kv, d_ff):
 def test_modern_block_parameters(impl):
     "norm1, attn, norm2, ffn built from the components it is given (names and shapes)"
     fields = _llama_fields(0)
-    got = impl.call(adapters.modern_block_summary, fields)
+    got = impl.call(modern_block_summary, fields)
     expect.that("parameters" in got, "ModernBlock(config, rope) is not an nn.Module")
     expected = _block_parameters(32, 4, 2, fields["d_ff"])
     params = got["parameters"]
@@ -1098,7 +1108,7 @@ def _modern_block_case(impl, fields, shape, seed, lengths=None, positions=None):
         positions = _positions(padding)
     mask = causal if padding is None else causal & padding[:, None, None, :]
     state, expected = hf_layer("block", fields, seed, x, mask, positions)
-    got = impl.call(adapters.modern_block_forward, fields, state, x, mask, positions)
+    got = impl.call(modern_block_forward, fields, state, x, mask, positions)
     rows = _query_rows(mask, batch, length) & (True if padding is None else padding)
     what = (
         f"ModernBlock(DecoderConfig(d_model={d}, n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}"
@@ -1159,7 +1169,7 @@ def test_modern_block_is_causal(impl):
     state, expected = hf_layer("block", fields, 4, x, causal, None)
     what = f"ModernBlock(DecoderConfig(d_model={d}, ...), rope)(x, None, is_causal=True)"
     got = expect.tensor(
-        impl.call(adapters.modern_block_forward, fields, state, x, None, None, is_causal=True),
+        impl.call(modern_block_forward, fields, state, x, None, None, is_causal=True),
         what,
         shape=[batch, length, d],
     )
@@ -1205,7 +1215,7 @@ DECODER_NAMES = (
 def test_decoder_parameters(impl):
     "tok_emb, blocks, norm and an untied lm_head: names and shapes"
     fields = _llama_fields(0)
-    got = impl.call(adapters.decoder_summary, fields)
+    got = impl.call(decoder_summary, fields)
     expect.that("parameters" in got, "ModernDecoder(config) is not an nn.Module")
     expected = {n: list(p.shape) for n, p in decoders.LlamaDecoder(_config(fields)).named_parameters()}
     params = got["parameters"]
@@ -1268,7 +1278,7 @@ def _decoder_case(impl, fields, seed, batch, length, lengths=None, side="left"):
     state = llama_course_state(hf.state_dict(), fields)
     tokens = _tokens(batch, length, fields["vocab_size"], seed + 1)
     padding = None if lengths is None else _padding(lengths, length, side)
-    got = impl.call(adapters.decoder_logits, fields, state, tokens, padding)
+    got = impl.call(decoder_logits, fields, state, tokens, padding)
     what = (
         f"ModernDecoder's logits (n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}) for tokens of "
         f"shape {[batch, length]}" + ("" if padding is None else f" with {side} padding (real lengths {lengths})")
@@ -1303,7 +1313,7 @@ def test_decoder_shares_one_rope_and_counts_real_tokens(impl):
     fields = _llama_fields(2, layers=3)
     lengths, length = [7, 4, 1], 7
     padding = _padding(lengths, length, "left")
-    seen = impl.call(adapters.decoder_observed, fields, _tokens(3, length, fields["vocab_size"], 5), padding)
+    seen = impl.call(decoder_observed, fields, _tokens(3, length, fields["vocab_size"], 5), padding)
     expect.that(seen["blocks"] == 3, f"ModernDecoder built {seen['blocks']} blocks for n_layers = 3")
     expect.that(
         seen["ropes_made"] == 1 and seen["distinct_ropes"] == 1,
@@ -1332,7 +1342,7 @@ def test_decoder_is_causal_without_padding(impl):
     fields = _llama_fields(2, layers=2)
     length = 6
     tokens = _tokens(2, length, fields["vocab_size"], 7)
-    seen = impl.call(adapters.decoder_observed, fields, tokens, None)
+    seen = impl.call(decoder_observed, fields, tokens, None)
     for i, (mask, causal) in enumerate(zip(seen["masks"], seen["is_causal"], strict=True)):
         expect.that(
             mask == "None" and causal is True,
@@ -1340,7 +1350,7 @@ def test_decoder_is_causal_without_padding(impl):
             "give no mask tensor and let SDPA build it: block(x, None, positions, is_causal=True)",
         )
     padding = _padding([6, 3], length, "left")
-    seen = impl.call(adapters.decoder_observed, fields, tokens, padding)
+    seen = impl.call(decoder_observed, fields, tokens, padding)
     for i, (mask, causal) in enumerate(zip(seen["masks"], seen["is_causal"], strict=True)):
         expect.that(
             causal is False,
@@ -1407,7 +1417,7 @@ def _llama_convert_case(impl, fields, seed):
     hf_state = hf.state_dict()
     course = llama_course_state(hf_state, fields)
     what = "llama_state_from_hf(LlamaForCausalLM.state_dict(), config)"
-    result = impl.call(adapters.convert, "llama_state_from_hf", "DecoderConfig", fields, hf_state)
+    result = impl.call(convert, "llama_state_from_hf", "DecoderConfig", fields, hf_state)
     got = result["value"]
     _check_keys(got, course, what)
     _check_values(got, course, what, functools.partial(_llama_diagnose, hf_state=hf_state, fields=fields))
@@ -1472,7 +1482,7 @@ def _fuse_diagnose(fused, parts, what):
 def _fuse_case(impl, seed, d, heads, kv, *, bias=False, prefix="", extra=()):
     state = _separate_state(seed, d, heads, kv, bias=bias, prefix=prefix, extra=extra)
     what = f"fuse_qkv(state with {prefix}q_proj/k_proj/v_proj" + (" weights and biases" if bias else "") + ")"
-    result = impl.call(adapters.fuse_qkv, state)
+    result = impl.call(fuse_qkv, state)
     got = result["value"]
     expect.that(isinstance(got, dict), f"{what} returned a {type(got).__name__}, expected a dict")
     kinds = ("weight", "bias") if bias else ("weight",)
@@ -1608,7 +1618,7 @@ def test_fuse_qkv_layout_is_phi3s(impl):
         config = _hf_llama_config(fields)
         llama_layer = _randomize(llama.LlamaAttention(config, layer_idx=0).eval(), seed)
         separate = {k: v for k, v in llama_layer.state_dict().items()}
-        fused = impl.call(adapters.fuse_qkv, separate)["value"]
+        fused = impl.call(fuse_qkv, separate)["value"]
         expect.that(
             isinstance(fused, dict) and "qkv_proj.weight" in fused,
             "fuse_qkv(LlamaAttention.state_dict()) has no 'qkv_proj.weight'",
@@ -1650,7 +1660,7 @@ def test_fuse_qkv_layout_is_phi3s(impl):
 @FUSED.visible
 def test_fused_parameters(impl):
     "FusedRotaryGQA(32, 4, 2, rope): qkv_proj [(4 + 2 * 2) * 8, 32], out_proj, no biases; the attributes"
-    got = impl.call(adapters.fused_summary, 32, 4, 2)
+    got = impl.call(fused_summary, 32, 4, 2)
     expect.that("parameters" in got, "FusedRotaryGQA(...) is not an nn.Module")
     expected = {"qkv_proj.weight": [64, 32], "out_proj.weight": [32, 32]}
     if got["parameters"] != expected:
@@ -1665,7 +1675,7 @@ def test_fused_parameters(impl):
             )
             + f"; expected {FUSED_NAMES}"
         )
-    attributes = impl.call(adapters.fused_attributes, 32, 4, 2)
+    attributes = impl.call(fused_attributes, 32, 4, 2)
     for name, value in (("num_heads", 4), ("num_kv_heads", 2), ("head_dim", 8)):
         expect.that(
             attributes.get(name) == value,
@@ -1703,7 +1713,7 @@ def _fused_case(impl, d, heads, kv, shape, seed, positions=None, lengths=None):
         + ")"
     )
     try:
-        got = impl.call(adapters.fused_forward, d, heads, kv, state, x, mask, positions)
+        got = impl.call(fused_forward, d, heads, kv, state, x, mask, positions)
     except StudentCodeError as error:
         if not str(error).startswith("RuntimeError"):  # a stub, a missing name: the usual message
             raise
@@ -1736,7 +1746,7 @@ def _fused_case(impl, d, heads, kv, shape, seed, positions=None, lengths=None):
 
 def _one_product(impl, d, heads, kv, batch, length):
     hd = d // heads
-    made = impl.call(adapters.fused_shapes_made, d, heads, kv, _randn((batch, length, d), 800))
+    made = impl.call(fused_shapes_made, d, heads, kv, _randn((batch, length, d), 800))
     numel = batch * length * (heads + 2 * kv) * hd
     expect.that(
         any(math.prod(shape) == numel and shape[0] == batch for shape in made),
@@ -1756,7 +1766,7 @@ def _one_product_used(impl, d, heads, kv, batch, length):
     mask = torch.ones(length, length, dtype=torch.bool).tril()
     state = phi3_course_state(hf_phi3_attention(fields, 810, x, mask, None)[0], heads, kv)
     delta = _randn((batch, length, width), 811)
-    got = impl.call(adapters.fused_forward_perturbed, d, heads, kv, state, x, mask, delta)
+    got = impl.call(fused_forward_perturbed, d, heads, kv, state, x, mask, delta)
     what = (
         f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, causal mask) when the grader adds a known change to the "
         f"result of its product of {width} output features"
@@ -1812,7 +1822,7 @@ def test_fused_is_causal(impl):
     state = phi3_course_state(hf_state, heads, kv)
     what = f"FusedRotaryGQA({d}, {heads}, {kv}, rope)(x, mask=None, is_causal=True)"
     got = expect.tensor(
-        impl.call(adapters.fused_forward, d, heads, kv, state, x, None, None, is_causal=True),
+        impl.call(fused_forward, d, heads, kv, state, x, None, None, is_causal=True),
         what,
         shape=[batch, length, d],
     )
@@ -1825,7 +1835,7 @@ def test_fused_is_causal(impl):
         alternatives=[(ignored, IS_CAUSAL_IGNORED)],
         hint="The oracle is Hugging Face's Phi3Attention with the causal mask.",
     )
-    _check_is_causal_passed_on(impl.call(adapters.fused_sdpa_calls, d, heads, kv, x, None, None, is_causal=True), what)
+    _check_is_causal_passed_on(impl.call(fused_sdpa_calls, d, heads, kv, x, None, None, is_causal=True), what)
 
 
 @FUSED.hidden
@@ -1837,3 +1847,358 @@ def test_fused_ratios_positions_padding(impl):
     _fused_case(impl, 32, 4, 2, (3, 6), 31, positions=BATCHED_POSITIONS)
     _one_product(impl, 48, 4, 1, 3, 4)
     _one_product(impl, 48, 6, 3, 1, 7)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Adapters: the only code in this module that touches the student's objects. They run beside the student's code
+# (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
+# student's classes and functions on the inputs a check gives, and return plain results; they compute and report,
+# never judge. A check calls one by reference, ``impl.call(name, ...)``; only functions marked ``@adapter`` can be.
+#
+# Adapters for notebook 08: GPT-2 and a Llama-style decoder.
+#
+# Configurations are built with the student's own ``GPT2Config`` / ``DecoderConfig`` (given in the
+# notebook) from plain fields. Every model is built with the course's reference components
+# (``autograder.reference``: ``PreNormBlock``, ``RoPE``, ``RotaryGroupedQueryAttention``, ``SwiGLU``,
+# ``ModernBlock``) and PyTorch's ``nn.LayerNorm`` / ``nn.RMSNorm`` injected through the constructor
+# arguments, so grading never depends on the student's notebooks 02-07 or on other exercises here.
+
+
+def _number(value):
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
+
+
+def _model_summary(model) -> dict:
+    result = summary(model)
+    if "parameters" in result:
+        result["state_keys"] = list(model.state_dict().keys())
+        head, embedding = getattr(model, "lm_head", None), getattr(model, "wte", getattr(model, "tok_emb", None))
+        result["tied"] = bool(
+            isinstance(head, nn.Module)
+            and isinstance(embedding, nn.Module)
+            and getattr(head, "weight", None) is getattr(embedding, "weight", 0)
+        )
+    return result
+
+
+@torch.no_grad()
+def _logits(model, tokens, padding_mask):
+    model.eval()
+    return model(tokens) if padding_mask is None else model(tokens, padding_mask)
+
+
+def _options(token_positions, is_causal) -> dict:
+    """The keyword arguments of an attention or block call: only those the check gives."""
+    options = {} if token_positions is None else {"token_positions": token_positions}
+    return options if is_causal is None else options | {"is_causal": is_causal}
+
+
+# --- Exercise 1 ------------------------------------------------------------------------
+
+
+@adapter
+def num_parameters(ns, fields: dict):
+    return _number(need(ns, "gpt2_num_parameters")(need(ns, "GPT2Config")(**fields)))
+
+
+# --- Exercise 2 ------------------------------------------------------------------------
+
+
+def _gpt2(ns, fields: dict):
+    return need(ns, "GPT2")(need(ns, "GPT2Config")(**fields), block=PreNormBlock, norm=nn.LayerNorm)
+
+
+@adapter
+def gpt2_summary(ns, fields: dict):
+    return _model_summary(_gpt2(ns, fields))
+
+
+@adapter
+def gpt2_logits(ns, fields: dict, state: dict, tokens, padding_mask=None):
+    return _logits(load(_gpt2(ns, fields), state), tokens, padding_mask)
+
+
+@adapter
+@torch.no_grad()
+def model_on_meta(ns, model: str, fields: dict, shape: list, padded: bool) -> dict:
+    """``GPT2`` or ``ModernDecoder`` moved to PyTorch's meta device and run on meta tokens (shapes only, no
+    values): what it raised, or its logits' device and shape. A mask or positions made on the CPU (without
+    ``device=tokens.device``) cannot be mixed with meta tensors, so it raises."""
+    module = (
+        (_gpt2(ns, fields) if model == "GPT2" else _decoder(ns, fields, rope=_RoPEOnTheDeviceOfX)).to("meta").eval()
+    )
+    tokens = torch.zeros(shape, dtype=torch.long, device="meta")
+    arguments = (tokens, torch.ones(shape, dtype=torch.bool, device="meta")) if padded else (tokens,)
+    made = []
+    result = outcome(lambda: made.append(module(*arguments)))
+    output = made[0] if made else None
+    return result | {"device": str(getattr(output, "device", "")), "shape": list(getattr(output, "shape", []))}
+
+
+# --- Exercise 3 ------------------------------------------------------------------------
+
+
+@adapter
+def causal_lm_loss(ns, logits, labels, ignore_index=None):
+    loss = need(ns, "causal_lm_loss")
+    return loss(logits, labels) if ignore_index is None else loss(logits, labels, ignore_index=ignore_index)
+
+
+# --- Exercises 4 and 8 -----------------------------------------------------------------
+
+
+@adapter
+def convert(ns, function: str, config_class: str, fields: dict, hf_state: dict, tied=()):
+    """The student's converted state dict (plain tensors), for the check to load into a reference model; what the
+    call did to the caller's dict; and whether its ``lm_head.weight`` is the same tensor as its ``wte.weight``.
+
+    ``tied`` names pairs of keys of ``hf_state`` that share one tensor in Hugging Face's ``state_dict()`` (GPT-2's
+    head and ``transformer.wte.weight``); the transfer to this process copied them apart, so they are tied again
+    here, as the caller's dict has them."""
+    hf_state = dict(hf_state)
+    for key, source in tied:
+        if key in hf_state and source in hf_state:
+            hf_state[key] = hf_state[source].detach()  # a second tensor on the same storage, as state_dict() gives
+    config = need(ns, config_class)(**fields)
+    result, caller = dict_call_observed(lambda state: need(ns, function)(state, config), hf_state)
+    value = {str(k): v for k, v in result.items()} if isinstance(result, dict) else result
+    head, wte = (value.get(k) for k in ("lm_head.weight", "wte.weight")) if isinstance(value, dict) else (None, None)
+    return {"value": value, "caller": caller, "head_is_wte": _same_tensor(head, wte)}
+
+
+def _same_tensor(a, b) -> bool:
+    """Whether two tensors are views of the same numbers (one object, or detached views of one parameter)."""
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.storage_offset() == b.storage_offset()
+        and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    )
+
+
+# --- Exercise 5 ------------------------------------------------------------------------
+
+
+def _rotary_gqa(ns, d_model, num_heads, num_kv_heads, max_seq_len):
+    rope = RoPE(d_model // num_heads, max_seq_len)
+    return need(ns, "RotaryGQA")(d_model, num_heads, num_kv_heads, rope)
+
+
+@adapter
+def rotary_gqa_summary(ns, d_model: int, num_heads: int, num_kv_heads: int):
+    return summary(_rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64))
+
+
+@adapter
+def rotary_gqa_attributes(ns, d_model: int, num_heads: int, num_kv_heads: int) -> dict:
+    """The attributes the spec names (notebook 13's attention_maps reads them): sizes, and whether ``rope`` is
+    the module it was given."""
+    rope = RoPE(d_model // num_heads, 64)
+    module = need(ns, "RotaryGQA")(d_model, num_heads, num_kv_heads, rope)
+    found = {name: getattr(module, name, None) for name in ("num_heads", "num_kv_heads", "head_dim")}
+    return {name: value if isinstance(value, int) else repr(value)[:40] for name, value in found.items()} | {
+        "rope_is_given": getattr(module, "rope", None) is rope
+    }
+
+
+@adapter
+@torch.no_grad()
+def rotary_gqa_forward(
+    ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None, token_positions=None, is_causal=None
+):
+    module = load(_rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64), state).eval()
+    return module(x, mask, **_options(token_positions, is_causal))
+
+
+def _sdpa_calls(module, x, mask, token_positions, is_causal) -> list:
+    """The ``attn_mask`` (its shape, or None) and ``is_causal`` of every call to
+    ``F.scaled_dot_product_attention`` during one forward, however the function is reached (a TorchFunctionMode
+    sees the call, not the name it was called by)."""
+    calls = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if getattr(func, "__name__", "") == "scaled_dot_product_attention":
+                given = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+                causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+                calls.append(
+                    {
+                        "attn_mask": list(given.shape) if isinstance(given, torch.Tensor) else repr(given)[:40],
+                        "is_causal": causal if isinstance(causal, bool) else repr(causal)[:40],
+                    }
+                )
+            return func(*args, **kwargs)
+
+    with torch.no_grad(), Record():
+        module(x, mask, **_options(token_positions, is_causal))
+    return calls
+
+
+@adapter
+def rotary_gqa_sdpa_calls(
+    ns, d_model: int, num_heads: int, num_kv_heads: int, x, mask=None, token_positions=None, is_causal=None
+) -> list:
+    return _sdpa_calls(
+        _rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64).eval(), x, mask, token_positions, is_causal
+    )
+
+
+# --- Exercise 6 ------------------------------------------------------------------------
+
+
+def _modern_block(ns, fields: dict):
+    config = need(ns, "DecoderConfig")(**fields)
+    rope = RoPE(config.d_model // config.n_heads, config.max_seq_len, config.rope_base)
+    return need(ns, "ModernBlock")(
+        config, rope, attention=RotaryGroupedQueryAttention, feed_forward=SwiGLU, norm=nn.RMSNorm
+    )
+
+
+@adapter
+def modern_block_summary(ns, fields: dict):
+    return summary(_modern_block(ns, fields))
+
+
+@adapter
+@torch.no_grad()
+def modern_block_forward(ns, fields: dict, state: dict, x, mask=None, token_positions=None, is_causal=None):
+    module = load(_modern_block(ns, fields), state).eval()
+    return module(x, mask, **_options(token_positions, is_causal))
+
+
+# --- Exercise 7 ------------------------------------------------------------------------
+
+
+def _decoder(ns, fields: dict, rope=RoPE):
+    return need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=rope)
+
+
+class _RoPEOnTheDeviceOfX(RoPE):
+    """The reference RoPE with its frequencies made on the device of ``x`` (the reference makes them on the CPU), so
+    that on the meta device only the student's own tensors can be on the wrong device."""
+
+    def forward(self, x, token_positions):
+        theta = frequencies(x.shape[-1], self.base).to(x.device)
+        return rope(x, token_positions, self.base, theta=theta).to(x.dtype)
+
+
+@adapter
+def decoder_summary(ns, fields: dict):
+    return _model_summary(_decoder(ns, fields))
+
+
+@adapter
+def decoder_logits(ns, fields: dict, state: dict, tokens, padding_mask=None):
+    return _logits(load(_decoder(ns, fields), state), tokens, padding_mask)
+
+
+@adapter
+@torch.no_grad()
+def decoder_observed(ns, fields: dict, tokens, padding_mask=None) -> dict:
+    """What the blocks of a ``ModernDecoder`` are given: the rotary modules, and the positions, the mask (its
+    shape, or None) and ``is_causal`` (False when not given) in each forward.
+
+    Recording stand-ins for ``rope`` and ``block`` (reference parts underneath) observe what the logits do
+    not show: whether every block shares ONE rotary module, which positions reach the blocks, and whether a
+    purely causal mask arrives as ``is_causal=True`` without a tensor.
+    """
+    seen = {"ropes_made": 0, "block_ropes": [], "positions": [], "masks": [], "is_causal": []}
+
+    def rope(*args, **kwargs):
+        seen["ropes_made"] += 1
+        return RoPE(*args, **kwargs)
+
+    def block(config, rope_module, *args, **kwargs):
+        module = ModernBlock(config, rope_module, *args, **kwargs)
+        seen["block_ropes"].append(id(rope_module))
+        forward = module.forward
+
+        def recording_forward(x, mask=None, token_positions=None, *rest, **named):
+            seen["positions"].append(token_positions)
+            seen["masks"].append(list(mask.shape) if isinstance(mask, torch.Tensor) else repr(mask)[:40])
+            seen["is_causal"].append(rest[0] if rest else named.get("is_causal", False))
+            return forward(x, mask, token_positions, *rest, **named)
+
+        module.forward = recording_forward
+        return module
+
+    model = need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=block, norm=nn.RMSNorm, rope=rope)
+    model(tokens) if padding_mask is None else model(tokens, padding_mask)
+    return {
+        "ropes_made": seen["ropes_made"],
+        "blocks": len(seen["block_ropes"]),
+        "distinct_ropes": len(set(seen["block_ropes"])),
+        "positions": seen["positions"],
+        "masks": seen["masks"],
+        "is_causal": [value if isinstance(value, bool) else repr(value)[:40] for value in seen["is_causal"]],
+    }
+
+
+# --- Exercise 9 ------------------------------------------------------------------------
+
+
+@adapter
+def fuse_qkv(ns, state: dict):
+    """``fuse_qkv(state)``'s result, and what the call did to the caller's dict ("the result is a new dict")."""
+    result, caller = dict_call_observed(need(ns, "fuse_qkv"), state)
+    value = {str(k): v for k, v in result.items()} if isinstance(result, dict) else result
+    return {"value": value, "caller": caller}
+
+
+def _fused(ns, d_model, num_heads, num_kv_heads, rope=None):
+    rope = RoPE(d_model // num_heads, 64) if rope is None else rope
+    return need(ns, "FusedRotaryGQA")(d_model, num_heads, num_kv_heads, rope)
+
+
+@adapter
+def fused_summary(ns, d_model: int, num_heads: int, num_kv_heads: int):
+    return summary(_fused(ns, d_model, num_heads, num_kv_heads))
+
+
+@adapter
+def fused_attributes(ns, d_model: int, num_heads: int, num_kv_heads: int) -> dict:
+    rope = RoPE(d_model // num_heads, 64)
+    module = _fused(ns, d_model, num_heads, num_kv_heads, rope)
+    found = {name: getattr(module, name, None) for name in ("num_heads", "num_kv_heads", "head_dim")}
+    return {name: value if isinstance(value, int) else repr(value)[:40] for name, value in found.items()} | {
+        "rope_is_given": getattr(module, "rope", None) is rope
+    }
+
+
+@adapter
+@torch.no_grad()
+def fused_forward(
+    ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask=None, token_positions=None, is_causal=None
+):
+    module = load(_fused(ns, d_model, num_heads, num_kv_heads), state).eval()
+    return module(x, mask, **_options(token_positions, is_causal))
+
+
+@adapter
+def fused_sdpa_calls(
+    ns, d_model: int, num_heads: int, num_kv_heads: int, x, mask=None, token_positions=None, is_causal=None
+) -> list:
+    return _sdpa_calls(_fused(ns, d_model, num_heads, num_kv_heads).eval(), x, mask, token_positions, is_causal)
+
+
+@adapter
+def fused_forward_perturbed(ns, d_model: int, num_heads: int, num_kv_heads: int, state: dict, x, mask, delta):
+    """``FusedRotaryGQA``'s output when ``delta`` is added to the result of the first matrix product with
+    ``delta.shape[-1]`` ((num_heads + 2 * num_kv_heads) * head_dim) output features and ``delta.numel()``
+    numbers, however it is computed (``qkv_proj(x)``, ``F.linear``, ``@``)."""
+    module = load(_fused(ns, d_model, num_heads, num_kv_heads), state).eval()
+    with torch.no_grad(), first_product_perturbed(delta) as done:
+        output = module(x, mask)
+    return {"output": output, "perturbed": bool(done)}
+
+
+@adapter
+@torch.no_grad()
+def fused_shapes_made(ns, d_model: int, num_heads: int, num_kv_heads: int, x) -> list:
+    """The shapes of the tensors torch functions made during one forward (causal mask), for "one product"."""
+    module = _fused(ns, d_model, num_heads, num_kv_heads).eval()
+    mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+    return shapes_made(module, x, mask)["shapes"]
