@@ -71,7 +71,7 @@ class Exercise:
 class NotebookChecks:
     notebook: str  # file stem, e.g. "01_tokens_embeddings"
     exercises: list[Exercise]
-    adapter_module: str
+    adapter_module: str  # the notebook's module: the worker imports it and calls only its @adapter functions
     oracle_imports: tuple[str, ...] = ()  # slow imports the checks will need (the module's ORACLE_IMPORTS)
 
 
