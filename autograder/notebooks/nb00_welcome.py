@@ -1,4 +1,4 @@
-"""Checks for notebook 00: the warm-up on tensors, broadcasting, einsum and einops.
+"""Notebook 00's exercises, with their checks and adapters: the warm-up on tensors, broadcasting, einsum and einops.
 
 Oracles, each computed here without the idea the exercise teaches:
 - relative positions: a Python double loop over (i, j);

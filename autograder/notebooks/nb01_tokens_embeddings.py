@@ -1,4 +1,4 @@
-"""Checks for notebook 01: tokens, embeddings and positions.
+"""Notebook 01's exercises, with their checks and adapters: tokens, embeddings and positions.
 
 Oracles: ``torch.nn.functional.embedding`` and autograd through it; the sinusoidal
 formula evaluated in float64 with the ``math`` module; sample statistics with bounds

@@ -1,4 +1,4 @@
-"""Checks for notebook 02: LayerNorm and RMSNorm.
+"""Notebook 02's exercises, with their checks and adapters: LayerNorm and RMSNorm.
 
 Oracles: ``torch.nn.functional.layer_norm`` and ``torch.nn.functional.rms_norm`` (and
 autograd through them), evaluated in float32 or float64 here.

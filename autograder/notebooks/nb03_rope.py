@@ -1,4 +1,4 @@
-"""Checks for notebook 03: rotary position embeddings (interleaved pairs).
+"""Notebook 03's exercises, with their checks and adapters: rotary position embeddings (interleaved pairs).
 
 Oracles, built here without the student's code:
 - a 2x2 rotation as ``torch.linalg.matrix_exp`` of the generator [[0, -a], [a, 0]];

@@ -1,4 +1,4 @@
-"""Checks for notebook 04: softmax, scaled dot-product attention and masks.
+"""Notebook 04's exercises, with their checks and adapters: softmax, scaled dot-product attention and masks.
 
 Mask convention: boolean, True = this query may attend to this key (the polarity of
 ``torch.nn.functional.scaled_dot_product_attention``). A query whose keys are all

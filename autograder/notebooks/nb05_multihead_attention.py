@@ -1,4 +1,4 @@
-"""Checks for notebook 05: multi-head, fused-QKV, grouped-query and cross attention.
+"""Notebook 05's exercises, with their checks and adapters: multi-head, fused-QKV, grouped-query and cross attention.
 
 Oracles: ``torch.nn.MultiheadAttention`` with the student's projection weights copied in
 (its boolean masks mean the opposite of ours, so they are inverted here), and

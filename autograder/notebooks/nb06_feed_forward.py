@@ -1,4 +1,4 @@
-"""Checks for notebook 06: the position-wise feed-forward network and SwiGLU.
+"""Notebook 06's exercises, with their checks and adapters: the position-wise feed-forward network and SwiGLU.
 
 Oracles: ``F.relu``, ``F.gelu(approximate="none")``, ``F.gelu(approximate="tanh")`` and
 ``F.silu`` (and autograd through them) for the activations; the FFN and SwiGLU written out

@@ -1,4 +1,4 @@
-"""Checks for notebook 07: the residual connection, pre-norm and post-norm blocks, encoder and decoder blocks.
+"""Notebook 07's exercises, with their checks and adapters: the residual connection, pre-norm and post-norm blocks, encoder and decoder blocks.
 
 Oracles: ``torch.nn.TransformerEncoderLayer`` (``norm_first`` True and False) and
 ``torch.nn.TransformerDecoderLayer``, with ``dropout=0.0``, ``batch_first=True``, activation

@@ -1,4 +1,4 @@
-"""Checks for notebook 08: GPT-2 and a Llama-style decoder, equal to Hugging Face's models.
+"""Notebook 08's exercises, with their checks and adapters: GPT-2 and a Llama-style decoder, equal to Hugging Face's models.
 
 Oracles (Hugging Face ``transformers``, imported lazily here, never beside student code):
 

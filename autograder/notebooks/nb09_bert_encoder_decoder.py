@@ -1,4 +1,4 @@
-"""Checks for notebook 09: BERT (embeddings, MLM head, BertForMaskedLM), masking, the MLM loss, and the
+"""Notebook 09's exercises, with their checks and adapters: BERT (embeddings, MLM head, BertForMaskedLM), masking, the MLM loss, and the
 encoder-decoder Transformer.
 
 Oracles:

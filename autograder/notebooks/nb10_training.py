@@ -1,4 +1,4 @@
-"""Checks for notebook 10: batches, cross-entropy, AdamW, schedules, clipping, checkpoints, the loop.
+"""Notebook 10's exercises, with their checks and adapters: batches, cross-entropy, AdamW, schedules, clipping, checkpoints, the loop.
 
 Oracles: exact properties of the batches (the token stream is a permutation, so every window shows
 its start; counts of 4,000 starts against the uniform count); ``F.cross_entropy`` (values and

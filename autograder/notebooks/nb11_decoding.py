@@ -1,4 +1,4 @@
-"""Checks for notebook 11: samplers, generation loops, beam search, the KV cache, continuous batching.
+"""Notebook 11's exercises, with their checks and adapters: samplers, generation loops, beam search, the KV cache, continuous batching.
 
 Oracles, written here and independent of the notebook's solutions:
 

@@ -1,4 +1,4 @@
-"""Checks for notebook 12: a byte-level BPE tokenizer.
+"""Notebook 12's exercises, with their checks and adapters: a byte-level BPE tokenizer.
 
 Oracles, written here or in ``autograder.reference.bpe`` and independent of the notebook's solutions:
 

@@ -1,4 +1,4 @@
-"""Checks for notebook 13: bits per byte, FLOPs per token and MFU, the ranks' micro-batches, a GPU training step,
+"""Notebook 13's exercises, with their checks and adapters: bits per byte, FLOPs per token and MFU, the ranks' micro-batches, a GPU training step,
 attention maps, generation with a KV cache inside the trained context.
 
 Oracles:
