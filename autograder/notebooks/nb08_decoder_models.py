@@ -341,6 +341,20 @@ def _real(value, padding, what, shape):
     return value if padding is None else value[padding]
 
 
+def _logits_close(got, expected, mistakes, padding, what, shape, oracle):
+    """The student's logits equal ``expected`` (Hugging Face's) at the real positions; ``mistakes`` (logits, what
+    the mistake is) name a known mistake when the logits match one of them instead."""
+    real = (lambda t: t) if padding is None else (lambda t: t[padding])
+    expect.close(
+        _real(got, padding, what, shape),
+        real(expected),
+        what,
+        **TOL,
+        alternatives=[(real(w), m) for w, m in mistakes],
+        hint=f"The oracle is Hugging Face's {oracle} with the same weights.",
+    )
+
+
 # --- Exercise 1 --------------------------------------------------------------------------
 
 GPT2_124M = 124_439_808
@@ -456,16 +470,14 @@ def _gpt2_case(impl, fields, seed, batch, length, lengths=None, side="left"):
     what = f"GPT2's logits for tokens of shape {[batch, length]}" + (
         "" if padding is None else f" with {side} padding (real lengths {lengths})"
     )
-    shape = [batch, length, fields["vocab_size"]]
-    expected = hf_gpt2_logits(hf, tokens, padding)
-    real = (lambda t: t) if padding is None else (lambda t: t[padding])
-    expect.close(
-        _real(got, padding, what, shape),
-        real(expected),
+    _logits_close(
+        got,
+        hf_gpt2_logits(hf, tokens, padding),
+        _gpt2_mistakes(fields, state, tokens, padding),
+        padding,
         what,
-        **TOL,
-        alternatives=[(real(w), m) for w, m in _gpt2_mistakes(fields, state, tokens, padding)],
-        hint="The oracle is Hugging Face's GPT2LMHeadModel with the same weights.",
+        [batch, length, fields["vocab_size"]],
+        "GPT2LMHeadModel",
     )
 
 
@@ -1283,14 +1295,14 @@ def _decoder_case(impl, fields, seed, batch, length, lengths=None, side="left"):
         f"ModernDecoder's logits (n_heads={fields['n_heads']}, n_kv_heads={fields['n_kv_heads']}) for tokens of "
         f"shape {[batch, length]}" + ("" if padding is None else f" with {side} padding (real lengths {lengths})")
     )
-    real = (lambda t: t) if padding is None else (lambda t: t[padding])
-    expect.close(
-        _real(got, padding, what, [batch, length, fields["vocab_size"]]),
-        real(hf_llama_logits(hf, tokens, padding)),
+    _logits_close(
+        got,
+        hf_llama_logits(hf, tokens, padding),
+        _decoder_mistakes(fields, state, tokens, padding),
+        padding,
         what,
-        **TOL,
-        alternatives=[(real(w), m) for w, m in _decoder_mistakes(fields, state, tokens, padding)],
-        hint="The oracle is Hugging Face's LlamaForCausalLM with the same weights.",
+        [batch, length, fields["vocab_size"]],
+        "LlamaForCausalLM",
     )
 
 
