@@ -8,6 +8,8 @@ before grading. It checks, in order:
   shown and hidden) imports the course's package, torch, and every notebook's adapters and checks. This is
   what fails when the package lies where the sandbox does not show it (installed under the user's own
   site-packages, or reached only through ``PYTHONPATH``), or torch is missing from the Python that grades;
+- **warm**: whether workers are forked from one process that imported torch once (``autograder.zygote``), or
+  start cold where a sandbox's namespaces cannot be joined (slower, equally isolated);
 - **data**: the course's ``data/`` folder exists and student code can read it inside the sandbox;
 - **versions**: Python satisfies the course's ``requires-python``, and every package the lock pins is
   installed at the lock's version (torch's ``+cpu``/``+cuXXX`` build tag aside);
@@ -101,7 +103,7 @@ def worker_findings(
             with Sandbox(Path(empty), course_root, list(private), limits or Limits()) as sandbox:
                 worker = Worker(sandbox)
                 try:
-                    worker.ready(PROBE_ADAPTERS)
+                    worker = worker.ready(PROBE_ADAPTERS)  # a cold one instead, where a warm one cannot start
                     for item, source, said in probes:
                         reply = worker.request({"op": "exec", "index": 0, "source": source}, 120, f"checking {item}")
                         fix = (
@@ -116,6 +118,7 @@ def worker_findings(
                         )
                 finally:
                     worker.kill()
+                found.append(warm_finding())
         except (SandboxError, GradingError, SandboxUnavailable) as error:
             if isinstance(error, SandboxUnavailable):  # its message says what to change
                 return [Finding("worker", False, f"no sandbox for a worker: {error}")]
@@ -125,6 +128,17 @@ def worker_findings(
                 )
             ]
     return found
+
+
+def warm_finding() -> Finding:
+    """Whether workers start warm here (forked from the zygote) or cold; said after a worker has started."""
+    from autograder import zygote
+
+    if zygote.usable():
+        return Finding("warm", True, "each worker is forked from one process that imported torch once")
+    return Finding(
+        "warm", None, f"each worker starts cold, importing torch itself (about 1 s more): {zygote.why_cold()}"
+    )
 
 
 def data_finding(course_root: Path) -> Finding | None:

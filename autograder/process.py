@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autograder import outputs, wire
+from autograder import outputs, wire, zygote
 from autograder.errors import (
     GradingError,
     SandboxError,
@@ -86,16 +86,7 @@ class Worker:
             json.dumps(sandbox.settings()),
         ]
         try:
-            self.process = subprocess.Popen(
-                sandbox.wrap(argv, info_fd=info_write),
-                pass_fds=(request_read, reply_write, info_write),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=sandbox.submission,
-                env=sandbox.environment(),
-                start_new_session=True,
-            )
+            self.process = self._start(sandbox, argv, request_read, reply_write, info_write)
         except OSError as error:  # bubblewrap or Python cannot be executed: nothing of the student's ran
             for fd in (request_read, self._request_write, self._reply_read, reply_write, self._info_read, info_write):
                 os.close(fd)
@@ -105,8 +96,28 @@ class Worker:
         self.tail = _Tail(self.process.stdout)
         self.tail.start()
         self._sandboxed = sandbox.enabled
-        self._sandbox_init = None
+        self._sandbox_init = getattr(self.process, "init", None)
         self.warnings: list[str] = []
+        self._sandbox = sandbox
+
+    @staticmethod
+    def _start(sandbox: Sandbox, argv: list[str], request_read: int, reply_write: int, info_write: int):
+        """A worker forked from the zygote, or, without a sandbox or where that cannot be, a fresh Python."""
+        if sandbox.enabled and zygote.usable():
+            try:
+                return zygote.WarmProcess(sandbox, request_read, reply_write)
+            except OSError as error:  # bubblewrap could not build the sandbox: a cold start says why, as always
+                zygote.give_up(str(error))
+        return subprocess.Popen(
+            sandbox.wrap(argv, info_fd=info_write),
+            pass_fds=(request_read, reply_write, info_write),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=sandbox.submission,
+            env=sandbox.environment(),
+            start_new_session=True,
+        )
 
     def ready(self, adapter_module: str) -> Worker:
         """Name the adapters; return once the worker has imported them and is ready for cells.
@@ -127,12 +138,17 @@ class Worker:
                 said = [line.strip() for line in self.tail.text.splitlines() if line.strip()]
                 status = self.process.returncode
                 reason = said[-1] if said else str(error)
+                if isinstance(self.process, zygote.WarmProcess):
+                    # Nothing of the student's ran. A cold start, from now on in this grader process, either works
+                    # or fails as it always has, with its own message (a hidden package, a broken bubblewrap...).
+                    zygote.give_up(reason)
+                    return Worker(self._sandbox).ready(adapter_module)
                 raise WorkerDidNotStart(f"{reason} (exit status {status})" if said else reason) from None
             if not ready["ok"]:  # a limit could not be set: nothing of the student's may run
                 self.kill()
                 raise GradingError(f"could not be graded here: {ready['error']}")
             self.warnings = ready["value"]["warnings"]
-            if self._sandboxed and select.select([self._info_read], [], [], 5)[0]:
+            if self._sandboxed and self._sandbox_init is None and select.select([self._info_read], [], [], 5)[0]:
                 self._sandbox_init = json.loads(os.read(self._info_read, 4096))["child-pid"]
         finally:
             self._close_info()
@@ -188,6 +204,8 @@ class Worker:
         Killing the sandbox's init makes the kernel kill every process in its PID
         namespace (daemons included); bubblewrap exits after them.
         """
+        if isinstance(self.process, zygote.WarmProcess):
+            self.process.kill()  # its sandbox outlives the worker: always ended
         for kill, pid in ((os.kill, self._sandbox_init), (os.killpg, self.process.pid)):
             if pid is not None and self.process.poll() is None:
                 try:

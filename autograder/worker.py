@@ -42,15 +42,29 @@ def confine(settings: dict) -> tuple[Limits, list[str]]:
     return limits, limits.apply(processes=settings["sandboxed"])
 
 
+def preload() -> None:
+    """Import everything the worker needs before any student code runs (a zygote does it once for many workers)."""
+    import torch  # noqa: F401 - the replies' format (autograder.wire) and every adapter need it
+    from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
+    from traitlets.config import Config  # noqa: F401
+
+    from autograder.adapters import resolve  # noqa: F401
+
+
 def main() -> None:
+    """A cold start: a fresh process, given up root and limited first, then importing (``zygote`` forks warm ones)."""
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
     settings = json.loads(sys.argv[3])
     limits, unset = confine(settings)
+    serve(request_fd, reply_fd, limits, unset, settings)
+
+
+def serve(request_fd: int, reply_fd: int, limits: Limits, unset: list[str], settings: dict) -> None:
+    """Run cells and adapter calls from ``request_fd`` until the checker closes it; ``confine`` has run."""
     if unset and settings["sandboxed"]:  # grading: no student code runs with a limit missing
         wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": False, "error": "; ".join(unset)}))
         return
-    # Everything the worker needs is imported before any student code runs.
-    import torch  # noqa: F401 - the replies' format (autograder.wire) and every adapter need it
+    preload()  # everything the worker needs is imported before any student code runs
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 
@@ -73,7 +87,10 @@ def main() -> None:
 
     wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": True, "value": {"warnings": unset}}))
     while True:
-        request = pickle.loads(wire.receive(request_fd))
+        try:
+            request = pickle.loads(wire.receive(request_fd))
+        except wire.WireError:  # the checker is done with this worker
+            return
         reply = {"nonce": request["nonce"], "ok": True, "value": None}
         recorder = outputs.Recorder(shell, record=bool(request.get("record")))
         try:

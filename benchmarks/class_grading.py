@@ -30,6 +30,8 @@ from pathlib import Path
 
 from _common import command, load_average, machine, now
 
+from autograder.zygote import COLD_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 NOTEBOOK = "02_normalization"
@@ -87,8 +89,12 @@ def check_gradebook(folder: Path, class_: dict, graded: list[str]) -> None:
                 sys.exit(f"{name}: the gradebook says {scores}, expected {expected}")
 
 
-def timed(argv: list[str], cwd: Path) -> tuple[float, str]:
+def timed(argv: list[str], cwd: Path, cold: bool = False) -> tuple[float, str]:
+    """Wall seconds and stdout of ``argv``; ``cold``: every sandboxed worker a fresh Python (no zygote)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env.pop(COLD_ENV, None)
+    if cold:
+        env[COLD_ENV] = "1"
     started = time.perf_counter()
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -102,6 +108,8 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=100)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="grade-class runs (default 1 2)")
     parser.add_argument("--no-plain-class", action="store_true", help="skip plain nbgrader autograde of the class")
+    parser.add_argument("--cold-too", action="store_true",
+                        help="also run each grade-class with every worker started cold (AUTOGRADER_COLD_WORKERS=1)")
     parser.add_argument("--out", help="write OUT.json and OUT.md")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -134,14 +142,18 @@ def main() -> None:
             check_gradebook(folder, class_, list(class_))
             results["plain_class_s"] = round(seconds, 2)
             print(f"plain nbgrader autograde, whole class: {seconds:.1f} s", file=sys.stderr)
+        starts = ["warm", "cold"] if args.cold_too else ["warm"]
         for workers in args.workers:
-            folder = fresh(f"workers{workers}")
-            seconds, out = timed([sys.executable, "-m", "autograder", "grade-class", NOTEBOOK,
-                                  "--workers", str(workers)], folder)
-            check_gradebook(folder, class_, list(class_))
-            retries = int(re.search(r"(\d+) retries", out)[1])
-            results[f"grade_class_{workers}_workers"] = {"s": round(seconds, 2), "lock_retries": retries}
-            print(f"grade-class --workers {workers}: {seconds:.1f} s, {retries} retries", file=sys.stderr)
+            for start in starts:  # alternated per worker count, so a drift in the machine's speed hits both
+                folder = fresh(f"workers{workers}{start}")
+                seconds, out = timed([sys.executable, "-m", "autograder", "grade-class", NOTEBOOK,
+                                      "--workers", str(workers)], folder, cold=start == "cold")
+                check_gradebook(folder, class_, list(class_))
+                retries = int(re.search(r"(\d+) retries", out)[1])
+                key = f"grade_class_{workers}_workers" + ("_cold" if start == "cold" else "")
+                results[key] = {"s": round(seconds, 2), "lock_retries": retries}
+                print(f"grade-class --workers {workers} ({start} workers): {seconds:.1f} s, {retries} retries",
+                      file=sys.stderr)
     results |= {"machine": machine(), "command": command(), "date": now(),
                 "load_average": {"before": load_before, "after": load_average()}}
     print(json.dumps(results, indent=2))
@@ -158,8 +170,9 @@ def markdown(r: dict) -> str:
     for key, value in r.items():
         if key.startswith("grade_class_"):
             workers = key.split("_")[2]
-            rows.append((f"`grade-class --workers {workers}` ({value['lock_retries']} retries on a locked gradebook)",
-                         value["s"], n))
+            start = "every worker started cold" if key.endswith("_cold") else "workers forked from the zygote"
+            rows.append((f"`grade-class --workers {workers}`, {start} ({value['lock_retries']} retries on a locked "
+                         "gradebook)", value["s"], n))
     lines = [
         "# Class grading: plain nbgrader autograde and grade-class\n",
         f"- command: `{r['command']}`",

@@ -224,7 +224,7 @@ def test_doctor_passes_where_grading_works_and_checks_the_exchange(tmp_path):
     exchange.chmod(0o755)  # not the guide's 1777
     done = _autograder("doctor", f"--Exchange.root={exchange}", cwd=ROOT)
     lines = {line.split(":")[0].split()[-1]: line for line in done.stdout.splitlines() if ":" in line}
-    for item in ("sandbox", "worker", "data", "versions"):
+    for item in ("sandbox", "worker", "warm", "data", "versions"):
         assert lines[item].startswith("ok"), done.stdout
     assert lines["exchange"].startswith("FAIL") and "chmod 1777" in lines["exchange"], done.stdout
     assert done.returncode == 1

@@ -355,7 +355,7 @@ def test_a_class_of_real_accounts_through_the_exchange(accounts, exchange):
     doctor = as_user(inst, sys.executable, "-m", "autograder", "doctor", cwd=course, check=False)
     said = {line.split(":")[0].split()[-1]: line for line in doctor.stdout.splitlines() if ":" in line}
     assert doctor.returncode == 0 and all(
-        said[item].startswith("ok") for item in ("sandbox", "worker", "data", "versions", "exchange")
+        said[item].startswith("ok") for item in ("sandbox", "worker", "warm", "data", "versions", "exchange")
     ), doctor.stdout
     assert str(exchange) in said["exchange"], doctor.stdout
     collected = nbgrader(inst, "collect", NOTEBOOK, cwd=course)

@@ -1,0 +1,192 @@
+"""Workers forked from the grader's zygote (``autograder/zygote.py``) are as confined as a cold start.
+
+A worker that bubblewrap started itself (a cold start) holds no capability, runs with ``no_new_privs``, in its
+own session and PID namespace, with the sandbox's environment and no file descriptor but its pipes. A warm
+worker is a fork of a process bubblewrap never saw, that then joined the sandbox's namespaces: these tests run
+student code in one and look at each of those, as root (CI) and as an ordinary account, then check that one
+zygote serves submission after submission without one seeing another's files, and that where a sandbox
+cannot be joined, grading starts workers cold instead of failing. The attacks of ``tests/attacks.py`` run on
+warm workers too, through the command line and nbgrader (``test_sandbox.py``, ``test_nbgrader_e2e.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from notebooks import ROOT
+from test_multiuser_exchange import accounts, as_user  # noqa: F401 - accounts is a fixture
+
+from autograder import zygote
+from autograder.process import Worker
+from autograder.sandbox import Limits, Sandbox, unavailable_reason
+
+ADAPTERS = "autograder.notebooks.nb00_welcome"
+
+# Student code: what its process holds and sees, as JSON on one line.
+LOOK = r"""
+import ctypes, errno, json, os
+def status():
+    try:
+        lines = open("/proc/self/status").read().splitlines()
+    except PermissionError:  # as root the worker switched user, which makes /proc/self root's: ask the kernel
+        return None
+    return {k: v.strip() for k, v in (l.split(":", 1) for l in lines if ":" in l)}
+libc = ctypes.CDLL(None, use_errno=True)
+unmounted = {}
+for folder in ("/home", "/tmp", "/run"):
+    unmounted[folder] = libc.umount2(folder.encode(), 2) == 0 or errno.errorcode[ctypes.get_errno()]
+def is_open(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+print(json.dumps({
+    "status": status(),
+    "uid": os.getuid(),
+    "pid": os.getpid(),
+    "ppid": os.getppid(),
+    "session_leader": os.getsid(0) == os.getpid(),
+    "fds": [fd for fd in range(1024) if is_open(fd)],
+    "environment": sorted(os.environ),
+    "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "unmounted": unmounted,
+    "cwd_files": sorted(os.listdir(".")),
+}))
+"""
+
+
+def _require_sandbox():
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"needs bubblewrap: {reason}")
+
+
+def look(folder: Path, extra: str = "") -> tuple[dict, Worker]:
+    """Start a worker in a sandbox of ``folder`` as grading does, run ``extra`` then LOOK in it; (what it saw, it)."""
+    with Sandbox(folder, None, [], Limits()) as sandbox:
+        worker = Worker(sandbox).ready(ADAPTERS)
+        try:
+            reply = worker.request({"op": "exec", "index": 0, "source": extra + LOOK, "record": True}, 60, "looking")
+            assert reply["ok"], reply
+            printed = "".join(o.get("text", "") for o in reply["outputs"] if o["output_type"] == "stream")
+            return json.loads(printed.strip().splitlines()[-1]), worker
+        finally:
+            worker.kill()
+
+
+def _folder(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir(parents=True)
+    tmp_path.chmod(0o755)
+    folder.chmod(0o755)  # as root, student code runs as another user
+    return folder
+
+
+def _assert_confined(seen: dict, environment: list[str]) -> None:
+    if seen["status"] is not None:  # unprivileged: its /proc/self is readable
+        for field in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+            assert int(seen["status"][field], 16) == 0, (field, seen["status"][field])
+        assert seen["status"]["NoNewPrivs"] == "1"
+    assert seen["uid"] != 0
+    assert seen["ppid"] == 0 and seen["pid"] <= 3, "not in the sandbox's own PID namespace"
+    assert seen["session_leader"], "not in a session of its own (bubblewrap's --new-session)"
+    assert len(seen["fds"]) == 5, f"file descriptors beyond stdin, stdout, stderr and its two pipes: {seen['fds']}"
+    assert seen["environment"] == environment
+    assert seen["processes"] == sorted(seen["processes"]) and max(seen["processes"]) <= 3 + 2, seen["processes"]
+    assert all(result == "EPERM" for result in seen["unmounted"].values()), seen["unmounted"]
+
+
+def test_a_forked_worker_holds_no_privilege_and_sees_only_its_sandbox(tmp_path):
+    _require_sandbox()
+    folder = _folder(tmp_path, "submission")
+    seen, worker = look(folder)
+    assert isinstance(worker.process, zygote.WarmProcess), f"started cold here: {zygote.why_cold()}"
+    with Sandbox(folder, None, [], Limits()) as sandbox:
+        environment = sorted(sandbox.environment())
+    _assert_confined(seen, environment)
+    if os.geteuid() == 0:  # root: the worker switched to the sandbox's own user, which the kernel then checks
+        assert seen["uid"] >= 200_000
+
+
+def test_one_zygote_serves_each_submission_and_none_sees_another(tmp_path):
+    _require_sandbox()
+    first, second = _folder(tmp_path, "first"), _folder(tmp_path, "second")
+    (first / "notebook.ipynb").write_text("{}")
+    seen, worker = look(first, "open('left_behind.txt', 'w').write('secret')\n")
+    assert "left_behind.txt" in seen["cwd_files"]
+    zygotes = {z.process.pid for z in zygote._ZYGOTES.values()}
+    seen, worker = look(second)
+    assert isinstance(worker.process, zygote.WarmProcess)
+    assert seen["cwd_files"] == [".ipython"], "a submission saw another's files"
+    assert not (first / "left_behind.txt").exists(), "the scratch copy leaked into the submission folder"
+    assert {z.process.pid for z in zygote._ZYGOTES.values()} == zygotes, "a second zygote started"
+
+
+def test_as_an_ordinary_account_a_forked_worker_holds_no_privilege(accounts, tmp_path):  # noqa: F811
+    _require_sandbox()
+    user = accounts.add("grader")
+    folder = Path(f"/tmp/ts-warm-{accounts.tag}")
+    folder.mkdir(mode=0o755)
+    try:
+        os.chown(folder, *_ids(user))
+        script = (
+            f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+            "from pathlib import Path\nfrom test_warm_workers import look\nfrom autograder import zygote\n"
+            "from autograder.sandbox import Limits, Sandbox\n"
+            f"seen, worker = look(Path({str(folder)!r}))\n"
+            f"with Sandbox(Path({str(folder)!r}), None, [], Limits()) as sandbox:\n"
+            "    environment = sorted(sandbox.environment())\n"
+            "print(json.dumps({'seen': seen, 'warm': type(worker.process).__name__, 'cold': zygote.why_cold(),"
+            " 'environment': environment}))\n"
+        )
+        done = as_user(user, sys.executable, "-c", script, cwd=folder)
+        said = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert said["warm"] == "WarmProcess", f"started cold as an ordinary account: {said['cold']}"
+    _assert_confined(said["seen"], said["environment"])
+    assert said["seen"]["status"] is not None
+
+
+def _ids(user: str) -> tuple[int, int]:
+    entry = pwd.getpwnam(user)
+    return entry.pw_uid, entry.pw_gid
+
+
+# A zygote whose workers cannot join their sandbox, as where bubblewrap is installed setuid root.
+REFUSING_ZYGOTE = (
+    "import sys, autograder.zygote as z\n"
+    "def refuse(fds, unprivileged):\n"
+    "    raise z.NotJoined(1, 'joining the sandbox: Operation not permitted')\n"
+    "z._join = refuse\n"
+    "import socket\n"
+    "z.serve(socket.socket(fileno=int(sys.argv[1])))\n"
+)
+
+
+def test_where_a_sandbox_cannot_be_joined_workers_start_cold(tmp_path, monkeypatch):
+    _require_sandbox()
+    refusing = {}
+
+    def shared(environment):
+        if "zygote" not in refusing:
+            refusing["zygote"] = zygote.Zygote(environment, command=[sys.executable, "-I", "-B", "-c", REFUSING_ZYGOTE])
+        return refusing["zygote"]
+
+    monkeypatch.setattr(zygote, "shared", shared)
+    monkeypatch.setattr(zygote, "_gave_up", None)
+    try:
+        seen, worker = look(_folder(tmp_path, "submission"))
+    finally:
+        if "zygote" in refusing:
+            refusing["zygote"].close()
+    assert not isinstance(worker.process, zygote.WarmProcess)
+    assert "Operation not permitted" in zygote.why_cold()
+    assert seen["uid"] != 0 and seen["ppid"] in (0, 1)
