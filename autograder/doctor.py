@@ -8,9 +8,9 @@ before grading. It checks, in order:
   shown and hidden) imports the course's package, torch, and every notebook's adapters and checks. This is
   what fails when the package lies where the sandbox does not show it (installed under the user's own
   site-packages, or reached only through ``PYTHONPATH``), or torch is missing from the Python that grades;
+- **data**: the course's ``data/`` folder exists and student code can read it inside the sandbox;
 - **warm**: whether workers are forked from one process that imported torch once (``autograder.zygote``), or
   start cold where a sandbox's namespaces cannot be joined (slower, equally isolated);
-- **data**: the course's ``data/`` folder exists and student code can read it inside the sandbox;
 - **versions**: Python satisfies the course's ``requires-python``, and every package the lock pins is
   installed at the lock's version (torch's ``+cpu``/``+cuXXX`` build tag aside);
 - **exchange**: nbgrader's exchange folder, where one is configured and exists, has the modes the

@@ -83,6 +83,16 @@ while True:
 """
 
 # Writing where it may not: read-only (uid of the instructor) or not its file (root grading as another uid).
+# Unmounting the empty folders laid over /home, /tmp and /run would show what they hide. It takes CAP_SYS_ADMIN,
+# which a worker forked into the sandbox's namespaces (autograder/zygote.py) holds until it drops it.
+UNMOUNTS = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+refused = [folder for folder in ("/home", "/tmp", "/run") if libc.umount2(folder.encode(), 2) != 0]
+if len(refused) == 3:
+    raise PermissionError(ctypes.get_errno(), "umount: Operation not permitted")
+"""
+
 DENIED = ("Read-only file system", "Permission denied")
 SDPA, DECODER, CROSS = "scaled_dot_product_attention", "decoder_mask", "cross_attention_mask"
 
@@ -96,6 +106,7 @@ ATTACKS = [
         DENIED,
     ),
     Attack("writes_outside", DECODER, WRITES_OUTSIDE, DENIED),
+    Attack("unmounts_hidden", CROSS, UNMOUNTS, ("Operation not permitted",)),
     Attack(
         "kills_grader",
         CROSS,
