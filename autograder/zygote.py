@@ -1,31 +1,34 @@
 """A warm start for sandboxed workers: one process imports torch once, and each worker is a fork of it.
 
-Starting a worker costs about a second of ``import torch``; a class of a hundred submissions paid it a
+Starting a worker cost about a second of ``import torch``; a class of a hundred submissions paid it a
 hundred times. Here one process per grader (the *zygote*, as Android and Chromium call theirs) imports
-what every worker needs and then only forks. The isolation stays bubblewrap's:
+what every worker needs (torch, IPython, matplotlib's pyplot), freezes it out of the garbage collector's
+sight, and then only forks. The isolation stays bubblewrap's:
 
 1. the grader starts a **placeholder** under ``Sandbox.wrap`` exactly as it would start a worker, so
    bubblewrap builds the namespaces and the mounts (the submission's scratch copy included); the
    placeholder is a shell that says it is ready and then sleeps;
-2. the grader opens the placeholder's namespaces (``/proc/PID/ns/*``) and hands them to the zygote, with
-   the worker's pipes, over a Unix socket;
-3. the zygote forks; that child (outside the sandbox, running no student code) enters the placeholder's
-   PID namespace, forks the worker, and reports its exit status;
-4. the worker joins the placeholder's user, mount, IPC, network, UTS and cgroup namespaces, gives up
-   every capability it holds there (ambient, bounding, permitted and effective: what bubblewrap
-   drops for its own child), sets ``no_new_privs`` and a new session as bubblewrap does, keeps no file
-   descriptor but its pipes, takes the sandbox's environment, and only then runs ``worker.serve``, which
-   switches to the sandbox's user id (as root) and sets the limits as before;
-5. before serving, the worker checks that it holds no capability, that ``no_new_privs`` is set, and that
-   each namespace is the placeholder's; if not, it ends, and the submission is not graded (the grader's
-   failure, never a score).
+2. the grader opens the placeholder's namespaces (``/proc/PID/ns/*``, and the user namespace that owns
+   them) and hands them to the zygote, with the worker's pipes, over a Unix socket;
+3. the zygote forks; that child (outside the sandbox, running no student code, invisible from inside it)
+   enters the placeholder's PID namespace, forks the worker, and reports the worker's exit status;
+4. the worker joins the placeholder's mount, IPC, UTS, network and cgroup namespaces and then the user
+   namespace the placeholder runs in, gives up every capability it holds there (ambient, bounding,
+   permitted and effective: what bubblewrap drops for its own child), sets ``no_new_privs`` and a session
+   of its own as bubblewrap does, keeps no file descriptor but its pipes, takes the sandbox's environment,
+   and runs ``worker.confine`` (the sandbox's user id when graded as root, the limits) as a cold worker does;
+5. before any student code, the worker checks that it holds no capability, that ``no_new_privs`` is set,
+   that each namespace is the placeholder's, and that it can read every module the zygote imported; if
+   not, it ends before serving.
 
 Killing the placeholder's PID-namespace init (bubblewrap's) kills the worker and all it started, as before.
-Where a namespace cannot be joined (a bubblewrap installed setuid root, say), ``available`` says why and
-workers start cold, each in its own bubblewrap (``process.Worker``): slower, equally isolated.
+Wherever a warm worker cannot start (a namespace that cannot be joined, as with a bubblewrap installed setuid
+root; a sandbox that hides the course's package; bubblewrap failing to build the placeholder's sandbox), the
+grader starts that worker cold, a fresh Python under its own bubblewrap (``process.Worker``), and every later
+one of that grader process too: slower, equally isolated, and failing, if it does, with a cold start's message.
 
-The zygote never runs student code, and holds nothing a student may not see: it starts with the sandbox's
-environment (its ``/proc/self/environ`` is what each worker inherits), from a folder of its own.
+The zygote holds nothing a student may not see: it starts with the sandbox's environment (its
+``/proc/self/environ`` is what each worker inherits), from an empty folder of its own.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import gc
 import json
 import os
 import select
@@ -328,6 +332,15 @@ def serve(channel: socket.socket) -> None:
     from autograder import worker
 
     worker.preload()
+    # Every notebook draws: pyplot once here, with the sandbox's MPLBACKEND=Agg and matplotlib's defaults (the
+    # zygote's home and folder are its own empty one, so a matplotlibrc beside a notebook is not read), and its
+    # font list built once rather than in each submission's scratch home.
+    import matplotlib.pyplot  # noqa: F401
+
+    # What was imported lives as long as the zygote: frozen out of the garbage collector's sight, each worker's
+    # collections skip it and leave its pages shared with the zygote (about 0.5 s of a notebook 02 submission).
+    gc.collect()
+    gc.freeze()
     # Children are reaped by the kernel; each one that runs a worker resets this, to wait for it.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     while True:
