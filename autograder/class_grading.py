@@ -29,6 +29,7 @@ run from the course root (where ``nbgrader_config.py`` is), like ``nbgrader auto
 
 from __future__ import annotations
 
+import gc
 import glob
 import multiprocessing
 import os
@@ -88,6 +89,22 @@ def _start_worker(assignment: str, options: list[str], threads: int) -> None:
     quiet_gradebook_warnings()  # also where the course's nbgrader_config.py is not the one in use
     app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
     _API = NbGraderAPI(coursedir=app.coursedir, parent=app)
+    _import_grading(assignment)
+
+
+def _import_grading(assignment: str) -> None:
+    """Import what grading this assignment needs (its checks, their oracles), then freeze it all out of the
+    garbage collector's sight: it lives as long as the worker, and each collection would walk it again."""
+    from autograder import grading
+    from autograder.exercises import checks_for
+
+    try:
+        checks = checks_for(assignment)
+    except LookupError:  # an assignment of several notebooks, or none of the course's: imported when graded
+        checks = None
+    grading.import_quietly(checks.oracle_imports if checks else ())
+    gc.collect()
+    gc.freeze()
 
 
 _EXCEPTION = re.compile(r"\s*(?:\[\w+\] )?([A-Za-z_][\w.]*(?:Error|Exception|Unavailable|Interrupt|Exit)): (.+)")

@@ -68,7 +68,7 @@ def identify(nb) -> str:
     return matches[0]
 
 
-def _import_quietly(modules: tuple[str, ...]) -> None:
+def import_quietly(modules: tuple[str, ...]) -> None:
     """Import ``modules`` ahead of the checks; a failure is left for the check that imports it to report."""
     for module in modules:
         try:
@@ -169,7 +169,7 @@ def _run_cells(process: StudentProcess, oracle_imports: tuple[str, ...]) -> dict
     They are imported before any check runs: no two threads ever import at once while checking. Reading a reply
     (torch.load) imports what it needs once, here, before the other thread starts."""
     wire.load_reply(wire.dump_reply({"ok": True}))
-    prefetch = threading.Thread(target=_import_quietly, args=(oracle_imports,), daemon=True)
+    prefetch = threading.Thread(target=import_quietly, args=(oracle_imports,), daemon=True)
     prefetch.start()
     try:
         return process.run_cells()

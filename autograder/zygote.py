@@ -33,6 +33,7 @@ The zygote holds nothing a student may not see: it starts with the sandbox's env
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import fcntl
@@ -40,6 +41,7 @@ import gc
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -233,8 +235,6 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        import shutil
-
         shutil.rmtree(self.home, ignore_errors=True)
 
 
@@ -250,8 +250,6 @@ def shared(environment: dict[str, str]) -> Zygote:
         if zygote is None or not zygote.alive():
             zygote = _ZYGOTES[key] = Zygote(environment)
             if len(_ZYGOTES) == 1:
-                import atexit
-
                 atexit.register(close_all)
         return zygote
 
