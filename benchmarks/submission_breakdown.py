@@ -3,7 +3,9 @@
 Grades ``solutions/02_normalization`` in this process with ``grade_file`` (sandboxed, the worker's outputs
 recorded as ``nbgrader autograde`` records them, and not recorded), ``--repeats`` times each, interleaved after
 one untimed warm-up, and splits each grading by the phases the grader reports (``autograder.phases``): the
-worker's start (bubblewrap, Python, torch, IPython, the adapters), the notebook's cells, the checks. It also
+worker's start (bubblewrap, Python, torch, IPython, the adapters), the notebook's cells, the checks. Each is
+measured with workers forked from the zygote (``autograder/zygote.py``, the default) and started cold
+(``AUTOGRADER_COLD_WORKERS=1``), interleaved. It also
 times, in fresh processes, what the worker's start cannot avoid: ``python -I -B -c "import torch"`` and the
 same with IPython's shell and with ``matplotlib.pyplot`` (which the notebook's first cell imports).
 
@@ -13,6 +15,7 @@ same with IPython's shell and with ``matplotlib.pyplot`` (which the notebook's f
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -21,8 +24,11 @@ from pathlib import Path
 
 from _common import command, load_average, machine, now
 
+from autograder.zygote import COLD_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "solutions" / "02_normalization" / "02_normalization.ipynb"
+STARTS = {"warm": "forked from the zygote", "cold": "started cold"}
 IMPORTS = {
     "python alone": "pass",
     "import torch": "import torch",
@@ -70,11 +76,15 @@ def main() -> None:
     parser.add_argument("--write", type=Path, help="write the Markdown table here")
     args = parser.parse_args()
     before = load_average()
-    graded_once(record=True)  # warm-up: the checker's own imports
-    runs: dict[bool, list[dict]] = {True: [], False: []}
+    graded_once(record=True)  # warm-up: the checker's own imports, and the zygote's
+    runs: dict[tuple[str, bool], list[dict]] = {(start, record): [] for start in STARTS for record in (True, False)}
     for _ in range(args.repeats):
-        for record in (True, False):
-            runs[record].append(graded_once(record))
+        for start, record in runs:
+            os.environ.pop(COLD_ENV, None)
+            if start == "cold":
+                os.environ[COLD_ENV] = "1"
+            runs[start, record].append(graded_once(record))
+    os.environ.pop(COLD_ENV, None)
     imports = import_seconds(args.repeats)
     lines = [
         "# One graded submission of notebook 02, phase by phase",
@@ -86,13 +96,13 @@ def main() -> None:
         "",
         f"Medians of {args.repeats} sandboxed gradings each (`grade_file`, in one process, after a warm-up), seconds:",
         "",
-        "| outputs recorded (as nbgrader autograde) | worker start | cells | checks | total |",
-        "|---|---:|---:|---:|---:|",
+        "| worker | outputs recorded (as nbgrader autograde) | worker start | cells | checks | total |",
+        "|---|---|---:|---:|---:|---:|",
     ]
-    for record in (True, False):
-        median = {k: statistics.median(r[k] for r in runs[record]) for k in runs[record][0]}
+    for (start, record), done in runs.items():
+        median = {k: statistics.median(r[k] for r in done) for k in done[0]}
         lines.append(
-            f"| {'yes' if record else 'no'} | {median['starting']:.2f} | {median['cells']:.2f} | "
+            f"| {STARTS[start]} | {'yes' if record else 'no'} | {median['starting']:.2f} | {median['cells']:.2f} | "
             f"{median['checks']:.2f} | {median['total']:.2f} |"
         )
     lines += ["", "Fresh processes (`python -I -B -c ...`, median wall seconds):", "", "| what | s |", "|---|---:|"]
