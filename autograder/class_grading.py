@@ -6,7 +6,9 @@ run from the course root (where ``nbgrader_config.py`` is), like ``nbgrader auto
 - Each worker is a long-lived process that holds one ``NbGraderAPI`` configured exactly as ``nbgrader
   autograde`` is (the same config files, the same ``--Class.trait=value`` options), and grades students
   from a queue with nbgrader's own ``Autograde`` converter: TrustedVerdict, the sandbox and the gradebook
-  are nbgrader's. Starting nbgrader and importing torch is paid once per worker, not once per submission.
+  are nbgrader's. Starting nbgrader and importing torch is paid once per worker, not once per submission,
+  and so is importing the checks (``_import_grading``); each submission's sandboxed process is forked from
+  the worker's zygote (``autograder.zygote``).
 - Resumable: a submission is skipped when the gradebook holds it and its autograded notebooks are not
   older than the submitted ones (nbgrader's ``timestamp.txt`` where there is one) and hold a verdict
   in every test cell. nbgrader writes the graded notebook only after ``SaveAutoGrades`` has committed
