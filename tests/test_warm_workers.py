@@ -5,7 +5,8 @@ own session and PID namespace, with the sandbox's environment and no file descri
 worker is a fork of a process bubblewrap never saw, that then joined the sandbox's namespaces: these tests run
 student code in one and look at each of those, as root (CI) and as an ordinary account, then check that one
 zygote serves submission after submission without one seeing another's files, and that where a sandbox
-cannot be joined, grading starts workers cold instead of failing. The attacks of ``tests/attacks.py`` run on
+cannot be joined, or a zygote forgot to drop a capability (which the worker's own check catches), grading
+starts workers cold instead of failing or going on. The attacks of ``tests/attacks.py`` run on
 warm workers too, through the command line and nbgrader (``test_sandbox.py``, ``test_nbgrader_e2e.py``).
 """
 
@@ -160,33 +161,41 @@ def _ids(user: str) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
-# A zygote whose workers cannot join their sandbox, as where bubblewrap is installed setuid root.
-REFUSING_ZYGOTE = (
-    "import sys, autograder.zygote as z\n"
-    "def refuse(fds, unprivileged):\n"
-    "    raise z.NotJoined(1, 'joining the sandbox: Operation not permitted')\n"
-    "z._join = refuse\n"
-    "import socket\n"
-    "z.serve(socket.socket(fileno=int(sys.argv[1])))\n"
-)
+# Broken zygotes: workers that cannot join their sandbox (as where bubblewrap is installed setuid root), and a
+# zygote that forgets to drop the capabilities its workers hold, which the worker's own check must catch.
+BROKEN_ZYGOTES = {
+    "cannot join": (
+        "def broken(fds, unprivileged):\n"
+        "    raise z.NotJoined(1, 'joining the sandbox: Operation not permitted')\n"
+        "z._join = broken\n",
+        "Operation not permitted",
+    ),
+    "keeps its capabilities": (
+        "z._drop_capabilities = lambda keep_setuid: None\n",
+        "still holds capabilities",
+    ),
+}
 
 
-def test_where_a_sandbox_cannot_be_joined_workers_start_cold(tmp_path, monkeypatch):
+@pytest.mark.parametrize("broken", sorted(BROKEN_ZYGOTES))
+def test_where_a_worker_cannot_start_warm_it_starts_cold(tmp_path, monkeypatch, broken):
     _require_sandbox()
-    refusing = {}
+    patch, reason = BROKEN_ZYGOTES[broken]
+    program = f"import socket, sys, autograder.zygote as z\n{patch}z.serve(socket.socket(fileno=int(sys.argv[1])))\n"
+    made = {}
 
     def shared(environment):
-        if "zygote" not in refusing:
-            refusing["zygote"] = zygote.Zygote(environment, command=[sys.executable, "-I", "-B", "-c", REFUSING_ZYGOTE])
-        return refusing["zygote"]
+        if "zygote" not in made:
+            made["zygote"] = zygote.Zygote(environment, command=[sys.executable, "-I", "-B", "-c", program])
+        return made["zygote"]
 
     monkeypatch.setattr(zygote, "shared", shared)
     monkeypatch.setattr(zygote, "_gave_up", None)
     try:
         seen, worker = look(_folder(tmp_path, "submission"))
     finally:
-        if "zygote" in refusing:
-            refusing["zygote"].close()
+        if "zygote" in made:
+            made["zygote"].close()
     assert not isinstance(worker.process, zygote.WarmProcess)
-    assert "Operation not permitted" in zygote.why_cold()
+    assert reason in zygote.why_cold()
     assert seen["uid"] != 0 and seen["ppid"] in (0, 1)
