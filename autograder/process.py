@@ -294,6 +294,8 @@ class StudentProcess:
         (``errors.could_not_grade``): no student code has touched its scratch folder yet.
         """
         while self._worker is None or self._worker.process.poll() is not None:
+            if self._worker is not None:  # it ended between requests: end its sandbox too, and reap it
+                self._worker.kill()
             starting, self.starting = self.starting, None
             self._worker = None  # until the new one is ready: a failed start leaves no worker behind
             if self._started:

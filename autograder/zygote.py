@@ -11,7 +11,8 @@ sight, and then only forks. The isolation stays bubblewrap's:
 2. the grader opens the placeholder's namespaces (``/proc/PID/ns/*``, and the user namespace that owns
    them) and hands them to the zygote, with the worker's pipes, over a Unix socket;
 3. the zygote forks; that child (outside the sandbox, running no student code, invisible from inside it)
-   enters the placeholder's PID namespace, forks the worker, and reports the worker's exit status;
+   enters the placeholder's PID namespace, forks the worker, and, when the worker ends, ends the sandbox (its
+   init, through a pidfd: daemons included, as when a cold worker ends) and reports the worker's exit status;
 4. the worker joins the placeholder's mount, IPC, UTS, network and cgroup namespaces and then the user
    namespace the placeholder runs in, gives up every capability it holds there (ambient, bounding,
    permitted and effective: what bubblewrap drops for its own child), sets ``no_new_privs`` and a session
@@ -134,6 +135,9 @@ class Placeholder:
             opened["command_user"] = os.open(f"/proc/{self.sleeper}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
             opened["user"] = fcntl.ioctl(opened["pid"], NS_GET_USERNS)
             os.set_inheritable(opened["user"], False)
+            # bubblewrap's init, by a descriptor that cannot name another process once it has ended: the worker's
+            # end ends the sandbox through it, as a cold worker's end ends its bubblewrap.
+            opened["init"] = os.pidfd_open(self.init)
         except OSError:
             for fd in opened.values():
                 os.close(fd)
@@ -281,7 +285,7 @@ class WarmProcess:
                 fds |= {"request": request_read, "reply": reply_write, "output": output_write, "status": status_write}
                 shared(environment).spawn(fds, sandbox.settings(), sandbox.submission, environment)
             finally:
-                for name in (*NAMESPACES, "command_user", "pid"):
+                for name in (*NAMESPACES, "command_user", "pid", "init"):
                     os.close(fds[name])
         except BaseException:
             os.close(output_read)
@@ -383,10 +387,14 @@ def _run_child(fds: dict[str, int], request: dict) -> None:
         if worker_pid == 0:
             _become_worker(fds, request, unprivileged)  # never returns
         for name, fd in fds.items():
-            if name != "status":
+            if name not in ("status", "init"):
                 os.close(fd)
         _, wait_status = os.waitpid(worker_pid, 0)
         status = os.waitstatus_to_exitcode(wait_status)
+        # The placeholder would keep the sandbox, and whatever the worker left running in it, alive: end them now,
+        # as the kernel does when a cold worker, bubblewrap's own command, ends.
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(fds["init"], signal.SIGKILL)
     except BaseException as error:  # noqa: BLE001 - said on the worker's output, which the grader shows
         with contextlib.suppress(OSError):
             os.write(fds["output"], f"the grader's zygote could not start a worker: {error}\n".encode())

@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import secrets
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from attacks import sleepers
 from notebooks import ROOT
 from test_multiuser_exchange import accounts, as_user  # noqa: F401 - accounts is a fixture
 
@@ -159,6 +162,46 @@ def test_as_an_ordinary_account_a_forked_worker_holds_no_privilege(accounts, tmp
 def _ids(user: str) -> tuple[int, int]:
     entry = pwd.getpwnam(user)
     return entry.pw_uid, entry.pw_gid
+
+
+# Student code that leaves a daemon (``sleep 9<token>``), then ends its worker once the grader is between
+# requests (a thread ends the process after the cell's reply has gone).
+ENDS_BETWEEN_REQUESTS = """
+import os, threading, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sleep", ["sleep", "9{token}"])
+    os._exit(0)
+os.wait()
+threading.Thread(target=lambda: (time.sleep(0.5), os._exit(0)), daemon=True).start()
+"""
+
+
+def test_a_worker_that_ends_between_requests_ends_its_sandbox_and_daemons(tmp_path):
+    """A cold worker is bubblewrap's command: its end ends the sandbox. A warm one's sandbox is held by the
+    placeholder, so its end must end the sandbox too, at once, not when the grader next asks for a worker."""
+    _require_sandbox()
+    token = str(secrets.randbelow(10**9))
+    with Sandbox(_folder(tmp_path, "submission"), None, [], Limits()) as sandbox:
+        worker = Worker(sandbox).ready(ADAPTERS)
+        try:
+            assert isinstance(worker.process, zygote.WarmProcess), zygote.why_cold()
+            source = ENDS_BETWEEN_REQUESTS.format(token=token)
+            assert worker.request({"op": "exec", "index": 0, "source": source}, 60, "planting")["ok"]
+            assert sleepers(token), "the daemon did not start"
+            worker.process.wait(timeout=30)  # the worker ends by itself; nobody kills anything
+            deadline = time.monotonic() + 10
+            while (
+                sleepers(token) or worker.process.placeholder.process.poll() is None
+            ) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not sleepers(token), "a daemon outlived its worker"
+            assert worker.process.placeholder.process.poll() is not None, "the sandbox outlived its worker"
+        finally:
+            worker.kill()
+            for pid in sleepers(token):
+                os.kill(pid, 9)
 
 
 # Broken zygotes: workers that cannot join their sandbox (as where bubblewrap is installed setuid root), and a
