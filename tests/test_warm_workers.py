@@ -174,6 +174,16 @@ if os.fork() == 0:
         os.execv("/bin/sleep", ["sleep", "9{token}"])
     os._exit(0)
 os.wait()
+def running():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{{pid}}/cmdline", "rb").read() == b"sleep\\0009{token}\\0":
+                return True
+        except OSError:
+            pass
+deadline = time.monotonic() + 30
+while not running() and time.monotonic() < deadline:  # the daemon has exec'd before the cell returns
+    time.sleep(0.05)
 threading.Thread(target=lambda: (time.sleep(0.5), os._exit(0)), daemon=True).start()
 """
 
