@@ -30,6 +30,11 @@ one of that grader process too: slower, equally isolated, and failing, if it doe
 
 The zygote holds nothing a student may not see: it starts with the sandbox's environment (its
 ``/proc/self/environ`` is what each worker inherits), from an empty folder of its own.
+
+What student code can tell apart from a cold worker, none of it a way out: ``os.getppid()`` is 0 (the worker's
+parent is outside its PID namespace); ``/proc/self/cmdline`` and ``/proc/self/environ`` are the zygote's (the
+latter naming the zygote's empty home); pyplot is already imported, with matplotlib's defaults (a
+``matplotlibrc`` beside the notebook is not read); the workers of one zygote share Python's hash seed.
 """
 
 from __future__ import annotations
