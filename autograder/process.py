@@ -95,7 +95,6 @@ class Worker:
             os.close(fd)
         self.tail = _Tail(self.process.stdout)
         self.tail.start()
-        self._sandboxed = sandbox.enabled
         self._sandbox_init = getattr(self.process, "init", None)
         self.warnings: list[str] = []
         self._sandbox = sandbox
@@ -148,7 +147,7 @@ class Worker:
                 self.kill()
                 raise GradingError(f"could not be graded here: {ready['error']}")
             self.warnings = ready["value"]["warnings"]
-            if self._sandboxed and self._sandbox_init is None and select.select([self._info_read], [], [], 5)[0]:
+            if self._sandbox.enabled and self._sandbox_init is None and select.select([self._info_read], [], [], 5)[0]:
                 self._sandbox_init = json.loads(os.read(self._info_read, 4096))["child-pid"]
         finally:
             self._close_info()
