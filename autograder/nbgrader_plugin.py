@@ -33,11 +33,11 @@ from traitlets import Bool, Float, Int, List, Unicode
 
 import coursetools
 from autograder.errors import GradingError
-from autograder.grading import DEFAULT_TIMEOUT, grade
 from autograder.sandbox import (
     DEFAULT_FILE_SIZE,
     DEFAULT_MEMORY,
     DEFAULT_PROCESSES,
+    DEFAULT_TIMEOUT,
     INSTALL_HINT,
     Limits,
     SandboxUnavailable,
@@ -299,6 +299,11 @@ class TrustedVerdict(NbGraderPreprocessor):
             raise SandboxUnavailable(refusal)
         if reason:
             self.log.warning("Grading WITHOUT a sandbox (%s): student code runs with your permissions", reason)
+        # Imported here, not at the top: every nbgrader command loads nbgrader_config.py, hence this module, and
+        # only autograde grades; the others (release, feedback, export, the formgrader) would import torch for
+        # nothing, 1.1 s each (benchmarks/suite_time.md).
+        from autograder.grading import grade
+
         coursedir = CourseDirectory(config=self.config)
         report = grade(
             nb,

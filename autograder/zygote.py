@@ -214,12 +214,19 @@ class Zygote:
         self.lock = threading.Lock()
         try:
             # -I and -B as for a cold worker; its folder is its own empty one, never a student's.
+            # A session of its own: a signal to the grader's process group (Ctrl-C, a kill of the group) ends
+            # the grader, whose socket's end then ends the zygote, which removes its folder on the way out.
             self.process = subprocess.Popen(
-                [*(command or [sys.executable, "-I", "-B", "-m", "autograder.zygote"]), str(theirs.fileno())],
+                [
+                    *(command or [sys.executable, "-I", "-B", "-m", "autograder.zygote"]),
+                    str(theirs.fileno()),
+                    self.home,
+                ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 cwd=self.home,
                 env=self.environment,
+                start_new_session=True,
             )
         finally:
             theirs.close()
@@ -522,5 +529,17 @@ def _check_unprivileged(uid: int | None) -> None:
         raise NotJoined(0, f"the worker runs as uid {os.getuid()}, not the sandbox's {uid}")
 
 
+def main(argv: list[str]) -> None:
+    """The zygote's process: ``python -m autograder.zygote SOCKET_FD HOME``; it removes HOME when it ends.
+
+    The grader removes HOME too (``Zygote.close``), but a grader killed by a signal runs no clean-up: its socket's
+    end still ends the zygote here.
+    """
+    try:
+        serve(socket.socket(fileno=int(argv[1])))
+    finally:
+        shutil.rmtree(argv[2], ignore_errors=True)
+
+
 if __name__ == "__main__":
-    serve(socket.socket(fileno=int(sys.argv[1])))
+    main(sys.argv)

@@ -69,6 +69,7 @@ def points(notebook: str) -> dict[str, int]:
     return {e.id: e.points for e in checks_for(notebook).exercises}
 
 
+@functools.cache  # the classes' students are built at collection too: read each solution once, not per answer
 def right(notebook: str, exercise: str) -> str:
     return answer_source(read(solution_path(notebook)), exercise)
 

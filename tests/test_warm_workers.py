@@ -17,6 +17,8 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -234,7 +236,7 @@ BROKEN_ZYGOTES = {
 def test_where_a_worker_cannot_start_warm_it_starts_cold(tmp_path, monkeypatch, broken):
     _require_sandbox()
     patch, reason = BROKEN_ZYGOTES[broken]
-    program = f"import socket, sys, autograder.zygote as z\n{patch}z.serve(socket.socket(fileno=int(sys.argv[1])))\n"
+    program = f"import socket, sys, autograder.zygote as z\n{patch}z.main(sys.argv)\n"
     made = {}
 
     def shared(environment):
@@ -252,3 +254,38 @@ def test_where_a_worker_cannot_start_warm_it_starts_cold(tmp_path, monkeypatch, 
     assert not isinstance(worker.process, zygote.WarmProcess)
     assert reason in zygote.why_cold()
     assert seen["uid"] != 0 and seen["ppid"] in (0, 1)
+
+
+# A grader that starts its zygote, says where, and waits to be killed.
+GRADER = """
+import os, sys
+from autograder import zygote
+started = zygote.shared(dict(os.environ))
+print(started.home, started.process.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_grader_killed_with_its_process_group_leaves_no_zygote_behind():
+    """A grader killed by a signal (Ctrl-C in a terminal, a kill of its process group) runs no clean-up of its
+    own. Its zygote, in a session of its own, sees the socket's end, removes its folder and ends."""
+    grader = subprocess.Popen(
+        [sys.executable, "-c", GRADER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    home, pid = grader.stdout.readline().split()
+    assert Path(home).is_dir() and _running(int(pid))
+    os.killpg(grader.pid, signal.SIGKILL)
+    grader.wait()
+    deadline = time.monotonic() + 60  # the zygote notices once it has imported what workers need
+    while (Path(home).exists() or _running(int(pid))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(home).exists(), "the zygote's folder outlived its grader"
+    assert not _running(int(pid)), "the zygote outlived its grader"
