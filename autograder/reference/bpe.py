@@ -15,6 +15,8 @@ show that this is the only difference in training between the two.
 
 from __future__ import annotations
 
+import functools
+
 import regex
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -112,6 +114,16 @@ def train(
     steps: list | None = None,
 ):
     """``(vocab, merges)`` by naive recounting. ``steps``, when given, receives ``(pair, count, n_tied)``."""
+    vocab, merges, taken = _train(text, vocab_size, tuple(special_tokens), tie_break)
+    if steps is not None:
+        steps.extend(taken)
+    return dict(vocab), list(merges)
+
+
+# The checks train on the same few texts again and again (each of notebook 12's exercises, and every wrong version
+# in tests/wrong): the naive trainer is slow and pure, so its results are kept, and each caller gets copies.
+@functools.lru_cache(maxsize=32)
+def _train(text: str, vocab_size: int, special_tokens: tuple[str, ...], tie_break: str):
     vocab = {b: bytes([b]) for b in range(256)}
     for special in special_tokens:
         vocab[len(vocab)] = special.encode("utf-8")
@@ -122,6 +134,7 @@ def train(
         hf_ids[bytes([b])] = len(hf_ids)
     counts = word_counts(text, special_tokens)
     merges = []
+    steps = []
     while len(vocab) < vocab_size:
         pairs = count_pairs(counts)
         if not pairs:
@@ -132,13 +145,12 @@ def train(
             best = max(tied)
         else:
             best = min(tied, key=lambda pair: (hf_ids[pair[0]], hf_ids[pair[1]]))
-        if steps is not None:
-            steps.append((best, top, len(tied)))
+        steps.append((best, top, len(tied)))
         merges.append(best)
         vocab[len(vocab)] = best[0] + best[1]
         hf_ids.setdefault(best[0] + best[1], len(hf_ids))
         counts = {merge_word(word, best): n for word, n in counts.items()}
-    return vocab, merges
+    return vocab, tuple(merges), tuple(steps)
 
 
 def encode(text: str, vocab: dict, merges: list, special_tokens=("<|endoftext|>",)) -> list[int]:
