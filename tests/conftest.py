@@ -35,10 +35,10 @@ class SuiteScopes(LoadScopeScheduling):
 
     def __init__(self, config, log=None):
         super().__init__(config, log)
-        self.notebook_of = in_process_notebooks()
+        self.shared = shared_scopes()
 
     def _split_scope(self, nodeid: str) -> str:
-        return suite_scope(nodeid, self.notebook_of)
+        return suite_scope(nodeid, self.shared)
 
 
 IN_PROCESS_FIXTURES = {"solution_namespaces", "stub_namespaces"}  # a notebook's cells, executed in the test process
@@ -58,17 +58,38 @@ def in_process_notebooks() -> dict[str, str]:
     }
 
 
-def suite_scope(nodeid: str, notebook_of: dict[str, str]) -> str:
+def graded_together() -> dict[str, str]:
+    """Scope (path::Class) -> its course folder, for the nbgrader classes graded in one folder
+    (``test_nbgrader_e2e.GRADED_TOGETHER``)."""
+    import test_nbgrader_e2e as e2e
+
+    path = Path(e2e.__file__).resolve().relative_to(ROOT).as_posix()
+    return {
+        f"{path}::{cls.__name__}": "nbgrader folder " + "+".join(e2e.graded_with(cls.notebook))
+        for cls in vars(e2e).values()
+        if isinstance(cls, type) and issubclass(cls, e2e._GradedClassTests) and hasattr(cls, "notebook")
+    }
+
+
+def shared_scopes() -> dict[str, str]:
+    """Scope (path::Class) -> the scope it shares with other classes: one per notebook for the classes that execute
+    it in the test process (``in_process_notebooks``), one per course folder for the nbgrader classes graded
+    together (``graded_together``)."""
+    return {scope: f"notebook {notebook}" for scope, notebook in in_process_notebooks().items()} | graded_together()
+
+
+def suite_scope(nodeid: str, shared: dict[str, str]) -> str:
     """The scope of a test: its class (path::Class), or its module for a module's function or a notebook's cell
     (nbval). Cut at the class, not at the last "::" as loadscope does: TestChecksNN's test ids hold "::", and
-    loadscope made each of those tests a scope of its own. The classes of ``notebook_of`` are one scope per
-    notebook (TestChecksNN with TestWrongNN), so that one worker executes that notebook, not both."""
+    loadscope made each of those tests a scope of its own. The classes of ``shared`` share one scope: TestChecksNN
+    with TestWrongNN, so that one worker executes that notebook, not both, and the nbgrader classes graded in one
+    course folder, so that one worker grades that folder."""
     path, _, rest = nodeid.partition("::")
     name, inside, _ = rest.partition("::")
     if not inside or "[" in name:
         return path
     scope = f"{path}::{name}"
-    return f"notebook {notebook_of[scope]}" if scope in notebook_of else scope
+    return shared.get(scope, scope)
 
 
 class _Executed(dict):

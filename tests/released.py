@@ -49,20 +49,21 @@ def every_notebook_released() -> Generation:
     return Generation(folder, done.stdout + done.stderr)
 
 
-def release_into(course: Path, notebook: str) -> str:
+def release_into(course: Path, *notebooks: str) -> str:
     """Make ``course`` (created if missing, readable by all: grading as root runs student code as another user) a
-    course directory where ``notebook`` is released, as ``nbgrader generate_assignment NOTEBOOK`` leaves it.
-    Returns what nbgrader said while generating."""
+    course directory where ``notebooks`` are released, as ``nbgrader generate_assignment NOTEBOOK`` for each leaves
+    it. Returns what nbgrader said while generating."""
     from nbgrader.api import Gradebook
 
     generated = every_notebook_released()
     course.mkdir(parents=True, exist_ok=True)
     course.chmod(0o755)
     shutil.copy(ROOT / "nbgrader_config.py", course)
-    for part in ("solutions", "course"):
-        shutil.copytree(generated.folder / part / notebook, course / part / notebook)
+    for notebook in notebooks:
+        for part in ("solutions", "course"):
+            shutil.copytree(generated.folder / part / notebook, course / part / notebook)
     shutil.copy(generated.folder / "gradebook.db", course / "gradebook.db")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        for assignment in [a.name for a in gradebook.assignments if a.name != notebook]:
+        for assignment in [a.name for a in gradebook.assignments if a.name not in notebooks]:
             gradebook.remove_assignment(assignment)
     return generated.log

@@ -8,9 +8,9 @@ the instructor's solution, copying a classmate's submission, editing the gradebo
 each hold a wrong (or failing) answer to ONE exercise: the trick must not earn it, and their
 right answers must still earn theirs.
 
-Each notebook's class is its own course folder and nbgrader run, and its tests are one
-test class (``TestClassNN``), so pytest-xdist (``--dist loadscope``) grades the classes in
-parallel, each once, on one worker.
+Each notebook's tests are one test class (``TestClassNN``). The classes are graded in four course folders
+(``GRADED_TOGETHER``), each by one run of nbgrader's commands over all its assignments, and pytest-xdist
+(``--dist loadscope``, with tests/conftest.py's scopes) grades the folders in parallel, each once, on one worker.
 """
 
 from __future__ import annotations
@@ -275,31 +275,63 @@ class GradedClass:
     harms: list[str]  # what the attackers managed to do (must be nothing)
     untouched: bool  # the instructor's files and the submissions are byte for byte as before
     log: str = ""  # what nbgrader said (warnings and errors) while releasing, grading, feeding back and exporting
+    # Every class graded in the same folder and nbgrader commands (this one included), whose students ``log`` is about
+    graded_with: dict[str, dict[str, Student]] = field(default_factory=dict)
+
+
+# The classes graded together: one course folder holding several notebooks, graded by one `nbgrader autograde "*"`,
+# one `generate_feedback "*"` and one `export`, as an instructor grades several assignments at once. Each nbgrader
+# command and each grader's zygote costs seconds of start-up (benchmarks/suite_time.md), once per folder rather than
+# per notebook. Notebook 01's class (the students who hang, at a shorter timeout) and notebook 04's (the attackers)
+# keep folders of their own; the other twelve are split in two halves of about equal time, one per xdist worker
+# (tests/conftest.py gives each folder's test classes one scope).
+GRADED_TOGETHER = (
+    ("00_welcome", "03_rope", "05_multihead_attention", "07_blocks", "09_bert_encoder_decoder", "11_decoding"),
+    ("02_normalization", "06_feed_forward", "08_decoder_models", "10_training", "12_bpe", "13_tinystories"),
+    ("01_tokens_embeddings",),
+    (attacks.NOTEBOOK,),
+)
+
+
+def test_each_notebook_is_graded_in_one_folder():
+    assert sorted(notebook for together in GRADED_TOGETHER for notebook in together) == sorted(NOTEBOOKS)
+
+
+def graded_with(notebook: str) -> tuple[str, ...]:
+    (together,) = [together for together in GRADED_TOGETHER if notebook in together]
+    return together
+
+
+def graded(notebook: str, scratch: Path) -> GradedClass:
+    """``notebook``'s class, graded with the others of its folder (``GRADED_TOGETHER``)."""
+    return graded_folder(graded_with(notebook), scratch)[notebook]
 
 
 @functools.cache
-def graded(notebook: str, scratch: Path) -> GradedClass:
-    """Release ``notebook`` (tests/released.py), submit its class, autograde (sandboxed), feed back and export,
-    once per worker."""
-    folder = scratch / notebook
-    generation_log = release_into(folder, notebook)
+def graded_folder(notebooks: tuple[str, ...], scratch: Path) -> dict[str, GradedClass]:
+    """Release ``notebooks`` into one course folder (tests/released.py), submit each one's class, autograde
+    (sandboxed), feed back and export, once per worker."""
+    folder = scratch / "+".join(notebook[:2] for notebook in notebooks)
+    generation_log = release_into(folder, *notebooks)
     shutil.copytree(ROOT / "data" / "tinystories", folder / "data" / "tinystories")
-    release = read(folder / "course" / notebook / f"{notebook}.ipynb")
-    # Run All goes on past a failing test cell (tools/run_all_tags.py); the students of ``zero`` prove
-    # that grading still scores such a cell 0.
-    assert all("raises-exception" in c.metadata.get("tags", []) for c in release.cells if is_graded_cell(c)), (
-        "the release's test cells lost their tag"
-    )
     harm = attacks.Harm(folder=folder / "autograded")
-    students = class_of(notebook, harm)
-    for name, student in students.items():
-        (folder / "submitted" / name / notebook).mkdir(parents=True)
-        nbformat.write(
-            submission(release, notebook, student), folder / "submitted" / name / notebook / f"{notebook}.ipynb"
+    classes = {}
+    for notebook in notebooks:
+        release = read(folder / "course" / notebook / f"{notebook}.ipynb")
+        # Run All goes on past a failing test cell (tools/run_all_tags.py); the students of ``zero`` prove
+        # that grading still scores such a cell 0.
+        assert all("raises-exception" in c.metadata.get("tags", []) for c in release.cells if is_graded_cell(c)), (
+            "the release's test cells lost their tag"
         )
-        for file, text in student.files.items():
-            (folder / "submitted" / name / notebook / file).parent.mkdir(parents=True, exist_ok=True)
-            (folder / "submitted" / name / notebook / file).write_text(text)
+        classes[notebook] = class_of(notebook, harm)
+        for name, student in classes[notebook].items():
+            (folder / "submitted" / name / notebook).mkdir(parents=True)
+            nbformat.write(
+                submission(release, notebook, student), folder / "submitted" / name / notebook / f"{notebook}.ipynb"
+            )
+            for file, text in student.files.items():
+                (folder / "submitted" / name / notebook / file).parent.mkdir(parents=True, exist_ok=True)
+                (folder / "submitted" / name / notebook / file).write_text(text)
     instructor = [
         folder / "solutions",
         folder / "course",
@@ -308,11 +340,11 @@ def graded(notebook: str, scratch: Path) -> GradedClass:
         folder / "submitted",
     ]
     before = attacks.checksum(*instructor)
-    timeout = HANGING_CLASS_TIMEOUT if notebook == "01_tokens_embeddings" else TIMEOUT
+    timeout = HANGING_CLASS_TIMEOUT if notebooks == ("01_tokens_embeddings",) else TIMEOUT
     done = nbgrader(
         folder,
         "autograde",
-        notebook,
+        "*",
         f"--TrustedVerdict.timeout={timeout}",
         f"--TrustedVerdict.max_file_size={attacks.FILE_SIZE_LIMIT}",
         env=harm.environment(),
@@ -320,18 +352,16 @@ def graded(notebook: str, scratch: Path) -> GradedClass:
     assert done.returncode == 0, done.stderr[-3000:]
     said = [
         done,
-        nbgrader(folder, "generate_feedback", notebook),
+        nbgrader(folder, "generate_feedback", "*"),
         nbgrader(folder, "export", "--to", str(folder / "grades.csv")),
     ]
     assert said[-2].returncode == 0 and said[-1].returncode == 0
-    return GradedClass(
-        notebook,
-        folder,
-        students,
-        harm.check(),
-        attacks.checksum(*instructor) == before,
-        generation_log + "".join(step.stdout + step.stderr for step in said),
-    )
+    harms, untouched = harm.check(), attacks.checksum(*instructor) == before
+    log = generation_log + "".join(step.stdout + step.stderr for step in said)
+    return {
+        notebook: GradedClass(notebook, folder, students, harms, untouched, log, classes)
+        for notebook, students in classes.items()
+    }
 
 
 @pytest.fixture(scope="session")
@@ -418,7 +448,11 @@ class _GradedClassTests:
         assert course.harms == []
         assert course.untouched, "the instructor's files or the submissions changed during autograde"
         with open(course.folder / "grades.csv") as handle:
-            rows = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle)}
+            rows = {
+                row["student_id"]: float(row["raw_score"])
+                for row in csv.DictReader(handle)
+                if row["assignment"] == self.notebook
+            }
         assert rows == {
             name: sum(p for e, p in points(self.notebook).items() if e not in s.zero)
             for name, s in course.students.items()
@@ -431,13 +465,18 @@ class _GradedClassTests:
         else. Nor does nbgrader say anything that is not about a submission: SQLAlchemy's warnings,
         a restored cell without an id, options it does not know, images without alternative text.
         """
-        test_cells = [e.test_cell_id for e in checks_for(self.notebook).exercises]
         for edit, said in (
             ("edit", r"Attribute 'checksum' for cell (\S+) has changed!"),
             ("delete", r"Missing grade cell (\S+) encountered"),
         ):
-            students = sum(student.edit == edit for student in course.students.values())
-            assert sorted(re.findall(said, course.log)) == sorted(test_cells * students), course.log[-3000:]
+            named = [  # the log is of every class graded with this one
+                exercise.test_cell_id
+                for notebook, students in course.graded_with.items()
+                for exercise in checks_for(notebook).exercises
+                for student in students.values()
+                if student.edit == edit
+            ]
+            assert sorted(re.findall(said, course.log)) == sorted(named), course.log[-3000:]
         # Python's warnings (SAWarning, nbformat's MissingIDFieldWarning for a restored cell) and traitlets' and nbconvert's
         for noise in ("Warning:", "not recognized", "Alternative text is missing"):
             assert noise not in course.log, course.log[-3000:]

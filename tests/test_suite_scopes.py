@@ -2,13 +2,14 @@
 
 Checked against pytest's own collection of this run: a test class, or a module's functions (a notebook's nbval
 cells), is one scope, except that the classes executing a notebook's cells in the test process share one scope
-per notebook. Run alone, this file sees only itself and skips.
+per notebook, and the nbgrader classes graded in one course folder one scope per folder. Run alone, this file sees
+only itself and skips.
 """
 
 from __future__ import annotations
 
 import pytest
-from conftest import IN_PROCESS_FIXTURES, in_process_notebooks, suite_scope
+from conftest import IN_PROCESS_FIXTURES, in_process_notebooks, shared_scopes, suite_scope
 from notebooks import ROOT
 
 
@@ -21,12 +22,17 @@ def _in_process(item) -> bool:
 
 
 def _expected(item, notebook_of: dict[str, str], in_process: set[type]) -> str:
-    """A class stays whole: it is one notebook's scope when any of its tests executes that notebook."""
+    """A class stays whole: it is one notebook's scope when any of its tests executes that notebook, and its
+    folder's when nbgrader grades its class with others."""
     path = item.path.resolve().relative_to(ROOT).as_posix()
     if _class(item) is None:
         return path
     if item.cls in in_process and f"{path}::{item.cls.__name__}" in notebook_of:
         return f"notebook {item.cls.notebook}"
+    if path == "tests/test_nbgrader_e2e.py" and hasattr(item.cls, "notebook"):
+        from test_nbgrader_e2e import graded_with
+
+        return "nbgrader folder " + "+".join(graded_with(item.cls.notebook))
     return f"{path}::{item.cls.__name__}"
 
 
@@ -34,12 +40,12 @@ def test_each_class_or_module_is_one_scope_and_a_notebooks_in_process_classes_sh
     items = request.session.items
     if not any(getattr(_class(item), "notebook", None) for item in items):
         pytest.skip("run with the suite: this run collected no notebook's test classes")
-    notebook_of = in_process_notebooks()
+    notebook_of, shared = in_process_notebooks(), shared_scopes()
     in_process = {item.cls for item in items if _in_process(item)}
     wrong = {
-        item.nodeid: (suite_scope(item.nodeid, notebook_of), _expected(item, notebook_of, in_process))
+        item.nodeid: (suite_scope(item.nodeid, shared), _expected(item, notebook_of, in_process))
         for item in items
-        if suite_scope(item.nodeid, notebook_of) != _expected(item, notebook_of, in_process)
+        if suite_scope(item.nodeid, shared) != _expected(item, notebook_of, in_process)
     }
     assert not wrong, list(wrong.items())[:5]
     # Every class whose tests execute a notebook in the test process is known, or its notebook runs on both workers.
