@@ -124,3 +124,41 @@ def test_the_reference_configs_match_the_notebooks(notebook, name):
         return [(f.name, str(f.type), f.default) for f in dataclasses.fields(cls)]
 
     assert described(load_from_notebook(notebook, name, folder=ROOT / "course")) == described(getattr(configs, name))
+
+
+def _fallbacks(nb) -> list[tuple[str, str]]:
+    """(earlier notebook, where the fallback comes from) for each ``use_earlier`` call in ``nb``'s code cells."""
+    import ast
+
+    imported, calls = {}, []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse("\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("%")))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {(alias.asname or alias.name).split(".")[0]: alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported |= {alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names}
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "use_earlier":
+                root = node.args[2]
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                calls.append((node.args[0].value, imported.get(root.id, root.id)))
+    return calls
+
+
+def test_every_fallback_is_the_courses_reference_or_pytorchs():
+    """An unfinished earlier notebook falls back to ``autograder.reference`` or PyTorch's own, as use_earlier's
+    line says ("the course's reference version built on PyTorch"), never to a copy of the solutions."""
+    from notebooks import NOTEBOOKS, read, solution_path
+
+    found = {notebook: _fallbacks(read(solution_path(notebook))) for notebook in NOTEBOOKS}
+    assert sum(map(len, found.values())) >= 10, found  # the parser sees the calls
+    wrong = {
+        notebook: [
+            (earlier, source) for earlier, source in calls if not source.startswith(("autograder.reference", "torch"))
+        ]
+        for notebook, calls in found.items()
+    }
+    assert not any(wrong.values()), wrong

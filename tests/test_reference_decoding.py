@@ -79,3 +79,31 @@ def test_the_beam_oracle_with_a_wide_beam_is_brute_force():
         for alpha in (0.0, 1.0):
             best, score, _ = best_hypothesis(table, prompt, 4, 0, alpha)
             assert beam_oracle(table, prompt, 500, 4, 0, alpha) == (best, pytest.approx(score))
+
+
+@torch.no_grad()
+def test_the_reference_generate_is_notebook_11s_loop():
+    """Notebook 13's fallback for notebook 11's ``generate``: token for token the solution's loop, greedy and
+    sampled, stopping at eos (kept) or after max_new_tokens."""
+    from notebooks import ROOT
+
+    from autograder.reference.sampling import generate, sample_next
+    from coursetools.notebook_import import load_from_notebook
+
+    theirs = load_from_notebook("11_decoding", "generate", folder=ROOT / "solutions")
+    model = _decoder(4)
+    for seed in range(4):
+        prompt = torch.randint(0, 30, (1 + seed,), generator=torch.Generator().manual_seed(seed))
+        greedy_run = theirs(model, prompt, max_new_tokens=12)
+        for eos_id in (None, int(greedy_run[len(prompt) + 2])):  # no eos, then one the loop meets
+            kwargs = {"max_new_tokens": 12, "eos_id": eos_id}
+            got, expected = generate(model, prompt, **kwargs), theirs(model, prompt, **kwargs)
+            assert torch.equal(got, expected), (seed, eos_id, got, expected)
+        # sampled: the same draws from generators seeded alike
+        drawn = [run(model, prompt, max_new_tokens=8, pick=_sampler(sample_next, seed)) for run in (generate, theirs)]
+        assert torch.equal(*drawn), drawn
+
+
+def _sampler(sample_next, seed):
+    generator = torch.Generator().manual_seed(100 + seed)
+    return lambda logits: sample_next(logits, temperature=0.9, top_k=10, generator=generator)

@@ -5,6 +5,7 @@ T = 0 keeps only the greedy token (the others -inf). ``top_k_filter``: keeps exa
 of a stable descending sort (ties at the boundary go to the lower id). ``top_p_filter``: keeps the smallest
 prefix of that order whose probability reaches p (the token that crosses p included, at least one token).
 Filtered logits are -inf. ``sample_next`` applies temperature, then top-k, then top-p, and draws.
+``generate`` is notebook 11's loop without a cache: the whole sequence is fed at every step.
 """
 
 from __future__ import annotations
@@ -53,3 +54,16 @@ def sample_next(logits, *, temperature=1.0, top_k=None, top_p=None, generator=No
     probs = torch.softmax(logits, dim=-1)
     flat = probs.reshape(-1, probs.shape[-1])
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def generate(model, prompt: torch.Tensor, *, max_new_tokens: int, eos_id: int | None = None, pick=greedy):
+    """``prompt`` [length] followed by at most ``max_new_tokens`` new tokens, 1-D. Each step feeds the whole
+    sequence, ``model(tokens[None])``, and ``pick``s a token from the last position's logits [1, vocab]; the
+    loop stops after ``eos_id`` (which is kept)."""
+    tokens = prompt.tolist()
+    for _ in range(max_new_tokens):
+        logits = model(torch.tensor(tokens, dtype=prompt.dtype, device=prompt.device)[None])[:, -1]
+        tokens.append(int(pick(logits)[0]))
+        if tokens[-1] == eos_id:
+            break
+    return torch.tensor(tokens, dtype=prompt.dtype, device=prompt.device)
