@@ -134,8 +134,7 @@ def _fallbacks(nb) -> list[tuple[str, str]]:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        tree = ast.parse("\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("%")))
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(cell.source)):
             if isinstance(node, ast.Import):
                 imported |= {(alias.asname or alias.name).split(".")[0]: alias.name for alias in node.names}
             elif isinstance(node, ast.ImportFrom):

@@ -236,7 +236,7 @@ BROKEN_ZYGOTES = {
 def test_where_a_worker_cannot_start_warm_it_starts_cold(tmp_path, monkeypatch, broken):
     _require_sandbox()
     patch, reason = BROKEN_ZYGOTES[broken]
-    program = f"import socket, sys, autograder.zygote as z\n{patch}z.main(sys.argv)\n"
+    program = f"import sys, autograder.zygote as z\n{patch}z.main(sys.argv)\n"
     made = {}
 
     def shared(environment):
