@@ -25,6 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import tinystories.train as train_module  # noqa: E402
 from benchmarks._common import command, machine, now  # noqa: E402
 from tinystories.config import load_config  # noqa: E402
 from tinystories.stack import reference_stack, student_stack  # noqa: E402
@@ -47,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-parts", default="", metavar="PART,PART",
                         help="with --stack solutions: parts taken from the course all the same (loss,optimizer,...), "
                              "to see which of a student's parts costs the time")
+    parser.add_argument("--split-at-masks", action="store_true",
+                        help="compile a student's parts without capturing data-dependent shapes: the compiled loss is "
+                             "cut in two at its boolean mask (tinystories.train.CAPTURE_DYNAMIC_OUTPUT_SHAPES)")
     parser.add_argument("--output", default="benchmarks/tinystories_gpu", help="writes OUTPUT.json and OUTPUT.md")
     args = parser.parse_args(argv)
+    train_module.CAPTURE_DYNAMIC_OUTPUT_SHAPES = not args.split_at_masks
 
     with tempfile.TemporaryDirectory() as tmp:
         total = args.warmup + args.steps
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command(), "date": now(), "machine": machine(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "config": args.config, "stack": args.stack,
-        "reference_parts": args.reference_parts, "overrides": overrides[len(TINY) if args.tiny else 0:],
+        "reference_parts": args.reference_parts, "split_at_masks": args.split_at_masks, "overrides": overrides[len(TINY) if args.tiny else 0:],
         "tokens_per_step": config.train.batch_size * config.model.context_length,
         "timed_steps": len(timed),
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),

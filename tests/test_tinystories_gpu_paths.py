@@ -17,7 +17,7 @@ from tinystories_helpers import ROOT, tiny_config
 
 import tinystories.train as train_module
 from tinystories.stack import reference_stack, student_stack
-from tinystories.train import CompiledLoss, run, step_parts
+from tinystories.train import CompiledPart, batch_loss, run, step_parts
 
 
 def _losses(result) -> list[float]:
@@ -37,7 +37,8 @@ def straight(data_dir, tmp_path_factory):
 @pytest.mark.parametrize("stack", ["reference", "yours"])
 def test_torch_compile(stack, straight, data_dir, tmp_path):
     """train.compile = true: inductor compiles the model (forward and backward) on the CPU, and a student's
-    loss too (train.compile_loss): the compiled student stack trains to the eager run's losses (1e-4)."""
+    loss and clipping too (train.compile_loss, train.compile_clipping): the compiled student stack trains to
+    the eager run's losses (1e-4)."""
     chosen = reference_stack() if stack == "reference" else student_stack(ROOT / "solutions", check=False)
     result = run(tiny_config(data_dir, tmp_path, "train.compile=true"), stack=chosen, progress=False)
     assert _losses(result) == pytest.approx(straight, abs=1e-4, rel=0)
@@ -64,46 +65,84 @@ def _recording_backend(graphs: list):
     return backend
 
 
+def _captured(graphs) -> list[set[str]]:
+    """For each FX graph a recording backend kept, the names of the functions and methods it calls."""
+    return [{getattr(node.target, "__name__", node.target) for node in graph.graph.nodes
+             if node.op in ("call_function", "call_method")} for graph in graphs]
+
+
 def test_a_students_loss_runs_inside_the_compiled_region(yours, your_loss, data_dir, tmp_path):
     """With train.compile, the loss of notebook 10 runs under torch.compile as the model does (issue 38: on a
-    GPU, its separate operations over the logits cost a student's stack most of its gap to the reference).
-    Observed: the graphs Dynamo hands the compiler hold the loss's operations over the logits (max, exp,
-    sum, log, gather), and the result equals the eager loss's to
-    float32 rounding (1e-6 relative) on two shapes and seeds. PyTorch's own loss is left as it is."""
+    GPU, its separate operations over the logits cost a student's stack most of its gap to the reference),
+    together with the cast of the logits to float32. Observed: Dynamo hands the compiler ONE graph (no cut at
+    the loss's boolean mask, CAPTURE_DYNAMIC_OUTPUT_SHAPES) that holds the cast and the loss's operations over
+    the logits (max, exp, sum, log, gather); the result equals the eager loss of the float32 logits to float32
+    rounding (1e-6 relative) for bf16 and float32 logits of two shapes and seeds. PyTorch's own loss is left
+    as it is."""
     graphs = []
-    parts = step_parts(yours, tiny_config(data_dir, tmp_path, "train.compile=true"), backend=_recording_backend(graphs))
-    assert isinstance(parts.loss, CompiledLoss) and parts.loss.eager is your_loss
-    for seed, (positions, vocabulary) in enumerate([(48, 37), (96, 301)]):
+    loss = batch_loss(yours, tiny_config(data_dir, tmp_path, "train.compile=true"), backend=_recording_backend(graphs))
+    assert isinstance(loss, CompiledPart)
+    for seed, (batch, positions, vocabulary, dtype) in enumerate([(2, 24, 37, torch.bfloat16),
+                                                                  (3, 32, 301, torch.float32)]):
         generator = torch.Generator().manual_seed(seed)
-        logits = torch.randn(positions, vocabulary, generator=generator)
-        targets = torch.randint(0, vocabulary, (positions,), generator=generator)
-        torch.testing.assert_close(parts.loss(logits, targets), your_loss(logits, targets), rtol=1e-6, atol=0)
-    captured = {
-        getattr(node.target, "__name__", node.target)
-        for graph in graphs
-        for node in graph.graph.nodes
-        if node.op in ("call_function", "call_method")
-    }
-    assert {"max", "exp", "sum", "log", "gather"} <= captured, captured
-    assert parts.loss.fallback is None
+        logits = torch.randn(batch, positions, vocabulary, generator=generator).to(dtype)
+        targets = torch.randint(0, vocabulary, (batch, positions), generator=generator)
+        expected = your_loss(logits.float().flatten(0, 1), targets.flatten())
+        torch.testing.assert_close(loss(logits, targets), expected, rtol=1e-6, atol=0)
+    assert loss.fallback is None
+    assert len(graphs) == 2, f"the loss was cut into {len(graphs) // 2} graphs per dtype, not one"  # one per dtype
+    for captured in _captured(graphs):
+        assert {"float", "max", "exp", "sum", "log", "gather"} <= captured, captured
+    eager = batch_loss(reference_stack(), tiny_config(data_dir, tmp_path, "train.compile=true"))
+    assert not isinstance(eager, CompiledPart)
+    for off in (["train.compile=false"], ["train.compile=true", "train.compile_loss=false"]):
+        assert not isinstance(batch_loss(yours, tiny_config(data_dir, tmp_path, *off)), CompiledPart)
+
+
+def test_a_students_clipping_runs_inside_the_compiled_region(data_dir, tmp_path):
+    """With train.compile, notebook 10's gradient clipping runs compiled too (train.compile_clipping). Observed:
+    the graph Dynamo hands the compiler holds its norms and its in-place scaling of the gradients, and the
+    compiled clipping returns the eager one's norm and leaves the same gradients (1e-6 relative), for gradients
+    above and below max_norm over two sets of shapes. PyTorch's own clipping, and compile_clipping=false, are
+    left as they are."""
+    mine = student_stack(ROOT / "solutions", check=False, keys=["clipping"])
+    graphs = []
+    parts = step_parts(mine, tiny_config(data_dir, tmp_path, "train.compile=true"), backend=_recording_backend(graphs))
+    assert isinstance(parts.clipping, CompiledPart) and parts.clipping.eager is mine.clipping
+    for seed, (shapes, max_norm) in enumerate([([(8, 4), (4,)], 0.5), ([(3, 5, 2), (7,), (6, 6)], 100.0)]):
+        generator = torch.Generator().manual_seed(seed)
+        grads = [torch.randn(shape, generator=generator) for shape in shapes]
+        results = []
+        for clip in (parts.clipping, mine.clipping):
+            params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.clone()
+            results.append((clip(params, max_norm), [p.grad for p in params]))
+        (norm, clipped), (eager_norm, eager_clipped) = results
+        torch.testing.assert_close(norm, eager_norm, rtol=1e-6, atol=0)
+        torch.testing.assert_close(clipped, eager_clipped, rtol=1e-6, atol=0)
+    assert parts.clipping.fallback is None and graphs
+    for captured in _captured(graphs):
+        assert {"linalg_vector_norm", "mul_"} <= captured, captured
     reference = reference_stack()
     assert step_parts(reference, tiny_config(data_dir, tmp_path, "train.compile=true")) is reference
-    for off in (["train.compile=false"], ["train.compile=true", "train.compile_loss=false"]):
-        assert step_parts(yours, tiny_config(data_dir, tmp_path, *off)) is yours
+    for off in (["train.compile=false"], ["train.compile=true", "train.compile_clipping=false"]):
+        assert step_parts(mine, tiny_config(data_dir, tmp_path, *off)) is mine
 
 
-def test_a_loss_the_compiler_cannot_take_runs_eagerly_with_one_line(your_loss):
-    """A compiler failure costs speed, not the run: the loss runs eagerly from then on, and one line says why.
-    A loss that fails eagerly too raises its own error (the student's, readable), not the compiler's."""
+def test_a_part_the_compiler_cannot_take_runs_eagerly_with_one_line(your_loss):
+    """A compiler failure costs speed, not the run: the part runs eagerly from then on, and one line says why.
+    A part that fails eagerly too raises its own error (the student's, readable), not the compiler's."""
 
     def broken_compiler(graph_module, example_inputs):
         raise RuntimeError("no C++ compiler\nmore detail")
 
     said = []
-    loss = CompiledLoss(your_loss, backend=broken_compiler, say=said.append)
+    loss = CompiledPart(your_loss, "the loss", backend=broken_compiler, say=said.append)
     logits, targets = torch.randn(8, 5), torch.tensor([0, 1, 2, 3, 4, 0, 1, 2])
     torch.testing.assert_close(loss(logits, targets), your_loss(logits, targets), rtol=0, atol=0)
-    assert loss.fallback is not None and len(said) == 1 and "no C++ compiler" in said[0] and "eagerly" in said[0]
+    assert loss.fallback is not None and len(said) == 1
+    assert "the loss" in said[0] and "no C++ compiler" in said[0] and "eagerly" in said[0]
     loss(logits, targets)
     assert len(said) == 1
 
@@ -111,7 +150,7 @@ def test_a_loss_the_compiler_cannot_take_runs_eagerly_with_one_line(your_loss):
         return logits @ targets
 
     with pytest.raises(RuntimeError) as raised:
-        CompiledLoss(wrong_shape, say=said.append)(logits, targets)
+        CompiledPart(wrong_shape, "the loss", say=said.append)(logits, targets)
     assert "Dynamo" not in type(raised.value).__name__ and len(said) == 1
 
 
