@@ -67,8 +67,14 @@ def _recording_backend(graphs: list):
 
 def _captured(graphs) -> list[set[str]]:
     """For each FX graph a recording backend kept, the names of the functions and methods it calls."""
-    return [{getattr(node.target, "__name__", node.target) for node in graph.graph.nodes
-             if node.op in ("call_function", "call_method")} for graph in graphs]
+    return [
+        {
+            getattr(node.target, "__name__", node.target)
+            for node in graph.graph.nodes
+            if node.op in ("call_function", "call_method")
+        }
+        for graph in graphs
+    ]
 
 
 def test_a_students_loss_runs_inside_the_compiled_region(yours, your_loss, data_dir, tmp_path):
@@ -82,8 +88,9 @@ def test_a_students_loss_runs_inside_the_compiled_region(yours, your_loss, data_
     graphs = []
     loss = batch_loss(yours, tiny_config(data_dir, tmp_path, "train.compile=true"), backend=_recording_backend(graphs))
     assert isinstance(loss, CompiledPart)
-    for seed, (batch, positions, vocabulary, dtype) in enumerate([(2, 24, 37, torch.bfloat16),
-                                                                  (3, 32, 301, torch.float32)]):
+    for seed, (batch, positions, vocabulary, dtype) in enumerate(
+        [(2, 24, 37, torch.bfloat16), (3, 32, 301, torch.float32)]
+    ):
         generator = torch.Generator().manual_seed(seed)
         logits = torch.randn(batch, positions, vocabulary, generator=generator).to(dtype)
         targets = torch.randint(0, vocabulary, (batch, positions), generator=generator)
