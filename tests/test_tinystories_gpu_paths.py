@@ -17,7 +17,7 @@ from tinystories_helpers import ROOT, tiny_config
 
 import tinystories.train as train_module
 from tinystories.stack import reference_stack, student_stack
-from tinystories.train import CompiledPart, batch_loss, run, step_parts
+from tinystories.train import CompiledLoss, batch_loss, run
 
 
 def _losses(result) -> list[float]:
@@ -37,8 +37,7 @@ def straight(data_dir, tmp_path_factory):
 @pytest.mark.parametrize("stack", ["reference", "yours"])
 def test_torch_compile(stack, straight, data_dir, tmp_path):
     """train.compile = true: inductor compiles the model (forward and backward) on the CPU, and a student's
-    loss and clipping too (train.compile_loss, train.compile_clipping): the compiled student stack trains to
-    the eager run's losses (1e-4)."""
+    loss too (train.compile_loss): the compiled student stack trains to the eager run's losses (1e-4)."""
     chosen = reference_stack() if stack == "reference" else student_stack(ROOT / "solutions", check=False)
     result = run(tiny_config(data_dir, tmp_path, "train.compile=true"), stack=chosen, progress=False)
     assert _losses(result) == pytest.approx(straight, abs=1e-4, rel=0)
@@ -87,7 +86,7 @@ def test_a_students_loss_runs_inside_the_compiled_region(yours, your_loss, data_
     as it is."""
     graphs = []
     loss = batch_loss(yours, tiny_config(data_dir, tmp_path, "train.compile=true"), backend=_recording_backend(graphs))
-    assert isinstance(loss, CompiledPart)
+    assert isinstance(loss, CompiledLoss)
     for seed, (batch, positions, vocabulary, dtype) in enumerate(
         [(2, 24, 37, torch.bfloat16), (3, 32, 301, torch.float32)]
     ):
@@ -101,51 +100,20 @@ def test_a_students_loss_runs_inside_the_compiled_region(yours, your_loss, data_
     for captured in _captured(graphs):
         assert {"float", "max", "exp", "sum", "log", "gather"} <= captured, captured
     eager = batch_loss(reference_stack(), tiny_config(data_dir, tmp_path, "train.compile=true"))
-    assert not isinstance(eager, CompiledPart)
+    assert not isinstance(eager, CompiledLoss)
     for off in (["train.compile=false"], ["train.compile=true", "train.compile_loss=false"]):
-        assert not isinstance(batch_loss(yours, tiny_config(data_dir, tmp_path, *off)), CompiledPart)
+        assert not isinstance(batch_loss(yours, tiny_config(data_dir, tmp_path, *off)), CompiledLoss)
 
 
-def test_a_students_clipping_runs_inside_the_compiled_region(data_dir, tmp_path):
-    """With train.compile, notebook 10's gradient clipping runs compiled too (train.compile_clipping). Observed:
-    the graph Dynamo hands the compiler holds its norms and its in-place scaling of the gradients, and the
-    compiled clipping returns the eager one's norm and leaves the same gradients (1e-6 relative), for gradients
-    above and below max_norm over two sets of shapes. PyTorch's own clipping, and compile_clipping=false, are
-    left as they are."""
-    mine = student_stack(ROOT / "solutions", check=False, keys=["clipping"])
-    graphs = []
-    parts = step_parts(mine, tiny_config(data_dir, tmp_path, "train.compile=true"), backend=_recording_backend(graphs))
-    assert isinstance(parts.clipping, CompiledPart) and parts.clipping.eager is mine.clipping
-    for seed, (shapes, max_norm) in enumerate([([(8, 4), (4,)], 0.5), ([(3, 5, 2), (7,), (6, 6)], 100.0)]):
-        generator = torch.Generator().manual_seed(seed)
-        grads = [torch.randn(shape, generator=generator) for shape in shapes]
-        results = []
-        for clip in (parts.clipping, mine.clipping):
-            params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
-            for p, g in zip(params, grads, strict=True):
-                p.grad = g.clone()
-            results.append((clip(params, max_norm), [p.grad for p in params]))
-        (norm, clipped), (eager_norm, eager_clipped) = results
-        torch.testing.assert_close(norm, eager_norm, rtol=1e-6, atol=0)
-        torch.testing.assert_close(clipped, eager_clipped, rtol=1e-6, atol=0)
-    assert parts.clipping.fallback is None and graphs
-    for captured in _captured(graphs):
-        assert {"linalg_vector_norm", "mul_"} <= captured, captured
-    reference = reference_stack()
-    assert step_parts(reference, tiny_config(data_dir, tmp_path, "train.compile=true")) is reference
-    for off in (["train.compile=false"], ["train.compile=true", "train.compile_clipping=false"]):
-        assert step_parts(mine, tiny_config(data_dir, tmp_path, *off)) is mine
-
-
-def test_a_part_the_compiler_cannot_take_runs_eagerly_with_one_line(your_loss):
-    """A compiler failure costs speed, not the run: the part runs eagerly from then on, and one line says why.
-    A part that fails eagerly too raises its own error (the student's, readable), not the compiler's."""
+def test_a_loss_the_compiler_cannot_take_runs_eagerly_with_one_line(your_loss):
+    """A compiler failure costs speed, not the run: the loss runs eagerly from then on, and one line says why.
+    A loss that fails eagerly too raises its own error (the student's, readable), not the compiler's."""
 
     def broken_compiler(graph_module, example_inputs):
         raise RuntimeError("no C++ compiler\nmore detail")
 
     said = []
-    loss = CompiledPart(your_loss, "the loss", backend=broken_compiler, say=said.append)
+    loss = CompiledLoss(your_loss, backend=broken_compiler, say=said.append)
     logits, targets = torch.randn(8, 5), torch.tensor([0, 1, 2, 3, 4, 0, 1, 2])
     torch.testing.assert_close(loss(logits, targets), your_loss(logits, targets), rtol=0, atol=0)
     assert loss.fallback is not None and len(said) == 1
@@ -157,7 +125,7 @@ def test_a_part_the_compiler_cannot_take_runs_eagerly_with_one_line(your_loss):
         return logits @ targets
 
     with pytest.raises(RuntimeError) as raised:
-        CompiledPart(wrong_shape, "the loss", say=said.append)(logits, targets)
+        CompiledLoss(wrong_shape, say=said.append)(logits, targets)
     assert "Dynamo" not in type(raised.value).__name__ and len(said) == 1
 
 

@@ -56,7 +56,6 @@ class TrainConfig:
     seed: int = 0
     compile: bool = False
     compile_loss: bool = True       # with compile: a loss that is not PyTorch's (yours) is compiled too; false: eager
-    compile_clipping: bool = True   # with compile: gradient clipping that is not PyTorch's (yours) too
     compile_cache: bool = False     # Inductor's FX graph cache; warm loads trained 23% slower (benchmarks/tinystories_gpu.md)
     precision: str = "auto"         # "bf16" | "fp16" | "fp32" | "auto" (bf16 if supported, else fp16; fp32 on CPU)
     attention: str = "fused"        # "fused": SDPA picks its kernels; "math": the unfused formula of notebook 04

@@ -73,8 +73,6 @@ PARTS = (
          lambda: _course().generate_with_cache),
 )
 
-PARTS_BY_KEY = {part.key: part for part in PARTS}
-
 
 @dataclass
 class Stack:

@@ -16,7 +16,6 @@ then the memory-efficient kernel runs); "math" forces the unfused formula of not
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import math
@@ -36,7 +35,7 @@ from tinystories.config import as_dict, check_out_dir, to_toml
 from tinystories.errors import RunError
 from tinystories.model import build_model, count_parameters, decoder_config
 from tinystories.prepare import load_tokens, prepare
-from tinystories.stack import PARTS_BY_KEY, Stack, reference_stack
+from tinystories.stack import Stack, reference_stack
 
 # Peak dense tensor FLOP/s per GPU at 16-bit precision (vendor data sheets); MFU is omitted elsewhere.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "T4": 65e12}
@@ -280,51 +279,45 @@ def _use_compile_cache(enabled: bool) -> None:
     inductor_config.fx_graph_cache = enabled
 
 
-# A part written with a boolean mask (notebook 10's loss: ``per_position[keep].mean()``) has an output whose size
-# depends on the data. Without this, Dynamo cuts the compiled part in two there; with it, the part is one graph.
+# Notebook 10's loss ends with ``per_position[keep].mean()``: a boolean mask, whose output size depends on the
+# data. Without this, Dynamo cuts the compiled loss in two there; with it, the loss is one graph, and on an H100
+# a run's peak memory fell from 8.3 to 7.1 GiB, the reference's (benchmarks/tinystories_gpu.md).
 CAPTURE_DYNAMIC_OUTPUT_SHAPES = True
 
 
-class CompiledPart:
-    """One of a student's parts run under ``torch.compile`` (``train.compile_loss``, ``train.compile_clipping``),
-    falling back to the part itself, with one line, if compiling it fails.
+class CompiledLoss:
+    """A batch's loss run under ``torch.compile`` (``train.compile_loss``), falling back to the loss itself, with
+    one line, if compiling it fails.
 
     PyTorch's ``F.cross_entropy`` is one fused kernel; a loss written out as separate operations (notebook
-    10's) reads and writes the float32 logits once per operation, and clipping written as a loop over the
-    parameters launches a few small kernels per parameter. On a GPU that cost a student's stack most of its
-    gap to the reference (benchmarks/tinystories_gpu.md). Compiled, Inductor fuses
-    those operations; what the part computes is unchanged (``tests/test_tinystories_gpu_paths.py``). A part
-    that raises when run eagerly too raises its own error, readable, not a compiler's.
+    10's) reads and writes the float32 logits once per operation, and on a GPU that cost a student's stack
+    most of its gap to the reference (benchmarks/tinystories_gpu.md). Compiled, Inductor fuses those
+    operations; what the loss computes is unchanged (``tests/test_tinystories_gpu_paths.py``). A loss that
+    raises when run eagerly too raises its own error, readable, not a compiler's.
     """
 
-    def __init__(self, part, what: str, backend="inductor", say=print):
-        self.eager, self.what, self.say = part, what, say
-        self.compiled = torch.compile(part, backend=backend)
+    def __init__(self, loss, backend="inductor", say=print):
+        self.eager, self.say = loss, say
+        self.compiled = torch.compile(loss, backend=backend)
         self.fallback: Exception | None = None
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if self.fallback is None:
             try:
                 with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=CAPTURE_DYNAMIC_OUTPUT_SHAPES):
-                    return self.compiled(*args, **kwargs)
+                    return self.compiled(logits, targets)
             except torch.OutOfMemoryError:
                 raise
-            except Exception as error:  # noqa: BLE001 - the eager call below tells a compiler failure from the part's own
-                result = self.eager(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - the eager call below tells a compiler failure from the loss's own
+                result = self.eager(logits, targets)
                 self.fallback = error
                 cause = getattr(error, "inner_exception", None) or error  # a compiler's own error, unwrapped
                 first_line = next(iter(str(cause).splitlines()), "")
                 self.say(
-                    f"torch.compile could not compile {self.what} ({type(cause).__name__}: {first_line}); "
-                    "it runs eagerly"
+                    f"torch.compile could not compile the loss ({type(cause).__name__}: {first_line}); it runs eagerly"
                 )
                 return result
-        return self.eager(*args, **kwargs)
-
-
-def _is_pytorchs(stack: Stack, key: str) -> bool:
-    """Whether ``stack``'s part ``key`` is the course's own (PyTorch's loss, AdamW or clipping: fused already)."""
-    return getattr(stack, key) is PARTS_BY_KEY[key].reference()
+        return self.eager(logits, targets)
 
 
 def batch_loss(stack: Stack, config, *, backend="inductor", say=print):
@@ -332,34 +325,24 @@ def batch_loss(stack: Stack, config, *, backend="inductor", say=print):
     targets, given to ``stack.loss`` as float32 ``(B*T, V)`` logits and ``(B*T,)`` targets.
 
     With ``train.compile`` and ``train.compile_loss``, a loss that is not PyTorch's own runs compiled
-    (``CompiledPart``), as the model does, and the cast to float32 with it: Inductor then reads the bf16 logits
-    where the loss needs them instead of first writing a float32 copy (1.3 GB a step in gpu_h100). The loss still
-    receives exactly the float32 values (the cast is exact)."""
+    (``CompiledLoss``), as the model does, and the cast to float32 with it, so that Inductor reads the bf16
+    logits where the loss needs them rather than a float32 copy written first (1.3 GB a step in gpu_h100). The
+    loss still receives exactly the float32 values (the cast is exact).
+
+    A student's clipping and optimizer step stay eager. Compiled, the solution's clipping trained 3% slower on
+    an H100 (two alternated pairs of runs). The optimizer's learning rate changes every step and reaches the
+    update as a Python number (``p.addcdiv_(m, v, value=-lr)``, ``alpha=-lr``), which Dynamo can only bake into
+    the graph: each new value recompiled (5 graphs in 5 steps on the CPU) until the recompile limit (8) left
+    it eager anyway (benchmarks/tinystories_gpu.md)."""
     loss = stack.loss
 
     def loss_of_batch(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return loss(logits.float().flatten(0, 1), targets.flatten())
 
     t = config.train
-    if t.compile and t.compile_loss and not _is_pytorchs(stack, "loss"):
-        return CompiledPart(loss_of_batch, "the loss", backend=backend, say=say)
+    if t.compile and t.compile_loss and loss is not torch.nn.functional.cross_entropy:
+        return CompiledLoss(loss_of_batch, backend=backend, say=say)
     return loss_of_batch
-
-
-def step_parts(stack: Stack, config, *, backend="inductor", say=print) -> Stack:
-    """``stack`` as a compiled run calls it every step: with ``train.compile`` and ``train.compile_clipping``,
-    gradient clipping that is not PyTorch's own runs compiled (the loss is ``batch_loss``'s).
-
-    A student's optimizer step stays eager. Its learning rate changes every step and reaches the update as a
-    Python number (``p.addcdiv_(m, v, value=-lr)``, ``alpha=-lr``), which Dynamo can only bake into the graph:
-    each new value recompiled (5 graphs in 5 steps on the CPU), until the recompile limit (8) left it eager
-    anyway, after seconds of compiling per step."""
-    t = config.train
-    if t.compile and t.compile_clipping and not _is_pytorchs(stack, "clipping"):
-        return dataclasses.replace(
-            stack, clipping=CompiledPart(stack.clipping, "gradient clipping", backend=backend, say=say)
-        )
-    return stack
 
 
 @dataclass
@@ -515,14 +498,13 @@ def _loop(config, stack: Stack, d: _Dist, device: torch.device, precision: str) 
 
 
 def _compile(loop: _Loop, say) -> None:
-    """``train.compile``: the model compiled, and a student's loss and clipping (``batch_loss``, ``step_parts``);
-    under torchrun, DDP around the model.
+    """``train.compile``: the model compiled, and a student's loss (``batch_loss``); under torchrun, DDP around
+    the model.
     After a resume has loaded the weights into the module itself."""
     t, d = loop.config.train, loop.d
     if t.compile:
         _use_compile_cache(t.compile_cache)
         loop.model = torch.compile(loop.model)
-    loop.stack = step_parts(loop.stack, loop.config, say=say)
     loop.loss = batch_loss(loop.stack, loop.config, say=say)
     if d.world > 1:
         loop.model = torch.nn.parallel.DistributedDataParallel(
