@@ -37,14 +37,53 @@ def pytest_xdist_make_scheduler(config, log):
 
 class SuiteScopes(LoadScopeScheduling):
     """pytest-xdist's loadscope (a test class, or a module's functions, runs on one worker), with the scopes of
-    ``suite_scope``."""
+    ``suite_scope``, the longest (``longest_scopes``) queued first."""
 
     def __init__(self, config, log=None):
         super().__init__(config, log)
         self.shared = shared_scopes()
+        self.seconds = longest_scopes()
+        self.queued_longest_first = False
 
     def _split_scope(self, nodeid: str) -> str:
         return suite_scope(nodeid, self.shared)
+
+    def _assign_work_unit(self, node) -> None:
+        if not self.queued_longest_first:  # the queue is whole before its first unit is handed out
+            units = sorted(self.workqueue.items(), key=lambda unit: -self.seconds.get(unit[0], 0))  # stable
+            self.workqueue.clear()
+            self.workqueue.update(units)
+            self.queued_longest_first = True
+        super()._assign_work_unit(node)
+
+
+def longest_scopes() -> dict[str, float]:
+    """Scope -> the seconds it took, for the suite's longest scopes (a profiled fresh clone on the 2-core machine,
+    2026-11-28, benchmarks/suite_time.md).
+
+    The workers take scopes in queue order, and xdist queues them by their number of tests, so a long scope of
+    few tests came last: the hub's one test (51 s) kept one worker busy while the other had finished. Queued
+    longest first, the many short scopes even out the end. A stale figure costs only that balance;
+    test_suite_scopes checks that each name is still a scope."""
+    return {
+        folder_scope("02_normalization"): 105,
+        "tests/test_sandbox.py": 101,
+        folder_scope("00_welcome"): 91,
+        "tests/test_grader_failures.py": 88,
+        "tests/test_class_grading.py": 84,
+        "tests/test_run_all_browser.py::TestRunAllEarly": 76,
+        "tests/test_run_all_browser.py::TestRunAllLate": 65,
+        folder_scope("04_attention"): 62,
+        "notebook 12_bpe": 53,
+        "tests/test_tinystories_cli.py": 51,
+        "tests/test_hub.py": 51,
+        "tests/test_environment.py": 50,
+        folder_scope("01_tokens_embeddings"): 44,
+        "tests/test_student_session.py": 39,
+        "solutions/10_training/10_training.ipynb": 39,
+        "tests/test_multiuser_exchange.py": 35,
+        "tests/test_colab_notebook.py": 34,
+    }
 
 
 IN_PROCESS_FIXTURES = {"solution_namespaces", "stub_namespaces"}  # a notebook's cells, executed in the test process
@@ -71,10 +110,17 @@ def graded_together() -> dict[str, str]:
 
     path = Path(e2e.__file__).resolve().relative_to(ROOT).as_posix()
     return {
-        f"{path}::{cls.__name__}": "nbgrader folder " + "+".join(e2e.graded_with(cls.notebook))
+        f"{path}::{cls.__name__}": folder_scope(cls.notebook)
         for cls in vars(e2e).values()
         if isinstance(cls, type) and issubclass(cls, e2e._GradedClassTests) and hasattr(cls, "notebook")
     }
+
+
+def folder_scope(notebook: str) -> str:
+    """The scope of the nbgrader classes graded in the course folder of ``notebook``."""
+    from test_nbgrader_e2e import graded_with
+
+    return "nbgrader folder " + "+".join(graded_with(notebook))
 
 
 def shared_scopes() -> dict[str, str]:

@@ -9,7 +9,7 @@ only itself and skips.
 from __future__ import annotations
 
 import pytest
-from conftest import IN_PROCESS_FIXTURES, in_process_notebooks, shared_scopes, suite_scope
+from conftest import IN_PROCESS_FIXTURES, in_process_notebooks, longest_scopes, shared_scopes, suite_scope
 from notebooks import ROOT
 
 
@@ -56,3 +56,14 @@ def test_each_class_or_module_is_one_scope_and_a_notebooks_in_process_classes_sh
         and f"{item.path.resolve().relative_to(ROOT).as_posix()}::{item.cls.__name__}" not in notebook_of
     }
     assert not unknown, f"add these classes' modules to in_process_notebooks(): {sorted(unknown)}"
+
+
+def test_the_scopes_queued_first_are_scopes_of_the_suite(request):
+    """Each name ``longest_scopes`` queues first is a scope of this run: a renamed module or a regrouped folder
+    would otherwise drop out of the queue's head unnoticed."""
+    items = request.session.items
+    if not any(getattr(_class(item), "notebook", None) for item in items):
+        pytest.skip("run with the suite: this run collected no notebook's test classes")
+    shared = shared_scopes()
+    scopes = {suite_scope(item.nodeid, shared) for item in items}
+    assert set(longest_scopes()) <= scopes, sorted(set(longest_scopes()) - scopes)
