@@ -31,17 +31,8 @@ from tinystories.config import load_config  # noqa: E402
 from tinystories.stack import reference_stack, student_stack  # noqa: E402
 from tinystories.train import peak_flops, run  # noqa: E402
 
-TINY = [
-    "model.d_model=32",
-    "model.n_layers=1",
-    "model.n_heads=2",
-    "model.d_ff=64",
-    "model.context_length=32",
-    "data.vocab_size=512",
-    "train.batch_size=4",
-    "train.micro_batch_size=4",
-    "train.compile=false",
-]
+TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64", "model.context_length=32",
+        "data.vocab_size=512", "train.batch_size=4", "train.micro_batch_size=4", "train.compile=false"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,46 +43,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--tiny", action="store_true", help="a tiny model (a smoke test of this script on a CPU)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument(
-        "--stack",
-        choices=("reference", "solutions"),
-        default="reference",
-        help="solutions: the parts a student who finished notebooks 08 and 10 trains (tinystories.stack)",
-    )
-    parser.add_argument(
-        "--reference-parts",
-        default="",
-        metavar="PART,PART",
-        help="with --stack solutions: parts taken from the course all the same (loss,optimizer,...), "
-        "to see which of a student's parts costs the time",
-    )
-    parser.add_argument(
-        "--split-at-masks",
-        action="store_true",
-        help="compile a student's parts without capturing data-dependent shapes: the compiled loss is "
-        "cut in two at its boolean mask (tinystories.train.CAPTURE_DYNAMIC_OUTPUT_SHAPES)",
-    )
+    parser.add_argument("--stack", choices=("reference", "solutions"), default="reference",
+                        help="solutions: the parts a student who finished notebooks 08 and 10 trains (tinystories.stack)")
+    parser.add_argument("--reference-parts", default="", metavar="PART,PART",
+                        help="with --stack solutions: parts taken from the course all the same (loss,optimizer,...), "
+                             "to see which of a student's parts costs the time")
+    parser.add_argument("--split-at-masks", action="store_true",
+                        help="compile a student's loss without capturing data-dependent shapes: the compiled loss is "
+                             "cut in two at its boolean mask (tinystories.train.CAPTURE_DYNAMIC_OUTPUT_SHAPES)")
     parser.add_argument("--output", default="benchmarks/tinystories_gpu", help="writes OUTPUT.json and OUTPUT.md")
     args = parser.parse_args(argv)
     train_module.CAPTURE_DYNAMIC_OUTPUT_SHAPES = not args.split_at_masks
 
     with tempfile.TemporaryDirectory() as tmp:
         total = args.warmup + args.steps
-        overrides = [
-            *(TINY if args.tiny else []),
-            "data.source=sample",
-            f"data.dir={tmp}/data",
-            f"train.max_steps={total}",
-            f"train.warmup_steps={min(args.warmup, total - 1)}",
-            f"train.eval_interval={total}",
-            "train.eval_batches=1",
-            f"train.checkpoint_interval={total}",
-            f"train.device={args.device}",
-            "sample.n=1",
-            "sample.max_new_tokens=4",
-            f"out_dir={tmp}/run",
-            *args.set,
-        ]
+        overrides = [*(TINY if args.tiny else []), "data.source=sample", f"data.dir={tmp}/data",
+                     f"train.max_steps={total}", f"train.warmup_steps={min(args.warmup, total - 1)}",
+                     f"train.eval_interval={total}", "train.eval_batches=1", f"train.checkpoint_interval={total}",
+                     f"train.device={args.device}", "sample.n=1", "sample.max_new_tokens=4",
+                     f"out_dir={tmp}/run", *args.set]
         config = load_config(args.config, overrides)
         stack = student_stack(ROOT / "solutions", check=False) if args.stack == "solutions" else reference_stack()
         reference = reference_stack()
@@ -99,18 +69,14 @@ def main(argv: list[str] | None = None) -> int:
             getattr(reference, key)  # an unknown part raises here, before any training
             setattr(stack, key, getattr(reference, key))
         result = run(config, stack=stack, progress=False)
-    timed = result.metrics[args.warmup :]
+    timed = result.metrics[args.warmup:]
     device = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
     report = {
-        "command": command(),
-        "date": now(),
-        "machine": machine(),
+        "command": command(), "date": now(), "machine": machine(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "config": args.config,
-        "stack": args.stack,
-        "reference_parts": args.reference_parts,
-        "split_at_masks": args.split_at_masks,
-        "overrides": overrides[len(TINY) if args.tiny else 0 :],
+        "config": args.config, "stack": args.stack,
+        "reference_parts": args.reference_parts, "split_at_masks": args.split_at_masks,
+        "overrides": overrides[len(TINY) if args.tiny else 0:],
         "tokens_per_step": config.train.batch_size * config.model.context_length,
         "timed_steps": len(timed),
         "tokens_per_s": statistics.median(r["tokens_per_s"] for r in timed),
@@ -133,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| tokens/s | ms/step | MFU | peak memory | 327.68M tokens would take |\n|---:|---:|---:|---:|---:|\n"
         f"| {report['tokens_per_s']:,.0f} | {report['ms_per_step']:.1f} | {mfu} | {memory} | {eta:.0f} min |\n\n"
         f"Medians over {len(timed)} steps after {args.warmup} warm-up steps; "
-        f"{report['tokens_per_step']:,} tokens per step.\n"
-    )
+        f"{report['tokens_per_step']:,} tokens per step.\n")
     print(out.with_suffix(".md").read_text())
     return 0
 

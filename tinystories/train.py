@@ -40,22 +40,9 @@ from tinystories.stack import Stack, reference_stack
 # Peak dense tensor FLOP/s per GPU at 16-bit precision (vendor data sheets); MFU is omitted elsewhere.
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "T4": 65e12}
 # The training arithmetic: a checkpoint resumes only with these unchanged.
-RESUME_KEYS = {
-    "data": ("source", "vocab_size", "tokenizer"),
-    "model": None,
-    "train": (
-        "batch_size",
-        "max_steps",
-        "max_lr",
-        "min_lr",
-        "warmup_steps",
-        "weight_decay",
-        "beta1",
-        "beta2",
-        "grad_clip",
-        "seed",
-    ),
-}
+RESUME_KEYS = {"data": ("source", "vocab_size", "tokenizer"), "model": None,
+               "train": ("batch_size", "max_steps", "max_lr", "min_lr", "warmup_steps", "weight_decay",
+                         "beta1", "beta2", "grad_clip", "seed")}
 
 
 @dataclass
@@ -137,11 +124,9 @@ def _check_resumable(saved: dict, config) -> None:
             default = getattr(type(getattr(config, section))(), key)  # a key newer than the checkpoint
             was = saved[section].get(key, default)
             if was != now[section][key]:
-                raise RunError(
-                    f"the checkpoint was trained with {section}.{key} = {was!r}, this "
-                    f"config has {now[section][key]!r}: resume with the run's own config "
-                    f"(omit --config), or choose a new --out"
-                )
+                raise RunError(f"the checkpoint was trained with {section}.{key} = {was!r}, this "
+                               f"config has {now[section][key]!r}: resume with the run's own config "
+                               f"(omit --config), or choose a new --out")
 
 
 def _save(path: Path, state: dict) -> None:
@@ -184,10 +169,8 @@ def _cached_model(model, config, stack: Stack):
     except Exception as error:  # noqa: BLE001 - the student's class: one line, then the course's
         if stack.cached_model is course.CachedDecoder:
             raise
-        print(
-            f"your CachedDecoder cannot hold the trained weights ({type(error).__name__}: {error}); "
-            "sampling with the course's"
-        )
+        print(f"your CachedDecoder cannot hold the trained weights ({type(error).__name__}: {error}); "
+              "sampling with the course's")
         stack.cached_model, stack.cache = course.CachedDecoder, course.KVCache
         stack.origins["cached_model"] = stack.origins["cache"] = f"reference (failed: {type(error).__name__})"
         return _cached_model(model, config, stack)
@@ -209,18 +192,13 @@ def _samples(model, tokenizer_path: Path, config, eot_id: int, device, stack: St
 
     def write() -> list[str]:
         generator = torch.Generator(device=device).manual_seed(config.train.seed)
-        pick = functools.partial(stack.sampling, temperature=s.temperature, top_k=s.top_k or None, generator=generator)
+        pick = functools.partial(stack.sampling, temperature=s.temperature, top_k=s.top_k or None,
+                                 generator=generator)
         cached, n_layers, texts = _cached_model(model, config, stack), config.model.n_layers, []
         for _ in range(s.n):
-            ids = stack.generation(
-                cached,
-                prompt,
-                max_new_tokens=s.max_new_tokens,
-                window=config.model.context_length,
-                new_cache=lambda: stack.cache(n_layers),
-                eos_id=eot_id,
-                pick=pick,
-            )
+            ids = stack.generation(cached, prompt, max_new_tokens=s.max_new_tokens,
+                                   window=config.model.context_length, new_cache=lambda: stack.cache(n_layers),
+                                   eos_id=eot_id, pick=pick)
             texts.append(tokenizer.decode([i for i in ids.tolist() if i != eot_id]))
         return texts
 
@@ -235,10 +213,8 @@ def _samples(model, tokenizer_path: Path, config, eot_id: int, device, stack: St
             setattr(stack, key, getattr(reference, key))
             stack.origins[key] = f"reference (raised {type(error).__name__} on the trained model)"
         texts = write()
-    settings = (
-        f"prompt {s.prompt!r}, temperature {s.temperature}, top_k {s.top_k or 'off'}, "
-        f"max_new_tokens {s.max_new_tokens}, seed {config.train.seed}"
-    )
+    settings = (f"prompt {s.prompt!r}, temperature {s.temperature}, top_k {s.top_k or 'off'}, "
+                f"max_new_tokens {s.max_new_tokens}, seed {config.train.seed}")
     return texts, settings
 
 
@@ -313,9 +289,8 @@ class CompiledLoss:
                 self.fallback = error
                 cause = getattr(error, "inner_exception", None) or error  # a compiler's own error, unwrapped
                 first_line = next(iter(str(cause).splitlines()), "")
-                self.say(
-                    f"torch.compile could not compile the loss ({type(cause).__name__}: {first_line}); it runs eagerly"
-                )
+                self.say(f"torch.compile could not compile the loss ({type(cause).__name__}: {first_line}); "
+                         "it runs eagerly")
                 return result
         return self.eager(logits, targets)
 
@@ -406,24 +381,12 @@ def _checkpoint(loop: _Loop, path: Path, step: int, eot_id: int) -> None:
     """Everything a resumed run needs to continue as if never stopped (rank 0 writes it)."""
     if not loop.d.main:
         return
-    _save(
-        path,
-        {
-            "model": loop.raw_model.state_dict(),
-            "optimizer": loop.optimizer.state_dict(),
-            "scaler": loop.scaler.state_dict(),
-            "step": step,
-            "config": as_dict(loop.config),
-            "stack": loop.stack.name,
-            "origins": loop.stack.origins,
-            "vocab_size": loop.config.data.vocab_size,
-            "eot_id": eot_id,
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state() if loop.device.type == "cuda" else None,
-            },
-        },
-    )
+    _save(path, {
+        "model": loop.raw_model.state_dict(), "optimizer": loop.optimizer.state_dict(),
+        "scaler": loop.scaler.state_dict(), "step": step, "config": as_dict(loop.config), "stack": loop.stack.name,
+        "origins": loop.stack.origins, "vocab_size": loop.config.data.vocab_size, "eot_id": eot_id,
+        "rng": {"torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state() if loop.device.type == "cuda" else None}})
 
 
 def _step(loop: _Loop, step: int, train_tokens) -> tuple[float, float, torch.Tensor | None]:
@@ -440,7 +403,7 @@ def _step(loop: _Loop, step: int, train_tokens) -> tuple[float, float, torch.Ten
     loss_sum = torch.zeros((), device=device)
     for i, (xb, yb) in enumerate(zip(xs, ys, strict=True)):
         sync = d.world == 1 or i == loop.accumulation - 1
-        with contextlib.nullcontext() if sync else loop.model.no_sync(), loop.autocast(), loop.kernel():
+        with (contextlib.nullcontext() if sync else loop.model.no_sync()), loop.autocast(), loop.kernel():
             logits = loop.model(xb.to(device, non_blocking=True))
             loss = loop.loss(logits, yb.to(device)) / loop.accumulation
         loop.scaler.scale(loss).backward()
@@ -476,10 +439,8 @@ def _loop(config, stack: Stack, d: _Dist, device: torch.device, precision: str) 
     t = config.train
     accumulation, remainder = divmod(t.batch_size, d.world * t.micro_batch_size)
     if remainder or accumulation == 0:
-        raise RunError(
-            f"train.batch_size ({t.batch_size}) must be a multiple of {d.world} processes x "
-            f"train.micro_batch_size ({t.micro_batch_size})"
-        )
+        raise RunError(f"train.batch_size ({t.batch_size}) must be a multiple of {d.world} processes x "
+                       f"train.micro_batch_size ({t.micro_batch_size})")
     torch.manual_seed(t.seed)
     raw_model = build_model(config.model, config.data.vocab_size, stack=stack).to(device)
     decay = [p for p in raw_model.parameters() if p.dim() >= 2]
@@ -492,7 +453,6 @@ def _loop(config, stack: Stack, d: _Dist, device: torch.device, precision: str) 
     kernel = contextlib.nullcontext
     if t.attention == "math":
         from torch.nn.attention import SDPBackend, sdpa_kernel
-
         kernel = functools.partial(sdpa_kernel, SDPBackend.MATH)
     return _Loop(config, stack, d, device, raw_model, raw_model, optimizer, scaler, autocast, kernel, accumulation)
 
@@ -508,8 +468,7 @@ def _compile(loop: _Loop, say) -> None:
     loop.loss = batch_loss(loop.stack, loop.config, say=say)
     if d.world > 1:
         loop.model = torch.nn.parallel.DistributedDataParallel(
-            loop.model, device_ids=[d.local_rank] if loop.device.type == "cuda" else None
-        )
+            loop.model, device_ids=[d.local_rank] if loop.device.type == "cuda" else None)
 
 
 def _start_out_dir(config, tokenizer: Path, out: Path, metrics: list[dict]) -> None:
@@ -523,23 +482,14 @@ def _start_out_dir(config, tokenizer: Path, out: Path, metrics: list[dict]) -> N
 
 def _describe(loop: _Loop, precision: str) -> str:
     t, m, d = loop.config.train, loop.config.model, loop.d
-    return (
-        f"model: ModernDecoder ({loop.stack.origins['model']}), {count_parameters(loop.raw_model):,} parameters; "
-        f"device {loop.device}{f' x {d.world}' if d.world > 1 else ''}, {precision}, attention {t.attention}, "
-        f"compile {t.compile}; {t.batch_size} x {m.context_length} tokens per step ({loop.accumulation} "
-        f"micro-batch{'es' if loop.accumulation > 1 else ''} of {t.micro_batch_size} per process)"
-    )
+    return (f"model: ModernDecoder ({loop.stack.origins['model']}), {count_parameters(loop.raw_model):,} parameters; "
+            f"device {loop.device}{f' x {d.world}' if d.world > 1 else ''}, {precision}, attention {t.attention}, "
+            f"compile {t.compile}; {t.batch_size} x {m.context_length} tokens per step ({loop.accumulation} "
+            f"micro-batch{'es' if loop.accumulation > 1 else ''} of {t.micro_batch_size} per process)")
 
 
-def run(
-    config,
-    *,
-    stack: Stack | None = None,
-    resume: bool = False,
-    progress: bool = True,
-    stop_after: int | None = None,
-    course_dir=None,
-) -> RunResult:
+def run(config, *, stack: Stack | None = None, resume: bool = False, progress: bool = True,
+        stop_after: int | None = None, course_dir=None) -> RunResult:
     """Train as ``config`` says and write out_dir/{config.toml, metrics.jsonl, checkpoint.pt,
     loss_curve.png, samples.txt, tokenizer.json}.
 
@@ -570,14 +520,8 @@ def run(
     say(_describe(loop, precision))
 
     last = min(t.max_steps, stop_after) if stop_after else t.max_steps
-    bar = tqdm(
-        total=t.max_steps,
-        initial=start,
-        disable=not (progress and d.main),
-        unit="step",
-        desc="training",
-        dynamic_ncols=True,
-    )
+    bar = tqdm(total=t.max_steps, initial=start, disable=not (progress and d.main), unit="step",
+               desc="training", dynamic_ncols=True)
     metrics_file = open(out / "metrics.jsonl", "a") if d.main else None  # noqa: SIM115
     tokens_seen = start * tokens_per_step
     val_loss = val_bpb = math.nan
@@ -587,16 +531,10 @@ def run(
             lr, train_loss, grad_norm = _step(loop, step, train_tokens)
             seconds = time.perf_counter() - began
             tokens_seen += tokens_per_step
-            row = {
-                "step": step,
-                "train_loss": train_loss,
-                "lr": lr,
-                "tokens": tokens_seen,
-                "tokens_per_s": tokens_per_step / seconds,
-                "ms_per_step": 1000 * seconds,
-                **({} if grad_norm is None else {"grad_norm": float(grad_norm)}),
-                **({"mfu": stack.mfu(tokens_per_step / seconds / d.world, per_token, peak)} if peak else {}),
-            }
+            row = {"step": step, "train_loss": train_loss, "lr": lr, "tokens": tokens_seen,
+                   "tokens_per_s": tokens_per_step / seconds, "ms_per_step": 1000 * seconds,
+                   **({} if grad_norm is None else {"grad_norm": float(grad_norm)}),
+                   **({"mfu": stack.mfu(tokens_per_step / seconds / d.world, per_token, peak)} if peak else {})}
             if not math.isfinite(train_loss):
                 raise RunError(f"the training loss became {train_loss} at step {step}: lower train.max_lr")
             if step % t.eval_interval == 0 or step == t.max_steps:
@@ -607,18 +545,15 @@ def run(
             if metrics_file:
                 metrics_file.write(json.dumps(row) + "\n")
                 metrics_file.flush()
-            bar.set_postfix(
-                loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:,.0f}", refresh=False
-            )
+            bar.set_postfix(loss=f"{train_loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:,.0f}",
+                            refresh=False)
             bar.update(1)
             if step % t.checkpoint_interval == 0 or step == last:
                 _checkpoint(loop, checkpoint_path, step, data.eot_id)
     except torch.OutOfMemoryError:
-        raise RunError(
-            f"out of GPU memory with train.micro_batch_size={t.micro_batch_size}: lower it "
-            f"(e.g. --set train.micro_batch_size={max(1, t.micro_batch_size // 2)}); "
-            f"train.batch_size stays, gradient accumulation makes up the rest"
-        ) from None
+        raise RunError(f"out of GPU memory with train.micro_batch_size={t.micro_batch_size}: lower it "
+                       f"(e.g. --set train.micro_batch_size={max(1, t.micro_batch_size // 2)}); "
+                       f"train.batch_size stays, gradient accumulation makes up the rest") from None
     finally:
         bar.close()
         if metrics_file:
@@ -647,9 +582,8 @@ def _place(train_config) -> tuple[_Dist, torch.device, str]:
 def _validate(loop: _Loop, val_tokens, val_stats: dict, config, d: _Dist, device) -> tuple[float, float]:
     """The validation loss (every rank's share averaged) and its bits per byte."""
     with loop.kernel():
-        val_loss = _evaluate(
-            loop.model, val_tokens, config, d, device, loop.autocast, loop.accumulation, loop.stack, loop.loss
-        )
+        val_loss = _evaluate(loop.model, val_tokens, config, d, device, loop.autocast, loop.accumulation, loop.stack,
+                             loop.loss)
     return val_loss, loop.stack.bits_per_byte(val_loss, val_stats["tokens"], val_stats["bytes"])
 
 
