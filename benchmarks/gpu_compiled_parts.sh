@@ -3,6 +3,7 @@
 # (tinystories.train.batch_loss), against the reference in the same call:
 #
 #   bash benchmarks/gpu_compiled_parts.sh OUTDIR [PYTHON]
+#   ROWS="01_reference 02_solutions" bash benchmarks/gpu_compiled_parts.sh OUTDIR   # only the rows named
 #
 # Every row is `benchmarks/tinystories_gpu.py --steps 40` (the real loop, gpu_h100: bf16, torch.compile, fused
 # AdamW for the reference, 32,768 tokens per step; the median of 40 steps after 10 warm-up steps), written as
@@ -22,6 +23,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out
 
 row() {  # row NAME ARGS...: one measurement, its result line printed and kept in summary.txt
   local name=$1; shift
+  [ -z "${ROWS:-}" ] || [[ " $ROWS " == *" $name "* ]] || return 0
   local start=$SECONDS
   timeout 90 "$py" benchmarks/tinystories_gpu.py --steps 40 "$@" --output "$out/$name" > "$out/$name.log" 2>&1
   echo "$name [$*] rc=$? $((SECONDS - start)) s: $(grep -A2 'tokens/s' "$out/$name.md" 2>/dev/null | tail -1)" \

@@ -93,11 +93,12 @@ def in_process_notebooks() -> dict[str, str]:
     """Scope (path::Class) -> notebook, for the classes that execute that notebook's cells in the test process
     (``IN_PROCESS_FIXTURES``)."""
     import test_checks
+    import test_right_styles_12_13
     import test_wrong_implementations
 
     return {
         f"{Path(module.__file__).resolve().relative_to(ROOT).as_posix()}::{cls.__name__}": cls.notebook
-        for module in (test_checks, test_wrong_implementations)
+        for module in (test_checks, test_wrong_implementations, test_right_styles_12_13)
         for cls in vars(module).values()
         if isinstance(cls, type) and hasattr(cls, "notebook")
     }

@@ -8,7 +8,6 @@ for it. Each runs in the solution notebook's namespace after ``PRELUDE``, as ``t
 
 from __future__ import annotations
 
-import pytest
 from wrong import PRELUDE
 
 from autograder.exercises import find_exercise, run_exercise
@@ -371,14 +370,33 @@ RIGHT_STYLES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("notebook", "exercise_id", "style", "code"),
-    RIGHT_STYLES,
-    ids=[f"{exercise}: {style}" for _, exercise, style, _ in RIGHT_STYLES],
-)
-def test_right_answer_in_another_style_passes(notebook, exercise_id, style, code, solution_namespaces):
-    namespace = dict(solution_namespaces[notebook])
-    exec(compile(PRELUDE + code, "<answer>", "exec"), namespace)
-    exercise, adapters = find_exercise(exercise_id)
-    result = run_exercise(exercise, LocalImpl(namespace, adapters), source=code, context=[PRELUDE])
-    assert result.passed, f"{style}: {result.message}"
+class _RightStyles:
+    """One notebook's right answers in other styles. A class per notebook, with its ``notebook``: pytest-xdist
+    runs it beside that notebook's TestChecksNN, which has already executed the notebook in the same process
+    (``conftest.in_process_notebooks``)."""
+
+    notebook: str
+
+    def test_right_answer_in_another_style_passes(self, exercise_id, style, code, solution_namespaces):
+        namespace = dict(solution_namespaces[self.notebook])
+        exec(compile(PRELUDE + code, "<answer>", "exec"), namespace)
+        exercise, adapters = find_exercise(exercise_id)
+        result = run_exercise(exercise, LocalImpl(namespace, adapters), source=code, context=[PRELUDE])
+        assert result.passed, f"{style}: {result.message}"
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.cls is not None and issubclass(metafunc.cls, _RightStyles):
+        styles = [
+            (exercise, style, code)
+            for notebook, exercise, style, code in RIGHT_STYLES
+            if notebook == metafunc.cls.notebook
+        ]
+        metafunc.parametrize(
+            ("exercise_id", "style", "code"), styles, ids=[f"{exercise}: {style}" for exercise, style, _ in styles]
+        )
+
+
+for _notebook in dict.fromkeys(notebook for notebook, *_ in RIGHT_STYLES):
+    _name = f"TestRightStyles{_notebook[:2]}"
+    globals()[_name] = type(_name, (_RightStyles,), {"notebook": _notebook})

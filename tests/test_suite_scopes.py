@@ -17,6 +17,11 @@ def _class(item) -> type | None:
     return getattr(item, "cls", None)  # a notebook's cell (nbval) has none
 
 
+def _with_the_suite(items) -> bool:
+    """Whether this run collected the notebooks' TestChecksNN classes, i.e. ran with the suite, not alone."""
+    return any(getattr(_class(item), "__module__", None) == "test_checks" for item in items)
+
+
 def _in_process(item) -> bool:
     return _class(item) is not None and bool(IN_PROCESS_FIXTURES & set(item.fixturenames))
 
@@ -38,7 +43,7 @@ def _expected(item, notebook_of: dict[str, str], in_process: set[type]) -> str:
 
 def test_each_class_or_module_is_one_scope_and_a_notebooks_in_process_classes_share_one(request):
     items = request.session.items
-    if not any(getattr(_class(item), "notebook", None) for item in items):
+    if not _with_the_suite(items):
         pytest.skip("run with the suite: this run collected no notebook's test classes")
     notebook_of, shared = in_process_notebooks(), shared_scopes()
     in_process = {item.cls for item in items if _in_process(item)}
@@ -62,7 +67,7 @@ def test_the_scopes_queued_first_are_scopes_of_the_suite(request):
     """Each name ``longest_scopes`` queues first is a scope of this run: a renamed module or a regrouped folder
     would otherwise drop out of the queue's head unnoticed."""
     items = request.session.items
-    if not any(getattr(_class(item), "notebook", None) for item in items):
+    if not _with_the_suite(items):
         pytest.skip("run with the suite: this run collected no notebook's test classes")
     shared = shared_scopes()
     scopes = {suite_scope(item.nodeid, shared) for item in items}

@@ -306,9 +306,10 @@ def batch_loss(stack: Stack, config, *, backend="inductor", say=print):
 
     A student's clipping and optimizer step stay eager. Compiled, the solution's clipping trained 3% slower on
     an H100 (two alternated pairs of runs). The optimizer's learning rate changes every step and reaches the
-    update as a Python number (``p.addcdiv_(m, v, value=-lr)``, ``alpha=-lr``), which Dynamo can only bake into
-    the graph: each new value recompiled (5 graphs in 5 steps on the CPU) until the recompile limit (8) left
-    it eager anyway (benchmarks/tinystories_gpu.md)."""
+    update as a Python number (``p.addcdiv_(m, v, value=-lr)``, ``alpha=-lr``, and ``1 - lr * wd`` with the
+    no-decay group's ``wd = 0.0``), which Dynamo can only bake into the graph: every new value recompiles the
+    solution's step, with or without ``addcdiv`` decomposed, until the recompile limit leaves it eager anyway
+    (benchmarks/optimizer_compile.md)."""
     loss = stack.loss
 
     def loss_of_batch(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
