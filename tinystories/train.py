@@ -308,7 +308,8 @@ def batch_loss(stack: Stack, config, *, backend="inductor", say=print):
     an H100 (two alternated pairs of runs). The optimizer's learning rate changes every step and reaches the
     update as a Python number (``p.addcdiv_(m, v, value=-lr)``, ``alpha=-lr``, and ``1 - lr * wd`` with the
     no-decay group's ``wd = 0.0``), which Dynamo can only bake into the graph: every new value recompiles the
-    solution's step, with or without ``addcdiv`` decomposed, until the recompile limit leaves it eager anyway
+    solution's step, with or without ``addcdiv`` decomposed, until the recompile limit leaves it eager anyway.
+    With a single decay group it stops recompiling and applies a stale learning rate, silently
     (benchmarks/optimizer_compile.md)."""
     loss = stack.loss
 
