@@ -14,12 +14,7 @@
 # (benchmarks/tinystories_gpu.md, 2026-11-27 late: call 1 ran this at commit 1a10150, where a compiled
 # clipping, train.compile_clipping, was the default and row 06 turned it off; measured slower, it was removed.)
 set -u
-out=${1:?usage: gpu_compiled_parts.sh OUTDIR [PYTHON]}
-py=${2:-python3}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
-"$py" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" | tee -a "$out/gpu.txt"
+source "$(dirname "$0")/_gpu_start.sh"  # $out, $py, OUTDIR/gpu.txt
 
 row() {  # row NAME ARGS...: one measurement, its result line printed and kept in summary.txt
   local name=$1; shift

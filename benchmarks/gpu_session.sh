@@ -7,12 +7,7 @@
 # (the student's first command on a rented GPU, on the shipped sample) and OUTDIR/train_step_gpu_*.json
 # (benchmarks/train_step.py). Each step has its own time limit, so one that hangs costs only itself. PYTHON defaults to python3 (the GPU machine's own torch).
 set -u
-out=${1:?usage: gpu_session.sh OUTDIR [PYTHON]}
-py=${2:-python3}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
-"$py" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" | tee -a "$out/gpu.txt"
+source "$(dirname "$0")/_gpu_start.sh"  # $out, $py, OUTDIR/gpu.txt
 
 timeout 150 "$py" benchmarks/tinystories_gpu.py --output "$out/reference" | tail -4
 timeout 150 "$py" benchmarks/tinystories_gpu.py --stack solutions --output "$out/solutions" | tail -4

@@ -11,12 +11,7 @@
 # - the output layer with 10,000 rows (the configs' vocabulary) and padded to 10,048 (a multiple of 64),
 #   alternated, each twice. The model's rows are data.vocab_size; throughput does not depend on the text.
 set -u
-out=${1:?usage: gpu_student_stack.sh OUTDIR [PYTHON]}
-py=${2:-python3}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
-"$py" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" | tee -a "$out/gpu.txt"
+source "$(dirname "$0")/_gpu_start.sh"  # $out, $py, OUTDIR/gpu.txt
 
 row() {  # row NAME ARGS...: one measurement, its last lines printed
   local name=$1; shift
