@@ -25,6 +25,7 @@ from nbgrader.preprocessors import (
 
 from autograder.nbgrader_plugin import (
     CsvExportKeepsUngradedEmpty,
+    DropMaintainerCells,
     FeedbackClearHiddenTests,
     RestoreCells,
     TrustedVerdict,
@@ -46,8 +47,10 @@ c.CourseDirectory.course_id = "transformer-from-scratch"
 # submission (jupyter/nbgrader#1961). Saved after, a clean submission autogrades without that warning
 # and a test cell a student edited still warns, and is put back as released. The hidden checks do not
 # depend on it: TrustedVerdict runs every exercise's hidden checks from autograder/notebooks, never the
-# test cells' source.
+# test cells' source. DropMaintainerCells first: the wrong versions that solutions/ keeps beside each exercise
+# (tests/wrong) are not released.
 c.GenerateAssignment.preprocessors = [
+    DropMaintainerCells,
     IncludeHeaderFooter,
     InstantiateTests,
     LockCells,

@@ -39,12 +39,11 @@ NOTEBOOK = "02_normalization"
 
 def students(count: int) -> dict:
     """Name -> Student (tests/test_nbgrader_e2e.py): right, partly right (each exercise's mistakes in turn), stub."""
-    import importlib
-
     from test_nbgrader_e2e import Student, points, wrong
+    from wrong import wrong_versions
 
     exercises = list(points(NOTEBOOK))
-    every = importlib.import_module(f"wrong.nb{NOTEBOOK}").WRONG
+    every = wrong_versions(NOTEBOOK)
     # each mistake as (exercise, its index among that exercise's mistakes)
     mistakes = [(w.exercise, sum(v.exercise == w.exercise for v in every[:k])) for k, w in enumerate(every)]
     made = {}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from notebooks import ROOT
-from wrong.nb04_attention import WRONG
+from wrong import wrong_versions
 
 NOTEBOOK = "04_attention"
 SECRET_VARIABLE = "AUTOGRADER_TEST_SECRET"
@@ -30,7 +30,7 @@ FILE_SIZE_LIMIT = "8M"  # graders of these submissions lower the 1 GB default, s
 
 
 def _wrong(exercise: str) -> str:
-    return next(w.code for w in WRONG if w.exercise == exercise)
+    return next(w.code for w in wrong_versions(NOTEBOOK) if w.exercise == exercise)
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,9 @@ SCRIPT = "<script>alert('owned')</script>"
 
 def catalogued(exercise: str, mistake: str) -> str:
     """The answer cell of a catalogued wrong implementation (tests/wrong), by its name."""
-    from wrong.nb02_normalization import WRONG
+    from wrong import wrong_versions
 
-    (code,) = [w.code for w in WRONG if w.exercise == exercise and w.mistake == mistake]
+    (code,) = [w.code for w in wrong_versions(NOTEBOOK) if w.exercise == exercise and w.mistake == mistake]
     return code
 
 

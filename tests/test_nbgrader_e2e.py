@@ -19,7 +19,6 @@ import ast
 import copy
 import csv
 import functools
-import importlib
 import os
 import re
 import shutil
@@ -44,6 +43,7 @@ from notebooks import (
     solution_path,
 )
 from released import release_into
+from wrong import wrong_versions
 
 from autograder.exercises import checks_for
 from autograder.nbgrader_plugin import VERDICT_KEY, course_script, verdict_of
@@ -85,8 +85,7 @@ def wrong(notebook: str, exercise: str, which: int = 0) -> str:
     with its softmax); in a notebook those copies would replace the student's, so they
     are left out here.
     """
-    module = importlib.import_module(f"wrong.nb{notebook}")
-    code = [w.code for w in module.WRONG if w.exercise == exercise][which]
+    code = [w.code for w in wrong_versions(notebook) if w.exercise == exercise][which]
     others = set().union(*(_defines(right(notebook, e)) for e in points(notebook) if e != exercise))
     tree = ast.parse(code)
     tree.body = [node for node in tree.body if getattr(node, "name", None) not in others]

@@ -1,7 +1,7 @@
 """An exercise's rules (``autograder.rules``): each half alone rejects the dodges, right code in any style passes
 (and, for the behaviours the checks observe, right code written in another order).
 
-The dodges of "do not call torch.softmax" (``wrong.nb04_attention.SOFTMAX_DODGES``) are rejected by the
+The dodges of "do not call torch.softmax" (``wrong.edits.SOFTMAX_DODGES``) are rejected by the
 static half (the answer cell, read on the grader's side) and by the runtime half (the student's code run
 with the rule switched on) separately, so neither depends on the other; ``test_wrong_implementations`` runs
 both together, as grading does, and ``test_sandbox`` / ``test_nbgrader_e2e`` run one dodge through the CLI
@@ -14,18 +14,21 @@ import pytest
 import torch
 from notebooks import read, solution_path
 from wrong import PRELUDE
-from wrong.nb04_attention import SOFTMAX_DODGES
-from wrong.nb05_multihead_attention import gqa, mha
-from wrong.nb06_feed_forward import fused as ffn_fused
-from wrong.nb07_blocks import decoder
-from wrong.nb08_decoder_models import decoder as nb08_decoder
-from wrong.nb08_decoder_models import fuse_only
-from wrong.nb08_decoder_models import fused as nb08_fused
-from wrong.nb08_decoder_models import gpt2 as nb08_gpt2
-from wrong.nb08_decoder_models import gpt2_convert as nb08_gpt2_convert
-from wrong.nb08_decoder_models import llama_convert as nb08_llama_convert
-from wrong.nb08_decoder_models import rotary as nb08_rotary
-from wrong.nb10_training import TRAIN
+from wrong.edits import (
+    SOFTMAX_DODGES,
+    TRAIN,
+    decoder,
+    ffn_fused,
+    fuse_only,
+    gqa,
+    mha,
+    nb08_decoder,
+    nb08_fused,
+    nb08_gpt2,
+    nb08_gpt2_convert,
+    nb08_llama_convert,
+    nb08_rotary,
+)
 
 from autograder.exercises import find_exercise, rules_result, run_exercise
 from autograder.impl import LocalImpl
@@ -404,7 +407,7 @@ def test_the_rule_is_switched_off_afterwards_and_restores_everything():
     assert torch.equal(x.softmax(0), expected) and torch.equal(torch.nn.functional.softmax(x, 0), expected)
 
 
-# Ways around a rule in notebooks whose catalogue of wrong versions (tests/wrong) is kept elsewhere: each names the
+# Ways around a rule written here rather than in the notebooks' wrong-versions cells: each names the
 # exercise, the dodge, a whole answer cell, and what the message says.
 _ACTIVATIONS = (
     "def relu(x):\n    return {relu}\n\n\ndef gelu(x):\n    return {gelu}\n\n\n"

@@ -5,22 +5,18 @@ One test class per notebook (``TestWrongNN``), so pytest-xdist spreads the noteb
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 from notebooks import NOTEBOOKS
-from wrong import PRELUDE
+from wrong import PRELUDE, solution_answers, wrong_versions
 
 from autograder.exercises import checks_for, find_exercise, run_exercise
 from autograder.feedback import render, shown_by_test_cell
 from autograder.impl import LocalImpl
 
-MODULES = {notebook: importlib.import_module(f"wrong.nb{notebook}") for notebook in NOTEBOOKS}
-
 
 def pytest_generate_tests(metafunc):
     if "wrong" in metafunc.fixturenames:
-        wrongs = MODULES[metafunc.cls.notebook].WRONG
+        wrongs = wrong_versions(metafunc.cls.notebook)
         metafunc.parametrize("wrong", wrongs, ids=[f"{w.exercise}: {w.mistake}" for w in wrongs])
 
 
@@ -55,20 +51,20 @@ class _WrongImplementations:
 
     def test_the_templates_are_right_when_unbroken(self, solution_namespaces):
         """The wrong versions differ from a right one only by the mistake."""
-        for exercise_id, code in MODULES[self.notebook].RIGHT.items():
+        for exercise_id, code in solution_answers(self.notebook).items():
             result = _grade(solution_namespaces, self.notebook, exercise_id, code)
             assert result.passed, result.message
 
     def test_every_exercise_has_three_wrong_implementations(self):
         counts = {e.id: 0 for e in checks_for(self.notebook).exercises}
-        for wrong in MODULES[self.notebook].WRONG:
+        for wrong in wrong_versions(self.notebook):
             counts[wrong.exercise] += 1
         assert min(counts.values()) >= 3, counts
 
     def test_every_check_rejects_some_wrong_implementation(self, solution_namespaces):
         """No check is dead weight: each one fails at least one of the plausible mistakes."""
         caught = set()
-        for wrong in MODULES[self.notebook].WRONG:
+        for wrong in wrong_versions(self.notebook):
             result = _grade(solution_namespaces, self.notebook, wrong.exercise, wrong.code)
             caught |= {r.check.name for r in result.results if not r.passed}
         every = {c.name for e in checks_for(self.notebook).exercises for c in e.checks}
@@ -82,7 +78,7 @@ for _notebook in NOTEBOOKS:
 
 def test_a_wrong_exercise_costs_only_itself(solution_namespaces):
     """Notebook 06: FeedForward and SwiGLU are graded with PyTorch's activations in place of the student's."""
-    from wrong.nb06_feed_forward import activations
+    from wrong.edits import activations
 
     wrong_activations = activations(gelu="x * torch.sigmoid(1.702 * x)", silu="x * torch.sigmoid(2 * x)")
     assert not _grade(solution_namespaces, "06_feed_forward", "ffn_activations", wrong_activations).passed
