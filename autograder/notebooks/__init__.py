@@ -7,8 +7,8 @@ A module holds, for each exercise,
   their own: PyTorch's functions and modules, closed forms, invariances; never the course's solutions;
 - its adapters (``@adapter``, ``autograder.adapters``), the only code that touches the student's objects, which
   the checks call by reference (``impl.call(adapter, ...)``) and which run beside the student's code.
-Adding an exercise is its cells in the solution notebook and its part of this one module (and its plausible
-mistakes in ``tests/wrong``, which prove the checks reject them).
+Adding an exercise is its cells in the solution notebook (the text, the answer, the test cell, and after it the
+plausible mistakes that prove the checks reject them, read by ``tests/wrong``) and its part of this one module.
 """
 
 NOTEBOOKS = [
