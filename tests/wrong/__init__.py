@@ -68,10 +68,17 @@ def wrong_versions(notebook: str) -> tuple[Wrong, ...]:
             exercise = grade_id(cell)
         elif is_wrong_versions_cell(cell):
             assert exercise, f"{notebook}: a wrong-versions cell before any answer cell"
-            for entry in tomllib.loads(cell.source)["wrong"]:
+            for entry in _entries(notebook, cell):
                 _check_keys(notebook, exercise, entry)
                 found.append(Wrong(exercise, entry["mistake"], _code(notebook, exercise, entry), entry["says"]))
     return tuple(found)
+
+
+def _entries(notebook: str, cell) -> list[dict]:
+    try:
+        return tomllib.loads(cell.source)["wrong"]
+    except (tomllib.TOMLDecodeError, KeyError) as error:
+        raise AssertionError(f"{notebook}, cell {cell.id}: not a list of [[wrong]] tables in TOML: {error}") from None
 
 
 _KEYS = {"mistake", "says"}, {"edit", "code"}  # both of the first, one of the second
