@@ -55,7 +55,7 @@ from notebooks import ROOT, answer_source, read, release_path, solution_path
 from test_multiuser_exchange import Accounts, home
 
 from autograder.exercises import checks_for
-from coursetools.notebook_vocabulary import answer_id, grade_id, test_id
+from coursetools.notebook_vocabulary import answer_id, grade_id, is_wrong_versions_cell, test_id
 
 NOTEBOOK = "02_normalization"
 COURSE_ID = "transformer-from-scratch"
@@ -471,7 +471,10 @@ def _class(
                 toggle.click(timeout=60_000)
                 screens.shot(student.page, f"{student.name}_fetched")
                 panel.locator("#fetched_assignments_list .nested_list_item a", has_text=NOTEBOOK).click()
-                assert (home(student.name) / NOTEBOOK / f"{NOTEBOOK}.ipynb").owner() == student.name
+                fetched_notebook = home(student.name) / NOTEBOOK / f"{NOTEBOOK}.ipynb"
+                assert fetched_notebook.owner() == student.name
+                # the instructor's release left out solutions/' wrong versions (they quote the solution's lines)
+                assert not [c.id for c in read(fetched_notebook).cells if is_wrong_versions_cell(c)]
             step("both fetched")
             for student, answer in ((stu1, solved), (stu2, solved.replace(RIGHT, WRONG))):
                 page = student.page
