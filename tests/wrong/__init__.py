@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from pathlib import Path
 from typing import NamedTuple
 
-import nbformat
+from notebooks import read, solution_path
 
 from coursetools.notebook_vocabulary import grade_id, is_answer_cell, is_wrong_versions_cell, without_solution_markers
 
@@ -44,12 +43,11 @@ class Wrong(NamedTuple):
 
 
 PRELUDE = "import math\nimport einops\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
-SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
 
 
 @functools.cache
 def _solution_cells(notebook: str) -> tuple:
-    return tuple(nbformat.read(SOLUTIONS / notebook / f"{notebook}.ipynb", as_version=4).cells)
+    return tuple(read(solution_path(notebook)).cells)
 
 
 @functools.cache
@@ -81,15 +79,15 @@ def _entries(notebook: str, cell) -> list[dict]:
         raise AssertionError(f"{notebook}, cell {cell.id}: not a list of [[wrong]] tables in TOML: {error}") from None
 
 
-_KEYS = {"mistake", "says"}, {"edit", "code"}  # both of the first, one of the second
+REQUIRED_KEYS, ONE_OF_KEYS = {"mistake", "says"}, {"edit", "code"}  # both of the first, exactly one of the second
 
 
 def _check_keys(notebook: str, exercise: str, entry: dict) -> None:
     """A misspelt key fails here, not as a wrong version that silently lost its edit or its message."""
-    required, one_of = _KEYS
     where = f"{notebook} {exercise} {entry.get('mistake')!r}"
-    assert required <= entry.keys() and len(one_of & entry.keys()) == 1, f"{where}: keys {sorted(entry)}"
-    assert not entry.keys() - required - one_of, f"{where}: unknown keys {sorted(entry.keys() - required - one_of)}"
+    assert REQUIRED_KEYS <= entry.keys() and len(ONE_OF_KEYS & entry.keys()) == 1, f"{where}: keys {sorted(entry)}"
+    unknown = entry.keys() - REQUIRED_KEYS - ONE_OF_KEYS
+    assert not unknown, f"{where}: unknown keys {sorted(unknown)}"
     assert all(edit.keys() == {"old", "new"} for edit in entry.get("edit", ())), f"{where}: an edit's keys"
 
 
