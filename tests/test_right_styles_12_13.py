@@ -340,7 +340,7 @@ def attention_maps(model, tokens):
         while handles:
             handles.pop().remove()
     batch, length = tokens.shape
-    positions = torch.arange(length)
+    positions = torch.arange(length, device=tokens.device)
     maps = []
     with torch.no_grad():
         for i, block in enumerate(model.blocks):
@@ -350,7 +350,7 @@ def attention_maps(model, tokens):
             q, k = attn.rope(q, positions), attn.rope(k, positions)
             k = k.repeat_interleave(attn.num_heads // attn.num_kv_heads, dim=1)
             scores = torch.einsum("bhqd,bhkd->bhqk", q, k).float() / attn.head_dim ** 0.5
-            future = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
+            future = torch.triu(torch.ones(length, length, dtype=torch.bool, device=tokens.device), diagonal=1)
             maps.append(torch.softmax(scores.masked_fill(future, -torch.inf), dim=-1))
     return torch.stack(maps)
 '''

@@ -1,7 +1,9 @@
 """Notebook 00's exercises, with their checks and adapters: the warm-up on tensors, broadcasting, einsum and einops.
 
 Oracles, each computed here without the idea the exercise teaches:
-- relative positions: a Python double loop over (i, j);
+- relative positions: a Python double loop over (i, j); for 1,025 positions (beyond every size the notebook
+  uses, so a table built once for a fixed size and sliced fails), ``repeat`` and ``repeat_interleave`` of
+  ``arange`` (no broadcasting, and no million-step loop);
 - pairwise squared distances: a Python double loop over the pairs, in float64;
 - query-key dot products: ``torch.matmul`` with the keys transposed, in float64;
 - split and merge heads: ``Tensor.view`` and ``permute`` (no einops);
@@ -18,9 +20,15 @@ Tolerances:
 - integers, 0/1 tensors and rearrangements (which move numbers without arithmetic) are compared exactly;
 - float32 sums (distances and dot products of width <= 16, values up to a few hundred) at atol 1e-4 +
   rtol 1e-5. Measured against float64 on the checks' shapes with 40 seeds each, the broadcasting
-  answer used at most 1.6% of that bound, torch.cdist squared 2.5%, and the |a|^2 + |b|^2 - 2 a.b
-  expansion, which cancels digits, 4%; einsum and matmul dot products were off by at most 1.3e-6.
-  The closest known mistake (dot products scaled by 1/sqrt(d)) is off by more than 3;
+  answer used at most 1.6% of that bound, torch.cdist squared 2.5%; einsum and matmul dot products were
+  off by at most 1.3e-6. The closest known mistake (dot products scaled by 1/sqrt(d)) is off by more than 3;
+- distances of points far from the origin (float32 coordinates near 1e4, differences of a few units), the
+  same bound: the broadcast difference a - b of two float32 numbers within a factor 2 of each other is exact
+  (Sterbenz), so only the squares and the sum round (measured with broadcasting, einsum on the differences
+  and vector_norm squared: under 2% of the bound); the expansion |a|^2 + |b|^2 - 2 a.b, which the exercise's
+  text rules out, adds terms near 3e8 where float32's spacing is 32, and is off by 80 and 395 on the check's
+  two sets of points. The same points moved to the origin
+  (an exact subtraction) tell this cancellation from other mistakes;
 - float64 inputs at 1e-9.
 """
 
@@ -132,16 +140,29 @@ def _relative_oracle(n: int) -> torch.Tensor:
     return torch.tensor([[j - i for j in range(n)] for i in range(n)], dtype=torch.int64).reshape(n, n)
 
 
-def _check_relative(impl, n: int) -> None:
+def _relative_oracle_large(n: int) -> torch.Tensor:
+    """The same table for many positions, by repetition instead of a loop: row i is 0..n-1, minus i."""
+    positions = torch.arange(n, dtype=torch.int64)
+    return (positions.repeat(n) - positions.repeat_interleave(n)).reshape(n, n)
+
+
+def _check_relative(impl, n: int, *, oracle=_relative_oracle) -> None:
     got = impl.call(call, "relative_positions", [n])
     what = f"relative_positions({n})"
     value = got.get("value")
+    expect.tensor(value, what)
+    rows = tuple(value.shape)
+    if len(rows) == 2 and rows[0] == rows[1] and rows[0] < n:
+        expect.fail(
+            f"{what} has shape {list(value.shape)}, expected {[n, n]}: it stops at {rows[0]} positions, as a "
+            "table built once for a fixed number of positions and sliced does; build the table for the n asked"
+        )
     expect.tensor(value, what, shape=(n, n))
     expect.that(
         value.dtype == torch.int64,
         f"{what} has dtype {value.dtype}; positions are whole numbers: torch.arange(n) gives int64 (torch.long)",
     )
-    expected = _relative_oracle(n)
+    expected = oracle(n)
     expect.close(
         value,
         expected,
@@ -177,6 +198,12 @@ def test_relative_positions_sizes(impl):
     "any n: 1, 2 and 9 positions"
     for n in (1, 2, 9):
         _check_relative(impl, n)
+
+
+@RELATIVE.hidden
+def test_relative_positions_many(impl):
+    "1,025 positions, more than the notebook ever asks for: the table is built for the n asked"
+    _check_relative(impl, 1025, oracle=_relative_oracle_large)
 
 
 # --- Exercise 2: pairwise squared distances ---------------------------------------------------
@@ -284,6 +311,42 @@ def test_sq_distances_shapes_and_dtype(impl):
         (7, 3, 8, 4, torch.float64),
     ]:
         _check_sq_distances(impl, n, m, d, seed, dtype=dtype, strided=d > 1 and n > 1)
+
+
+_FAR = 1e4  # where float32's spacing is 1e-3 and squares near 3e8 are spaced 32 apart
+
+
+def _check_sq_distances_far(impl, n: int, m: int, d: int, seed: int) -> None:
+    """Points near ``_FAR`` in every coordinate, a few units apart, in float32; and the same points moved to the
+    origin by subtracting ``_FAR`` (exact in float32: Sterbenz), so that a result right near the origin and
+    wrong far from it can be put down to cancellation."""
+    a_near, b_near = _randn((n, d), seed, scale=2.0), _randn((m, d), seed + 50, scale=2.0)
+    a, b = a_near + _FAR, b_near + _FAR
+    a_near, b_near = a - _FAR, b - _FAR  # exactly the differences the far points carry
+    expected = _sq_distances_oracle(a, b)
+    what = f"pairwise_sq_distances(a, b) for a [{n}, {d}] and b [{m}, {d}] of float32 points near {_FAR:g}"
+    got = impl.call(call, "pairwise_sq_distances", [a, b])
+    value = _result(got, what, shape=(n, m), dtype=torch.float32)
+    _unchanged(got, {"a": a, "b": b})
+    if _right_table(value, expected):
+        return
+    near = impl.call(call, "pairwise_sq_distances", [a_near, b_near]).get("value")
+    if _right_table(near, _sq_distances_oracle(a_near, b_near)):
+        error = float((value.detach().double() - expected).abs().max())
+        expect.fail(
+            f"{what} is off by up to {error:.3g}, though the same points moved to the origin give the right table: "
+            "digits were lost to cancellation, as with the expansion |a|² + |b|² - 2 a·b (in float32 its terms are "
+            "near 3e8, where numbers are 32 apart); this exercise asks for the broadcast difference "
+            "a[:, None, :] - b[None, :, :], squared and summed over the coordinates"
+        )
+    expect.close(value, expected.float(), what, **F32)
+
+
+@DISTANCES.hidden
+def test_sq_distances_far_from_origin(impl):
+    "float32 points near 1e4: the broadcast difference keeps every digit that the expansion |a|² + |b|² - 2 a·b loses"
+    for n, m, d, seed in ((4, 5, 3, 7), (3, 6, 16, 8)):
+        _check_sq_distances_far(impl, n, m, d, seed)
 
 
 @DISTANCES.hidden

@@ -12,6 +12,16 @@ Tolerances (float32 on any CPU):
   two common formulations: 5e-7 at p < 50, 3e-5 at p < 512 (bound: 2e-4);
 - initialisation: sample std within 5% of the target on >= 64,000 draws (sampling
   error is 0.3%); extremes within 3 std (+1e-6).
+
+Sizes beyond the notebook's (its largest table has 1,024 rows): a sinusoidal table of 2,500 rows, a learned one
+of 2,048 and an input layer at positions near 3,000, so that a table or a range of positions made once for a
+fixed length and sliced fails.
+
+What the text says about state and devices is observed directly: the sinusoidal table is a non-persistent buffer
+(not in the state_dict) that forward reads, so that ``module.to(device)`` moves what forward uses (the adapter
+replaces the buffers as ``to`` does, through ``Module._apply``, with their negatives); the input layer's positions
+are LongTensors on the device of ``token_ids`` (it runs on PyTorch's meta device, with a position table that
+records the indices it is given: nn.Embedding on meta accepts CPU indices, so its output alone would not tell).
 """
 
 from __future__ import annotations
@@ -316,6 +326,66 @@ def test_sinusoidal_out_of_range(impl):
         _expect_index_error(outcome, "SinusoidalPositionalEncoding(16, 4)", position, 16)
 
 
+@SINUSOIDAL.hidden
+def test_sinusoidal_buffer_not_persistent(impl):
+    "`pe` is a non-persistent buffer: it stays out of the state_dict, since it can always be recomputed"
+    buffers = impl.call(sinusoidal_summary, 12, 6)["summary"]["buffers"]
+    pe = buffers.get("pe")
+    expect.that(pe is not None, f"expected a buffer `pe`; found buffers {buffers}")
+    expect.that(
+        not pe["persistent"],
+        "`pe` is in the state_dict: it is a persistent buffer; register it with "
+        "register_buffer('pe', table, persistent=False), so checkpoints do not carry a table that can be recomputed",
+    )
+    saved = sorted(name for name, buffer in buffers.items() if buffer["persistent"])
+    expect.that(not saved, f"the state_dict holds the buffers {saved}; the module has nothing to save")
+
+
+@SINUSOIDAL.hidden
+def test_sinusoidal_forward_reads_the_buffer(impl):
+    "forward reads the buffer `pe`, the tensor that module.to(device) moves (not a copy kept elsewhere)"
+    max_len, d_model = 10, 6
+    positions = torch.tensor([[3, 0], [9, 4]])
+    out = impl.call(sinusoidal_forward_moved, max_len, d_model, positions)
+    expected = sinusoidal_table(max_len, d_model, positions)
+    expect.close(
+        out,
+        -expected,
+        f"SinusoidalPositionalEncoding({max_len}, {d_model}) after its buffers were replaced, as module.to(device) "
+        "replaces them, by their negatives",
+        atol=_sinusoidal_tolerance(max_len),
+        alternatives=[
+            (
+                expected,
+                "forward does not read the buffer `pe`: it uses a copy of the table kept elsewhere (a plain "
+                "attribute, or a table made in forward), which module.to(device) leaves behind; return rows of self.pe",
+            )
+        ],
+    )
+
+
+@SINUSOIDAL.hidden
+def test_sinusoidal_long_table(impl):
+    "max_len = 2500, more than the notebook uses: the table has 2500 rows, the last ones right"
+    max_len, d_model = 2500, 12
+    positions = torch.tensor([2499, 1024, 2000, 7])
+    got = impl.call(sinusoidal_long, max_len, d_model, positions)
+    what = f"SinusoidalPositionalEncoding({max_len}, {d_model})(positions) at positions up to {max_len - 1}"
+    expect.that(
+        got["pe"] == [max_len, d_model],
+        f"SinusoidalPositionalEncoding({max_len}, {d_model}) has a buffer `pe` of shape {got['pe']}, expected "
+        f"{[max_len, d_model]}: build the table for max_len positions (a table made once for a fixed length and "
+        "sliced stops there)",
+    )
+    expect.that(not got["raised"], f"{what} raised {got['raised']}: {got['message']}")
+    expect.close(
+        got["output"],
+        sinusoidal_table(max_len, d_model, positions),
+        what,
+        atol=_sinusoidal_tolerance(max_len),
+    )
+
+
 # --- Exercise 3: learned positional embeddings --------------------------------------------
 
 
@@ -378,6 +448,25 @@ def test_learned_any_positions_and_gradient(impl):
         )
         grads = expect.gradients(result, "weight.grad after backward")
         expect.close(grads.get("weight"), weight.grad, "weight.grad after backward", atol=1e-5)
+
+
+@LEARNED.hidden
+def test_learned_long_table(impl):
+    "max_len = 2048, twice the notebook's longest: weight has 2048 rows, and position 2047 is looked up"
+    max_len, d_model = 2048, 4
+    shape = impl.call(learned_summary, max_len, d_model)["summary"].get("parameters", {}).get("weight")
+    expect.that(
+        shape == [max_len, d_model],
+        f"LearnedPositionalEmbedding({max_len}, {d_model}).weight has shape {shape}, expected {[max_len, d_model]}: "
+        "one row per position up to max_len, whatever max_len is",
+    )
+    weight, positions = _random((max_len, d_model), 6), torch.tensor([[2047, 1500], [1024, 0]])
+    expect.close(
+        impl.call(learned_forward, weight, positions)["output"],
+        F.embedding(positions, weight),
+        f"LearnedPositionalEmbedding({max_len}, {d_model})(positions) at positions up to 2047",
+        atol=LOOKUP_TOL,
+    )
 
 
 @LEARNED.hidden
@@ -471,6 +560,55 @@ def test_input_submodules_and_gradients(impl):
     )
 
 
+@INPUT.hidden
+def test_input_positions_on_the_device_of_token_ids(impl):
+    "the positions are a LongTensor made on the device of token_ids (checked on PyTorch's meta device)"
+    for shape, start in (((2, 5), 0), ((3,), 4)):
+        got = impl.call(input_embedding_on_meta, 20, 16, 6, list(shape), start)
+        what = f"InputEmbedding on the meta device, token_ids of shape {list(shape)}, start_pos={start}"
+        expect.that(not got["raised"], f"{what} raised {got['raised']}: {got['message']}")
+        expect.that(bool(got["positions"]), f"{what} never called position_embedding")
+        for seen in got["positions"]:
+            expect.that(
+                seen["device"] == "meta",
+                f"{what} gave position_embedding positions on the {seen['device']} device, not on the device of "
+                "token_ids (meta): build them with torch.arange(..., device=token_ids.device)",
+            )
+            expect.that(
+                seen["dtype"] == "torch.int64",
+                f"{what} gave position_embedding positions of dtype {seen['dtype']}; build them as a LongTensor "
+                "(torch.long, torch.arange's default for whole numbers)",
+            )
+        expect.that(got["device"] == "meta", f"{what} returned a tensor on the {got['device']} device, expected meta")
+
+
+@INPUT.hidden
+def test_input_far_positions(impl):
+    "positions near 3000 (start_pos = 2990 with a table of 3000 rows), beyond the notebook's 256"
+    vocab, max_len, d_model, start = 20, 3000, 6, 2990
+    token_weight, position_weight = _random((vocab, d_model), 7), _random((max_len, d_model), 8)
+    ids = _ids(vocab, (2, 6), 7)
+    got = impl.call(input_embedding_recorded, token_weight, position_weight, ids, start)
+    what = f"InputEmbedding(...)(token_ids, start_pos={start}) for token_ids of shape [2, 6] and {max_len} positions"
+    wanted = list(range(start, start + 6))
+    for seen in got["positions"]:
+        given = torch.tensor(seen["values"]).flatten().tolist()
+        expect.that(
+            bool(given) and given == wanted * (len(given) // len(wanted)),  # [seq], or repeated for the batch
+            f"{what} gave position_embedding the positions {given}; expected {wanted}: build the positions "
+            "start_pos, ..., start_pos + seq - 1 for each call (a range made once for a fixed length and sliced "
+            "stops there)",
+        )
+    expect.that(not got["raised"], f"{what} raised {got['raised']}: {got['message']}")
+    positions = torch.arange(start, start + 6)
+    expect.close(
+        got["output"],
+        F.embedding(ids, token_weight) + F.embedding(positions, position_weight),
+        what,
+        atol=LOOKUP_TOL,
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Adapters: the only code in this module that touches the student's objects. They run beside the student's code
 # (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
@@ -504,6 +642,25 @@ def sinusoidal_summary(ns, max_len: int, d_model: int):
 @adapter
 def sinusoidal_forward(ns, max_len: int, d_model: int, positions):
     return need(ns, "SinusoidalPositionalEncoding")(max_len, d_model)(positions)
+
+
+@adapter
+def sinusoidal_forward_moved(ns, max_len: int, d_model: int, positions):
+    """The module's output after its buffers were replaced, as ``module.to(device)`` replaces them
+    (``Module._apply``), by new tensors: their negatives. Forward that reads ``self.pe`` follows them."""
+    module = need(ns, "SinusoidalPositionalEncoding")(max_len, d_model)
+    module._apply(torch.neg)
+    return module(positions)
+
+
+@adapter
+def sinusoidal_long(ns, max_len: int, d_model: int, positions):
+    """The shape of the buffer ``pe`` (None without one), and what ``forward(positions)`` raised or returned."""
+    module = need(ns, "SinusoidalPositionalEncoding")(max_len, d_model)
+    pe = dict(module.named_buffers()).get("pe")
+    made = []
+    result = outcome(lambda: made.append(module(positions)))
+    return result | {"pe": None if pe is None else list(pe.shape), "output": made[0] if made else None}
 
 
 @adapter
@@ -541,3 +698,39 @@ def input_embedding(ns, token_weight, position_weight, token_ids, start_pos=None
     result = forward_backward(module, grad_output, token_ids, **kwargs)
     result["summary"] = summary(module)
     return result
+
+
+class _RecordingEmbedding(nn.Embedding):
+    """nn.Embedding that notes the device and dtype of the indices it is given."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+
+    def forward(self, ids):
+        values = None if ids.device.type == "meta" else ids.tolist()
+        self.seen.append({"device": str(ids.device), "dtype": str(ids.dtype), "values": values})
+        return super().forward(ids)
+
+
+@adapter
+def input_embedding_on_meta(ns, vocab: int, max_len: int, d_model: int, ids_shape: list, start_pos: int):
+    """InputEmbedding with both tables on PyTorch's meta device, called on meta token ids: what it raised, the
+    device and dtype of the positions it gave the position table, and its output's device."""
+    positions = _RecordingEmbedding(max_len, d_model, device="meta")
+    module = need(ns, "InputEmbedding")(nn.Embedding(vocab, d_model, device="meta"), positions)
+    token_ids = torch.zeros(ids_shape, dtype=torch.long, device="meta")
+    made = []
+    result = outcome(lambda: made.append(module(token_ids, start_pos=start_pos)))
+    return result | {"positions": positions.seen, "device": str(getattr(made[0], "device", "")) if made else ""}
+
+
+@adapter
+def input_embedding_recorded(ns, token_weight, position_weight, token_ids, start_pos: int):
+    """InputEmbedding around torch's tables, the position table recording what it is given: what the call raised,
+    the positions, and the output."""
+    positions = _RecordingEmbedding.from_pretrained(position_weight.clone())
+    module = need(ns, "InputEmbedding")(nn.Embedding.from_pretrained(token_weight.clone()), positions)
+    made = []
+    result = outcome(lambda: made.append(module(token_ids, start_pos=start_pos)))
+    return result | {"positions": positions.seen, "output": made[0] if made else None}

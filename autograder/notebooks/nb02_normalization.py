@@ -9,6 +9,9 @@ Tolerances (stated per comparison):
 - bfloat16 outputs: atol 1e-2 + rtol 1e-2, about 2.5 bf16 ulps (2^-8 relative), since a
   right answer computed in float32 may round to the neighbouring bf16 value;
 - float16 outputs: atol 2e-3 + rtol 2e-3 (fp16 has 2^-11 relative precision).
+
+Sizes: the hidden checks include a width of 1024, beyond the notebook's widest (512); float32 means over 1024
+features round at ~1e-6 relative, inside the float32 bound.
 """
 
 from __future__ import annotations
@@ -152,8 +155,13 @@ def test_layer_norm_eps_inside_sqrt(impl):
 
 @LAYER_NORM.hidden
 def test_layer_norm_shapes_and_dtypes(impl):
-    "any number of leading dimensions; float64 stays float64"
-    for seed, shape, dtype in [(3, (7,), torch.float32), (4, (3, 2, 4, 5), torch.float32), (5, (6, 33), torch.float64)]:
+    "any number of leading dimensions; float64 stays float64; a width of 1024, beyond the notebook's 512"
+    for seed, shape, dtype in [
+        (3, (7,), torch.float32),
+        (4, (3, 2, 4, 5), torch.float32),
+        (5, (6, 33), torch.float64),
+        (8, (3, 1024), torch.float32),
+    ]:
         got, x, state, _ = _layer_norm_case(impl, shape, seed, dtype=dtype)
         expected = F.layer_norm(x, shape[-1:], state["weight"].to(dtype), state["bias"].to(dtype), 1e-5)
         out = expect.tensor(got["output"], f"the output for x of shape {list(shape)}", dtype=dtype)
@@ -256,8 +264,13 @@ def test_rms_norm_low_precision_inputs(impl):
 
 @RMS_NORM.hidden
 def test_rms_norm_eps_and_shapes(impl):
-    "eps inside the square root, the constructor's eps used, any leading dimensions"
-    for seed, shape, eps, scale in [(3, (9,), 1e-3, 0.01), (4, (2, 2, 3, 16), 0.1, 0.05), (5, (5, 7), 1e-5, 1.0)]:
+    "eps inside the square root, the constructor's eps used, any leading dimensions, a width of 1024"
+    for seed, shape, eps, scale in [
+        (3, (9,), 1e-3, 0.01),
+        (4, (2, 2, 3, 16), 0.1, 0.05),
+        (5, (5, 7), 1e-5, 1.0),
+        (7, (3, 1024), 1e-5, 1.0),  # wider than the notebook's 512
+    ]:
         got, x, weight, _ = _rms_case(impl, shape, seed, eps=eps, scale=scale)
         expect.close(
             got["output"],

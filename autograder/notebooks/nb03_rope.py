@@ -18,6 +18,12 @@ bfloat16 outputs atol/rtol 2e-2 (values up to sqrt(2), bf16 keeps 8 bits).
 Precision (Exercise 4): at positions up to 4095, atol 1e-5 against the float64 oracle (float64 angles: <= 1.2e-7,
 measured; float32 angles or float32 theta: 4e-5 to 1.2e-4); a bfloat16 output must be the exact rotation rounded
 once to bfloat16 (half a bfloat16 ulp + 1e-6; computing in bfloat16 is off by up to 1.5 ulp, measured).
+Sizes beyond the notebook's (its longest RoPE table has 2,048 rows, its ALiBi bias 10,000 keys, its widest d_k is
+128): a RoPE module with max_seq_len = 10,000 read near its end, 12,000 keys for ALiBi, d_k = 256 for the frequencies
+and the permutation, 1,200 angles at once, a matrix at position 3,000; so a table made once for a fixed length and
+sliced fails. State: RoPE's cos and sin are non-persistent buffers that forward reads (the adapter replaces the
+buffers as ``module.to(device)`` does, through ``Module._apply``, with their negatives: forward must follow), and
+the constructor's ``base`` is used.
 ALiBi: slopes rtol 1e-5 (HF BLOOM's float32 pow is up to 7e-7 off the exact values for n <= 127, measured; a float32
 running product of the ratio drifts by about n * 6e-8; every wrong rule diagnosed is off by 2^(8/n) - 1 > 4% for
 n <= 128); the bias atol 1e-6 + rtol 1e-6
@@ -161,8 +167,13 @@ def test_rotation_values(impl):
 
 @ROTATION.hidden
 def test_rotation_shapes_and_dtypes(impl):
-    "a scalar angle gives [2, 2]; angles of shape [...] give [..., 2, 2], in the angles' dtype"
-    for seed, shape, dtype in [(0, (), torch.float32), (1, (2, 3), torch.float32), (2, (4,), torch.float64)]:
+    "a scalar angle gives [2, 2]; angles of shape [...] (1200 of them too) give [..., 2, 2], in the angles' dtype"
+    for seed, shape, dtype in [
+        (0, (), torch.float32),
+        (1, (2, 3), torch.float32),
+        (2, (4,), torch.float64),
+        (3, (1200,), torch.float32),  # more angles than the notebook's 1000
+    ]:
         angle = (_uniform(shape, seed) * 4).to(dtype)
         out = expect.tensor(
             impl.call(rotation_matrix, angle),
@@ -216,11 +227,18 @@ def test_frequencies_values(impl):
 
 @FREQUENCIES.hidden
 def test_frequencies_base_and_odd(impl):
-    "the base argument is used, and an odd d_k raises ValueError"
+    "the base argument is used (d_k = 10 and 256), and an odd d_k raises ValueError"
     expect.close(
         impl.call(rope_frequencies, 10, 500.0),
         frequencies_oracle(10, 500.0),
         "rope_frequencies(10, base=500)",
+        atol=1e-7,
+        rtol=1e-5,
+    )
+    expect.close(
+        impl.call(rope_frequencies, 256, 500000.0),
+        frequencies_oracle(256, 500000.0),
+        "rope_frequencies(256, base=500000)",
         atol=1e-7,
         rtol=1e-5,
     )
@@ -260,8 +278,14 @@ def test_matrix_blocks(impl):
 
 @MATRIX.hidden
 def test_matrix_cases(impl):
-    "position 0 is the identity; other sizes, positions and bases; orthogonal"
-    for d_k, position, base in [(4, 0, 10000.0), (2, 7, 10000.0), (16, 100, 10000.0), (6, 5, 100.0)]:
+    "position 0 is the identity; other sizes, positions (up to 3000) and bases"
+    for d_k, position, base in [
+        (4, 0, 10000.0),
+        (2, 7, 10000.0),
+        (16, 100, 10000.0),
+        (6, 5, 100.0),
+        (24, 3000, 10000.0),
+    ]:
         got = expect.tensor(
             impl.call(rope_matrix, d_k, position, base),
             f"rope_matrix({d_k}, {position})",
@@ -479,6 +503,69 @@ def test_rope_tables_from_float64_angles(impl):
     )
 
 
+@ROPE.hidden
+def test_rope_uses_base(impl):
+    "the constructor's base is used: theta_i = base^(-2i/d_k) for base 500 and 500000 (Llama 3's)"
+    x, positions = _uniform((2, 5, 16), 45), torch.tensor([0, 3, 17, 60, 99])
+    for base in (500.0, 500000.0):
+        expect.close(
+            impl.call(rope_forward, 16, 128, x, positions, base),
+            rope_oracle(x, positions, base),
+            f"RoPE(16, 128, base={base:g})(x, positions)",
+            **_tolerance(99),
+            alternatives=[
+                (
+                    rope_oracle(x, positions, 10000.0),
+                    f"it ignores the base argument ({base:g}) and uses 10000: theta_i = base^(-2i/d_k) with the "
+                    "constructor's base",
+                ),
+                *_rope_mistakes(x, positions, base),
+            ],
+        )
+
+
+@ROPE.hidden
+def test_rope_long_tables(impl):
+    "max_seq_len = 10000, beyond the notebook's 2048: tables of 10000 rows, right at positions up to 9999"
+    d_k, max_seq_len = 8, 10000
+    summary = impl.call(rope_summary, d_k, max_seq_len)
+    for name in ("cos", "sin"):
+        shape = summary.get("buffers", {}).get(name, {}).get("shape")
+        expect.that(
+            shape == [max_seq_len, d_k // 2],
+            f"RoPE({d_k}, {max_seq_len}) has a buffer `{name}` of shape {shape}, expected {[max_seq_len, d_k // 2]}: "
+            "one row per position up to max_seq_len (a table made once for a fixed length and sliced stops there)",
+        )
+    x, positions = _uniform((2, 4, d_k), 46), torch.tensor([9999, 8192, 4096, 9000])
+    expect.close(
+        impl.call(rope_forward, d_k, max_seq_len, x, positions),
+        rope_oracle(x, positions),
+        f"RoPE({d_k}, {max_seq_len})(x, positions) at positions up to 9999",
+        **_tolerance(9999),
+        alternatives=_rope_mistakes(x, positions),
+    )
+
+
+@ROPE.hidden
+def test_rope_forward_reads_the_buffers(impl):
+    "forward reads the buffers cos and sin, the tensors that module.to(device) moves (not copies kept elsewhere)"
+    x, positions = _uniform((3, 8), 47), torch.tensor([0, 1, 5])
+    expected = rope_oracle(x, positions)
+    expect.close(
+        impl.call(rope_forward_moved, 8, 16, x, positions),
+        -expected,
+        "RoPE(8, 16) after its buffers were replaced, as module.to(device) replaces them, by their negatives",
+        **_tolerance(5),
+        alternatives=[
+            (
+                expected,
+                "forward does not read the buffers `cos` and `sin`: it uses tables kept elsewhere (plain attributes, "
+                "or tables made in forward), which module.to(device) leaves behind; index self.cos and self.sin",
+            )
+        ],
+    )
+
+
 # --- Exercise 5 --------------------------------------------------------------------------
 
 
@@ -507,7 +594,7 @@ def test_halves_permutation_values(impl):
 @HALVES.hidden
 def test_halves_permutation_converts_conventions(impl):
     "split-halves RoPE of x[..., p] equals interleaved RoPE of x, permuted by p"
-    for d_k in (2, 16, 64):
+    for d_k in (2, 16, 64, 256):  # 256: wider than the notebook's 128
         p = expect.tensor(impl.call(halves_permutation, d_k), f"halves_permutation({d_k})", shape=(d_k,)).long()
         x, positions = _uniform((3, 5, d_k), d_k), torch.tensor([0, 3, 8, 100, 7])
         expect.close(
@@ -544,13 +631,10 @@ def bloom_slopes(n_heads: int) -> torch.Tensor:
 
 def alibi_bias_oracle(slopes, q_len: int, k_len: int) -> torch.Tensor:
     """bias[h, r, j] = -slope_h * |i - j|, with i = k_len - q_len + r, by loops, in float64."""
-    out = torch.empty(len(slopes), q_len, k_len, dtype=torch.float64)
-    for h, slope in enumerate(slopes):
-        for r in range(q_len):
-            i = k_len - q_len + r
-            for j in range(k_len):
-                out[h, r, j] = -slope * abs(i - j)
-    return out
+    rows = [
+        [[-slope * abs(k_len - q_len + r - j) for j in range(k_len)] for r in range(q_len)] for slope in slopes
+    ]  # row r is the query at position i = k_len - q_len + r
+    return torch.tensor(rows, dtype=torch.float64).reshape(len(slopes), q_len, k_len)
 
 
 def _slope_mistakes(n: int) -> list:
@@ -686,6 +770,31 @@ def test_alibi_bias_cached_queries(impl):
 
 
 @ALIBI.hidden
+def test_alibi_bias_many_keys(impl):
+    "12,000 keys, beyond the notebook's 10,000: the bias is built for the lengths asked"
+    n, q_len, k_len = 2, 2, 12000
+    got = expect.tensor(impl.call(alibi_bias, n, q_len, k_len), f"alibi_bias({n}, {q_len}, {k_len})")
+    expect.that(
+        tuple(got.shape) == (n, q_len, k_len),
+        f"alibi_bias({n}, {q_len}, {k_len}) has shape {list(got.shape)}, expected {[n, q_len, k_len]}"
+        + (
+            ": it stops short of the lengths asked, as positions or distances made once for a fixed length and "
+            "sliced do; build them for q_len and k_len"
+            if got.dim() == 3 and (got.shape[1] < q_len or got.shape[2] < k_len)
+            else ""
+        ),
+    )
+    expect.close(
+        got,
+        alibi_bias_oracle(alibi_slopes_oracle(n), q_len, k_len),
+        f"alibi_bias({n}, {q_len}, {k_len})",
+        atol=1e-6,
+        rtol=1e-6,
+        alternatives=_bias_mistakes(n, q_len, k_len),
+    )
+
+
+@ALIBI.hidden
 def test_alibi_bias_matches_bloom(impl):
     "with a causal mask, softmax(scores + bias) equals the same with Hugging Face BLOOM's ALiBi tensor"
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
@@ -804,6 +913,15 @@ def rope_summary(ns, d_k: int, max_seq_len: int):
 @adapter
 def rope_forward(ns, d_k: int, max_seq_len: int, x, token_positions, base: float = 10000.0):
     return need(ns, "RoPE")(d_k, max_seq_len, base)(x, token_positions)
+
+
+@adapter
+def rope_forward_moved(ns, d_k: int, max_seq_len: int, x, token_positions):
+    """The output after the module's buffers were replaced, as ``module.to(device)`` replaces them
+    (``Module._apply``), by new tensors: their negatives. Forward that reads ``self.cos`` and ``self.sin`` follows."""
+    module = need(ns, "RoPE")(d_k, max_seq_len)
+    module._apply(torch.neg)
+    return module(x, token_positions)
 
 
 @adapter

@@ -8,6 +8,11 @@ Oracles: ``torch.softmax`` and ``F.scaled_dot_product_attention`` (float32 here)
 from ``torch.tril`` and comparisons, and invariances computed on the student's own
 outputs (future tokens, padding, permutations).
 
+Where the masks are made, which outputs do not show on a CPU-only grader: the mask functions run on PyTorch's
+meta device (``causal_mask(n, device="meta")``, token ids on meta), and report their result's device, or what they
+raised (a tensor made on the CPU cannot be combined with meta tensors). Lengths go beyond any of the notebook's
+(1100 positions), so a mask cached up to a fixed length is seen.
+
 Tolerances: float32 outputs of order 1 at atol 1e-5 + rtol 1e-5 (sums of <= 16 products);
 probabilities at atol 1e-6; masks compared exactly.
 """
@@ -20,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder import expect
-from autograder.adapters import adapter, calls_of, need
+from autograder.adapters import adapter, calls_of, need, outcome
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
 from autograder.rules import ATTENTIONS, LOG_SOFTMAXES, SOFTMAXES, Rule
@@ -338,7 +343,48 @@ def _same_mask(got, expected, what, mistakes=()):
     for wrong, diagnosis in mistakes:
         if wrong.shape == got.shape and torch.equal(got, wrong):
             expect.fail(f"{what} is wrong: {diagnosis}")
+    if expected.numel() > 400:  # too large to print: say where it goes wrong
+        wrong_at = [int(i) for i in (got != expected).nonzero()[0]]
+        expect.fail(
+            f"{what} is wrong at {int((got != expected).sum())} entries, the first at index {wrong_at} "
+            f"(got {bool(got[tuple(wrong_at)])}, expected {bool(expected[tuple(wrong_at)])})"
+        )
     expect.fail(f"{what} is wrong:\n{got.int()}\nexpected\n{expected.int()}")
+
+
+# Longer than any sequence of the notebooks (and than 1024, a common maximum length): a mask cached up to a fixed
+# length and sliced fails here.
+LONG = 1100
+
+
+def _long_mask(impl, name, args, what, shape):
+    """Mask function ``name`` on ``args`` (a length of ``LONG``), with failures that say what an error or a wrong
+    shape at this length usually is."""
+    got = impl.call(mask_outcome, name, *args)
+    value, cached = (
+        got["mask"],
+        "is the mask cut from a table made for a fixed maximum length? Make it for the length asked",
+    )
+    expect.that(not got["raised"], f"{what} raised {got['raised']}: {got['message']}; {cached}")
+    if isinstance(value, torch.Tensor) and tuple(value.shape) != tuple(shape):
+        expect.fail(f"{what} has shape {list(value.shape)}, expected {list(shape)}: {cached}")
+    return _mask_result(value, what, shape)
+
+
+def _on_meta(impl, name, args, what, shape, fix):
+    """Run mask function ``name`` on PyTorch's meta device (``args`` for ``mask_on_meta``) and fail unless the
+    result is on meta: a CPU-only grader's other device, so a mask made on the CPU is seen. ``fix`` says how."""
+    got = impl.call(mask_on_meta, name, *args)
+    expect.that(
+        not got["raised"],
+        f"{what} raised {got['raised']}: {got['message']}; part of your mask is made on the CPU while the "
+        f"input is on another device: {fix}",
+    )
+    expect.that(
+        got["device"] == "meta",
+        f"{what} returned {got['device'] or 'no tensor'} instead of a tensor on the meta device: {fix}",
+    )
+    expect.that(got["shape"] == list(shape), f"{what} has shape {got['shape']}, expected {list(shape)}")
 
 
 @CAUSAL.visible
@@ -364,10 +410,25 @@ def test_causal_mask_values(impl):
 
 @CAUSAL.hidden
 def test_causal_mask_sizes(impl):
-    "works for sizes 1, 2 and 9"
+    "works for sizes 1, 2, 9 and 1100 (longer than any sequence of the notebooks)"
     for n in (1, 2, 9):
         got = _mask_result(impl.call(causal_mask, n), f"causal_mask({n})", (n, n))
         _same_mask(got, torch.ones(n, n, dtype=torch.bool).tril(), f"causal_mask({n})")
+    got = _long_mask(impl, "causal_mask", [LONG], f"causal_mask({LONG})", (LONG, LONG))
+    _same_mask(got, torch.ones(LONG, LONG, dtype=torch.bool).tril(), f"causal_mask({LONG})")
+
+
+@CAUSAL.hidden
+def test_causal_mask_on_the_given_device(impl):
+    "causal_mask(n, device=...) makes the mask on that device (PyTorch's meta device here)"
+    _on_meta(
+        impl,
+        "causal_mask",
+        [[], 6],
+        "causal_mask(6, device='meta')",
+        (6, 6),
+        "create it on `device`, e.g. torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)",
+    )
 
 
 _IDS = torch.tensor([[5, 7, 9, 0, 0], [3, 0, 0, 0, 0], [4, 4, 4, 4, 4]])
@@ -375,6 +436,27 @@ _IDS = torch.tensor([[5, 7, 9, 0, 0], [3, 0, 0, 0, 0], [4, 4, 4, 4, 4]])
 
 def _padding_oracle(ids, pad):
     return (ids != pad)[:, None, None, :]
+
+
+def _long_ids(pad, batch=2):
+    """[batch, LONG] ids, the later sequences padded on the right with ``pad``."""
+    ids = torch.randint(pad + 1, pad + 50, (batch, LONG), generator=_gen(90))
+    for b in range(1, batch):
+        ids[b, LONG - 300 * b :] = pad
+    return ids
+
+
+@PADDING.hidden
+def test_padding_mask_on_the_device_of_the_ids(impl):
+    "the mask is on the device of token_ids (PyTorch's meta device here)"
+    _on_meta(
+        impl,
+        "padding_mask",
+        [[[2, 5]], 0],
+        "padding_mask(token_ids, 0) with token_ids on the meta device",
+        (2, 1, 1, 5),
+        "compare the tensor itself, (token_ids != pad_id), and make nothing on the CPU (no .cpu(), .tolist())",
+    )
 
 
 @PADDING.visible
@@ -403,10 +485,13 @@ def test_padding_mask_values(impl):
 
 @PADDING.hidden
 def test_padding_mask_other_pad_id_and_effect(impl):
-    "any pad_id; changing padded tokens changes no output of real queries"
+    "any pad_id and length (1100 ids); changing padded tokens changes no output of real queries"
     ids = torch.tensor([[2, 2, 8, 1], [6, 1, 1, 1]])
     got = _mask_result(impl.call(padding_mask, ids, 1), "padding_mask(ids, pad_id=1)", (2, 1, 1, 4))
     _same_mask(got, _padding_oracle(ids, 1), "padding_mask(ids, pad_id=1)")
+    long_ids = _long_ids(8)
+    long = _long_mask(impl, "padding_mask", [long_ids, 8], f"padding_mask of {LONG} ids", (2, 1, 1, LONG))
+    _same_mask(long, _padding_oracle(long_ids, 8), f"padding_mask of {LONG} ids")
     q, k, v = _randn((2, 3, 4, 8), 40), _randn((2, 3, 4, 8), 41), _randn((2, 3, 4, 8), 42)
     k2, v2 = k.clone(), v.clone()
     k2[1, :, 1:], v2[1, :, 1:] = 50.0, -50.0  # garbage at the padded keys
@@ -439,10 +524,27 @@ def test_decoder_mask_values(impl):
 
 @DECODER.hidden
 def test_decoder_mask_other_pad_id(impl):
-    "any pad_id and length"
+    "any pad_id and length, 1100 included (longer than any sequence of the notebooks)"
     ids = torch.tensor([[9, 9, 9, 2, 2, 2, 2], [9, 3, 4, 5, 6, 7, 8]])
     got = _mask_result(impl.call(decoder_mask, ids, 2), "decoder_mask(ids, pad_id=2)", (2, 1, 7, 7))
     _same_mask(got, _decoder_oracle(ids, 2), "decoder_mask(ids, pad_id=2)")
+    long_ids = _long_ids(2, batch=1)
+    what = f"decoder_mask of {LONG} ids"
+    got = _long_mask(impl, "decoder_mask", [long_ids, 2], what, (1, 1, LONG, LONG))
+    _same_mask(got, _decoder_oracle(long_ids, 2), what)
+
+
+@DECODER.hidden
+def test_decoder_mask_on_the_device_of_the_ids(impl):
+    "the mask, causal part included, is made on the device of token_ids (PyTorch's meta device here)"
+    _on_meta(
+        impl,
+        "decoder_mask",
+        [[[2, 5]], 0],
+        "decoder_mask(token_ids, 0) with token_ids on the meta device",
+        (2, 1, 5, 5),
+        "build the causal part on the device of token_ids, causal_mask(seq_len, device=token_ids.device)",
+    )
 
 
 def _cross_oracle(target, source, pad):
@@ -475,12 +577,29 @@ def test_cross_mask_values(impl):
 
 @CROSS.hidden
 def test_cross_mask_other_sizes(impl):
-    "other pad ids and lengths"
+    "other pad ids and lengths, 1100 included (longer than any sequence of the notebooks)"
     target, source = torch.tensor([[1, 1, 1, 1]]), torch.tensor([[8, 8, 7, 7, 7, 7]])
     got = _mask_result(
         impl.call(cross_attention_mask, target, source, 7), "cross_attention_mask with pad_id=7", (1, 1, 4, 6)
     )
     _same_mask(got, _cross_oracle(target, source, 7), "cross_attention_mask with pad_id=7")
+    source, target = _long_ids(7), _long_ids(7)[:, :900]
+    what = f"cross_attention_mask with {LONG} source and 900 target ids"
+    got = _long_mask(impl, "cross_attention_mask", [target, source, 7], what, (2, 1, 900, LONG))
+    _same_mask(got, _cross_oracle(target, source, 7), what)
+
+
+@CROSS.hidden
+def test_cross_mask_on_the_device_of_the_ids(impl):
+    "the mask is on the device of the ids (PyTorch's meta device here)"
+    _on_meta(
+        impl,
+        "cross_attention_mask",
+        [[[2, 3], [2, 5]], 0],
+        "cross_attention_mask(target_ids, source_ids, 0) with the ids on the meta device",
+        (2, 1, 3, 5),
+        "make nothing on the CPU: start from the source's padding mask and expand it",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -532,3 +651,37 @@ def decoder_mask(ns, token_ids, pad_id: int):
 @adapter
 def cross_attention_mask(ns, target_ids, source_ids, pad_id: int):
     return need(ns, "cross_attention_mask")(target_ids, source_ids, pad_id)
+
+
+@adapter
+def mask_on_meta(ns, name: str, id_shapes: list, *args) -> dict:
+    """The mask function ``name`` run on PyTorch's meta device (shapes only, no values): given token ids of
+    ``id_shapes`` on meta, then ``args``; or, with no id shapes (``causal_mask``), ``args`` and ``device="meta"``.
+    What it raised, or its result's device and shape. A tensor it makes on the CPU cannot be combined with meta
+    tensors, so it raises (or, returned alone, is reported on the CPU)."""
+    ids = [torch.zeros(shape, dtype=torch.long, device="meta") for shape in id_shapes]
+    keywords = {} if id_shapes else {"device": torch.device("meta")}
+    made = []
+    result = _outcome_on_meta(lambda: made.append(need(ns, name)(*ids, *args, **keywords)))
+    mask = made[0] if made else None
+    return result | {"device": str(getattr(mask, "device", "")), "shape": list(getattr(mask, "shape", []))}
+
+
+def _outcome_on_meta(function) -> dict:
+    """``outcome``, except that a meta tensor's refusal to be read (``.cpu()``, ``.tolist()``: a NotImplementedError
+    naming meta) is reported as what the code raised, not taken for an unanswered stub."""
+    try:
+        return outcome(function)
+    except NotImplementedError as error:
+        if "meta" not in str(error):
+            raise
+        return {"raised": type(error).__name__, "message": str(error)}
+
+
+@adapter
+def mask_outcome(ns, name: str, *args) -> dict:
+    """The mask function ``name`` on ``args``: its result, or what it raised (``outcome``), for the long masks,
+    where an error usually comes from a table made for a fixed maximum length."""
+    made = []
+    result = outcome(lambda: made.append(need(ns, name)(*args)))
+    return result | {"mask": made[0] if made else None}

@@ -5,7 +5,12 @@ Oracles: ``torch.nn.MultiheadAttention`` with the student's projection weights c
 ``F.scaled_dot_product_attention(..., enable_gqa=True)`` for grouped queries; the KV-cache
 size is a closed form; rotary attention uses notebook 03's complex-number RoPE oracle, and the
 student's class gets that oracle as its ``rope`` module. Invariances: later tokens cannot change earlier outputs under a
-causal mask.
+causal mask. Every layer also runs on a sequence of 300 tokens, longer than any of the notebook's (its tables stop
+at 256), so nothing sized for a fixed maximum length passes.
+
+What outputs do not show on a CPU-only grader: rotary attention's default positions are made on the device of x.
+The layer runs on PyTorch's meta device with a recording stand-in for ``rope`` (it makes nothing itself, so only
+the student's own tensors can be on the wrong device), which reports the device of the positions it is given.
 
 Tolerances: float32 at atol 1e-5 + rtol 1e-4 (two matmuls of width <= 24 around attention).
 """
@@ -18,6 +23,7 @@ from torch import nn
 
 from autograder import expect
 from autograder.adapters import adapter, lines_run, load, need, outcome, summary
+from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
 from autograder.reference import rope as reference_rope
@@ -147,6 +153,10 @@ def _padding(lengths, total):
     return (torch.arange(total)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]
 
 
+# Longer than any sequence of the notebook (its tables, sinusoidal and rotary, stop at 256 positions).
+LONG = 300
+
+
 # --- Exercise 1 --------------------------------------------------------------------------
 
 
@@ -189,15 +199,16 @@ def test_mha_no_loop_over_heads(impl):
 
 @MHA.hidden
 def test_mha_masks_and_sizes(impl):
-    "causal and per-sequence padding masks; other sizes (one head, three heads)"
+    "causal and per-sequence padding masks; other sizes (one head, three heads, 300 tokens)"
     cases = [
-        (12, 3, _causal(6)[None, None], 2),
-        (8, 1, None, 3),
-        (8, 2, _padding([4, 2], 6), 4),
-        (16, 4, _padding([6, 3], 6) & _causal(6), 5),
+        (12, 3, _causal(6)[None, None], 2, 6),
+        (8, 1, None, 3, 6),
+        (8, 2, _padding([4, 2], 6), 4, 6),
+        (16, 4, _padding([6, 3], 6) & _causal(6), 5, 6),
+        (8, 2, _padding([LONG, 200], LONG) & _causal(LONG), 6, LONG),
     ]
-    for d, h, mask, seed in cases:
-        state, x = _mha_state(d, h, seed), _randn((2, 6, d), seed + 50)
+    for d, h, mask, seed, length in cases:
+        state, x = _mha_state(d, h, seed), _randn((2, length, d), seed + 50)
         got = impl.call(attention_forward, "MultiHeadAttention", [d, h], state, [x], mask)
         expect.close(
             got,
@@ -273,9 +284,10 @@ def test_fused_parameters_and_output(impl):
 
 @FUSED.hidden
 def test_fused_masks_and_sizes(impl):
-    "with causal and padding masks, and other sizes"
-    for d, h, mask, seed in [(12, 3, _causal(5)[None, None], 8), (8, 2, _padding([5, 1], 5), 9)]:
-        state, x = _mha_state(d, h, seed), _randn((2, 5, d), seed + 80)
+    "with causal and padding masks, and other sizes (300 tokens included)"
+    cases = [(12, 3, _causal(5)[None, None], 8), (8, 2, _padding([5, 1], 5), 9), (8, 2, _causal(LONG), 10)]
+    for d, h, mask, seed in cases:
+        state, x = _mha_state(d, h, seed), _randn((2, mask.shape[-1], d), seed + 80)
         got = impl.call(attention_forward, "FusedQKVAttention", [d, h], _fused(state), [x], mask)
         expect.close(
             got,
@@ -335,9 +347,15 @@ def test_gqa_parameters_and_output(impl):
 
 @GQA.hidden
 def test_gqa_sizes_masks_and_errors(impl):
-    "multi-query (1 K/V head), ordinary MHA (num_kv_heads = num_heads), 3 groups, a causal mask; bad sizes raise"
-    for d, h, g, seed in [(16, 4, 1, 11), (16, 4, 4, 12), (24, 6, 2, 13), (12, 6, 3, 14)]:
-        state, x, mask = _gqa_state(d, h, g, seed), _randn((2, 6, d), seed + 100), _causal(6)[None, None]
+    "multi-query (1 K/V head), ordinary MHA (num_kv_heads = num_heads), 3 groups, 300 tokens, a causal mask; bad sizes raise"
+    for d, h, g, seed, t in [
+        (16, 4, 1, 11, 6),
+        (16, 4, 4, 12, 6),
+        (24, 6, 2, 13, 6),
+        (12, 6, 3, 14, 6),
+        (8, 4, 2, 15, LONG),
+    ]:
+        state, x, mask = _gqa_state(d, h, g, seed), _randn((2, t, d), seed + 100), _causal(t)[None, None]
         got = impl.call(attention_forward, "GroupedQueryAttention", [d, h, g], state, [x], mask)
         expect.close(
             got,
@@ -378,12 +396,13 @@ def test_kv_cache_llama2_7b(impl):
 
 @KV.hidden
 def test_kv_cache_other_configurations(impl):
-    "batch size and bytes per value count; grouped K/V heads shrink the cache"
-    for args in [(80, 8, 128, 4096, 1, 2), (12, 12, 64, 1024, 8, 4), (1, 1, 1, 1, 1, 1)]:
+    "batch size and bytes per value count; grouped K/V heads shrink the cache; 128k tokens (over 2**32 bytes) stay exact"
+    # The last: 2 * 80 * 8 * 128 * 131072 * 16 * 2 bytes, about 1.4e12: beyond 32-bit integers, exact in an int.
+    for args in [(80, 8, 128, 4096, 1, 2), (12, 12, 64, 1024, 8, 4), (1, 1, 1, 1, 1, 1), (80, 8, 128, 131072, 16, 2)]:
         got = impl.call(kv_cache_bytes, *args)
         expect.that(
-            got["value"] == _kv_expected(*args),
-            f"kv_cache_bytes{args} = {got['value']}, expected {_kv_expected(*args)}",
+            got["value"] == _kv_expected(*args) and got["type"] == "int",
+            f"kv_cache_bytes{args} = {got['value']} (a {got['type']}), expected the int {_kv_expected(*args)}",
         )
     got = impl.call(
         kv_cache_bytes, num_layers=2, num_kv_heads=2, head_dim=4, seq_len=8, batch_size=3, bytes_per_value=1
@@ -433,17 +452,22 @@ def test_cross_attention_matches_torch(impl):
 
 @CROSS.hidden
 def test_cross_attention_padding(impl):
-    "a source padding mask [batch, 1, 1, src_len] hides padded source tokens"
-    state, x, context = _mha_state(12, 3, 16), _randn((2, 4, 12), 160), _randn((2, 6, 12), 161)
-    mask = _padding([6, 2], 6)
-    got = impl.call(attention_forward, "CrossAttention", [12, 3], state, [x, context], mask)
-    expect.close(
-        got,
-        torch_mha(state, 3, x, context, mask=mask),
-        "CrossAttention with a source padding mask",
-        **TOL,
-        alternatives=_cross_mistakes(state, 3, x, context, mask),
-    )
+    "a source padding mask [batch, 1, 1, src_len] hides padded source tokens; 300 target and 280 source tokens"
+    for tgt, src, lengths, seed in [(4, 6, [6, 2], 16), (LONG, 280, [280, 100], 17)]:
+        state, x, context = (
+            _mha_state(12, 3, seed),
+            _randn((2, tgt, 12), seed * 10),
+            _randn((2, src, 12), seed * 10 + 1),
+        )
+        mask = _padding(lengths, src)
+        got = impl.call(attention_forward, "CrossAttention", [12, 3], state, [x, context], mask)
+        expect.close(
+            got,
+            torch_mha(state, 3, x, context, mask=mask),
+            f"CrossAttention with a source padding mask, {tgt} target and {src} source tokens",
+            **TOL,
+            alternatives=_cross_mistakes(state, 3, x, context, mask),
+        )
 
 
 # --- Exercise 6 --------------------------------------------------------------------------
@@ -518,6 +542,50 @@ def test_rotary_attention_positions_and_mask(impl):
 
 
 @ROTARY.hidden
+def test_rotary_attention_long_default_positions(impl):
+    "the default positions 0..seq-1 for 300 tokens (longer than the notebook's tables)"
+    state, x, mask = _mha_state(8, 2, 21), _randn((1, LONG, 8), 210), _causal(LONG)
+    try:
+        got = impl.call(rotary_forward, [8, 2], state, x, mask)
+    except StudentCodeError as error:
+        if error.stub:
+            raise
+        expect.fail(
+            f"RotaryMultiHeadAttention(8, 2, rope)(x) for {LONG} tokens, no token_positions, raised {error}: are "
+            "the default positions cut from a table made for a fixed maximum length? Use 0, 1, ..., seq - 1 for "
+            "the length of x, whatever it is"
+        )
+    expect.close(
+        got,
+        rotary_oracle(state, 2, x, mask),
+        f"RotaryMultiHeadAttention(8, 2, rope)(x) for {LONG} tokens, no token_positions",
+        **TOL,
+        alternatives=_rotary_mistakes(state, 2, x, mask),
+        hint="Without token_positions, use 0, 1, ..., seq - 1 for the length of x, whatever it is.",
+    )
+
+
+@ROTARY.hidden
+def test_rotary_attention_default_positions_on_the_device_of_x(impl):
+    "without token_positions, the positions are made on the device of x: the layer runs on PyTorch's meta device"
+    got = impl.call(rotary_on_meta, [16, 4], [2, 5, 16])
+    call = "RotaryMultiHeadAttention(16, 4, rope).to('meta')(x) with x on the meta device and no token_positions"
+    fix = "make the default positions on the device of x, torch.arange(seq, device=x.device)"
+    expect.that(
+        not got["raised"],
+        f"{call} raised {got['raised']}: {got['message']}; a tensor your forward makes stays on the CPU: {fix}",
+    )
+    expect.that(bool(got["positions"]), f"{call} never called self.rope: rotate the queries and keys with it")
+    wrong = sorted({device for device in got["positions"] if device != "meta"})
+    expect.that(not wrong, f"{call} gave self.rope positions on {', '.join(wrong)}, not on the device of x: {fix}")
+    expect.that(
+        got["device"] == "meta" and got["shape"] == [2, 5, 16],
+        f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
+        "[2, 5, 16] on the device of x",
+    )
+
+
+@ROTARY.hidden
 def test_rotary_attention_only_relative_positions_matter(impl):
     "shifting every position by the same amount leaves the output unchanged"
     state, x = _mha_state(16, 2, 19), _randn((1, 7, 16), 190)
@@ -570,6 +638,43 @@ def construct_outcome(ns, class_name: str, args: list):
 def kv_cache_bytes(ns, *args, **kwargs):
     value = need(ns, "kv_cache_bytes")(*args, **kwargs)
     return {"value": value if isinstance(value, (int, float)) else str(value), "type": type(value).__name__}
+
+
+class _PositionsSeen(nn.Module):
+    """A stand-in for ``rope`` that rotates nothing and makes no tensor: it notes the device of the positions it is
+    given (``seen``) and returns ``x``, so that on the meta device only the student's own tensors are observed."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, x, token_positions):
+        self.seen.append(str(getattr(token_positions, "device", type(token_positions).__name__)))
+        return x
+
+
+@adapter
+@torch.no_grad()
+def rotary_on_meta(ns, args: list, x_shape: list) -> dict:
+    """``RotaryMultiHeadAttention(*args, rope)`` moved to PyTorch's meta device and run on a meta ``x`` without
+    token_positions (shapes only, no values): what it raised, or its output's device and shape, and the device of
+    the positions each call of ``rope`` was given. Positions made on the CPU reach ``rope`` on the CPU (or, mixed
+    with meta tensors, raise)."""
+    rope = _PositionsSeen()
+    module = need(ns, "RotaryMultiHeadAttention")(*args, rope).to("meta")
+    made = []
+    try:
+        result = outcome(lambda: made.append(module(torch.empty(x_shape, device="meta"))))
+    except NotImplementedError as error:  # a meta tensor refusing to be read (.tolist(), .cpu()) is no stub
+        if "meta" not in str(error):
+            raise
+        result = {"raised": type(error).__name__, "message": str(error)}
+    output = made[0] if made else None
+    return result | {
+        "device": str(getattr(output, "device", "")),
+        "shape": list(getattr(output, "shape", [])),
+        "positions": rope.seen,
+    }
 
 
 @adapter

@@ -25,7 +25,12 @@ Oracles (Hugging Face ``transformers``, imported lazily here, never beside stude
   tensor of the forward has that many). "The result is a new dict" is observed by the adapter: the caller's dict
   keeps its keys and its tensor objects, and those keep their values, shapes and version counters.
 - What outputs do not show, observed by the adapters: GPT2 and ModernDecoder run on PyTorch's meta device (masks
-  and positions made on the device of tokens; a CPU-only grader's other device); the conversions of exercises 4
+  and positions made on the device of tokens; a CPU-only grader's other device), also configured for and given
+  1040 tokens (``LONG``, beyond GPT2Config's 1024 positions, the notebook's largest: a mask cached for a fixed
+  length shows); RotaryGQA and FusedRotaryGQA run there too, on 1040 tokens, without positions (the default
+  positions, and any mask they make, on the device of x; their rope makes its angles on x's device);
+  ``fuse_qkv`` of a whole decoder's state (embeddings, norms, feed-forward, head, with and without biases) keeps
+  every other key with equal values (a copy allowed) and adds no key but the qkv_proj ones; the conversions of exercises 4
   and 8 leave the caller's dict as it was (keys, tensor objects, values, version counters, as for ``fuse_qkv``),
   and exercise 4's ``lm_head.weight`` shares wte.weight's storage (HF's tied pair is tied again in the worker, as
   its ``state_dict()`` has it); the calls of ``F.scaled_dot_product_attention`` under ``is_causal=True`` (a
@@ -66,6 +71,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import re
 from types import SimpleNamespace
 
 import torch
@@ -154,6 +160,10 @@ ORACLE_IMPORTS = (
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 LOSS_TOL = {"atol": 1e-5, "rtol": 1e-5}
 EXACT = {"atol": 1e-6, "rtol": 0.0}
+
+# Longer than any sequence the notebook runs (its largest table, GPT2Config's n_positions, has 1024 rows): a tensor
+# cached for a fixed length shows. On the meta device the length costs nothing.
+LONG = 1040
 
 
 _gen, _randn = seeded(8000)
@@ -501,30 +511,41 @@ def test_gpt2_other_configs(impl):
     _gpt2_case(impl, _gpt2_fields(4, eps=0.1), 40, 2, 5, lengths=[4, 5], side="left")
 
 
-def _on_the_device_of_tokens(impl, model, fields):
+def _on_the_device_of_tokens(impl, model, fields, length_field):
     """ "Build masks and positions on the device of ``tokens``": the model runs on PyTorch's meta device (a CPU-only
-    grader's other device), unpadded and padded."""
-    for padded in (False, True):
-        got = impl.call(model_on_meta, model, fields, [2, 5], padded)
-        call = f"{model}(config).to('meta')(tokens{', padding_mask' * padded}) with tokens on the meta device"
-        expect.that(
-            not got["raised"],
-            f"{call} raised {got['raised']}: {got['message']}; a tensor your forward "
-            "makes stays on the CPU while tokens are elsewhere: build the mask and the positions on the device "
-            "of tokens (torch.arange(seq, device=tokens.device), torch.ones(..., device=tokens.device)), and do "
-            "not move padding_mask to the CPU",
+    grader's other device), unpadded and padded; then, configured for longer sequences than any the notebook runs,
+    on ``LONG`` tokens (a mask or positions cached for a fixed length shows)."""
+    long_fields = fields | {length_field: LONG + 8}
+    for case, shape, padded in (
+        (fields, [2, 5], False),
+        (fields, [2, 5], True),
+        (long_fields, [1, LONG], False),
+        (long_fields, [2, LONG], True),
+    ):
+        got = impl.call(model_on_meta, model, case, shape, padded)
+        call = (
+            f"{model}(config with {length_field}={case[length_field]}).to('meta')(tokens"
+            f"{', padding_mask' * padded}) with tokens of shape {shape} on the meta device"
         )
         expect.that(
-            got["device"] == "meta" and got["shape"] == [2, 5, fields["vocab_size"]],
+            not got["raised"],
+            f"{call} raised {got['raised']}: {got['message'][:200]}; a tensor your forward makes stays on the CPU "
+            "while tokens are elsewhere, or was made for a fixed length: build the mask and the positions on the "
+            "device of tokens and for the length of tokens (torch.arange(seq, device=tokens.device), "
+            "torch.ones(seq, seq, ..., device=tokens.device)), and do not move padding_mask to the CPU",
+        )
+        expected = [*shape, case["vocab_size"]]
+        expect.that(
+            got["device"] == "meta" and got["shape"] == expected,
             f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
-            f"{[2, 5, fields['vocab_size']]} on the device of tokens",
+            f"{expected} on the device of tokens",
         )
 
 
 @GPT2.hidden
 def test_gpt2_on_the_device_of_tokens(impl):
-    "masks and positions are made on the device of tokens: the model runs on another device (PyTorch's meta device)"
-    _on_the_device_of_tokens(impl, "GPT2", _gpt2_fields(5))
+    "masks and positions are made on the device of tokens: the model runs on another device (PyTorch's meta device), also for 1040 tokens"
+    _on_the_device_of_tokens(impl, "GPT2", _gpt2_fields(5), "n_positions")
 
 
 # --- Exercise 3 --------------------------------------------------------------------------
@@ -1004,6 +1025,36 @@ def test_rotary_gqa_is_causal(impl):
         _check_is_causal_passed_on(impl.call(rotary_gqa_sdpa_calls, d, heads, kv, x, None, None, is_causal=True), what)
 
 
+def _attention_on_the_device_of_x(impl, name: str, d: int, heads: int, kv: int) -> None:
+    """ "token_positions None means 0..seq-1, made on the device of x": the attention runs on PyTorch's meta device
+    (a CPU-only grader's other device) without positions, with a mask and with is_causal=True, for a sequence
+    longer than any in the notebook."""
+    for options in ({}, {"is_causal": True}):
+        shape = [2, LONG]
+        got = impl.call(attention_on_meta, name, d, heads, kv, shape, options)
+        call = (
+            f"{name}({d}, {heads}, {kv}, rope).to('meta')(x, None{', is_causal=True' * bool(options)}) with x of "
+            f"shape {[*shape, d]} on the meta device and no token_positions"
+        )
+        expect.that(
+            not got["raised"],
+            f"{call} raised {got['raised']}: {got['message'][:200]}; a tensor your forward makes stays on the CPU "
+            "while x is elsewhere (or has a fixed size): make the default positions on the device of x, "
+            "torch.arange(seq, device=x.device), and any mask of your own there too",
+        )
+        expect.that(
+            got["device"] == "meta" and got["shape"] == [*shape, d],
+            f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
+            f"{[*shape, d]} on the device of x",
+        )
+
+
+@ROTARY.hidden
+def test_rotary_gqa_on_the_device_of_x(impl):
+    "default positions (and any mask made here) on the device of x: the module runs on PyTorch's meta device, 1040 tokens"
+    _attention_on_the_device_of_x(impl, "RotaryGQA", 32, 4, 2)
+
+
 def _check_is_causal_passed_on(calls: list, what: str) -> None:
     """ "is_causal: pass it on": every call of F.scaled_dot_product_attention the forward makes (attention written
     by hand makes none) gets is_causal=True and no mask tensor, so that SDPA may pick its flash kernel."""
@@ -1381,8 +1432,8 @@ def test_decoder_other_configs(impl):
 
 @DECODER.hidden
 def test_decoder_on_the_device_of_tokens(impl):
-    "masks and positions are made on the device of tokens: the model runs on another device (PyTorch's meta device)"
-    _on_the_device_of_tokens(impl, "ModernDecoder", _llama_fields(5))
+    "masks and positions are made on the device of tokens: the model runs on another device (PyTorch's meta device), also for 1040 tokens"
+    _on_the_device_of_tokens(impl, "ModernDecoder", _llama_fields(5), "max_seq_len")
 
 
 def _llama_diagnose(key, mine, value, hf_state, fields):
@@ -1527,6 +1578,69 @@ def _fuse_case(impl, seed, d, heads, kv, *, bias=False, prefix="", extra=()):
     _check_caller_unchanged(result["caller"], what, _NEW_DICT)
 
 
+def _decoder_state(seed, d, heads, kv, d_ff, layers, *, bias):
+    """A whole decoder's state dict in the course's names (embeddings, per block norms, attention and feed-forward,
+    final norm, head; ``bias``: GPT-2's biases everywhere): random tensors of the right shapes."""
+    hd, vocab = d // heads, 29
+    shapes = {"tok_emb.weight": (vocab, d)}
+    for i in range(layers):
+        b = f"blocks.{i}."
+        shapes |= {f"{b}norm1.weight": (d,), f"{b}norm2.weight": (d,)}
+        shapes |= {
+            f"{b}attn.{n}_proj.weight": (rows, d) for n, rows in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd))
+        }
+        shapes |= {f"{b}attn.out_proj.weight": (d, d), f"{b}ffn.w1.weight": (d_ff, d), f"{b}ffn.w3.weight": (d_ff, d)}
+        shapes[f"{b}ffn.w2.weight"] = (d, d_ff)
+    shapes |= {"norm.weight": (d,), "lm_head.weight": (vocab, d)}
+    if bias:
+        shapes |= {
+            k.replace(".weight", ".bias"): s[:1] for k, s in shapes.items() if "blocks." in k or k == "norm.weight"
+        }
+    return {key: _randn(shape, seed + i) for i, (key, shape) in enumerate(shapes.items())}
+
+
+def _fuse_decoder_case(impl, seed, d, heads, kv, layers, *, bias):
+    """ "Every other key passes through unchanged", in a whole decoder's state: norms, feed-forward, embeddings,
+    head and the attention's out_proj keep their keys and their values; no key is added but the qkv_proj ones."""
+    state = _decoder_state(seed, d, heads, kv, 3 * d, layers, bias=bias)
+    what = f"fuse_qkv(a whole decoder's state dict: {layers} blocks{', with biases' if bias else ''})"
+    got = impl.call(fuse_qkv, state)["value"]
+    expect.that(isinstance(got, dict), f"{what} returned a {type(got).__name__}, expected a dict")
+    projection = re.compile(r"(.*)[qkv]_proj\.(weight|bias)")
+    others = [k for k in state if not projection.fullmatch(k)]
+    fused = {f"{m[1]}qkv_proj.{m[2]}" for k in state if (m := projection.fullmatch(k))}
+    lost, extra = [k for k in others if k not in got], sorted(set(got) - set(others) - fused)
+    expect.that(
+        not lost,
+        f"{what} lost the keys {lost[:6]}{' ...' if len(lost) > 6 else ''}: every key that is not a q/k/v projection "
+        "(norms, feed-forward, embeddings, head, out_proj) passes through unchanged, under its own name",
+    )
+    expect.that(
+        not extra,
+        f"{what} has keys it should not have, {extra[:6]}: the only new keys are the <prefix>qkv_proj ones, and "
+        "q_proj, k_proj and v_proj are gone",
+    )
+    expect.that(
+        fused <= set(got),
+        f"{what} has no {sorted(fused - set(got))[:4]}: every block's q/k/v trio becomes one <prefix>qkv_proj",
+    )
+    for key in others:
+        value = got[key]
+        expect.that(
+            isinstance(value, torch.Tensor)
+            and value.dtype == state[key].dtype
+            and value.shape == state[key].shape
+            and torch.equal(value, state[key]),
+            f"{what}[{key!r}] changed: keys other than the q/k/v projections pass through with the same values "
+            "(the tensor itself or a copy)",
+        )
+    for key in sorted(fused):
+        parts = [state[key.replace("qkv_proj", f"{n}_proj")] for n in "qkv"]
+        value = expect.tensor(got[key], f"{what}[{key!r}]")
+        if value.shape != torch.cat(parts, 0).shape or not torch.equal(value, torch.cat(parts, 0)):
+            expect.fail(f"{what} is wrong: " + _fuse_diagnose(value, parts, key))
+
+
 _NEW_DICT = (
     "build the result as a new dict (fused = {...}) and leave the caller's dict and its tensors as they "
     "were: the caller may still need its separate projections"
@@ -1613,6 +1727,13 @@ def test_fuse_qkv_biases_prefixes(impl):
     _fuse_case(impl, 2, 24, 3, 3, bias=True, prefix="blocks.1.attn.", extra=("blocks.1.attn.out_proj.weight",))
     _fuse_case(impl, 3, 48, 4, 1, bias=True, extra=("out_proj.weight",))
     _fuse_case(impl, 4, 32, 8, 2, prefix="attn.")
+
+
+@FUSED.hidden
+def test_fuse_qkv_whole_decoder(impl):
+    "a whole decoder's state dict: norms, feed-forward, embeddings, head and out_proj pass through unchanged, no key added"
+    _fuse_decoder_case(impl, 7, 32, 4, 2, 2, bias=False)
+    _fuse_decoder_case(impl, 8, 24, 3, 3, 3, bias=True)
 
 
 @FUSED.hidden
@@ -1861,6 +1982,12 @@ def test_fused_ratios_positions_padding(impl):
     _one_product(impl, 48, 6, 3, 1, 7)
 
 
+@FUSED.hidden
+def test_fused_on_the_device_of_x(impl):
+    "default positions (and any mask made here) on the device of x: the module runs on PyTorch's meta device, 1040 tokens"
+    _attention_on_the_device_of_x(impl, "FusedRotaryGQA", 48, 6, 2)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Adapters: the only code in this module that touches the student's objects. They run beside the student's code
 # (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
@@ -2056,6 +2183,22 @@ def rotary_gqa_sdpa_calls(
     return _sdpa_calls(
         _rotary_gqa(ns, d_model, num_heads, num_kv_heads, 64).eval(), x, mask, token_positions, is_causal
     )
+
+
+@adapter
+@torch.no_grad()
+def attention_on_meta(ns, name: str, d_model: int, num_heads: int, num_kv_heads: int, shape: list, options: dict):
+    """``RotaryGQA`` or ``FusedRotaryGQA`` moved to PyTorch's meta device and run on a meta ``x`` with no
+    ``token_positions`` (and ``options``, such as ``is_causal``): what it raised, or its output's device and
+    shape. Its rope makes its angles on the device of ``x``, so only the attention's own tensors (the default
+    positions, a causal mask written by hand) can be on the wrong device."""
+    rope = _RoPEOnTheDeviceOfX(d_model // num_heads, 2 * shape[1])
+    module = need(ns, name)(d_model, num_heads, num_kv_heads, rope).to("meta").eval()
+    x = torch.zeros([*shape, d_model], device="meta")
+    made = []
+    result = outcome(lambda: made.append(module(x, None, **options)))
+    output = made[0] if made else None
+    return result | {"device": str(getattr(output, "device", "")), "shape": list(getattr(output, "shape", []))}
 
 
 # --- Exercise 6 ------------------------------------------------------------------------

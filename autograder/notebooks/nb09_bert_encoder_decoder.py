@@ -28,6 +28,11 @@ Oracles:
   tables and the output layer, the shared ones tied as ``share_embeddings`` asks (``parameters()``
   counts a shared parameter once). Integers, compared exactly; no tolerance.
 
+``norm=`` is observed by its output: BertEmbeddings and MLMHead are also built with ``GivenNorm`` (LayerNorm's
+parameters, no mean subtracted), and their output must be that norm's (a LayerNorm built by name differs).
+Lengths beyond the notebook's (its configs' default tables have 512 rows): BertEmbeddings with max_positions 600
+on 560 tokens, EncoderDecoder with max_len 600 on 520 source and 516 target tokens.
+
 The student's models are built with the course's reference parts (``autograder.reference``), so
 these checks never rest on the student's other exercises or earlier notebooks. Diagnoses of known
 mistakes are the oracle's computation with the mistake (a missing norm, ignored token types, tanh
@@ -63,6 +68,7 @@ from torch import nn
 
 from autograder import expect
 from autograder.adapters import adapter, forward_backward, load, need, summary
+from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
 from autograder.reference.bert import BertEmbeddings as ReferenceEmbeddings
@@ -259,6 +265,26 @@ def _config(f):
     return SimpleNamespace(**f)
 
 
+class GivenNorm(nn.LayerNorm):
+    """The ``norm`` a check passes to show that the argument is used: LayerNorm's parameters (``weight``, ``bias``,
+    so the course's states load), but no mean subtracted, ``rms_norm(x) * weight + bias``. Its output differs from
+    a LayerNorm's wherever the mean of x is not 0, so a part built by name (LayerNorm) shows in the output."""
+
+    def forward(self, x):
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps) + self.bias
+
+
+def given_norm(x, weight, bias, eps):
+    """``GivenNorm``'s computation, for the oracles."""
+    return F.rms_norm(x, (x.shape[-1],), weight, eps) + bias
+
+
+NORM_IGNORED = (
+    "the norm argument is not used: a LayerNorm is built by name. Build self.norm by calling the argument, "
+    "norm(config.d_model, eps=config.norm_eps) (the checks pass a norm of their own)"
+)
+
+
 # --- Exercise 1 ------------------------------------------------------------------------------------
 
 EMBEDDINGS_NAMES = (
@@ -363,6 +389,57 @@ def test_embeddings_default_types_and_shapes(impl):
     _embeddings_case(impl, bert_fields(), 10, (3, 5), with_types=False)
     _embeddings_case(impl, bert_fields(vocab=30, d=24, positions=12, types=3), 20, (2, 12))
     _embeddings_case(impl, bert_fields(vocab=50, d=8, positions=9), 30, (1, 1))
+
+
+# Longer than any sequence the notebook runs or configures (BertConfig's and TransformerConfig's default tables have
+# 512 rows): a table or positions cached for a fixed length show.
+LONG = 560
+
+
+def _long_case(run, what, advice):
+    """Run a case on ``LONG`` tokens; an error the forward raises there (a tensor of a fixed length that does not
+    fit) is named."""
+    try:
+        run()
+    except StudentCodeError as error:
+        if not str(error).startswith(("RuntimeError", "IndexError", "ValueError")):  # a stub, a missing name
+            raise
+        expect.fail(f"{what} raised {str(error)[:200]}: {advice}")
+
+
+@EMBEDDINGS.hidden
+def test_embeddings_longer_than_512(impl):
+    "max_positions=600 and 560 tokens, beyond BERT's 512: positions made for the length of tokens"
+    f = bert_fields(vocab=30, d=8, positions=LONG + 40)
+    _long_case(
+        lambda: _embeddings_case(impl, f, 60, (1, LONG)),
+        f"BertEmbeddings(config with max_positions={LONG + 40})(tokens of shape {[1, LONG]})",
+        "the positions (or a table) were made for a fixed length; make them for each call, "
+        "torch.arange(seq, device=tokens.device), up to config.max_positions",
+    )
+
+
+@EMBEDDINGS.hidden
+def test_embeddings_use_the_norm_given(impl):
+    "norm= is used: with a norm of the check's own (no mean subtracted), the output is that norm of the sum"
+    f = bert_fields(vocab=30, d=16, positions=10)
+    state = embeddings_state(f, 40, std=0.5)  # tables large enough for the sum to have a mean far from 0
+    tokens, types = _randint(30, (2, 6), 41), _randint(2, (2, 6), 42)
+    got = impl.call(embeddings_forward, f, state, tokens, types, given=True)
+    total = state["word.weight"][tokens] + state["position.weight"][:6] + state["token_type.weight"][types]
+    what = "BertEmbeddings(config, norm=GivenNorm)(tokens, token_type_ids), GivenNorm a norm of the check's own"
+    expect.that(isinstance(got, dict) and "output" in got, f"{what} did not run")
+    expect.close(
+        got["output"],
+        given_norm(total, state["norm.weight"], state["norm.bias"], f["norm_eps"]),
+        what,
+        **TOL,
+        alternatives=[
+            (F.layer_norm(total, (16,), state["norm.weight"], state["norm.bias"], f["norm_eps"]), NORM_IGNORED)
+        ],
+        hint="GivenNorm(d, eps)(x) is rms_norm(x) * weight + bias: the output is GivenNorm(word + position + "
+        "token_type) with your weights.",
+    )
 
 
 # --- Exercise 2 ------------------------------------------------------------------------------------
@@ -491,6 +568,33 @@ def test_head_gradients_reach_the_word_table(impl):
     "the gradient of the logits reaches the word embedding table (tied) and the head's own parameters"
     _head_case(impl, bert_fields(vocab=30, d=24), 10, (3, 4), grads=True)
     _head_case(impl, bert_fields(vocab=50, d=8), 20, (1, 6), grads=True)
+
+
+@HEAD.hidden
+def test_head_uses_the_norm_given(impl):
+    "norm= is used: with a norm of the check's own (no mean subtracted), the logits are decoder(norm(gelu(dense(h))))"
+    f = bert_fields(vocab=30, d=16)
+    state = head_state(f, 50)
+    word = _randn((30, 16), 51, 0.5)
+    hidden = _randn((2, 5, 16), 52)
+    got = impl.call(head_forward, f, state, word, hidden, given=True)
+    h = F.gelu(F.linear(hidden, state["dense.weight"], state["dense.bias"]))
+    what = "MLMHead(config, word_embeddings, norm=GivenNorm)(hidden), GivenNorm a norm of the check's own"
+    expect.close(
+        got.get("output"),
+        F.linear(given_norm(h, state["norm.weight"], state["norm.bias"], f["norm_eps"]), word, state["decoder.bias"]),
+        what,
+        **TOL,
+        alternatives=[
+            (
+                F.linear(
+                    F.layer_norm(h, (16,), state["norm.weight"], state["norm.bias"], 1e-12), word, state["decoder.bias"]
+                ),
+                NORM_IGNORED,
+            )
+        ],
+        hint="GivenNorm(d, eps)(x) is rms_norm(x) * weight + bias.",
+    )
 
 
 # --- Exercise 3 ------------------------------------------------------------------------------------
@@ -1103,7 +1207,7 @@ ENCDEC_MISTAKES = [
 ]
 
 
-def _encdec_case(impl, f, seed, src_lengths, src_len, tgt_lengths, tgt_len):
+def _encdec_case(impl, f, seed, src_lengths, src_len, tgt_lengths, tgt_len, diagnose=True):
     state = encdec_state(f, seed)
     src = _randint(f["src_vocab_size"], (len(src_lengths), src_len), seed + 10)
     tgt = _randint(f["tgt_vocab_size"], (len(tgt_lengths), tgt_len), seed + 11)
@@ -1118,8 +1222,9 @@ def _encdec_case(impl, f, seed, src_lengths, src_len, tgt_lengths, tgt_len):
         f"{', tgt_padding' * (tgt_padding is not None)}) at the real target positions"
     )
     output = expect.tensor(got.get("output"), what, shape=expected.shape)
-    mistakes = [
-        (encdec_oracle(f, state, src, tgt, src_padding, tgt_padding, **kw)[0][real], s) for kw, s in ENCDEC_MISTAKES
+    mistakes = [  # diagnose=False: long sequences, where the oracle with each mistake would cost seconds
+        (encdec_oracle(f, state, src, tgt, src_padding, tgt_padding, **kw)[0][real], s)
+        for kw, s in ENCDEC_MISTAKES * diagnose
     ]
     hint = (
         "The oracle is nn.Transformer(norm_first=...) with your block weights copied in, wrapped in the embeddings "
@@ -1205,6 +1310,19 @@ def test_encdec_options(impl):
         6,
     )
     _encdec_case(impl, encdec_fields(src_vocab=20, tgt_vocab=20, share=True, norm_first=True), 30, [5, 2], 5, [7, 7], 7)
+
+
+@ENCDEC.hidden
+def test_encdec_longer_than_512(impl):
+    "max_len=600, a source of 520 tokens and a target of 516, beyond the default 512: positions(config.max_len, d_model)"
+    f = encdec_fields(d=8, heads=2, n_enc=1, n_dec=1, d_ff=16, max_len=LONG + 40)
+    _long_case(
+        lambda: _encdec_case(impl, f, 50, [520], 520, [516], 516, diagnose=False),
+        f"EncoderDecoder(config with max_len={LONG + 40})(src of 520 tokens, tgt of 516)",
+        "the position table or the positions were made for a fixed length; build self.positions = "
+        "positions(config.max_len, config.d_model) and the positions for each call, torch.arange(length, "
+        "device=src.device)",
+    )
 
 
 @ENCDEC.hidden
@@ -1381,8 +1499,8 @@ def _counted(module) -> dict:
 # --- Exercise 1 ----------------------------------------------------------------------------
 
 
-def _embeddings(ns, fields):
-    return need(ns, "BertEmbeddings")(_bert_config(ns, fields), norm=nn.LayerNorm)
+def _embeddings(ns, fields, given=False):
+    return need(ns, "BertEmbeddings")(_bert_config(ns, fields), norm=GivenNorm if given else nn.LayerNorm)
 
 
 @adapter
@@ -1391,8 +1509,9 @@ def embeddings_summary(ns, fields: dict):
 
 
 @adapter
-def embeddings_forward(ns, fields: dict, state: dict, tokens, token_type_ids=None):
-    module = load(_embeddings(ns, fields), state).eval()
+def embeddings_forward(ns, fields: dict, state: dict, tokens, token_type_ids=None, given=False):
+    """The output; ``given``: built with the check's ``GivenNorm`` as ``norm``."""
+    module = load(_embeddings(ns, fields, given), state).eval()
     args = [tokens] if token_type_ids is None else [tokens, token_type_ids]
     return {"output": module(*args)}
 
@@ -1400,10 +1519,10 @@ def embeddings_forward(ns, fields: dict, state: dict, tokens, token_type_ids=Non
 # --- Exercise 2 ----------------------------------------------------------------------------
 
 
-def _head(ns, fields):
+def _head(ns, fields, given=False):
     config = _bert_config(ns, fields)
     word = nn.Embedding(config.vocab_size, config.d_model)
-    return need(ns, "MLMHead")(config, word, norm=nn.LayerNorm), word
+    return need(ns, "MLMHead")(config, word, norm=GivenNorm if given else nn.LayerNorm), word
 
 
 @adapter
@@ -1416,9 +1535,10 @@ def head_summary(ns, fields: dict):
 
 
 @adapter
-def head_forward(ns, fields: dict, state: dict, word_weight, hidden, grad_output=None):
-    """Load ``state`` (without the decoder's weight) and the word table, run, and backpropagate."""
-    head, word = _head(ns, fields)
+def head_forward(ns, fields: dict, state: dict, word_weight, hidden, grad_output=None, given=False):
+    """Load ``state`` (without the decoder's weight) and the word table, run, and backpropagate; ``given``: built
+    with the check's ``GivenNorm`` as ``norm``."""
+    head, word = _head(ns, fields, given)
     with torch.no_grad():
         word.weight.copy_(word_weight)
     head.load_state_dict(state, strict=False)  # decoder.weight comes from the word table (or must equal it)

@@ -12,6 +12,10 @@ and ``torch.optim.lr_scheduler.LinearLR`` then ``CosineAnnealingLR`` stepped thr
 neutral loop of ``autograder.reference.training`` (``torch.optim.AdamW``, ``F.cross_entropy``,
 ``clip_grad_norm_``) run here on a small model with dropout, the student's function being given
 PyTorch's parts (so these exercises never rest on the student's other answers).
+The loop is also run with a ``torch.optim.AdamW`` of three parameter groups that records each group's rate
+at every ``step()`` (each must be ``schedule(step)``); ``overfit_one_batch`` is given a recording wrapper of
+the reference loop (it must be the function that makes the updates); ``evaluate`` and ``train`` get a model
+whose first parameter is on the meta device, and the device they ask ``get_batch`` for is recorded.
 
 Tolerances (float32 on CPU), measured for the solution over 20 seeds of each case
 (the solution's functions against the oracles here):
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import io
 import math
 import tempfile
@@ -912,6 +917,22 @@ def test_evaluate_mean_loss(impl):
     _evaluate_case(impl, 0, True)
 
 
+def _check_batch_devices(impl, function):
+    devices = impl.call(batch_devices, function, _tiny_state(5), ref.tokens_for(305), ref.tokens_for(405, length=120))
+    expect.that(bool(devices), f"{function} never called the get_batch it was given")
+    expect.that(
+        all(device == "meta" for device in devices),
+        f"{function} asked get_batch for batches on {sorted(set(devices))} for a model whose parameters are on "
+        "'meta' (standing for a GPU): pass the model's device, next(model.parameters()).device",
+    )
+
+
+@EVALUATE.hidden
+def test_evaluate_asks_for_the_models_device(impl):
+    "get_batch is asked for batches on the model's device, next(model.parameters()).device (meta here)"
+    _check_batch_devices(impl, "evaluate")
+
+
 @EVALUATE.hidden
 def test_evaluate_restores_eval_mode(impl):
     "a model handed over in eval mode stays in eval mode; other sizes"
@@ -1062,6 +1083,12 @@ def test_train_history(impl):
 
 
 @TRAIN.hidden
+def test_train_asks_for_the_models_device(impl):
+    "get_batch is asked for batches on the model's device, next(model.parameters()).device (meta here)"
+    _check_batch_devices(impl, "train")
+
+
+@TRAIN.hidden
 def test_train_shows_a_progress_bar(impl):
     "a tqdm bar over the max_steps updates with loss, lr and tokens/s in its postfix; none shown with progress=False"
     config = {
@@ -1132,6 +1159,54 @@ def test_train_other_settings(impl):
     )
 
 
+GROUP_RATES = (0.123, 0.456, 0.789)  # the groups' initial rates: none is a value of the schedule below
+
+
+@TRAIN.hidden
+def test_train_sets_every_group(impl):
+    "with three parameter groups (decay, no decay, embeddings), every group runs each update at schedule(step)"
+    config = {
+        "batch_size": 2,
+        "context_length": 6,
+        "max_steps": 5,
+        "eval_interval": 5,
+        "eval_batches": 1,
+        "max_grad_norm": 1.0,
+    }
+    got = impl.call(
+        train_groups, _tiny_state(4), ref.tokens_for(304), ref.tokens_for(404, length=120), config, SCHEDULE
+    )
+    rates = got["rates"]
+    what = f"train(..., max_steps={config['max_steps']}) with an optimizer of {len(GROUP_RATES)} parameter groups"
+    expect.that(
+        len(rates) == config["max_steps"],
+        f"{what} called optimizer.step() {len(rates)} times, expected once per update ({config['max_steps']})",
+    )
+    expected = [ref.cosine_lr(step, **SCHEDULE) for step in range(1, config["max_steps"] + 1)]
+    wrong = [
+        (step, group, rate, lr)
+        for step, (seen, lr) in enumerate(zip(rates, expected, strict=True), start=1)
+        for group, rate in enumerate(seen)
+        if not math.isclose(rate, lr, rel_tol=1e-12, abs_tol=1e-15)  # the same float, set or computed alike
+    ]
+    if not wrong:
+        return
+    if all(group > 0 for _, group, _, _ in wrong) and all(
+        math.isclose(rate, GROUP_RATES[group]) for _, group, rate, _ in wrong
+    ):
+        expect.fail(
+            f"{what}: the scheduled learning rate was set on the first parameter group only "
+            "(optimizer.param_groups[0]['lr'] = lr); the other groups trained at their initial rates "
+            f"{list(GROUP_RATES[1:])}. Write it into every group: for group in optimizer.param_groups: "
+            "group['lr'] = lr"
+        )
+    step, group, rate, lr = wrong[0]
+    expect.fail(
+        f"{what}: update {step} ran parameter group {group} at lr {rate:.6g}, expected schedule({step}) = "
+        f"{lr:.6g} in every group (for group in optimizer.param_groups: group['lr'] = lr, before optimizer.step())"
+    )
+
+
 # --- Exercise 10 -------------------------------------------------------------------------
 
 
@@ -1199,6 +1274,38 @@ def test_overfit_reaches_zero(impl):
 def test_overfit_other_batch(impl):
     "another batch shape, learning rate and number of steps"
     _overfit_case(impl, 1, 30, 1e-2, shape=(2, 5))
+
+
+@OVERFIT.hidden
+def test_overfit_calls_the_given_train(impl):
+    "the steps are made by the train it is given (the argument), once, with the model, the optimizer and the config"
+    steps, shape = 7, (3, 6)
+    state = _tiny_state(2)
+    inputs = torch.randint(0, 16, shape, generator=_gen(720))
+    targets = torch.randint(0, 16, shape, generator=_gen(721))
+    got = impl.call(overfit, state, inputs, targets, steps=steps, lr=2e-2, record=True)
+    calls = got["calls"]
+    what = f"overfit_one_batch(model, optimizer, a batch of shape {list(shape)}, steps={steps}, train=...)"
+    expect.that(
+        len(calls) >= 1,
+        f"{what} never called the train it was given (its train argument): make the {steps} updates by calling "
+        "train(model, optimizer, None, None, config, schedule=..., generator=None, get_batch=..., progress=False), "
+        "not a loop of its own",
+    )
+    expect.that(
+        len(calls) == 1, f"{what} called train {len(calls)} times, expected once (one run of max_steps={steps})"
+    )
+    call = calls[0]
+    expect.that(
+        call["model"] and call["optimizer"],
+        f"{what} called train without the model and the optimizer it was given (train(model, optimizer, ...))",
+    )
+    sizes = (call["batch_size"], call["context_length"], call["max_steps"])
+    expect.that(
+        sizes == (shape[0], shape[1], steps),
+        f"{what} called train with a config of batch_size, context_length, max_steps = {sizes}, expected "
+        f"{(shape[0], shape[1], steps)} (the batch's shape and steps)",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1468,6 +1575,51 @@ def evaluate(
     return {"value": value, "calls": calls, "training_after": model.training}
 
 
+class _ReportsMeta(nn.Module):
+    """A TinyLM whose first parameter (unused) is on the meta device: ``next(model.parameters()).device`` says
+    'meta' while the model computes on the CPU, so the device a function asks get_batch for can be observed."""
+
+    def __init__(self, state: dict):
+        super().__init__()
+        self.where = nn.Parameter(torch.zeros(1, device="meta"))
+        self.inner = ref.TinyLM()
+        self.inner.load_state_dict(state)
+
+    def forward(self, tokens):
+        return self.inner(tokens)
+
+
+@adapter
+def batch_devices(ns, function: str, state: dict, train_tokens: torch.Tensor, val_tokens: torch.Tensor) -> list:
+    """The device ``evaluate`` or ``train`` (a short run) asks ``get_batch`` for, at every call, for a model whose
+    first parameter is on the meta device; the batches themselves are made on the CPU."""
+    model, devices = _ReportsMeta(state), []
+
+    def get_batch(tokens, batch_size, context_length, device="cpu", *, generator=None):
+        devices.append(str(torch.device(device)))
+        return ref.get_batch(tokens, batch_size, context_length, generator=generator)
+
+    common = {"generator": torch.Generator().manual_seed(0), "get_batch": get_batch, "loss_fn": ref.loss_fn}
+    if function == "evaluate":
+        need(ns, "evaluate")(model, val_tokens, batches=2, batch_size=2, context_length=6, **common)
+    else:
+        config = ref.TrainConfig(batch_size=2, context_length=6, max_steps=2, eval_interval=2, eval_batches=1)
+        optimizer = torch.optim.AdamW(model.inner.parameters(), lr=1e-2, foreach=False)
+        need(ns, "train")(
+            model,
+            optimizer,
+            train_tokens,
+            val_tokens,
+            config,
+            schedule=lambda step: 1e-2,
+            clip=ref.clip,
+            evaluate=ref.evaluate,
+            progress=False,
+            **common,
+        )
+    return devices
+
+
 # --- Exercise 9 --------------------------------------------------------------------------
 
 
@@ -1580,15 +1732,82 @@ def train_bars(
     return shown
 
 
+class _RateRecordingAdamW(torch.optim.AdamW):
+    """``torch.optim.AdamW`` that records, at every ``step()``, the learning rate each parameter group has."""
+
+    def __init__(self, params, **kwargs):
+        super().__init__(params, foreach=False, **kwargs)
+        self.rates = []
+
+    def step(self, closure=None):
+        self.rates.append([float(group["lr"]) for group in self.param_groups])
+        return super().step(closure)
+
+
+@adapter
+def train_groups(
+    ns, state: dict, train_tokens: torch.Tensor, val_tokens: torch.Tensor, config: dict, schedule_kwargs: dict
+) -> dict:
+    """``train`` with an AdamW of three parameter groups (weights with decay, biases without, embeddings), each
+    with its own initial rate; the rate of every group at every ``optimizer.step()``."""
+    train = need(ns, "train")
+    model, _ = ref.tiny_setup(0)
+    model.load_state_dict(state)
+    named = dict(model.named_parameters())
+    embeddings = [p for name, p in named.items() if name.startswith(("tok.", "pos."))]
+    weights = [p for name, p in named.items() if name.endswith("weight") and not name.startswith(("tok.", "pos."))]
+    biases = [p for name, p in named.items() if name.endswith("bias")]
+    optimizer = _RateRecordingAdamW(
+        [
+            {"params": weights, "lr": GROUP_RATES[0], "weight_decay": 0.1},
+            {"params": biases, "lr": GROUP_RATES[1], "weight_decay": 0.0},
+            {"params": embeddings, "lr": GROUP_RATES[2], "weight_decay": 0.0},
+        ]
+    )
+    train(
+        model,
+        optimizer,
+        train_tokens,
+        val_tokens,
+        ref.TrainConfig(**config),
+        schedule=lambda step: ref.cosine_lr(step, **schedule_kwargs),
+        generator=torch.Generator().manual_seed(0),
+        get_batch=ref.get_batch,
+        loss_fn=ref.loss_fn,
+        clip=ref.clip,
+        evaluate=ref.evaluate,
+        progress=False,
+    )
+    return {"rates": optimizer.rates}
+
+
 # --- Exercise 10 -------------------------------------------------------------------------
 
 
 @adapter
-def overfit(ns, state: dict, inputs: torch.Tensor, targets: torch.Tensor, *, steps: int, lr: float) -> dict:
-    """``overfit_one_batch`` on a TinyLM without dropout, PyTorch's AdamW, and the reference loop injected."""
+def overfit(
+    ns, state: dict, inputs: torch.Tensor, targets: torch.Tensor, *, steps: int, lr: float, record: bool = False
+) -> dict:
+    """``overfit_one_batch`` on a TinyLM without dropout, PyTorch's AdamW, and the reference loop injected; with
+    ``record``, also what each call of that loop was given (the model, the optimizer, the config's sizes)."""
     overfit_one_batch = need(ns, "overfit_one_batch")
     model = ref.TinyLM(dropout=0.0)
     model.load_state_dict(copy.deepcopy(state))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, foreach=False)
-    losses = overfit_one_batch(model, optimizer, inputs, targets, steps=steps, train=ref.train)
-    return {"losses": list(losses) if isinstance(losses, list | tuple) else losses}
+    calls = []
+
+    def recording_train(*args, **kwargs):
+        given = inspect.signature(ref.train).bind(*args, **kwargs).arguments  # raises as train itself would
+        config = given.get("config")
+        calls.append(
+            {
+                "model": given.get("model") is model,
+                "optimizer": given.get("optimizer") is optimizer,
+                **{name: getattr(config, name, None) for name in ("batch_size", "context_length", "max_steps")},
+            }
+        )
+        return ref.train(*args, **kwargs)
+
+    losses = overfit_one_batch(model, optimizer, inputs, targets, steps=steps, train=recording_train)
+    result = {"losses": list(losses) if isinstance(losses, list | tuple) else losses}
+    return result | {"calls": calls} if record else result

@@ -8,6 +8,8 @@ Oracles, written here and independent of the notebook's solutions:
   boundaries; Hugging Face's ``TopKLogitsWarper`` / ``TopPLogitsWarper`` (imported lazily) on tie-free
   logits, with p halfway inside a token's mass so that no rounding decides. Exact comparison of the kept
   sets; kept logits within 1e-6 of the input (temperature: of ``logits / T``, atol 1e-6 + rtol 1e-6).
+  Hidden: rows of 120 logits with 100 or more tied (beyond 16 equal values torch.sort without
+  ``stable=True``, and torch.topk, reorder ties on the CPU), for greedy, temperature 0, both filters and sampling.
 - Sampling (exercise 4): 20,000 draws per case from one call, compared with the exact probabilities of
   the filtered distribution (float64): a token of probability 0 must never be drawn, every other
   token's frequency must lie within ``5 sqrt(p (1 - p) / n) + 1e-9`` of ``p``. For a right sampler the
@@ -37,6 +39,8 @@ Oracles, written here and independent of the notebook's solutions:
   most 9.5e-6 (attention) and 9.9e-6 (logits). The closest known mistake, positions restarting at 0 at
   each call, differs by at least 1.4.
   Generated tokens with the cache must equal full recomputation's greedy tokens (exactly).
+  Hidden: the attention (default positions) and the decoder (positions and mask) run on the meta device, a
+  prompt then one token with a cache: a tensor made on the CPU cannot be mixed with meta tensors, so it raises.
 - Continuous batching (exercise 11): the engines' logs (``autograder.reference.batching``) and greedy
   outputs computed here one request at a time: equal outputs, no step while a slot is free and a request
   waits, no slot stepped after its request is done.
@@ -62,7 +66,7 @@ from autograder.reference.configs import DecoderConfig
 from autograder.reference.decoders import LlamaDecoder
 from autograder.reference.kv_cache import KVCache
 from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
-from autograder.reference.rope import RoPE
+from autograder.reference.rope import RoPE, frequencies, rope
 from autograder.reference.toy import PrefixTableModel
 
 GREEDY = Exercise("greedy_temperature", "Exercise 1: greedy and temperature", points=2)
@@ -145,12 +149,44 @@ def _kept(got, what, logits):
     return out, ~removed
 
 
+UNSTABLE = (
+    "among tied logits it keeps other tokens than the lower ids. Ties go to the lower token id: use a stable "
+    "order, torch.sort(..., descending=True, stable=True) (without stable=True torch.sort, like torch.topk, "
+    "may reorder equal values: on the CPU it does beyond 16 of them)"
+)
+
+
+def _same_values_kept(logits, keep, expected_keep):
+    """Whether each row keeps as many tokens of each value as expected (only which of the tied ids differs)."""
+    rows = zip(
+        logits.reshape(-1, logits.shape[-1]),
+        keep.reshape(-1, logits.shape[-1]),
+        expected_keep.reshape(-1, logits.shape[-1]),
+        strict=True,
+    )
+    return all(sorted(row[mine].tolist()) == sorted(row[theirs].tolist()) for row, mine, theirs in rows)
+
+
+def _wide_ties():
+    """Rows of 120 logits with 100 or more tied: torch.sort without stable=True (and torch.topk) reorders ties on
+    the CPU beyond 16 equal values, so only a stable order keeps the lower ids. Row 0: all equal; row 1: token 7
+    above 119 tied tokens; row 2: tokens 100-119 above 100 tied ones."""
+    logits = torch.zeros(3, 120)
+    logits[1, 7] = 3.0
+    logits[2, 100:] = 1.0
+    return logits
+
+
 def _check_filter(got, what, logits, expected_keep, mistakes=()):
     out, keep = _kept(got, what, logits)
     if not torch.equal(keep, expected_keep):
         for wrong_keep, diagnosis in mistakes:
             if torch.equal(keep, wrong_keep):
                 expect.fail(f"{what} is wrong: {diagnosis}")
+        if _same_values_kept(logits, keep, expected_keep):
+            expect.fail(
+                f"{what} keeps the tokens {_describe_set(keep)}, expected {_describe_set(expected_keep)}: {UNSTABLE}"
+            )
         expect.fail(f"{what} keeps the tokens {_describe_set(keep)}, expected {_describe_set(expected_keep)} (per row)")
     expect.close(
         out[keep],
@@ -252,6 +288,25 @@ def test_temperature_zero_is_greedy(impl):
 
 
 @GREEDY.hidden
+def test_greedy_wide_ties(impl):
+    "with 100 or more tied logits (where an unstable sort reorders them) greedy and temperature 0 take the lower id"
+    logits = _wide_ties()
+    expected = torch.tensor([_order(row)[0] for row in logits])
+    got = expect.tensor(impl.call(greedy_of, logits), "greedy(logits of shape [3, 120])", shape=[3])
+    if not torch.equal(got.long(), expected):
+        expect.fail(
+            f"greedy(logits with 100 or more tied values) returned {got.tolist()}, expected {expected.tolist()}: "
+            "ties go to the lower token id (torch.argmax does that; an unstable sort or torch.topk may not)"
+        )
+    _check_filter(
+        impl.call(temperature_of, logits, 0.0),
+        "apply_temperature(logits with 100 or more tied values, 0)",
+        logits,
+        kept_top_k(logits, 1),
+    )
+
+
+@GREEDY.hidden
 def test_negative_temperature_raises(impl):
     "apply_temperature(logits, -1.0) raises ValueError"
     got = impl.call(temperature_refuses, _randn((2, 5), 4), -1.0)
@@ -342,6 +397,20 @@ def test_top_k_edge_cases_and_hugging_face(impl):
     logits = _randn((4, 50), 15)
     theirs = torch.isfinite(TopKLogitsWarper(top_k=10)(None, logits.clone()))
     _check_filter(impl.call(filter_of, "top_k_filter", logits, 10), "top_k_filter(logits [4, 50], 10)", logits, theirs)
+
+
+@TOP_K.hidden
+def test_top_k_wide_ties(impl):
+    "with 100 or more tied logits (where an unstable sort or torch.topk reorders them) exactly the lower ids stay"
+    logits = _wide_ties()
+    for k in (5, 30):
+        _check_filter(
+            impl.call(filter_of, "top_k_filter", logits, k),
+            f"top_k_filter(logits with 100 or more tied values, {k})",
+            logits,
+            kept_top_k(logits, k),
+            _top_k_mistakes(logits, k),
+        )
 
 
 # --- Exercise 3 --------------------------------------------------------------------------
@@ -442,6 +511,21 @@ def test_top_p_ties_and_shapes(impl):
 
 
 @TOP_P.hidden
+def test_top_p_wide_ties(impl):
+    "with 100 or more tied logits (where an unstable sort reorders them) the nucleus holds exactly the lower ids"
+    logits = _wide_ties()
+    for row, m in ((0, 6), (1, 4), (2, 25)):
+        p = _p_inside(logits[row], m)  # halfway inside a token's mass: no rounding decides
+        _check_filter(
+            impl.call(filter_of, "top_p_filter", logits[row : row + 1], p),
+            f"top_p_filter(logits with 100 or more tied values, {p:.4f})",
+            logits[row : row + 1],
+            kept_top_p(logits[row : row + 1], p),
+            _top_p_mistakes(logits[row : row + 1], p),
+        )
+
+
+@TOP_P.hidden
 def test_top_p_equals_hugging_face(impl):
     "equal to HF's TopPLogitsWarper on tie-free logits, p halfway inside a token's mass"
     from transformers.generation.logits_process import TopPLogitsWarper
@@ -492,6 +576,8 @@ def _sample_case(impl, logits, kwargs, seed, mistakes=()):
             if fits(probs):
                 expect.fail(f"{what} is wrong: {diagnosis}")
         never = (expected == 0) & (frequencies > 0)
+        if never.any() and _same_values_kept(logits, frequencies > 0, expected > 0):
+            expect.fail(f"{what} draws other tokens than expected: {UNSTABLE}")
         if never.any():
             row, token = (int(i) for i in torch.nonzero(never)[0])
             expect.fail(
@@ -597,6 +683,15 @@ def test_sample_with_all_filters_in_order(impl):
     _sample_case(impl, logits, {"temperature": t, "top_k": k, "top_p": p}, 5, _order_mistakes(logits, t, k, p))
     rows = _randn((3, 8), 31, 1.5)
     _sample_case(impl, rows, {"temperature": 1.3, "top_p": 0.8}, 6)
+
+
+@SAMPLE.hidden
+def test_sample_wide_ties(impl):
+    "with 100 or more tied logits only the lower ids are drawn: temperature 0, top_k = 4, top_p inside the 5th token"
+    logits = _wide_ties()[:2]
+    _sample_case(impl, logits, {"temperature": 0.0}, 7)
+    _sample_case(impl, logits, {"top_k": 4}, 8)
+    _sample_case(impl, logits[:1], {"top_p": _p_inside(logits[0], 5)}, 9)
 
 
 # --- Exercises 5 and 6 -------------------------------------------------------------------
@@ -1247,6 +1342,38 @@ def test_decoder_generates_the_same_tokens(impl):
     expect.that(got == expected, f"greedy generation with the cache gave {got[6:]}, without it {expected[6:]}")
 
 
+def _check_on_meta(got, what, advice):
+    expect.that(
+        got["raised"] is None,
+        f"{what} on PyTorch's meta device (standing for a GPU) raised {got['raised']}: {got['message'][:200]}. "
+        f"{advice}",
+    )
+    expect.that(got["device"] == "meta", f"{what} on the meta device returned a tensor on {got['device']!r}")
+
+
+@ATTENTION.hidden
+def test_attention_default_positions_on_the_device_of_x(impl):
+    "on the meta device (standing for a GPU), with token_positions=None, with and without a cache: nothing made on the CPU"
+    for cached in (False, True):
+        _check_on_meta(
+            impl.call(attention_on_meta, 32, 4, 2, [2, 5], cached),
+            f"CachedRotaryGQA()(x, token_positions=None{', cache=KVCache(1)' if cached else ''})",
+            "Make the default positions on the device of x: torch.arange(new, device=x.device)",
+        )
+
+
+@DECODER.hidden
+def test_decoder_positions_and_mask_on_the_device_of_tokens(impl):
+    "on the meta device (standing for a GPU), a prompt then one token with a cache: positions and mask on tokens' device"
+    _, fields, _ = _decoder_spec(0)
+    _check_on_meta(
+        impl.call(decoder_on_meta, fields, [2, 5]),
+        "CachedDecoder(tokens, cache=cache), a prompt of 5 then one token,",
+        "Make the positions and the mask on the device of tokens: torch.arange(offset, offset + new, "
+        "device=tokens.device) and torch.ones(new, offset + new, dtype=torch.bool, device=tokens.device)",
+    )
+
+
 @DECODER.hidden
 def test_decoder_prompt_in_chunks(impl):
     "a prompt in two chunks (4 then 3 tokens) then single tokens; one kv head; batch 1"
@@ -1579,7 +1706,50 @@ def _by_chunks(call, chunks: list, cache: KVCache) -> dict:
     return result
 
 
+class _RoPEOnTheDeviceOfX(RoPE):
+    """The reference RoPE with its frequencies made on the device of ``x`` (the reference makes them on the CPU), so
+    that on the meta device only the student's own tensors can be on the wrong device."""
+
+    def forward(self, x, token_positions):
+        theta = frequencies(x.shape[-1], self.base).to(x.device)
+        return rope(x, token_positions, self.base, theta=theta).to(x.dtype)
+
+
+@adapter
+@torch.no_grad()
+def attention_on_meta(ns, d_model: int, heads: int, kv_heads: int, shape: list, cached: bool) -> dict:
+    """``CachedRotaryGQA`` on the meta device, on meta ``x`` with ``token_positions=None`` (and a course
+    ``KVCache`` when ``cached``): what it raised, or its output's device. Default positions made on the CPU
+    cannot be mixed with meta tensors, so it raises."""
+    module = need(ns, "CachedRotaryGQA")(d_model, heads, kv_heads, _RoPEOnTheDeviceOfX(d_model // heads, 64))
+    module = module.to("meta").eval()
+    x = torch.zeros([*shape, d_model], device="meta")
+    options = {"cache": KVCache(1), "layer": 0} if cached else {}
+    made = []
+    result = outcome(lambda: made.append(module(x, None, None, **options)))
+    return result | {"device": str(getattr(made[0] if made else None, "device", ""))}
+
+
 # --- Exercise 10 -------------------------------------------------------------------------
+
+
+@adapter
+@torch.no_grad()
+def decoder_on_meta(ns, fields: dict, shape: list) -> dict:
+    """``CachedDecoder`` (the course's blocks, a RoPE that works on any device) on the meta device: a prompt of
+    ``shape``, then one token, with a course ``KVCache``: what it raised, or the last logits' device. Positions
+    or a mask made on the CPU cannot be mixed with meta tensors, so it raises."""
+    model = need(ns, "CachedDecoder")(
+        DecoderConfig(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=_RoPEOnTheDeviceOfX
+    )
+    model = model.to("meta").eval()
+    cache, made = KVCache(fields["n_layers"]), []
+
+    def run():
+        model(torch.zeros(shape, dtype=torch.long, device="meta"), cache=cache)
+        made.append(model(torch.zeros([shape[0], 1], dtype=torch.long, device="meta"), cache=cache))
+
+    return outcome(run) | {"device": str(getattr(made[0] if made else None, "device", ""))}
 
 
 def _decoder(ns, fields: dict):

@@ -48,7 +48,9 @@ Oracles:
   sin = 0, and with the kv heads repeated 0 1 0 1 (an HF model without grouping whose k rows are tiled).
   The way there is observed by forward pre-hooks of the checker's: a hook of the student's on each
   ``block.attn`` when it runs, its ``forward`` not replaced, gradients off, the model run once; then a second
-  call on a model made to fail at its last block's attention must leave no hook behind.
+  call on a model made to fail at its last block's attention must leave no hook behind. Hidden: the reference
+  decoder (its RoPE's frequencies made on the device of ``x``) and the tokens on PyTorch's meta device, 300 tokens
+  (beyond the run's context_length, 128 or 256): positions or a mask made on the CPU, or for a fixed length, raise.
 - ``bits_per_byte``, ``mfu``: Python numbers (a tensor is refused); ``flops_per_token``: an ``int``;
   ``rank_micro_batches``: a ``list``.
 - ``generate_with_cache``: brute force without a cache. Every token is picked from a full forward pass of
@@ -87,6 +89,7 @@ from autograder.reference import hf_llama
 from autograder.reference.configs import DecoderConfig
 from autograder.reference.decoders import LlamaDecoder
 from autograder.reference.kv_cache import KVCache
+from autograder.reference.rope import RoPE, frequencies, rope
 from autograder.reference.sampling import sample_next
 
 BITS_PER_BYTE = Exercise("bits_per_byte", "Exercise 1: bits_per_byte", points=2)
@@ -1054,6 +1057,33 @@ def test_maps_other_shapes(impl):
         _compare_with_hf(hf, fields, tokens, maps, call)
 
 
+# Beyond the notebook's own lengths (the run's context_length is 128 on the CPU, 256 on a GPU): a mask or positions
+# made once for a fixed length fail here too. Shapes only, on the meta device: no values are computed.
+META_MAPS_LENGTH = 300
+
+
+@MAPS.hidden
+def test_maps_on_the_device_of_tokens(impl):
+    "positions and the causal mask made on the device of tokens: the model and tokens on PyTorch's meta device, 300 tokens"
+    fields = _maps_fields(6)
+    shape = [2, META_MAPS_LENGTH]
+    got = impl.call(attention_maps_on_meta, fields, shape)
+    call = f"attention_maps(model.to('meta'), tokens of shape {shape} on the meta device)"
+    expect.that(
+        not got["raised"],
+        f"{call} raised {got['raised']}: {got['message'][:200]}; a tensor your function makes stays on the CPU while "
+        "the model and tokens are elsewhere (a GPU), or was made for a fixed length: build the positions and the "
+        "causal mask on the device of tokens and for their length (torch.arange(T, device=tokens.device), "
+        "torch.ones(T, T, ..., device=tokens.device))",
+    )
+    expected = [fields["n_layers"], shape[0], fields["n_heads"], shape[1], shape[1]]
+    expect.that(
+        got["device"] == "meta" and got["shape"] == expected,
+        f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected {expected} "
+        "on the device of tokens",
+    )
+
+
 # --- Exercise 7 --------------------------------------------------------------------------
 
 
@@ -1413,6 +1443,32 @@ def attention_maps_run(ns, fields: dict, state: dict, tokens: torch.Tensor) -> d
         "model_calls": len(model_calls),
         "hooks_left_after_failure": _hook_count(model),
     }
+
+
+class _RoPEOnTheDeviceOfX(RoPE):
+    """The reference RoPE with its frequencies made on the device of ``x`` (the reference makes them on the CPU), so
+    that on the meta device only the student's own tensors can be on the wrong device."""
+
+    def forward(self, x, token_positions):
+        theta = frequencies(x.shape[-1], self.base).to(x.device)
+        return rope(x, token_positions, self.base, theta=theta).to(x.dtype)
+
+
+@adapter
+@torch.no_grad()
+def attention_maps_on_meta(ns, fields: dict, shape: list) -> dict:
+    """The student's ``attention_maps`` on the reference decoder and tokens moved to PyTorch's meta device (shapes
+    only, no values): what it raised, or its result's device and shape. Positions or a mask made on the CPU
+    cannot be mixed with meta tensors, so it raises."""
+    model = LlamaDecoder(DecoderConfig(**fields)).eval()
+    for block in model.blocks:
+        block.attn.rope = _RoPEOnTheDeviceOfX(base=block.attn.rope.base)
+    model = model.to("meta")
+    tokens = torch.zeros(shape, dtype=torch.long, device="meta")
+    made = []
+    result = outcome(lambda: made.append(need(ns, "attention_maps")(model, tokens)))
+    output = made[0] if made else None
+    return result | {"device": str(getattr(output, "device", "")), "shape": list(getattr(output, "shape", []))}
 
 
 _DTYPES = {None: None, "bfloat16": torch.bfloat16, "float16": torch.float16}
