@@ -11,7 +11,13 @@ Tolerances (float32 on any CPU):
   p * w to about 1.2e-7 relative, so the error grows with p; measured worst cases with
   two common formulations: 5e-7 at p < 50, 3e-5 at p < 512 (bound: 2e-4);
 - initialisation: sample std within 5% of the target on >= 64,000 draws (sampling
-  error is 0.3%); extremes within 3 std (+1e-6).
+  error is 0.3%); extremes within 3 std (+1e-6). Truncation, not clamping: at most 1e-4 of the
+  entries (24 of 240,000, the smallest table checked) within 1e-5 (relative) of ±3 std. A clamp puts there every
+  draw beyond ±3 std, 2 * (1 - Phi(3)) = 0.27% of them (about 650 of 240,000, binomial sd 25); a truncated normal
+  is continuous, so that band holds 2 * phi(3) / 0.9973 * 3e-5 = 2.7e-7 of its mass (0.07 expected entries), and
+  float32 rounding at the cut (nn.init.trunc_normal_ clamps its inverse-CDF draw) adds about 1e-7 per entry
+  (measured: 2 in 10^7 draws);
+- the sinusoidal table's dtype: torch.get_default_dtype(), checked with the default set to float32 and to float64.
 
 Sizes beyond the notebook's (its largest table has 1,024 rows): a sinusoidal table of 2,500 rows, a learned one
 of 2,048 and an input layer at positions near 3,000, so that a table or a range of positions made once for a
@@ -74,6 +80,11 @@ def _ids(high: int, shape, seed: int) -> torch.Tensor:
     return torch.randint(0, high, shape, generator=_generator(seed))
 
 
+# At most this fraction of a truncated-normal table may lie on the cut (see the module docstring: a clamp puts 0.27%
+# there, a truncated normal about 3e-7).
+AT_CUT_LIMIT = 1e-4
+
+
 def _check_init(weight, *, std: float, truncated: bool, what: str, rule: str):
     weight = expect.tensor(weight, what)
     sample_std, sample_mean = float(weight.std()), float(weight.mean())
@@ -89,6 +100,14 @@ def _check_init(weight, *, std: float, truncated: bool, what: str, rule: str):
             largest <= 3 * std * (1 + 1e-6),
             f"{what} has a value of magnitude {largest:.4g}, beyond 3 std = {3 * std:.4g}: "
             "the normal distribution must be truncated at ±3 std",
+        )
+        at_cut = int((weight.detach().double().abs() >= 3 * std * (1 - 1e-5)).sum())
+        expect.that(
+            at_cut <= AT_CUT_LIMIT * weight.numel(),
+            f"{what} has {at_cut} of its {weight.numel():,} entries ({at_cut / weight.numel():.2%}) exactly at ±3 std: "
+            "the normal draws beyond ±3 std were clamped (clipped) onto the bound. A truncated normal redraws them "
+            "instead (nn.init.trunc_normal_, or draw again the entries outside ±3 std), so no value piles up at "
+            "±3 std; clamping puts the 0.27% of draws beyond ±3 std there",
         )
 
 
@@ -174,9 +193,9 @@ def test_embedding_any_shape(impl):
 
 @EMBEDDING.hidden
 def test_embedding_initialisation(impl):
-    "weight starts truncated-normal with std sqrt(2 / (num_embeddings + embedding_dim))"
+    "weight starts truncated-normal (not clamped) at ±3 std, with std sqrt(2 / (num_embeddings + embedding_dim))"
     for seed in SEEDS:
-        num, dim = 1000, 64 + 32 * seed
+        num, dim = 1500, 160 + 40 * seed  # 240,000 to 360,000 entries: enough to tell truncation from clamping
         weight = impl.call(embedding_summary, num, dim, seed)["weight"]
         _check_init(
             weight,
@@ -362,6 +381,28 @@ def test_sinusoidal_forward_reads_the_buffer(impl):
             )
         ],
     )
+
+
+@SINUSOIDAL.hidden
+def test_sinusoidal_default_dtype(impl):
+    "the buffer `pe`, and so forward's result, has torch's default dtype (float32, and float64 when set so)"
+    for default in ("float32", "float64"):
+        got = impl.call(sinusoidal_dtypes, 20, 8, default)
+        what = f"SinusoidalPositionalEncoding(20, 8) built with torch.get_default_dtype() = torch.{default}"
+        expect.that(got["pe"] is not None, f"{what} has no buffer `pe`")
+        expect.that(
+            got["pe"] == f"torch.{default}",
+            f"{what} has a buffer `pe` of dtype {got['pe']}; the table must have the default dtype, torch.{default}: "
+            + (
+                "a table computed in float64 must be converted at the end, .to(torch.get_default_dtype())"
+                if got["pe"] == "torch.float64"
+                else "convert it with .to(torch.get_default_dtype()) rather than to a fixed dtype"
+            ),
+        )
+        expect.that(
+            got["output"] == f"torch.{default}",
+            f"{what} returns {got['output']} from forward; expected rows of `pe`, of dtype torch.{default}",
+        )
 
 
 @SINUSOIDAL.hidden
@@ -661,6 +702,24 @@ def sinusoidal_long(ns, max_len: int, d_model: int, positions):
     made = []
     result = outcome(lambda: made.append(module(positions)))
     return result | {"pe": None if pe is None else list(pe.shape), "output": made[0] if made else None}
+
+
+@adapter
+def sinusoidal_dtypes(ns, max_len: int, d_model: int, default_dtype: str):
+    """The dtypes of the buffer ``pe`` (None without one) and of ``forward(torch.arange(max_len))``, the module built
+    and called with torch's default dtype set to ``torch.<default_dtype>`` (restored afterwards)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, default_dtype))
+    try:
+        module = need(ns, "SinusoidalPositionalEncoding")(max_len, d_model)
+        pe = dict(module.named_buffers()).get("pe")
+        output = module(torch.arange(max_len))
+    finally:
+        torch.set_default_dtype(previous)
+    return {
+        "pe": None if pe is None else str(pe.dtype),
+        "output": str(output.dtype) if isinstance(output, torch.Tensor) else type(output).__name__,
+    }
 
 
 @adapter

@@ -9,6 +9,18 @@ Tolerances (stated per comparison):
 - bfloat16 outputs: atol 1e-2 + rtol 1e-2, about 2.5 bf16 ulps (2^-8 relative), since a
   right answer computed in float32 may round to the neighbouring bf16 value;
 - float16 outputs: atol 2e-3 + rtol 2e-3 (fp16 has 2^-11 relative precision).
+- LayerNorm on bfloat16 / float16 inputs with float32 parameters (the text asks for x's dtype back, not for a
+  float32 computation, so the statistics may be computed in x's dtype): atol = rtol = 8 units of rounding of the
+  dtype (bf16: 8 * 2^-8 = 3e-2; fp16: 8 * 2^-11 = 4e-3). The mean, the subtraction, the variance, sqrt and the
+  division each round once in x's dtype; measured over 20 seeds on the check's inputs: <= 4.2 units (bf16 1.65e-2,
+  fp16 1.43e-3) for a computation done wholly in x's dtype, <= 0.8 units for one done in float32.
+- RMSNorm rounds once: for bfloat16 and float16 inputs with float32 weights (not 1), the result must equal the
+  float64 formula rounded to x's dtype except for at most 1% of the entries, each off by one step of the dtype.
+  Any float32 order of the text's formula (division or rsqrt, the weight multiplied first or last, sum / d or
+  mean, torch.linalg.vector_norm) moves the value before the final rounding by a few float32 ulps, 2^-16 of a bf16
+  step (2^-13 of an fp16 step), so it rarely changes the rounded result: measured <= 3 of 81,920 entries (20 seeds
+  of [16, 256]), never more than 1 in 4,096. Rounding twice (the normalized x cast to x's dtype, then multiplied
+  by the weight, Hugging Face Llama's order; or the weight rounded to x's dtype) changes 26-35% of them.
 
 Sizes: the hidden checks include a width of 1024, beyond the notebook's widest (512); float32 means over 1024
 features round at ~1e-6 relative, inside the float32 bound.
@@ -174,6 +186,31 @@ def test_layer_norm_shapes_and_dtypes(impl):
         )
 
 
+# Low-precision inputs with float32 parameters: 8 units of rounding of the dtype (module docstring).
+LOW_PRECISION_LAYER_NORM = {
+    torch.bfloat16: {"atol": 8 * 2**-8, "rtol": 8 * 2**-8},
+    torch.float16: {"atol": 8 * 2**-11, "rtol": 8 * 2**-11},
+}
+
+
+@LAYER_NORM.hidden
+def test_layer_norm_low_precision_input(impl):
+    "a bfloat16 or float16 x with float32 parameters gives a result of x's dtype"
+    for seed, dtype in ((9, torch.bfloat16), (10, torch.float16)):
+        x = _x((4, 3, 64), seed, scale=2.0, dtype=dtype)
+        state = _params(64, seed, "weight", "bias")  # float32, as the module's own parameters are
+        got = impl.call(norm_forward, "LayerNorm", state, x, 1e-5)
+        what = f"LayerNorm(64) with float32 parameters, for a {dtype} x"
+        out = expect.tensor(got["output"], what, shape=x.shape)
+        expect.that(
+            out.dtype == dtype,
+            f"{what} returns {out.dtype}; the result has x's dtype: the float32 parameters promote it to float32, "
+            "so cast it back with .to(x.dtype)",
+        )
+        expected = F.layer_norm(x.double(), (64,), state["weight"].double(), state["bias"].double(), 1e-5)
+        expect.close(out, expected, what, **LOW_PRECISION_LAYER_NORM[dtype])
+
+
 @LAYER_NORM.hidden
 def test_layer_norm_gradients(impl):
     "gradients for the input, weight and bias match autograd through F.layer_norm"
@@ -259,6 +296,43 @@ def test_rms_norm_low_precision_inputs(impl):
             f"the output for a {dtype} input (values up to ±{scale * 4:g})",
             **tol,
             hint="Square in float32: in float16, 300² is already beyond the largest number (65504).",
+        )
+
+
+# RMSNorm rounds once, at the end: at most this fraction of the entries may differ from the float64 formula rounded to
+# x's dtype (module docstring: a float32 reordering changes <= 3e-5 of them, rounding twice 26-35%).
+ROUNDED_ONCE_FLIPS = 0.01
+
+
+def _rounding_steps_apart(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """How many representable values of their (16-bit) dtype lie between a and b, entry by entry."""
+
+    def ordered(t):  # the bit patterns of a float16 / bfloat16 as integers that sort like the values
+        bits = t.view(torch.int16).int()
+        return torch.where(bits < 0, -(bits & 0x7FFF), bits)
+
+    return (ordered(a) - ordered(b)).abs()
+
+
+@RMS_NORM.hidden
+def test_rms_norm_rounds_once(impl):
+    "bfloat16 and float16 inputs: out = x32 / rms * weight in float32, then out.to(x.dtype), rounding only once"
+    for seed, dtype, scale in ((11, torch.bfloat16, 1.5), (12, torch.float16, 300.0)):
+        x = _x((16, 256), seed, scale=scale, dtype=dtype)
+        weight = _params(256, seed, "weight")["weight"]  # float32, not 1, not representable in x's dtype
+        got = impl.call(norm_forward, "RMSNorm", {"weight": weight}, x, 1e-5)
+        what = f"RMSNorm(256) with float32 weights, for a {dtype} x"
+        out = expect.tensor(got["output"], what, shape=x.shape, dtype=dtype)
+        x64 = x.double()
+        once = (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.double()).to(dtype)
+        steps = _rounding_steps_apart(out, once)
+        changed = int((steps != 0).sum())
+        expect.that(
+            int(steps.max()) <= 1 and changed <= ROUNDED_ONCE_FLIPS * x.numel(),
+            f"{what}: {changed} of its {x.numel():,} entries ({changed / x.numel():.0%}) differ from x32 / rms * weight "
+            f"computed in float32 and rounded to {dtype} once (by up to {int(steps.max())} steps of {dtype}): it "
+            "rounds twice, e.g. casting x32 / rms to x.dtype before multiplying by the weight (Hugging Face Llama's "
+            "order), or the weight to x.dtype. Multiply by the weight in float32, then return out.to(x.dtype)",
         )
 
 

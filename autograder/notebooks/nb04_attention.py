@@ -10,8 +10,10 @@ outputs (future tokens, padding, permutations).
 
 Where the masks are made, which outputs do not show on a CPU-only grader: the mask functions run on PyTorch's
 meta device (``causal_mask(n, device="meta")``, token ids on meta), and report their result's device, or what they
-raised (a tensor made on the CPU cannot be combined with meta tensors). Lengths go beyond any of the notebook's
-(1100 positions), so a mask cached up to a fixed length is seen.
+raised (a tensor made on the CPU cannot be combined with meta tensors), and the CPU tensors of more than one
+element that torch functions made meanwhile (a mask made on the CPU and then moved; a scalar is no part of a mask).
+``causal_mask(n)`` with no device also runs under ``with torch.device("meta")``: None means PyTorch's default
+device. Lengths go beyond any of the notebook's (1100 positions), so a mask cached up to a fixed length is seen.
 
 Tolerances: float32 outputs of order 1 at atol 1e-5 + rtol 1e-5 (sums of <= 16 products);
 probabilities at atol 1e-6; masks compared exactly.
@@ -19,6 +21,7 @@ probabilities at atol 1e-6; masks compared exactly.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -373,7 +376,8 @@ def _long_mask(impl, name, args, what, shape):
 
 def _on_meta(impl, name, args, what, shape, fix):
     """Run mask function ``name`` on PyTorch's meta device (``args`` for ``mask_on_meta``) and fail unless the
-    result is on meta: a CPU-only grader's other device, so a mask made on the CPU is seen. ``fix`` says how."""
+    result is on meta and nothing of it was made on the CPU: a CPU-only grader's other device, so a mask made on
+    the CPU, moved or not, is seen. ``fix`` says how."""
     got = impl.call(mask_on_meta, name, *args)
     expect.that(
         not got["raised"],
@@ -385,6 +389,11 @@ def _on_meta(impl, name, args, what, shape, fix):
         f"{what} returned {got['device'] or 'no tensor'} instead of a tensor on the meta device: {fix}",
     )
     expect.that(got["shape"] == list(shape), f"{what} has shape {got['shape']}, expected {list(shape)}")
+    for function, made in got["made_on_cpu"]:
+        expect.fail(
+            f"{what} made a tensor of shape {made} on the CPU ({function}) and then moved it: make the mask on "
+            f"the device, not on the CPU; {fix}"
+        )
 
 
 @CAUSAL.visible
@@ -420,7 +429,7 @@ def test_causal_mask_sizes(impl):
 
 @CAUSAL.hidden
 def test_causal_mask_on_the_given_device(impl):
-    "causal_mask(n, device=...) makes the mask on that device (PyTorch's meta device here)"
+    "causal_mask(n, device=...) makes the mask on that device, not on the CPU and then moved (meta here)"
     _on_meta(
         impl,
         "causal_mask",
@@ -428,6 +437,19 @@ def test_causal_mask_on_the_given_device(impl):
         "causal_mask(6, device='meta')",
         (6, 6),
         "create it on `device`, e.g. torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)",
+    )
+
+
+@CAUSAL.hidden
+def test_causal_mask_on_the_default_device(impl):
+    "causal_mask(n) with no device makes the mask on PyTorch's default device (meta here, set by torch.device)"
+    got = impl.call(mask_on_meta, "causal_mask", [], 6, default_device=True)
+    what = "causal_mask(6) under `with torch.device('meta')` (PyTorch's default device set to meta)"
+    expect.that(not got["raised"], f"{what} raised {got['raised']}: {got['message']}")
+    expect.that(
+        got["device"] == "meta",
+        f"{what} returned {got['device'] or 'no tensor'}: device=None means PyTorch's default device, not the "
+        "CPU; hand None on to the factory (torch.ones(..., device=None) uses the default device)",
     )
 
 
@@ -448,7 +470,7 @@ def _long_ids(pad, batch=2):
 
 @PADDING.hidden
 def test_padding_mask_on_the_device_of_the_ids(impl):
-    "the mask is on the device of token_ids (PyTorch's meta device here)"
+    "the mask is made on the device of token_ids, not on the CPU and then moved (PyTorch's meta device here)"
     _on_meta(
         impl,
         "padding_mask",
@@ -536,7 +558,7 @@ def test_decoder_mask_other_pad_id(impl):
 
 @DECODER.hidden
 def test_decoder_mask_on_the_device_of_the_ids(impl):
-    "the mask, causal part included, is made on the device of token_ids (PyTorch's meta device here)"
+    "the mask, causal part included, is made on the device of token_ids, not moved there (meta here)"
     _on_meta(
         impl,
         "decoder_mask",
@@ -591,7 +613,7 @@ def test_cross_mask_other_sizes(impl):
 
 @CROSS.hidden
 def test_cross_mask_on_the_device_of_the_ids(impl):
-    "the mask is on the device of the ids (PyTorch's meta device here)"
+    "the mask is made on the device of the ids, not on the CPU and then moved (PyTorch's meta device here)"
     _on_meta(
         impl,
         "cross_attention_mask",
@@ -654,17 +676,46 @@ def cross_attention_mask(ns, target_ids, source_ids, pad_id: int):
 
 
 @adapter
-def mask_on_meta(ns, name: str, id_shapes: list, *args) -> dict:
+def mask_on_meta(ns, name: str, id_shapes: list, *args, default_device: bool = False) -> dict:
     """The mask function ``name`` run on PyTorch's meta device (shapes only, no values): given token ids of
-    ``id_shapes`` on meta, then ``args``; or, with no id shapes (``causal_mask``), ``args`` and ``device="meta"``.
-    What it raised, or its result's device and shape. A tensor it makes on the CPU cannot be combined with meta
-    tensors, so it raises (or, returned alone, is reported on the CPU)."""
+    ``id_shapes`` on meta, then ``args``; or, with no id shapes (``causal_mask``), ``args`` and ``device="meta"``,
+    or with ``default_device`` no device at all, under ``with torch.device("meta")`` (PyTorch's default device).
+    What it raised, or its result's device and shape, and ``made_on_cpu``: the torch function and shape of each
+    CPU tensor of more than one element made meanwhile (``_cpu_tensors_made``). A tensor it makes on the CPU
+    cannot be combined with meta tensors, so it raises (or, returned alone, is reported on the CPU; moved with
+    ``.to``, it is in ``made_on_cpu``)."""
     ids = [torch.zeros(shape, dtype=torch.long, device="meta") for shape in id_shapes]
-    keywords = {} if id_shapes else {"device": torch.device("meta")}
-    made = []
-    result = _outcome_on_meta(lambda: made.append(need(ns, name)(*ids, *args, **keywords)))
+    keywords = {} if id_shapes or default_device else {"device": torch.device("meta")}
+    made, on_cpu = [], []
+    with torch.device("meta") if default_device else contextlib.nullcontext():
+        result = _outcome_on_meta(
+            lambda: made.append(_cpu_tensors_made(on_cpu, need(ns, name), *ids, *args, **keywords))
+        )
     mask = made[0] if made else None
-    return result | {"device": str(getattr(mask, "device", "")), "shape": list(getattr(mask, "shape", []))}
+    return result | {
+        "device": str(getattr(mask, "device", "")),
+        "shape": list(getattr(mask, "shape", [])),
+        "made_on_cpu": on_cpu,
+    }
+
+
+def _cpu_tensors_made(on_cpu: list, function, *args, **kwargs):
+    """``function(*args, **kwargs)``, appending to ``on_cpu`` the name and shape of every CPU tensor of more than
+    one element that a torch function made meanwhile (factories, operations, methods, slices: a torch-function
+    mode sees every call the code makes, however it is reached). A 0-d or 1-element tensor (``torch.tensor(True)``)
+    is a scalar, not a part of a mask made on the wrong device, so it does not count."""
+    from torch.overrides import TorchFunctionMode
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            for value in result if isinstance(result, tuple | list) else (result,):
+                if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.numel() > 1:
+                    on_cpu.append([getattr(func, "__name__", repr(func)), list(value.shape)])
+            return result
+
+    with Record():
+        return function(*args, **kwargs)
 
 
 def _outcome_on_meta(function) -> dict:

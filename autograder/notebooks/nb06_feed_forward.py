@@ -11,7 +11,9 @@ Tolerances (float32 on CPU, any BLAS), with the largest errors measured here (40
 input of the checks' shapes) for the reference answers and common variants (clamp / where / mask
 for ReLU; erf and erfc forms of GELU; tanh and sigmoid forms of the tanh GELU; x * sigmoid(x),
 x / (1 + exp(-x)) and the tanh form of SiLU; x / (1 + exp(-x)) is finite at x = -100 but its derivative there
-is inf / inf = NaN, which the derivative check at large |x| rejects, as the text states):
+is inf / inf = NaN, which the derivative check at large |x| rejects, as the text states; derivatives are also
+compared at x = 0 and -0, where the text asks ReLU's to be 0, as F.relu's: torch.clamp(x, min=0) gives 1 there,
+torch.maximum(x, 0) and (x + |x|) / 2 give 0.5, torch.where(x > 0, x, 0) and x * (x > 0) give 0):
 - activations: atol 1e-5 + rtol 1e-5 on inputs up to |x| = 100 (measured <= 9.5e-7 absolute, a few
   float32 ulps of an output near 3; the closest known mistake, the tanh GELU in place of the exact
   one, differs by 4.7e-4 on the visible check's input);
@@ -213,8 +215,8 @@ def test_activations_match_torch(impl):
 
 @ACTIVATIONS.hidden
 def test_activations_shapes_and_extremes(impl):
-    "any shape; large positive and negative inputs give finite values, not NaN"
-    extremes = torch.tensor([-100.0, -30.0, -12.0, -1e-3, 0.0, 1e-3, 12.0, 30.0, 100.0])
+    "any shape; large positive and negative inputs give finite values and derivatives; the derivatives at 0 (ReLU's 0)"
+    extremes = torch.tensor([-100.0, -30.0, -12.0, -1e-3, -0.0, 0.0, 1e-3, 12.0, 30.0, 100.0])
     for name in ORACLES:
         for seed, shape in ((1, (7,)), (2, (2, 3, 5))):
             _activation_case(impl, name, shape, seed)
@@ -236,8 +238,25 @@ def test_activations_shapes_and_extremes(impl):
         _check_derivative_at(impl, name, extremes, shown)
 
 
+def _relu_derivative_mistakes(x, derivative):
+    """ReLU's derivative with another value at x = 0 (the text asks for 0, F.relu's), as common forms give it."""
+    at_zero = x == 0
+    return [
+        (
+            torch.where(at_zero, 1.0, derivative),
+            "its derivative at x = 0 is 1 (as torch.clamp(x, min=0) or x.masked_fill(x < 0, 0) give); it must be 0 "
+            "there, as F.relu's: use a strict comparison, e.g. torch.where(x > 0, x, 0)",
+        ),
+        (
+            torch.where(at_zero, 0.5, derivative),
+            "its derivative at x = 0 is 0.5 (torch.maximum(x, 0) and (x + |x|) / 2 split the gradient at the tie); "
+            "it must be 0 there, as F.relu's: use a strict comparison, e.g. torch.where(x > 0, x, 0)",
+        ),
+    ]
+
+
 def _check_derivative_at(impl, name, x, shown):
-    """The derivative at large |x| is finite and right (not at 0, where ReLU's derivative is a convention)."""
+    """The derivative is finite and right at large |x| and at 0 (where ReLU's must be 0, as the text says)."""
     grad = impl.call(activation_forward, name, x, torch.ones_like(x)).get("grad")
     expect.that(grad is not None, f"no gradient reaches the input of {name}")
     grad = expect.tensor(grad, f"the derivative of {name}", shape=x.shape)
@@ -250,8 +269,13 @@ def _check_derivative_at(impl, name, x, shown):
     )
     xr = x.clone().requires_grad_()
     ORACLES[name](xr).backward(torch.ones_like(x))
-    nonzero = x != 0
-    expect.close(grad[nonzero], xr.grad[nonzero], f"the derivative of {name} at x in [{shown}] (but 0)", **ACT_GRAD)
+    expect.close(
+        grad,
+        xr.grad,
+        f"the derivative of {name} at x in [{shown}]",
+        **ACT_GRAD,
+        alternatives=_relu_derivative_mistakes(x, xr.grad) if name == "relu" else (),
+    )
 
 
 @ACTIVATIONS.hidden

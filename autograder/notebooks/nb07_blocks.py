@@ -16,6 +16,13 @@ Diagnoses of known mistakes (post-norm order in a pre-norm block, a missing resi
 for both sublayers, cross-attention on the decoder's own states, ...) are the same composition
 written here with the reference components, each with the mistake.
 
+Forward computes with the parts it was given, not copies of them: each block is also built with components
+that are not the reference ones (``_OTHER_COMPONENTS``: a norm that does not centre, RMS-like with LayerNorm's
+parameters; attentions and an FFN whose outputs are scaled by 0.5, 1.5 and -0.5), and compared with the same
+composition written here from those components (atol 1e-5 + rtol 1e-4, as above: the same operations). A forward
+that computes a LayerNorm itself with ``self.norm1``'s weights, or attention or the FFN with their projections,
+gives the reference part's result instead, which is how the diagnosis names the part.
+
 The decoder's causal mask is made on the device of x: the block and its inputs are moved to PyTorch's meta device
 (shapes without values, so a CPU-only grader can see it); a tensor made on the CPU in forward or kept from
 __init__ as a plain attribute cannot be mixed with meta tensors, and raises. The block also runs there on 1100
@@ -192,22 +199,119 @@ def decoder_oracle(
 
 
 class _Parts:
-    def __init__(self, state, d, heads, d_ff, activation, attention="attn"):
+    """A block's parts with ``state`` loaded: the reference components, except those named in ``other`` (norm1,
+    norm2, norm3, attn, cross, ffn), which are ``_OTHER_COMPONENTS``'."""
+
+    def __init__(self, state, d, heads, d_ff, activation, attention="attn", other=()):
         def sub(prefix):
             return {k[len(prefix) + 1 :]: v for k, v in state.items() if k.startswith(prefix + ".")}
 
-        self.attn = MultiHeadAttention(d, heads)
+        def component(part, argument):
+            return (_OTHER_COMPONENTS if part in other else COMPONENTS_BY_ARGUMENT)[argument]
+
+        self.attn = component("attn", "attention")(d, heads)
         self.attn.load_state_dict(sub(attention))
-        self.ffn = FeedForward(d, d_ff, activation)
+        self.ffn = component("ffn", "feed_forward")(d, d_ff, activation)
         self.ffn.load_state_dict(sub("ffn"))
         self.norms = {}
         for n in ("norm1", "norm2", "norm3"):
             if f"{n}.weight" in state:
-                self.norms[n] = nn.LayerNorm(d)
+                self.norms[n] = component(n, "norm")(d)
                 self.norms[n].load_state_dict(sub(n))
         if "cross_attn.q_proj.weight" in state:
-            self.cross = CrossAttention(d, heads)
+            self.cross = component("cross", "cross_attention")(d, heads)
             self.cross.load_state_dict(sub("cross_attn"))
+
+
+# --- components other than the reference ones, to see that forward computes with the parts it was given -------
+
+
+class _UncentredNorm(nn.Module):
+    """A norm that is not a LayerNorm (it does not subtract the mean: RMSNorm with a bias), with LayerNorm's
+    parameter names and shapes, so the block's state dict is unchanged."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight + self.bias
+
+
+class _HalfAttention(MultiHeadAttention):
+    """The reference self-attention, its output scaled by 0.5."""
+
+    def forward(self, *args, **kwargs):
+        return 0.5 * super().forward(*args, **kwargs)
+
+
+class _ScaledCrossAttention(CrossAttention):
+    """The reference cross-attention, its output scaled by 1.5."""
+
+    def forward(self, *args, **kwargs):
+        return 1.5 * super().forward(*args, **kwargs)
+
+
+class _NegatedFeedForward(FeedForward):
+    """The reference FFN, its output scaled by -0.5."""
+
+    def forward(self, *args, **kwargs):
+        return -0.5 * super().forward(*args, **kwargs)
+
+
+COMPONENTS_BY_ARGUMENT = {
+    "attention": MultiHeadAttention,
+    "cross_attention": CrossAttention,
+    "feed_forward": FeedForward,
+    "norm": nn.LayerNorm,
+}
+_OTHER_COMPONENTS = {
+    "attention": _HalfAttention,
+    "cross_attention": _ScaledCrossAttention,
+    "feed_forward": _NegatedFeedForward,
+    "norm": _UncentredNorm,
+}
+
+
+def _check_uses_parts(impl, class_name, args, kwargs, state, inputs, call_kwargs, oracle, what):
+    """``class_name(*args, **kwargs)`` built with ``_OTHER_COMPONENTS`` and loaded with ``state`` computes the
+    composition ``oracle(parts)`` of those same components; when it computes it with one part replaced by the
+    reference component instead, the message names that part (forward re-implements it, with its weights)."""
+    got = impl.call(block_forward, class_name, args, kwargs, state, inputs, call_kwargs, components="other")
+    attention = "self_attn" if "self_attn.q_proj.weight" in state else "attn"
+    calls = {n: f"self.{n}(...)" for n in ("norm1", "norm2", "norm3") if f"{n}.weight" in state}
+    calls |= {"attn": f"self.{attention}(h, mask)", "ffn": "self.ffn(h)"}
+    if "cross_attn.q_proj.weight" in state:
+        calls["cross"] = "self.cross_attn(h, memory, memory_mask)"
+    d, heads, d_ff = args
+    activation = kwargs.get("activation", "relu")
+
+    @torch.no_grad()
+    def composition(other):
+        return oracle(_Parts(state, d, heads, d_ff, activation, attention, other=other))
+
+    mistakes = [
+        (
+            composition(set(calls) - {part}),
+            f"forward does not compute with {call.split('(')[0]}, the part built from the constructor argument: it "
+            f"recomputes it (with its weights?) as the default component would; call it, {call}, so that a "
+            "caller's component is what the block computes with",
+        )
+        for part, call in calls.items()
+    ]
+    expected = composition(set(calls))
+    expect.close(
+        got["output"],
+        expected,
+        f"{what}, built with components other than the reference ones (a norm that does not centre; attention "
+        "and FFN outputs scaled)",
+        **TOL,
+        alternatives=mistakes,
+        hint="The oracle is the same formula composed from the components the block was given: forward must call "
+        "its parts (self.norm1(x), self.attn(h, mask), self.ffn(h), ...), not recompute them.",
+    )
 
 
 @torch.no_grad()
@@ -516,11 +620,32 @@ def _block_checks(exercise, class_name):
         _block_case(impl, class_name, 8, 2, 24, "gelu", (2, 6, 8), 30, causal(6), grads=True)
 
     test_gradients.__doc__ = f"parameter gradients equal autograd's through {layer}"
+
+    @exercise.hidden
+    def test_uses_its_parts(impl):
+        state, x, mask = block_state(8, 24, 45), _randn((2, 5, 8), 545), causal(5)
+        _check_uses_parts(
+            impl,
+            class_name,
+            [8, 2, 24],
+            {},
+            state,
+            [x],
+            {"mask": mask},
+            lambda parts: composed(parts, x, _order(pre, [("attn", "norm1"), ("ffn", "norm2")]), mask),
+            f"{class_name}(8, 2, 24)(x, mask=causal)",
+        )
+
+    test_uses_its_parts.__doc__ = (
+        "forward computes with the parts it was given: built with other components (a norm that is not a "
+        "LayerNorm), it equals the same formula composed from them"
+    )
     for function, name in (
         (test_parameters, "parameters"),
         (test_forward, "forward"),
         (test_options_and_shapes, "options_and_shapes"),
         (test_gradients, "gradients"),
+        (test_uses_its_parts, "uses_its_parts"),
     ):
         function.__name__ = function.__qualname__ = f"test_{class_name.lower()}_{name}"
 
@@ -688,6 +813,27 @@ def test_encoder_gradients(impl):
     "parameter gradients equal autograd's through nn.TransformerEncoderLayer, pre- and post-norm"
     for norm_first in (False, True):
         _encoder_case(impl, 8, 2, 24, "gelu", norm_first, (2, 6, 8), 40 + norm_first, real_lengths=[6, 3], grads=True)
+
+
+@ENCODER.hidden
+def test_encoder_uses_its_parts(impl):
+    "forward computes with the parts it was given (a norm that is not a LayerNorm...), pre- and post-norm"
+    state, x = block_state(8, 24, 46, "self_attn"), _randn((2, 6, 8), 546)
+    padding = _padding(2, 6, [6, 4])
+    for norm_first in (False, True):
+        _check_uses_parts(
+            impl,
+            "EncoderBlock",
+            [8, 2, 24],
+            {"norm_first": norm_first},
+            state,
+            [x],
+            {"padding_mask": padding},
+            lambda parts, norm_first=norm_first: composed(
+                parts, x, _order(norm_first, [("attn", "norm1"), ("ffn", "norm2")]), padding[:, None, None, :]
+            ),
+            f"EncoderBlock(8, 2, 24, norm_first={norm_first})(x, padding_mask)",
+        )
 
 
 # --- Exercise 5 --------------------------------------------------------------------------
@@ -929,6 +1075,30 @@ def test_decoder_mask_for_any_length(impl):
 
 
 @DECODER.hidden
+def test_decoder_uses_its_parts(impl):
+    "forward computes with the parts it was given (a norm that is not a LayerNorm...), pre- and post-norm"
+    state = block_state(8, 24, 47, "self_attn", cross=True)
+    x, memory = _randn((2, 5, 8), 547), _randn((2, 6, 8), 548)
+    tgt_padding, memory_padding = _padding(2, 5, [5, 3]), _padding(2, 6, [6, 2])
+    self_mask, memory_mask = causal(5) & tgt_padding[:, None, None, :], memory_padding[:, None, None, :]
+    subs = [("attn", "norm1"), ("cross", "norm2"), ("ffn", "norm3")]
+    for norm_first in (False, True):
+        _check_uses_parts(
+            impl,
+            "DecoderBlock",
+            [8, 2, 24],
+            {"norm_first": norm_first},
+            state,
+            [x, memory],
+            {"tgt_padding": tgt_padding, "memory_padding": memory_padding},
+            lambda parts, norm_first=norm_first: composed(
+                parts, x, _order(norm_first, subs), self_mask, memory, memory_mask
+            ),
+            f"DecoderBlock(8, 2, 24, norm_first={norm_first})(x, memory, tgt_padding, memory_padding)",
+        )
+
+
+@DECODER.hidden
 def test_decoder_gradients(impl):
     "parameter gradients equal autograd's through nn.TransformerDecoderLayer, pre- and post-norm"
     for norm_first in (False, True):
@@ -1167,6 +1337,23 @@ def test_parallel_gradients(impl):
     _parallel_case(impl, 8, 2, 24, "gelu", (2, 6, 8), 35, causal(6), oracle="composed", grads=True)
 
 
+@PARALLEL.hidden
+def test_parallel_uses_its_parts(impl):
+    "forward computes with the parts it was given: built with other components (a norm that is not a LayerNorm...)"
+    state, x, mask = parallel_state(8, 24, 48), _randn((2, 5, 8), 549), causal(5)
+    _check_uses_parts(
+        impl,
+        "ParallelBlock",
+        [8, 2, 24],
+        {},
+        state,
+        [x],
+        {"mask": mask},
+        lambda parts: parallel_composed(parts, x, mask),
+        "ParallelBlock(8, 2, 24)(x, mask=causal)",
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Adapters: the only code in this module that touches the student's objects. They run beside the student's code
 # (in the sandboxed worker while grading, in the kernel for the notebook's own test cells), build and call the
@@ -1180,12 +1367,16 @@ def test_parallel_gradients(impl):
 # and 06.
 
 
-COMPONENTS = {"attention": MultiHeadAttention, "feed_forward": FeedForward, "norm": nn.LayerNorm}
+def _components(class_name: str, components: str = "reference") -> dict:
+    """The component arguments ``class_name`` takes: the reference components (``autograder.reference``,
+    ``nn.LayerNorm``), or with ``components="other"`` ``_OTHER_COMPONENTS`` (not the reference ones)."""
+    chosen = _OTHER_COMPONENTS if components == "other" else COMPONENTS_BY_ARGUMENT
+    arguments = ("attention", "feed_forward", "norm") + ("cross_attention",) * (class_name == "DecoderBlock")
+    return {argument: chosen[argument] for argument in arguments}
 
 
-def _build(ns, class_name: str, args: list, kwargs: dict):
-    components = dict(COMPONENTS, **({"cross_attention": CrossAttention} if class_name == "DecoderBlock" else {}))
-    return need(ns, class_name)(*args, **kwargs, **components)
+def _build(ns, class_name: str, args: list, kwargs: dict, components: str = "reference"):
+    return need(ns, class_name)(*args, **kwargs, **_components(class_name, components))
 
 
 @adapter
@@ -1196,7 +1387,7 @@ def block_parts(ns, class_name: str, args: list, kwargs: dict) -> dict:
     class: a block that ignores ``norm=partial(RMSNorm, eps=...)`` would otherwise pass here, with LayerNorms
     equal to the reference ones, and fail only in a later notebook.
     """
-    components = dict(COMPONENTS, **({"cross_attention": CrossAttention} if class_name == "DecoderBlock" else {}))
+    components = _components(class_name)
     made = {}  # id(module) -> the argument whose call returned it
 
     def recording(argument, factory):
@@ -1220,10 +1411,19 @@ def block_summary(ns, class_name: str, args: list, kwargs: dict):
 
 @adapter
 def block_forward(
-    ns, class_name: str, args: list, kwargs: dict, state: dict, inputs: list, call_kwargs: dict, grad_output=None
+    ns,
+    class_name: str,
+    args: list,
+    kwargs: dict,
+    state: dict,
+    inputs: list,
+    call_kwargs: dict,
+    grad_output=None,
+    components: str = "reference",
 ):
-    """Build the block with the reference components, load ``state`` by name, run it (and backward)."""
-    module = load(_build(ns, class_name, args, kwargs), state)
+    """Build the block with the reference components (or ``components="other"``: ``_build``), load ``state`` by
+    name, run it (and backward)."""
+    module = load(_build(ns, class_name, args, kwargs, components), state)
     return forward_backward(module, grad_output, *inputs, **call_kwargs)
 
 
