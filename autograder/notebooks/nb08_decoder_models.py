@@ -28,7 +28,13 @@ Oracles (Hugging Face ``transformers``, imported lazily here, never beside stude
   and positions made on the device of tokens; a CPU-only grader's other device), also configured for and given
   1040 tokens (``LONG``, beyond GPT2Config's 1024 positions, the notebook's largest: a mask cached for a fixed
   length shows); RotaryGQA and FusedRotaryGQA run there too, on 1040 tokens, without positions (the default
-  positions, and any mask they make, on the device of x; their rope makes its angles on x's device);
+  positions, and any mask they make, on the device of x; their rope makes its angles on x's device); on the meta
+  device an embedding lookup or indexing accepts CPU indices silently, so a TorchFunctionMode (``_CPUBesideMeta``)
+  also notes every torch function given a CPU tensor of one or more dimensions beside meta ones (positions made on
+  the CPU and given to ``wpe``); the constructor arguments (GPT2's ``block``/``norm``, ModernBlock's
+  ``attention``/``feed_forward``/``norm``, ModernDecoder's ``block``/``norm``) are recording stand-ins for the
+  reference parts, and the parts the text names (blocks, ``ln_f`` and the blocks' norms, ``attn``, ``ffn``,
+  ``norm1``/``norm2``, the final ``norm``) must be modules they made;
   ``fuse_qkv`` of a whole decoder's state (embeddings, norms, feed-forward, head, with and without biases) keeps
   every other key with equal values (a copy allowed) and adds no key but the qkv_proj ones; the conversions of exercises 4
   and 8 leave the caller's dict as it was (keys, tensor objects, values, version counters, as for ``fuse_qkv``),
@@ -534,12 +540,53 @@ def _on_the_device_of_tokens(impl, model, fields, length_field):
             "device of tokens and for the length of tokens (torch.arange(seq, device=tokens.device), "
             "torch.ones(seq, seq, ..., device=tokens.device)), and do not move padding_mask to the CPU",
         )
+        _check_nothing_made_on_the_cpu(got["cpu_beside_meta"], call)
         expected = [*shape, case["vocab_size"]]
         expect.that(
             got["device"] == "meta" and got["shape"] == expected,
             f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
             f"{expected} on the device of tokens",
         )
+
+
+@GPT2.hidden
+def test_gpt2_uses_the_parts_given(impl):
+    "block= and norm= are used: the blocks are made by calling block, ln_f and the blocks' norms by calling norm (recording stand-ins)"
+    got = impl.call(gpt2_parts, _gpt2_fields(6, layers=3))
+    expect.that(
+        got["blocks"] == 3 and got["blocks_by_block"] == 3,
+        f"GPT2(config, block=..., norm=...) with n_layers = 3: {got['blocks_by_block']} of its {got['blocks']} "
+        "blocks were made by calling the block argument: build them with block(d_model, n_heads, d_ff, 'gelu_tanh', "
+        "norm=...), not with a block class by name (the checks pass a block of their own)",
+    )
+    expect.that(
+        got["ln_f_by_norm"],
+        "GPT2's ln_f was not made by calling the norm argument (a LayerNorm built by name?): "
+        "self.ln_f = norm(d_model, eps=config.norm_eps) (the checks pass a norm of their own)",
+    )
+    expect.that(
+        got["block_norms_by_norm"] == got["block_norms"],
+        f"{got['block_norms'] - got['block_norms_by_norm']} of the blocks' {got['block_norms']} norms were not made "
+        "by calling the norm argument: give every block norm=functools.partial(norm, eps=config.norm_eps)",
+    )
+
+
+def _check_nothing_made_on_the_cpu(uses: list, call: str) -> None:
+    """No torch function of the meta run was given a CPU tensor beside meta ones (``_CPUBesideMeta``): an embedding
+    lookup or indexing on the meta device accepts CPU indices without raising, where a GPU's lookup does not."""
+    if not uses:
+        return
+    use = uses[0]
+    if any(table.startswith("wpe.") for table in use["tables"]):
+        what = f"the position table wpe was given positions of shape {use['cpu'][0]} made on the CPU"
+    else:
+        tables = f" (with {', '.join(use['tables'])})" if use["tables"] else ""
+        what = f"{use['function']}{tables} was given a tensor of shape {use['cpu'][0]} made on the CPU"
+    expect.fail(
+        f"{call}: {what}, beside the model's tensors on the meta device. Positions (and masks) must be made on the "
+        "device of tokens, torch.arange(seq, device=tokens.device): on a GPU, CPU positions fail or are copied at "
+        "every call"
+    )
 
 
 @GPT2.hidden
@@ -1223,6 +1270,23 @@ def test_modern_block_positions(impl):
 
 
 @MODERN_BLOCK.hidden
+def test_modern_block_uses_the_parts_given(impl):
+    "attention=, feed_forward= and norm= are used: attn, ffn, norm1 and norm2 are made by calling them (recording stand-ins)"
+    got = impl.call(modern_block_parts, _llama_fields(6))
+    for part, argument, call in (
+        ("attn", "attention", "attention(d_model, n_heads, n_kv_heads or n_heads, rope)"),
+        ("ffn", "feed_forward", "feed_forward(d_model, d_ff)"),
+        ("norm1", "norm", "norm(d_model, eps=config.norm_eps)"),
+        ("norm2", "norm", "norm(d_model, eps=config.norm_eps)"),
+    ):
+        expect.that(
+            got[part],
+            f"ModernBlock's {part} was not made by calling the {argument} argument (a class built by name?): "
+            f"self.{part} = {call} (the checks pass parts of their own)",
+        )
+
+
+@MODERN_BLOCK.hidden
 def test_modern_block_is_causal(impl):
     "is_causal=True (mask=None) reaches the attention: the output equals the one with the causal mask"
     fields = _llama_fields(4, kv=2)
@@ -1428,6 +1492,22 @@ def test_decoder_other_configs(impl):
     "more heads (ratio 4), another rope_base, three layers; norm_eps=0.1 reaching the final norm"
     _decoder_case(impl, _llama_fields(3, d=32, heads=4, kv=1, layers=3, base=500.0), 230, 2, 9, lengths=[9, 6])
     _decoder_case(impl, _llama_fields(4, kv=2, eps=0.1), 240, 2, 6)
+
+
+@DECODER.hidden
+def test_decoder_uses_the_parts_given(impl):
+    "block= and norm= are used: the blocks are made by calling block, the final norm by calling norm (recording stand-ins)"
+    got = impl.call(decoder_parts, _llama_fields(6, layers=3))
+    expect.that(
+        got["blocks"] == 3 and got["blocks_by_block"] == 3,
+        f"ModernDecoder(config, block=...) with n_layers = 3: {got['blocks_by_block']} of its {got['blocks']} blocks "
+        "were made by calling the block argument: block(config, that_rope), not a block class by name",
+    )
+    expect.that(
+        got["norm_by_norm"],
+        "ModernDecoder's final norm was not made by calling the norm argument (an RMSNorm built by name?): "
+        "self.norm = norm(d_model, eps=config.norm_eps) (the checks pass a norm of their own)",
+    )
 
 
 @DECODER.hidden
@@ -2052,6 +2132,43 @@ def gpt2_summary(ns, fields: dict):
     return _model_summary(_gpt2(ns, fields))
 
 
+class _Recording:
+    """A constructor argument standing in for ``make`` (a class or a function): it makes what ``make`` makes and keeps
+    every module it made, so that a check sees which parts of a model were built by calling the argument."""
+
+    def __init__(self, make):
+        self.make, self.made = make, []
+
+    def __call__(self, *args, **kwargs):
+        module = self.make(*args, **kwargs)
+        self.made.append(module)
+        return module
+
+    def built(self, module) -> bool:
+        return module is not None and any(module is made for made in self.made)
+
+
+def _blocks(model) -> list:
+    blocks = getattr(model, "blocks", None)
+    return list(blocks) if isinstance(blocks, nn.ModuleList) else []
+
+
+@adapter
+def gpt2_parts(ns, fields: dict) -> dict:
+    """Which parts of ``GPT2`` were made by calling its ``block`` and ``norm`` arguments (recording stand-ins for
+    the reference ``PreNormBlock`` and ``nn.LayerNorm``)."""
+    block, norm = _Recording(PreNormBlock), _Recording(nn.LayerNorm)
+    model = need(ns, "GPT2")(need(ns, "GPT2Config")(**fields), block=block, norm=norm)
+    blocks = _blocks(model)
+    return {
+        "blocks": len(blocks),
+        "blocks_by_block": sum(block.built(b) for b in blocks),
+        "ln_f_by_norm": norm.built(getattr(model, "ln_f", None)),
+        "block_norms": 2 * len(blocks),
+        "block_norms_by_norm": sum(norm.built(getattr(b, name, None)) for b in blocks for name in ("norm1", "norm2")),
+    }
+
+
 @adapter
 def gpt2_logits(ns, fields: dict, state: dict, tokens, padding_mask=None):
     return _logits(load(_gpt2(ns, fields), state), tokens, padding_mask)
@@ -2069,9 +2186,49 @@ def model_on_meta(ns, model: str, fields: dict, shape: list, padded: bool) -> di
     tokens = torch.zeros(shape, dtype=torch.long, device="meta")
     arguments = (tokens, torch.ones(shape, dtype=torch.bool, device="meta")) if padded else (tokens,)
     made = []
-    result = outcome(lambda: made.append(module(*arguments)))
+    with _CPUBesideMeta(module) as observed:
+        result = outcome(lambda: made.append(module(*arguments)))
     output = made[0] if made else None
-    return result | {"device": str(getattr(output, "device", "")), "shape": list(getattr(output, "shape", []))}
+    return result | {
+        "device": str(getattr(output, "device", "")),
+        "shape": list(getattr(output, "shape", [])),
+        "cpu_beside_meta": observed.seen[:3],
+    }
+
+
+def _tensors_in(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)
+
+
+class _CPUBesideMeta(TorchFunctionMode):
+    """Notes each torch function (by any name it is reached) given a CPU tensor of one or more dimensions beside a
+    tensor on the meta device, with the names of the module's parameters and buffers among its meta tensors.
+
+    On the meta device ``F.embedding`` and indexing accept CPU indices silently, so positions made on the CPU and
+    only used to look up a table do not raise there; on a GPU they do (or are copied at every call). A 0-d CPU
+    tensor is a scalar that any device accepts: not noted."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.names = {id(t): n for n, t in (*module.named_parameters(), *module.named_buffers())}
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = list(_tensors_in((args, kwargs)))
+        meta = [t for t in tensors if t.device.type == "meta"]
+        cpu = [list(t.shape) for t in tensors if t.device.type == "cpu" and t.dim() > 0]
+        if meta and cpu:
+            tables = [self.names[id(t)] for t in meta if id(t) in self.names]
+            self.seen.append({"function": getattr(func, "__name__", repr(func)), "cpu": cpu, "tables": tables})
+        return func(*args, **kwargs)
 
 
 # --- Exercise 3 ------------------------------------------------------------------------
@@ -2213,6 +2370,22 @@ def _modern_block(ns, fields: dict):
 
 
 @adapter
+def modern_block_parts(ns, fields: dict) -> dict:
+    """Which parts of ``ModernBlock`` were made by calling its ``attention``, ``feed_forward`` and ``norm`` arguments
+    (recording stand-ins for the reference parts)."""
+    config = need(ns, "DecoderConfig")(**fields)
+    rope = RoPE(config.d_model // config.n_heads, config.max_seq_len, config.rope_base)
+    attention, feed_forward, norm = _Recording(RotaryGroupedQueryAttention), _Recording(SwiGLU), _Recording(nn.RMSNorm)
+    module = need(ns, "ModernBlock")(config, rope, attention=attention, feed_forward=feed_forward, norm=norm)
+    return {
+        "attn": attention.built(getattr(module, "attn", None)),
+        "ffn": feed_forward.built(getattr(module, "ffn", None)),
+        "norm1": norm.built(getattr(module, "norm1", None)),
+        "norm2": norm.built(getattr(module, "norm2", None)),
+    }
+
+
+@adapter
 def modern_block_summary(ns, fields: dict):
     return summary(_modern_block(ns, fields))
 
@@ -2238,6 +2411,20 @@ class _RoPEOnTheDeviceOfX(RoPE):
     def forward(self, x, token_positions):
         theta = frequencies(x.shape[-1], self.base).to(x.device)
         return rope(x, token_positions, self.base, theta=theta).to(x.dtype)
+
+
+@adapter
+def decoder_parts(ns, fields: dict) -> dict:
+    """Which parts of ``ModernDecoder`` were made by calling its ``block`` and ``norm`` arguments (recording
+    stand-ins for the reference ``ModernBlock`` and ``nn.RMSNorm``)."""
+    block, norm = _Recording(ModernBlock), _Recording(nn.RMSNorm)
+    model = need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=block, norm=norm, rope=RoPE)
+    blocks = _blocks(model)
+    return {
+        "blocks": len(blocks),
+        "blocks_by_block": sum(block.built(b) for b in blocks),
+        "norm_by_norm": norm.built(getattr(model, "norm", None)),
+    }
 
 
 @adapter

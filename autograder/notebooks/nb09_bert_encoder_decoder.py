@@ -30,6 +30,13 @@ Oracles:
 
 ``norm=`` is observed by its output: BertEmbeddings and MLMHead are also built with ``GivenNorm`` (LayerNorm's
 parameters, no mean subtracted), and their output must be that norm's (a LayerNorm built by name differs).
+The other constructor arguments the text names (BertForMaskedLM's ``embeddings``, ``block``, ``head``, ``norm``;
+EncoderDecoder's ``encoder_block``, ``decoder_block``, ``norm``, ``positions``) are recording stand-ins for the
+reference parts: the parts the text names (and BERT's norms in embeddings, head and blocks) must be modules they made.
+"On the device of the tokens" (BertEmbeddings' positions and default segment ids, EncoderDecoder's positions): the
+module runs on PyTorch's meta device, where a lookup accepts CPU indices silently, so a TorchFunctionMode
+(``_CPUBesideMeta``) notes every torch function given a CPU tensor of one or more dimensions beside meta ones.
+``mask_tokens`` is also given int32 tokens: its labels must still be int64.
 Lengths beyond the notebook's (its configs' default tables have 512 rows): BertEmbeddings with max_positions 600
 on 560 tokens, EncoderDecoder with max_len 600 on 520 source and 516 target tokens.
 
@@ -65,9 +72,10 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from autograder import expect
-from autograder.adapters import adapter, forward_backward, load, need, summary
+from autograder.adapters import adapter, forward_backward, load, need, outcome, summary
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
@@ -442,6 +450,57 @@ def test_embeddings_use_the_norm_given(impl):
     )
 
 
+def _check_nothing_made_on_the_cpu(uses: list, call: str, advice: dict) -> None:
+    """No torch function of the meta run was given a CPU tensor beside meta ones (``_CPUBesideMeta``): an embedding
+    lookup or indexing on the meta device accepts CPU indices without raising, where a GPU's does not. ``advice``:
+    a table's name prefix -> what was made on the CPU and how to make it on the device of the tokens."""
+    if not uses:
+        return
+    use = uses[0]
+    named = [text for prefix, text in advice.items() if any(t.startswith(prefix) for t in use["tables"])]
+    tables = f" (with {', '.join(use['tables'])})" if use["tables"] else ""
+    what = named[0] if named else f"{use['function']}{tables} was given a tensor made on the CPU"
+    expect.fail(
+        f"{call}: {what} (a tensor of shape {use['cpu'][0]} on the CPU beside the model's tensors on the meta "
+        "device; on a GPU it fails or is copied at every call)"
+    )
+
+
+EMBEDDINGS_ON_THE_CPU = {
+    "position.": "the position table was given positions made on the CPU: torch.arange(seq, device=tokens.device)",
+    "token_type.": "the token-type table was given default segment ids made on the CPU: make them on the device of "
+    "tokens, torch.zeros_like(tokens)",
+}
+
+
+@EMBEDDINGS.hidden
+def test_embeddings_on_the_device_of_tokens(impl):
+    "positions and default segment ids are made on the device of tokens: the module runs on PyTorch's meta device, also for 560 tokens"
+    long_fields = bert_fields(vocab=30, d=8, positions=LONG + 40)
+    for fields, shape, with_types in (
+        (bert_fields(), [2, 5], False),
+        (bert_fields(), [2, 5], True),
+        (long_fields, [2, LONG], False),
+    ):
+        got = impl.call(embeddings_on_meta, fields, shape, with_types)
+        call = (
+            f"BertEmbeddings(config with max_positions={fields['max_positions']}).to('meta')(tokens"
+            f"{', token_type_ids' * with_types}) with tokens of shape {shape} on the meta device"
+        )
+        expect.that(
+            not got["raised"],
+            f"{call} raised {got['raised']}: {got['message'][:200]}; make the positions and the default segment "
+            "ids on the device of tokens and for the length of tokens",
+        )
+        _check_nothing_made_on_the_cpu(got["cpu_beside_meta"], call, EMBEDDINGS_ON_THE_CPU)
+        expected = [*shape, fields["d_model"]]
+        expect.that(
+            got["device"] == "meta" and got["shape"] == expected,
+            f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
+            f"{expected} on the device of tokens",
+        )
+
+
 # --- Exercise 2 ------------------------------------------------------------------------------------
 
 HEAD_NAMES = (
@@ -736,6 +795,34 @@ def test_bert_layer_norm_eps(impl):
 
 
 @BERT.hidden
+def test_bert_uses_the_parts_given(impl):
+    "embeddings=, block=, head= and norm= are used: each part made by calling its argument, every norm by calling norm (recording stand-ins)"
+    got = impl.call(bert_parts, bert_fields(layers=3))
+    for part, argument, call in (
+        ("embeddings", "embeddings", "self.embeddings = embeddings(config, norm=norm)"),
+        ("head", "head", "self.head = head(config, self.embeddings.word, norm=norm)"),
+        ("embeddings.norm", "norm", "self.embeddings = embeddings(config, norm=norm)"),
+        ("head.norm", "norm", "self.head = head(config, self.embeddings.word, norm=norm)"),
+    ):
+        expect.that(
+            got[part],
+            f"BertForMaskedLM's {part} was not made by calling the {argument} argument (a default or a class "
+            f"built by name?): {call} (the checks pass parts of their own)",
+        )
+    expect.that(
+        got["blocks"] == 3 and got["blocks_by_block"] == 3,
+        f"BertForMaskedLM(config, block=...) with n_layers = 3: {got['blocks_by_block']} of its {got['blocks']} "
+        "blocks were made by calling the block argument: block(d_model, n_heads, d_ff, 'gelu', norm_first=False, "
+        "norm=block_norm), not a block class by name",
+    )
+    expect.that(
+        got["block_norms_by_norm"] == got["block_norms"],
+        f"{got['block_norms'] - got['block_norms_by_norm']} of the blocks' {got['block_norms']} norms were not made "
+        "by calling the norm argument: give every block norm=block_norm, partial(norm, eps=config.norm_eps)",
+    )
+
+
+@BERT.hidden
 def test_bert_padding_is_invisible(impl):
     "changing the padded tokens leaves the logits at the real positions unchanged"
     f = bert_fields()
@@ -795,7 +882,11 @@ def _masking_draws(impl, tokens, options, seed, draws=1, global_seed=0):
     for inputs, labels in zip(got["inputs"], got["labels"], strict=True):
         inputs = expect.tensor(inputs, f"inputs returned by {what}", shape=tokens.shape)
         labels = expect.tensor(labels, f"labels returned by {what}", shape=tokens.shape)
-        expect.that(labels.dtype == torch.long, f"labels has dtype {labels.dtype}, expected torch.long (int64)")
+        expect.that(
+            labels.dtype == torch.long,
+            f"labels has dtype {labels.dtype} for tokens of dtype {tokens.dtype}, expected torch.long (int64) "
+            "whatever the tokens' integer dtype (F.cross_entropy takes int64 targets): make them with .long()",
+        )
         pairs.append((inputs, labels))
     return pairs
 
@@ -946,6 +1037,14 @@ def test_masking_random_ids_and_options(impl):
     special = torch.tensor(SPECIAL + [9])
     for inputs, labels in _masking_draws(impl, tokens, _options(60, 0.5, special), 41, draws=2):
         _check_consistency(tokens, inputs, labels, special)
+
+
+@MASKING.hidden
+def test_masking_int32_tokens(impl):
+    "int32 tokens: labels are still torch.long, inputs the tokens where not picked"
+    tokens = masking_batch(16, 24, 60, 50).int()
+    for inputs, labels in _masking_draws(impl, tokens, _options(60), 51):
+        _check_consistency(tokens, inputs, labels, SPECIAL)
 
 
 # --- Exercise 5 ------------------------------------------------------------------------------------
@@ -1325,6 +1424,60 @@ def test_encdec_longer_than_512(impl):
     )
 
 
+ENCDEC_ON_THE_CPU = {
+    "positions.": "the position table was given positions made on the CPU: torch.arange(length, device=tokens.device)",
+}
+
+
+@ENCDEC.hidden
+def test_encdec_on_the_device_of_tokens(impl):
+    "positions (and any mask) made on the device of the tokens: the model runs on PyTorch's meta device, also for 520 and 516 tokens"
+    for fields, src_len, tgt_len in (
+        (encdec_fields(), 6, 4),
+        (encdec_fields(d=8, heads=2, n_enc=1, n_dec=1, d_ff=16, max_len=LONG + 40), 520, 516),
+    ):
+        got = impl.call(encdec_on_meta, fields, src_len, tgt_len)
+        call = (
+            f"EncoderDecoder(config with max_len={fields['max_len']}).to('meta')(src, tgt, src_padding, tgt_padding) "
+            f"with src of {src_len} and tgt of {tgt_len} tokens on the meta device"
+        )
+        expect.that(
+            not got["raised"],
+            f"{call} raised {got['raised']}: {got['message'][:200]}; make the positions on the device of the tokens "
+            "and for their length, torch.arange(length, device=tokens.device)",
+        )
+        _check_nothing_made_on_the_cpu(got["cpu_beside_meta"], call, ENCDEC_ON_THE_CPU)
+        expected = [2, tgt_len, fields["tgt_vocab_size"]]
+        expect.that(
+            got["device"] == "meta" and got["shape"] == expected,
+            f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
+            f"{expected} on the device of the tokens",
+        )
+
+
+@ENCDEC.hidden
+def test_encdec_uses_the_parts_given(impl):
+    "encoder_block=, decoder_block=, norm= and positions= are used: each part made by calling its argument (recording stand-ins)"
+    got = impl.call(encdec_parts, encdec_fields(n_enc=2, n_dec=3))
+    for stack, argument, count in (("encoder", "encoder_block", 2), ("decoder", "decoder_block", 3)):
+        expect.that(
+            got[stack] == count and got[f"{stack}_by_block"] == count,
+            f"EncoderDecoder's {stack} has {got[stack]} blocks, {got[f'{stack}_by_block']} of them made by calling "
+            f"the {argument} argument; expected {count}: {argument}(d_model, n_heads, d_ff, activation, norm_first), "
+            "not a block class by name (the checks pass blocks of their own)",
+        )
+    for part, argument, call in (
+        ("encoder_norm", "norm", "self.encoder_norm = norm(d_model)"),
+        ("decoder_norm", "norm", "self.decoder_norm = norm(d_model)"),
+        ("positions", "positions", "self.positions = positions(config.max_len, config.d_model)"),
+    ):
+        expect.that(
+            got[part],
+            f"EncoderDecoder's {part} was not made by calling the {argument} argument (a class built by name?): "
+            f"{call} (the checks pass parts of their own)",
+        )
+
+
 @ENCDEC.hidden
 def test_encdec_source_padding_is_invisible(impl):
     "changing padded source tokens leaves every logit unchanged; share_embeddings with two vocabularies is refused"
@@ -1516,6 +1669,85 @@ def embeddings_forward(ns, fields: dict, state: dict, tokens, token_type_ids=Non
     return {"output": module(*args)}
 
 
+def _tensors_in(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)
+
+
+class _CPUBesideMeta(TorchFunctionMode):
+    """Notes each torch function (by any name it is reached) given a CPU tensor of one or more dimensions beside a
+    tensor on the meta device, with the names of the module's parameters and buffers among its meta tensors.
+
+    On the meta device ``F.embedding`` and indexing accept CPU indices silently, so positions or segment ids made on
+    the CPU and only used to look up a table do not raise there; on a GPU they do (or are copied at every call). A
+    0-d CPU tensor is a scalar that any device accepts: not noted."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.names = {id(t): n for n, t in (*module.named_parameters(), *module.named_buffers())}
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = list(_tensors_in((args, kwargs)))
+        meta = [t for t in tensors if t.device.type == "meta"]
+        cpu = [list(t.shape) for t in tensors if t.device.type == "cpu" and t.dim() > 0]
+        if meta and cpu:
+            tables = [self.names[id(t)] for t in meta if id(t) in self.names]
+            self.seen.append({"function": getattr(func, "__name__", repr(func)), "cpu": cpu, "tables": tables})
+        return func(*args, **kwargs)
+
+
+@torch.no_grad()
+def _on_meta(module: nn.Module, *arguments) -> dict:
+    """``module`` moved to PyTorch's meta device and called on ``arguments`` (meta tensors, or None): what it raised,
+    its output's device and shape, and the CPU tensors its torch functions were given beside meta ones."""
+    module = module.to("meta").eval()
+    made = []
+    with _CPUBesideMeta(module) as observed:
+        result = outcome(lambda: made.append(module(*arguments)))
+    output = made[0] if made else None
+    return result | {
+        "device": str(getattr(output, "device", "")),
+        "shape": list(getattr(output, "shape", [])),
+        "cpu_beside_meta": observed.seen[:3],
+    }
+
+
+class _Recording:
+    """A constructor argument standing in for ``make`` (a class or a function): it makes what ``make`` makes and keeps
+    every module it made, so that a check sees which parts of a model were built by calling the argument."""
+
+    def __init__(self, make):
+        self.make, self.made = make, []
+
+    def __call__(self, *args, **kwargs):
+        module = self.make(*args, **kwargs)
+        self.made.append(module)
+        return module
+
+    def built(self, module) -> bool:
+        return module is not None and any(module is made for made in self.made)
+
+
+def _modules(model, name: str) -> list:
+    modules = getattr(model, name, None)
+    return list(modules) if isinstance(modules, nn.ModuleList) else []
+
+
+@adapter
+def embeddings_on_meta(ns, fields: dict, shape: list, with_types: bool) -> dict:
+    """``BertEmbeddings`` on PyTorch's meta device, on meta tokens (and token types): see ``_on_meta``."""
+    tokens = torch.zeros(shape, dtype=torch.long, device="meta")
+    return _on_meta(_embeddings(ns, fields), *([tokens, torch.zeros_like(tokens)] if with_types else [tokens]))
+
+
 # --- Exercise 2 ----------------------------------------------------------------------------
 
 
@@ -1564,6 +1796,30 @@ def _bert(ns, fields):
 @adapter
 def bert_summary(ns, fields: dict):
     return _counted(_bert(ns, fields))
+
+
+@adapter
+def bert_parts(ns, fields: dict) -> dict:
+    """Which parts of ``BertForMaskedLM`` were made by calling its ``embeddings``, ``block``, ``head`` and ``norm``
+    arguments (recording stand-ins for the reference parts)."""
+    parts = {name: _Recording(make) for name, make in BERT_PARTS.items()}
+    norm = parts["norm"]
+    model = need(ns, "BertForMaskedLM")(_bert_config(ns, fields), **parts)
+    embeddings, head, blocks = (
+        getattr(model, "embeddings", None),
+        getattr(model, "head", None),
+        _modules(model, "blocks"),
+    )
+    return {
+        "embeddings": parts["embeddings"].built(embeddings),
+        "head": parts["head"].built(head),
+        "embeddings.norm": norm.built(getattr(embeddings, "norm", None)),
+        "head.norm": norm.built(getattr(head, "norm", None)),
+        "blocks": len(blocks),
+        "blocks_by_block": sum(parts["block"].built(b) for b in blocks),
+        "block_norms": 2 * len(blocks),
+        "block_norms_by_norm": sum(norm.built(getattr(b, name, None)) for b in blocks for name in ("norm1", "norm2")),
+    }
 
 
 @adapter
@@ -1646,6 +1902,36 @@ def encdec_forward(ns, fields: dict, state: dict, src, tgt, src_padding=None, tg
     module = load(_encdec(ns, fields), state).train()  # no dropout in the course's parts: train == eval
     with torch.no_grad():
         return {"output": module(src, tgt, src_padding, tgt_padding), "memory": module.encode(src, src_padding)}
+
+
+@adapter
+def encdec_on_meta(ns, fields: dict, src_len: int, tgt_len: int) -> dict:
+    """``EncoderDecoder`` on PyTorch's meta device, on meta tokens and padding masks: see ``_on_meta``."""
+    src = torch.zeros(2, src_len, dtype=torch.long, device="meta")
+    tgt = torch.zeros(2, tgt_len, dtype=torch.long, device="meta")
+    masks = (
+        torch.ones(2, src_len, dtype=torch.bool, device="meta"),
+        torch.ones(2, tgt_len, dtype=torch.bool, device="meta"),
+    )
+    return _on_meta(_encdec(ns, fields), src, tgt, *masks)
+
+
+@adapter
+def encdec_parts(ns, fields: dict) -> dict:
+    """Which parts of ``EncoderDecoder`` were made by calling its ``encoder_block``, ``decoder_block``, ``norm`` and
+    ``positions`` arguments (recording stand-ins for the reference parts)."""
+    parts = {name: _Recording(make) for name, make in ENCDEC_PARTS.items()}
+    model = need(ns, "EncoderDecoder")(need(ns, "TransformerConfig")(**fields), **parts)
+    encoder, decoder = _modules(model, "encoder"), _modules(model, "decoder")
+    return {
+        "encoder": len(encoder),
+        "encoder_by_block": sum(parts["encoder_block"].built(b) for b in encoder),
+        "decoder": len(decoder),
+        "decoder_by_block": sum(parts["decoder_block"].built(b) for b in decoder),
+        "encoder_norm": parts["norm"].built(getattr(model, "encoder_norm", None)),
+        "decoder_norm": parts["norm"].built(getattr(model, "decoder_norm", None)),
+        "positions": parts["positions"].built(getattr(model, "positions", None)),
+    }
 
 
 # --- Exercise 7 ----------------------------------------------------------------------------
