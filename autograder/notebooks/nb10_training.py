@@ -15,7 +15,11 @@ PyTorch's parts (so these exercises never rest on the student's other answers).
 The loop is also run with a ``torch.optim.AdamW`` of three parameter groups that records each group's rate
 at every ``step()`` (each must be ``schedule(step)``); ``overfit_one_batch`` is given a recording wrapper of
 the reference loop (it must be the function that makes the updates); ``evaluate`` and ``train`` get a model
-whose first parameter is on the meta device, and the device they ask ``get_batch`` for is recorded.
+whose first parameter is on the meta device, and the device they ask ``get_batch`` for is recorded. They are
+also given recording stand-ins for the parts they take as arguments (``get_batch``, ``loss_fn``; for ``train``
+also ``schedule``, ``clip``, ``evaluate``), whose results no notebook function gives (batches of their own
+generator, losses shifted by 0.25 per call, validation losses 101, 102, ...): each must be called as the text
+says and its results must be what the history (or the mean) holds (atol 1e-12: the same floats; the mean 1e-5).
 
 Tolerances (float32 on CPU), measured for the solution over 20 seeds of each case
 (the solution's functions against the oracles here):
@@ -934,6 +938,27 @@ def test_evaluate_asks_for_the_models_device(impl):
 
 
 @EVALUATE.hidden
+def test_evaluate_uses_the_parts_it_is_given(impl):
+    "recording get_batch and loss_fn passed in: a batch and a loss per batch, the mean of what loss_fn returned"
+    batches = 3
+    got = impl.call(evaluate_recorded, _tiny_state(6), ref.tokens_for(306), batches=batches, batch_size=2, context=5)
+    what = f"evaluate(model, tokens, batches={batches}, ..., get_batch=<recording>, loss_fn=<recording>)"
+    _check_used(what, "get_batch", len(got["batches"]), batches, "per batch")
+    _check_used(what, "loss_fn", len(got["losses"]), batches, "per batch")
+    _check_targets(what, got["losses"])
+    value = got["value"]
+    expect.that(isinstance(value, float), f"{what} returned a {type(value).__name__}, expected a Python float")
+    mean = sum(loss["value"] for loss in got["losses"]) / batches
+    expect.close(
+        torch.tensor(value),
+        torch.tensor(mean),
+        f"{what} (the mean of the {batches} losses loss_fn returned, {mean:.6g})",
+        **HISTORY,
+        hint="Return the mean of what the loss_fn you are given returns, not of a loss computed otherwise.",
+    )
+
+
+@EVALUATE.hidden
 def test_evaluate_restores_eval_mode(impl):
     "a model handed over in eval mode stays in eval mode; other sizes"
     _evaluate_case(impl, 1, False, batches=5, batch_size=2, context=5)
@@ -1205,6 +1230,90 @@ def test_train_sets_every_group(impl):
         f"{what}: update {step} ran parameter group {group} at lr {rate:.6g}, expected schedule({step}) = "
         f"{lr:.6g} in every group (for group in optimizer.param_groups: group['lr'] = lr, before optimizer.step())"
     )
+
+
+PARTS_CONFIG = {  # validations after updates 2, 4 and 5 (the last)
+    "batch_size": 2,
+    "context_length": 6,
+    "max_steps": 5,
+    "eval_interval": 2,
+    "eval_batches": 2,
+    "max_grad_norm": 0.7,
+    "eval_seed": 11,
+}
+
+
+def _check_used(what, part, calls, expected, per):
+    expect.that(
+        calls == expected,
+        f"{what} called the {part} it was given {calls} times, expected {expected} (once {per}): call the {part} "
+        f"argument (the checks pass their own), not a function of the notebook by name",
+    )
+
+
+def _check_targets(what, losses):
+    expect.that(
+        all(loss["targets"] for loss in losses),
+        f"{what}: the targets handed to loss_fn are not those the get_batch it was given returned: "
+        "inputs, targets = get_batch(...); loss_fn(model(inputs), targets)",
+    )
+
+
+@TRAIN.hidden
+def test_train_uses_the_parts_it_is_given(impl):
+    "recording get_batch, loss_fn, clip, schedule and evaluate passed in: each used, its results in the history"
+    config, steps = PARTS_CONFIG, PARTS_CONFIG["max_steps"]
+    got = impl.call(train_recorded, _tiny_state(7), ref.tokens_for(307), ref.tokens_for(407, length=120), config)
+    what = f"train(..., max_steps={steps}) with recording parts"
+    training = [loss for loss in got["losses"] if not loss["evaluating"]]
+    _check_used(what, "get_batch", got["batches"].count(False), steps, "per update, besides evaluate's")
+    _check_used(what, "loss_fn", len(training), steps, "per update, besides evaluate's")
+    _check_targets(what, training)
+    _check_used(what, "clip", len(got["clips"]), steps, "per update")
+    expect.that(
+        all(c["max_norm"] == config["max_grad_norm"] and c["models"] for c in got["clips"]),
+        f"{what} called clip with other arguments than the model's parameters and config.max_grad_norm "
+        f"({config['max_grad_norm']}): clip(model.parameters(), config.max_grad_norm)",
+    )
+    expect.that(
+        sorted(set(got["steps"])) == list(range(1, steps + 1)),
+        f"{what} called the schedule it was given with the steps {sorted(set(got['steps']))}, expected 1..{steps}: "
+        "lr = schedule(step) at every update",
+    )
+    validations = [step for step in range(1, steps + 1) if step % config["eval_interval"] == 0 or step == steps]
+    _check_used(what, "evaluate", len(got["evaluations"]), len(validations), f"per validation, after {validations}")
+    history = got["history"]
+    expect.that(
+        isinstance(history, dict) and all(isinstance(history.get(k), list) for k in ("train_loss", "lr", "val_loss")),
+        f"{what} returned no history dict of lists",
+    )
+    for key, expected, source in (
+        ("train_loss", [loss["value"] for loss in training], "loss.item() of loss = loss_fn(model(inputs), targets)"),
+        ("lr", [PARTS_RATE * step for step in range(1, steps + 1)], "lr = schedule(step)"),
+        ("val_loss", [evaluation["value"] for evaluation in got["evaluations"]], "what evaluate returned"),
+    ):
+        expect.close(
+            torch.tensor(history[key], dtype=torch.float64),
+            torch.tensor(expected, dtype=torch.float64),
+            f"history[{key!r}] of {what}",
+            atol=1e-12,  # the given parts' own floats, stored as they are
+            rtol=0.0,
+            hint=f"Store {source}, from the parts given as arguments.",
+        )
+    for evaluation in got["evaluations"]:
+        expect.that(
+            evaluation["batches"] == evaluation["losses"] == config["eval_batches"],
+            f"{what}: evaluate drew {evaluation['batches']} batches with train's get_batch and computed "
+            f"{evaluation['losses']} losses with its loss_fn, expected {config['eval_batches']} of each: pass them on, "
+            "evaluate(..., get_batch=get_batch, loss_fn=loss_fn)",
+        )
+        sizes = [config[name] for name in ("eval_batches", "batch_size", "context_length")]
+        expect.that(
+            evaluation["model"] and evaluation["sizes"] == sizes and evaluation["seed"] == config["eval_seed"],
+            f"{what} called evaluate with batches, batch_size, context_length = {evaluation['sizes']} and a "
+            f"generator seeded {evaluation['seed']}, expected the model, {sizes} and "
+            f"torch.Generator().manual_seed(config.eval_seed) ({config['eval_seed']})",
+        )
 
 
 # --- Exercise 10 -------------------------------------------------------------------------
@@ -1779,6 +1888,120 @@ def train_groups(
         progress=False,
     )
     return {"rates": optimizer.rates}
+
+
+PARTS_RATE = 1e-3  # the recording schedule: PARTS_RATE * step
+
+
+class _RecordingParts:
+    """Stand-ins for the parts ``train`` and ``evaluate`` are given, recording each call, with results no function of
+    the notebook gives: batches drawn with a generator of their own, losses shifted by 0.25 per call (the gradients
+    are unchanged), the rate ``PARTS_RATE * step``, validation losses 101.0, 102.0, ... (evaluate runs the
+    reference evaluation with what it is given, so the get_batch and loss_fn handed on are recorded too)."""
+
+    def __init__(self, model):
+        self.model, self.evaluating, self.last_targets = model, False, None
+        self.own = torch.Generator().manual_seed(2024)
+        self.batches, self.losses, self.clips, self.steps, self.evaluations = [], [], [], [], []
+
+    def get_batch(self, tokens, batch_size, context_length, device="cpu", *, generator=None):
+        inputs, targets = ref.get_batch(tokens, batch_size, context_length, generator=self.own)
+        self.batches.append(self.evaluating)
+        self.last_targets = targets
+        return inputs, targets
+
+    def loss_fn(self, logits, targets):
+        loss = ref.loss_fn(logits, targets) + 0.25 * (len(self.losses) + 1)
+        last = self.last_targets
+        same = isinstance(targets, torch.Tensor) and last is not None and targets.shape == last.shape
+        self.losses.append(
+            {
+                "evaluating": self.evaluating,
+                "value": float(loss.detach()),
+                "targets": same and torch.equal(targets, last),
+            }
+        )
+        return loss
+
+    def clip(self, parameters, max_norm):
+        parameters = list(parameters)
+        models = {id(p) for p in parameters} == {id(p) for p in self.model.parameters()}
+        self.clips.append({"max_norm": max_norm, "models": models})
+        return ref.clip(parameters, max_norm)
+
+    def schedule(self, step):
+        self.steps.append(step)
+        return PARTS_RATE * step
+
+    def evaluate(self, *args, **kwargs):
+        given = inspect.signature(ref.evaluate).bind(*args, **kwargs).arguments  # raises as evaluate itself would
+        batches, losses = len(self.batches), len(self.losses)
+        self.evaluating = True
+        try:
+            ref.evaluate(*args, **kwargs)
+        finally:
+            self.evaluating = False
+        generator = given.get("generator")
+        self.evaluations.append(
+            {
+                "model": given.get("model") is self.model,
+                "sizes": [given.get(name) for name in ("batches", "batch_size", "context_length")],
+                "seed": generator.initial_seed() if isinstance(generator, torch.Generator) else None,
+                "batches": len(self.batches) - batches,
+                "losses": len(self.losses) - losses,
+                "value": 100.0 + len(self.evaluations) + 1,
+            }
+        )
+        return self.evaluations[-1]["value"]
+
+    def record(self) -> dict:
+        return {name: getattr(self, name) for name in ("batches", "losses", "clips", "steps", "evaluations")}
+
+
+@adapter
+def evaluate_recorded(ns, state: dict, tokens: torch.Tensor, *, batches: int, batch_size: int, context: int) -> dict:
+    """``evaluate`` given recording ``get_batch`` and ``loss_fn`` (``_RecordingParts``): what it returned and the
+    calls they recorded."""
+    model = ref.TinyLM()
+    model.load_state_dict(state)
+    parts = _RecordingParts(model)
+    value = need(ns, "evaluate")(
+        model,
+        tokens,
+        batches=batches,
+        batch_size=batch_size,
+        context_length=context,
+        generator=torch.Generator().manual_seed(0),
+        get_batch=parts.get_batch,
+        loss_fn=parts.loss_fn,
+    )
+    return parts.record() | {"value": value}
+
+
+@adapter
+def train_recorded(ns, state: dict, train_tokens: torch.Tensor, val_tokens: torch.Tensor, config: dict) -> dict:
+    """``train`` given recording ``schedule``, ``get_batch``, ``loss_fn``, ``clip`` and ``evaluate``
+    (``_RecordingParts``): the history it returned and the calls they recorded."""
+    model, optimizer = ref.tiny_setup(0)
+    model.load_state_dict(state)
+    parts = _RecordingParts(model)
+    history = need(ns, "train")(
+        model,
+        optimizer,
+        train_tokens,
+        val_tokens,
+        ref.TrainConfig(**config),
+        schedule=parts.schedule,
+        generator=torch.Generator().manual_seed(0),
+        get_batch=parts.get_batch,
+        loss_fn=parts.loss_fn,
+        clip=parts.clip,
+        evaluate=parts.evaluate,
+        progress=False,
+    )
+    return parts.record() | {
+        "history": history if isinstance(history, dict) else {"__unsupported__": type(history).__qualname__}
+    }
 
 
 # --- Exercise 10 -------------------------------------------------------------------------

@@ -41,6 +41,8 @@ Oracles, written here and independent of the notebook's solutions:
   Generated tokens with the cache must equal full recomputation's greedy tokens (exactly).
   Hidden: the attention (default positions) and the decoder (positions and mask) run on the meta device, a
   prompt then one token with a cache: a tensor made on the CPU cannot be mixed with meta tensors, so it raises.
+  The cache alone: 650 positions per layer (600 in one call, or one at a time; beyond the notebook's
+  max_seq_len of 512), exact; fed meta keys and values, everything it returns and stores on the meta device.
 - Continuous batching (exercise 11): the engines' logs (``autograder.reference.batching``) and greedy
   outputs computed here one request at a time: equal outputs, no step while a slot is free and a request
   waits, no slot stepped after its request is done.
@@ -57,7 +59,7 @@ from torch import nn
 
 from autograder import expect
 from autograder.adapters import adapter, given, need, outcome, summary
-from autograder.errors import StudentCodeError
+from autograder.errors import StudentCodeError, is_stub
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
 from autograder.reference import sampling
@@ -1148,6 +1150,68 @@ def test_cache_other_patterns(impl):
     _check_cache(impl, 3, [(2, 2), (0, 3), (1, 3), (2, 3), (0, 2), (0, 1)], 80)
 
 
+LONG_CACHE = 650  # positions per layer: beyond the notebook's max_seq_len (512) and its longest demo (6 + 128)
+
+
+def _long_cache_plan():
+    """Layer 0: 600 positions in one call, then 50 one at a time; layer 1: 650 one at a time (interleaved)."""
+    return [(0, 600)] + [(1, 1)] * 300 + [(0, 1), (1, 1)] * 50 + [(1, 1)] * 300
+
+
+@CACHE.hidden
+def test_cache_holds_any_number_of_positions(impl):
+    "650 positions per layer (600 in one call, or one at a time): beyond the notebook's max_seq_len of 512"
+    plan = _long_cache_plan()
+    keys = [_randn((1, 1, LONG_CACHE, 2), 90 + layer) for layer in range(2)]
+    values = [_randn((1, 1, LONG_CACHE, 2), 95 + layer) for layer in range(2)]
+    got = impl.call(kv_cache_filled, 2, keys, values, plan)
+    if got["raised"] is not None:
+        layer, n = plan[got["update"]]
+        expect.fail(
+            f"KVCache.update number {got['update'] + 1} (layer {layer}, {n} new positions after {got['stored']}) "
+            f"raised {got['raised']}: {got['message'][:200]}. The cache holds any number of positions, in one call "
+            "or many: grow it (torch.cat), with no buffer of a fixed size"
+        )
+    for layer in range(2):
+        for name, returned, expected in zip(("keys", "values"), got["returned"][layer], (keys, values), strict=True):
+            what = f"the {name} returned by layer {layer}'s last update, after {LONG_CACHE} positions"
+            held = returned.shape[2] if isinstance(returned, torch.Tensor) and returned.dim() == 4 else LONG_CACHE
+            expect.that(
+                held >= LONG_CACHE,
+                f"{what} hold {held} positions, expected {LONG_CACHE}: the cache holds any number of positions: "
+                "grow it (torch.cat), with no buffer of a fixed size",
+            )
+            expect.close(returned, expected[layer], what, atol=0)
+            expect.close(
+                got[name][layer], expected[layer], f"cache.{name}[{layer}] after {LONG_CACHE} positions", atol=0
+            )
+    expect.that(got["length"] == LONG_CACHE, f"after {LONG_CACHE} positions, length is {got['length']}")
+
+
+ON_THE_DEVICE_OF_K = (
+    "Keep the keys and values on the device of k and v: torch.cat them, or make any buffer on k.device "
+    "(torch.zeros(...) without device= is on the CPU)"
+)
+
+
+@CACHE.hidden
+def test_cache_on_the_device_of_k_and_v(impl):
+    "on the meta device (standing for a GPU), the keys and values returned and stored stay on the device of k and v"
+    got = impl.call(kv_cache_on_meta, 2, [2, 3, 4], [(0, 5), (1, 5), (0, 1), (1, 1), (0, 2)])
+    expect.that(
+        got["raised"] is None,
+        f"KVCache.update on PyTorch's meta device (standing for a GPU) raised {got['raised']}: "
+        f"{got['message'][:200]}. {ON_THE_DEVICE_OF_K}",
+    )
+    for where, device in got["devices"]:
+        expect.that(
+            device == "meta",
+            f"{where} is on {device!r}, though k and v were on the meta device (standing for a GPU). "
+            f"{ON_THE_DEVICE_OF_K}",
+        )
+    expect.that(got["length"] == 8, f"after 8 positions on the meta device, length is {got['length']}")
+
+
 # --- Exercise 9 --------------------------------------------------------------------------
 
 
@@ -1661,6 +1725,61 @@ def kv_cache_updates(ns, n_layers: int, updates: list):
         }  # the spec names them: one entry per layer
         record["steps"].append({"k": k_all, "v": v_all, "length": cache.length, **stored})
     return record
+
+
+@adapter
+def kv_cache_filled(ns, n_layers: int, keys: list, values: list, plan: list) -> dict:
+    """``KVCache(n_layers)`` given, for each ``(layer, n)`` of ``plan`` in turn, the next ``n`` positions of
+    ``keys[layer]`` and ``values[layer]``: what each layer's last update returned, the length and the stores at
+    the end; or, when an update raised, which one, what it raised and how many positions the layer held."""
+    cache = need(ns, "KVCache")(n_layers)
+    filled, returned = [0] * n_layers, [(None, None)] * n_layers
+    for index, (layer, n) in enumerate(plan):
+        start = filled[layer]
+        k, v = (t[layer][:, :, start : start + n].clone() for t in (keys, values))
+
+        def update(layer=layer, k=k, v=v):
+            k_all, v_all = cache.update(layer, k, v)
+            returned[layer] = (k_all, v_all)
+
+        result = outcome(update)
+        if result["raised"] is not None:
+            return result | {"update": index, "stored": start}
+        filled[layer] += n
+    stores = {
+        name: list(value) if isinstance(value := getattr(cache, name, None), list | tuple) else [None] * n_layers
+        for name in ("keys", "values")
+    }
+    return {"raised": None, "returned": returned, "length": cache.length, **stores}
+
+
+@adapter
+@torch.no_grad()
+def kv_cache_on_meta(ns, n_layers: int, shape: list, plan: list) -> dict:
+    """``KVCache(n_layers)`` given meta ``k`` and ``v`` (``[batch, kv_heads, n, head_dim]`` from ``shape`` without
+    ``n``) for each ``(layer, n)`` of ``plan``: what it raised, or the device of every tensor it returned and of
+    its stores at the end, and its length. A buffer made on the CPU cannot take meta tensors, so it raises."""
+    cache = need(ns, "KVCache")(n_layers)
+    batch, heads, head_dim = shape
+    devices = []
+
+    def run():
+        for index, (layer, n) in enumerate(plan):
+            k, v = (torch.zeros(batch, heads, n, head_dim, device="meta") for _ in range(2))
+            for name, t in zip(("keys", "values"), cache.update(layer, k, v), strict=True):
+                devices.append((f"the {name} returned by update number {index + 1}", str(getattr(t, "device", ""))))
+        for name in ("keys", "values"):
+            stored = getattr(cache, name, None)
+            for layer, t in enumerate(stored if isinstance(stored, list | tuple) else []):
+                devices.append((f"cache.{name}[{layer}] after the updates", str(getattr(t, "device", ""))))
+
+    try:
+        result = outcome(run)
+    except NotImplementedError as error:  # a meta tensor refusing to be copied to the CPU is no stub
+        if is_stub(error):
+            raise
+        result = {"raised": type(error).__name__, "message": str(error)}
+    return result | {"devices": devices, "length": cache.length if result["raised"] is None else None}
 
 
 # --- Exercise 9 --------------------------------------------------------------------------

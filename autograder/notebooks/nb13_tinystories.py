@@ -60,7 +60,8 @@ Oracles:
   a wrapper that records every call (the cache it used, the positions that cache held before and after, the
   tokens fed), so what the model is fed and what the cache holds are observed, not inferred from the tokens.
   Sampling uses a seeded ``torch.Generator`` on both sides: one pick per new token gives the same draws.
-  Int32 prompts (a visible and a hidden case): the result must keep the prompt's dtype.
+  Int32 prompts (a visible and a hidden case): the result must keep the prompt's dtype. Hidden: a window of 300
+  (beyond the demo's 128 or 256) on a one-layer decoder of width 8, a prompt of 296 and a restart.
 
 Tolerances (float32 on CPU, any BLAS): bits per byte rtol 1e-6 (measured 0 for the closed form, below
 1e-7 relative against the base-2 sum); FLOPs exact (integers; 0.5 allowed for a float that holds one);
@@ -1087,14 +1088,14 @@ def test_maps_on_the_device_of_tokens(impl):
 # --- Exercise 7 --------------------------------------------------------------------------
 
 
-def _generation_fields(seed, *, layers=2, d=32, heads=4, kv=2):
+def _generation_fields(seed, *, layers=2, d=32, heads=4, kv=2, max_seq_len=64):
     return {
         "vocab_size": 37 + seed,
         "d_model": d,
         "n_layers": layers,
         "n_heads": heads,
         "d_ff": 48,
-        "max_seq_len": 64,
+        "max_seq_len": max_seq_len,
         "n_kv_heads": kv,
         "rope_base": 10000.0,
         "norm_eps": 1e-5,
@@ -1304,6 +1305,13 @@ def test_generation_feeds_and_cache(impl):
     "one call per new token: the prompt, then one token per call; a full cache restarts with window // 2; int32 kept"
     _generation_case(impl, 1, prompt_length=3, window=6, max_new_tokens=16)
     _generation_case(impl, 12, prompt_length=4, window=6, max_new_tokens=9, prompt_dtype=torch.int32)
+
+
+@GENERATE.hidden
+def test_generation_window_beyond_the_demos(impl):
+    "a window of 300, beyond the notebook's demo (128 or 256): a prompt of 296, then a restart with the last 150"
+    fields = _generation_fields(13, layers=1, d=8, heads=2, kv=1, max_seq_len=320)  # small: a forward of 300 is cheap
+    _generation_case(impl, 13, prompt_length=296, window=300, max_new_tokens=8, fields=fields)
 
 
 @GENERATE.hidden
