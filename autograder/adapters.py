@@ -14,6 +14,7 @@ import sys
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from autograder.rules import is_student_code
 from coursetools.budget import being_graded
@@ -322,3 +323,55 @@ def dict_call_observed(function, state: dict) -> tuple[object, dict]:
         ),
     }
     return result, caller
+
+
+class Recording:
+    """A constructor argument standing in for ``make`` (a class or a function): it makes what ``make`` makes and keeps
+    every module it made, so that a check sees which parts of a model were built by calling the argument."""
+
+    def __init__(self, make):
+        self.make, self.made = make, []
+
+    def __call__(self, *args, **kwargs):
+        module = self.make(*args, **kwargs)
+        self.made.append(module)
+        return module
+
+    def built(self, module) -> bool:
+        return module is not None and any(module is made for made in self.made)
+
+
+def tensors_in(value):
+    """The tensors in ``value``, looking inside lists, tuples and dicts."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from tensors_in(item)
+
+
+class CPUBesideMeta(TorchFunctionMode):
+    """Notes each torch function (by any name it is reached) given a CPU tensor of one or more dimensions beside a
+    tensor on the meta device, with the names of ``module``'s parameters and buffers among its meta tensors.
+
+    On the meta device ``F.embedding`` and indexing accept CPU indices silently, so positions (or segment ids) made on
+    the CPU and only used to look up a table do not raise there; on a GPU they do (or are copied at every call). A 0-d
+    CPU tensor is a scalar that any device accepts: not noted."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.names = {id(t): n for n, t in (*module.named_parameters(), *module.named_buffers())}
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = list(tensors_in((args, kwargs)))
+        meta = [t for t in tensors if t.device.type == "meta"]
+        cpu = [list(t.shape) for t in tensors if t.device.type == "cpu" and t.dim() > 0]
+        if meta and cpu:
+            tables = [self.names[id(t)] for t in meta if id(t) in self.names]
+            self.seen.append({"function": getattr(func, "__name__", repr(func)), "cpu": cpu, "tables": tables})
+        return func(*args, **kwargs)

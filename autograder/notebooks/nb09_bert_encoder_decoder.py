@@ -35,7 +35,7 @@ EncoderDecoder's ``encoder_block``, ``decoder_block``, ``norm``, ``positions``) 
 reference parts: the parts the text names (and BERT's norms in embeddings, head and blocks) must be modules they made.
 "On the device of the tokens" (BertEmbeddings' positions and default segment ids, EncoderDecoder's positions): the
 module runs on PyTorch's meta device, where a lookup accepts CPU indices silently, so a TorchFunctionMode
-(``_CPUBesideMeta``) notes every torch function given a CPU tensor of one or more dimensions beside meta ones.
+(``CPUBesideMeta``) notes every torch function given a CPU tensor of one or more dimensions beside meta ones.
 ``mask_tokens`` is also given int32 tokens: its labels must still be int64.
 Lengths beyond the notebook's (its configs' default tables have 512 rows): BertEmbeddings with max_positions 600
 on 560 tokens, EncoderDecoder with max_len 600 on 520 source and 516 target tokens.
@@ -72,10 +72,9 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from autograder import expect
-from autograder.adapters import adapter, forward_backward, load, need, outcome, summary
+from autograder.adapters import CPUBesideMeta, Recording, adapter, forward_backward, load, need, outcome, summary
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
@@ -451,7 +450,7 @@ def test_embeddings_use_the_norm_given(impl):
 
 
 def _check_nothing_made_on_the_cpu(uses: list, call: str, advice: dict) -> None:
-    """No torch function of the meta run was given a CPU tensor beside meta ones (``_CPUBesideMeta``): an embedding
+    """No torch function of the meta run was given a CPU tensor beside meta ones (``CPUBesideMeta``): an embedding
     lookup or indexing on the meta device accepts CPU indices without raising, where a GPU's does not. ``advice``:
     a table's name prefix -> what was made on the CPU and how to make it on the device of the tokens."""
     if not uses:
@@ -1669,48 +1668,13 @@ def embeddings_forward(ns, fields: dict, state: dict, tokens, token_type_ids=Non
     return {"output": module(*args)}
 
 
-def _tensors_in(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors_in(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors_in(item)
-
-
-class _CPUBesideMeta(TorchFunctionMode):
-    """Notes each torch function (by any name it is reached) given a CPU tensor of one or more dimensions beside a
-    tensor on the meta device, with the names of the module's parameters and buffers among its meta tensors.
-
-    On the meta device ``F.embedding`` and indexing accept CPU indices silently, so positions or segment ids made on
-    the CPU and only used to look up a table do not raise there; on a GPU they do (or are copied at every call). A
-    0-d CPU tensor is a scalar that any device accepts: not noted."""
-
-    def __init__(self, module: nn.Module):
-        super().__init__()
-        self.names = {id(t): n for n, t in (*module.named_parameters(), *module.named_buffers())}
-        self.seen = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        tensors = list(_tensors_in((args, kwargs)))
-        meta = [t for t in tensors if t.device.type == "meta"]
-        cpu = [list(t.shape) for t in tensors if t.device.type == "cpu" and t.dim() > 0]
-        if meta and cpu:
-            tables = [self.names[id(t)] for t in meta if id(t) in self.names]
-            self.seen.append({"function": getattr(func, "__name__", repr(func)), "cpu": cpu, "tables": tables})
-        return func(*args, **kwargs)
-
-
 @torch.no_grad()
 def _on_meta(module: nn.Module, *arguments) -> dict:
     """``module`` moved to PyTorch's meta device and called on ``arguments`` (meta tensors, or None): what it raised,
     its output's device and shape, and the CPU tensors its torch functions were given beside meta ones."""
     module = module.to("meta").eval()
     made = []
-    with _CPUBesideMeta(module) as observed:
+    with CPUBesideMeta(module) as observed:
         result = outcome(lambda: made.append(module(*arguments)))
     output = made[0] if made else None
     return result | {
@@ -1718,22 +1682,6 @@ def _on_meta(module: nn.Module, *arguments) -> dict:
         "shape": list(getattr(output, "shape", [])),
         "cpu_beside_meta": observed.seen[:3],
     }
-
-
-class _Recording:
-    """A constructor argument standing in for ``make`` (a class or a function): it makes what ``make`` makes and keeps
-    every module it made, so that a check sees which parts of a model were built by calling the argument."""
-
-    def __init__(self, make):
-        self.make, self.made = make, []
-
-    def __call__(self, *args, **kwargs):
-        module = self.make(*args, **kwargs)
-        self.made.append(module)
-        return module
-
-    def built(self, module) -> bool:
-        return module is not None and any(module is made for made in self.made)
 
 
 def _modules(model, name: str) -> list:
@@ -1802,7 +1750,7 @@ def bert_summary(ns, fields: dict):
 def bert_parts(ns, fields: dict) -> dict:
     """Which parts of ``BertForMaskedLM`` were made by calling its ``embeddings``, ``block``, ``head`` and ``norm``
     arguments (recording stand-ins for the reference parts)."""
-    parts = {name: _Recording(make) for name, make in BERT_PARTS.items()}
+    parts = {name: Recording(make) for name, make in BERT_PARTS.items()}
     norm = parts["norm"]
     model = need(ns, "BertForMaskedLM")(_bert_config(ns, fields), **parts)
     embeddings, head, blocks = (
@@ -1920,7 +1868,7 @@ def encdec_on_meta(ns, fields: dict, src_len: int, tgt_len: int) -> dict:
 def encdec_parts(ns, fields: dict) -> dict:
     """Which parts of ``EncoderDecoder`` were made by calling its ``encoder_block``, ``decoder_block``, ``norm`` and
     ``positions`` arguments (recording stand-ins for the reference parts)."""
-    parts = {name: _Recording(make) for name, make in ENCDEC_PARTS.items()}
+    parts = {name: Recording(make) for name, make in ENCDEC_PARTS.items()}
     model = need(ns, "EncoderDecoder")(need(ns, "TransformerConfig")(**fields), **parts)
     encoder, decoder = _modules(model, "encoder"), _modules(model, "decoder")
     return {

@@ -90,7 +90,6 @@ from autograder.reference import hf_llama
 from autograder.reference.configs import DecoderConfig
 from autograder.reference.decoders import LlamaDecoder
 from autograder.reference.kv_cache import KVCache
-from autograder.reference.rope import RoPE, frequencies, rope
 from autograder.reference.sampling import sample_next
 
 BITS_PER_BYTE = Exercise("bits_per_byte", "Exercise 1: bits_per_byte", points=2)
@@ -1453,25 +1452,13 @@ def attention_maps_run(ns, fields: dict, state: dict, tokens: torch.Tensor) -> d
     }
 
 
-class _RoPEOnTheDeviceOfX(RoPE):
-    """The reference RoPE with its frequencies made on the device of ``x`` (the reference makes them on the CPU), so
-    that on the meta device only the student's own tensors can be on the wrong device."""
-
-    def forward(self, x, token_positions):
-        theta = frequencies(x.shape[-1], self.base).to(x.device)
-        return rope(x, token_positions, self.base, theta=theta).to(x.dtype)
-
-
 @adapter
 @torch.no_grad()
 def attention_maps_on_meta(ns, fields: dict, shape: list) -> dict:
     """The student's ``attention_maps`` on the reference decoder and tokens moved to PyTorch's meta device (shapes
     only, no values): what it raised, or its result's device and shape. Positions or a mask made on the CPU
     cannot be mixed with meta tensors, so it raises."""
-    model = LlamaDecoder(DecoderConfig(**fields)).eval()
-    for block in model.blocks:
-        block.attn.rope = _RoPEOnTheDeviceOfX(base=block.attn.rope.base)
-    model = model.to("meta")
+    model = LlamaDecoder(DecoderConfig(**fields)).eval().to("meta")
     tokens = torch.zeros(shape, dtype=torch.long, device="meta")
     made = []
     result = outcome(lambda: made.append(need(ns, "attention_maps")(model, tokens)))

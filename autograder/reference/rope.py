@@ -14,7 +14,7 @@ def frequencies(d_k: int, base: float = 10000.0) -> torch.Tensor:
 def rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0, *, theta=None) -> torch.Tensor:
     """Rotate each pair of ``x`` by position * theta: multiplication by exp(i m theta), in float64."""
     d_k = x.shape[-1]
-    theta = frequencies(d_k, base) if theta is None else theta
+    theta = frequencies(d_k, base).to(x.device) if theta is None else theta  # on x's device: any device works
     pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d_k // 2, 2).contiguous())
     angles = positions.double()[..., None] * theta
     rotated = pairs * torch.polar(torch.ones_like(angles), angles)
