@@ -10,6 +10,9 @@ Oracles, written here and independent of the notebook's solutions:
   sets; kept logits within 1e-6 of the input (temperature: of ``logits / T``, atol 1e-6 + rtol 1e-6).
   Hidden: rows of 120 logits with 100 or more tied (beyond 16 equal values torch.sort without
   ``stable=True``, and torch.topk, reorder ties on the CPU), for greedy, temperature 0, both filters and sampling.
+  ``apply_temperature`` (T = 0 and 2) on float64 logits (the result in float64; values within the same
+  tolerance) and on meta logits (the result on the meta device). Top-p on logits around 500 and up to 1000
+  (exp overflows in float32): the nucleus of the same logits shifted to a maximum of 0, computed in float64.
 - Sampling (exercise 4): 20,000 draws per case from one call, compared with the exact probabilities of
   the filtered distribution (float64): a token of probability 0 must never be drawn, every other
   token's frequency must lie within ``5 sqrt(p (1 - p) / n) + 1e-9`` of ``p``. For a right sampler the
@@ -20,7 +23,9 @@ Oracles, written here and independent of the notebook's solutions:
   draw the same tokens.
 - Greedy generation and batched generation (exercises 5, 6): the argmax of the lookup-table model's
   rows (``autograder.reference.toy.PrefixTableModel``), whose logits after a prefix are known exactly;
-  the batched outputs must equal the oracle's unbatched ones token for token. Hidden: the course's
+  the batched outputs must equal the oracle's unbatched ones token for token. ``generate`` (hidden): a
+  recording ``pick`` (it must be given ``[1, vocab]``) and a model that records whether gradients are enabled
+  in its forward (never, with gradients enabled around the call). Hidden: the course's
   ``LlamaDecoder`` (tiny, random) with greedy tokens from full recomputation here; its margins between
   the best and second-best logit at every step are at least 8.7e-3 for the seeds used (exercises 6, 10,
   11), far above the ~1e-5 by which padding or a cache changes the logits.
@@ -42,7 +47,13 @@ Oracles, written here and independent of the notebook's solutions:
   Hidden: the attention (default positions) and the decoder (positions and mask) run on the meta device, a
   prompt then one token with a cache: a tensor made on the CPU cannot be mixed with meta tensors, so it raises.
   The cache alone: 650 positions per layer (600 in one call, or one at a time; beyond the notebook's
-  max_seq_len of 512), exact; fed meta keys and values, everything it returns and stores on the meta device.
+  max_seq_len of 512), exact; fed meta keys and values, everything it returns and stores on the meta device;
+  ``keys``/``values`` hold None for a layer until its first update (before any update, and between updates).
+  The attention with ``mask=None`` (without a cache, and for 3 tokens over 3 cached) against the course's
+  attention with no mask, and with ``token_positions=None`` for 2 tokens over 5 cached (positions 0, 1).
+  The decoder built with a recording ``rope`` and ``block``: ``rope`` called once, with ``d_model // n_heads``,
+  ``max_seq_len`` and ``rope_base`` (500 here), and that module given to each of the 3 blocks; and its logits
+  against the course's decoder with ``rope_base`` 500.
 - Continuous batching (exercise 11): the engines' logs (``autograder.reference.batching``) and greedy
   outputs computed here one request at a time: equal outputs, no step while a slot is free and a request
   waits, no slot stepped after its request is done.
@@ -50,6 +61,7 @@ Oracles, written here and independent of the notebook's solutions:
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import numbers
@@ -68,7 +80,7 @@ from autograder.reference.configs import DecoderConfig
 from autograder.reference.decoders import LlamaDecoder
 from autograder.reference.kv_cache import KVCache
 from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
-from autograder.reference.rope import RoPE, frequencies, rope
+from autograder.reference.rope import RoPE
 from autograder.reference.toy import PrefixTableModel
 
 GREEDY = Exercise("greedy_temperature", "Exercise 1: greedy and temperature", points=2)
@@ -308,6 +320,32 @@ def test_greedy_wide_ties(impl):
     )
 
 
+LIKE_THE_LOGITS = (
+    "the result has the dtype and the device of logits: logits.masked_fill(...), torch.full_like(logits, ...) or "
+    "torch.where(...) keep them (torch.full(shape, ...) without dtype= and device= makes float32 on the CPU)"
+)
+
+
+@GREEDY.hidden
+def test_temperature_keeps_dtype_and_device(impl):
+    "apply_temperature(logits, T) for T = 0 and 2 in the dtype of float64 logits, and on the meta device of meta ones"
+    logits = _with_ties().double()
+    for t in (0.0, 2.0):
+        what = f"apply_temperature(float64 logits, {t})"
+        got = impl.call(temperature_like, logits, t, "cpu")
+        expect.that(got["raised"] is None, f"{what} raised {got['raised']}: {got['message'][:200]}")
+        expect.that(got["dtype"] == "torch.float64", f"{what} returned {got['dtype']}: {LIKE_THE_LOGITS}")
+        if t:
+            expect.close(got["output"], logits / t, what, atol=1e-6, rtol=1e-6)
+        else:
+            _check_filter({"output": got["output"], "input_changed": False}, what, logits, kept_top_k(logits, 1))
+    for t in (0.0, 2.0):
+        what = f"apply_temperature(logits on the meta device (standing for a GPU), {t})"
+        got = impl.call(temperature_like, _with_ties(), t, "meta")
+        expect.that(got["raised"] is None, f"{what} raised {got['raised']}: {got['message'][:200]}. {LIKE_THE_LOGITS}")
+        expect.that(got["device"] == "meta", f"{what} returned a tensor on {got['device']!r}: {LIKE_THE_LOGITS}")
+
+
 @GREEDY.hidden
 def test_negative_temperature_raises(impl):
     "apply_temperature(logits, -1.0) raises ValueError"
@@ -525,6 +563,32 @@ def test_top_p_wide_ties(impl):
             kept_top_p(logits[row : row + 1], p),
             _top_p_mistakes(logits[row : row + 1], p),
         )
+
+
+OVERFLOW = (
+    "it keeps the right tokens for the same logits shifted down to a maximum of 0, but not for these: its "
+    "probabilities overflow (exp of a logit above about 88 is inf in float32, and inf / inf is NaN). Use "
+    "torch.softmax, which subtracts each row's maximum first"
+)
+
+
+@TOP_P.hidden
+def test_top_p_large_logits(impl):
+    "logits around 500 and up to 1000 (exp overflows): the same nucleus as the logits shifted down to a maximum of 0"
+    for logits, m in ((_randn((1, 12), 23, 2.0) + 500.0, 4), (torch.tensor([[1000.0, 999.0, 998.5, 990.0, 0.0]]), 3)):
+        p = _p_inside(logits[0], m)  # halfway inside a token's mass: the shift's float32 rounding decides nothing
+        expected, shifted = kept_top_p(logits, p), logits - logits.max(-1, keepdim=True).values
+        expect.that(torch.equal(kept_top_p(shifted, p), expected), "internal: shifting changed the nucleus")
+        what = f"top_p_filter(logits up to {float(logits.max()):.0f}, {p:.4f})"
+        got = impl.call(filter_of, "top_p_filter", logits, p)
+        _, keep = _kept(got, what, logits)
+        if not torch.equal(keep, expected):
+            _, keep_shifted = _kept(impl.call(filter_of, "top_p_filter", shifted, p), what, shifted)
+            if torch.equal(keep_shifted, expected):
+                expect.fail(
+                    f"{what} keeps the tokens {_describe_set(keep)}, expected {_describe_set(expected)}: {OVERFLOW}"
+                )
+        _check_filter(got, what, logits, expected, _top_p_mistakes(logits, p))
 
 
 @TOP_P.hidden
@@ -775,6 +839,25 @@ def test_generate_stops_at_eos_and_at_the_limit(impl):
     "greedy generate on the lookup-table model: stops after EOS (kept) and after max_new_tokens"
     _generate_case(impl, 40, torch.tensor([3, 1, 4]), 12, 0)
     _generate_case(impl, 41, torch.tensor([2]), 5, None)
+
+
+@GENERATE.hidden
+def test_generate_picks_from_one_row_without_gradients(impl):
+    "pick is given the last position's logits as [1, vocab]; the model runs under torch.no_grad()"
+    table = _table(46)
+    what = "generate(model, [2, 7], max_new_tokens=4)"
+    got = impl.call(generate_with, {"table": table}, torch.tensor([2, 7]), 4, None)
+    expect.that(
+        bool(got["picked"]) and all(shape == [1, table.shape[1]] for shape in got["picked"]),
+        f"{what} gave pick logits of shapes {got['picked'][:3]}, expected [1, {table.shape[1]}]: pick gets the "
+        "last position's logits of the batch of one, model(tokens[None])[:, -1] (a sampler such as sample_next "
+        "takes [batch, vocab])",
+    )
+    expect.that(
+        not any(got["grad_enabled"]),
+        f"{what} ran the model with gradients enabled: run it under torch.no_grad() (decorate generate with "
+        "@torch.no_grad(), or call the model inside `with torch.no_grad():`), so that no graph is kept",
+    )
 
 
 @GENERATE.hidden
@@ -1150,6 +1233,40 @@ def test_cache_other_patterns(impl):
     _check_cache(impl, 3, [(2, 2), (0, 3), (1, 3), (2, 3), (0, 2), (0, 1)], 80)
 
 
+def _describe_entry(entry):
+    return (
+        "None"
+        if entry is None
+        else f"a tensor of shape {list(entry.shape)}"
+        if isinstance(entry, torch.Tensor)
+        else type(entry).__name__
+    )
+
+
+@CACHE.hidden
+def test_cache_layers_hold_none_until_their_first_update(impl):
+    "keys and values hold None for every layer before any update, and for each layer until its own first update"
+    updates = _cache_updates(85, [(1, 2), (2, 3), (1, 1)])
+    got = impl.call(kv_cache_updates, 3, updates)
+    states, updated = [("before any update", got["empty"], set())], set()
+    for i, ((layer, _, _), step) in enumerate(zip(updates, got["steps"], strict=True)):
+        updated = updated | {layer}
+        states.append((f"after update number {i + 1} (layer {layer})", step, updated))
+    for when, held, updated in states:
+        for name in ("keys", "values"):
+            entries = held.get(name)
+            expect.that(
+                isinstance(entries, list) and len(entries) == 3,
+                f"KVCache(3).{name} {when} is not a list with one entry per layer (3)",
+            )
+            for other in sorted(set(range(3)) - updated):
+                expect.that(
+                    entries[other] is None,
+                    f"KVCache(3).{name}[{other}] {when} is {_describe_entry(entries[other])}: a layer holds None "
+                    "until its first update (test `is None`, then store k and v), not an empty tensor",
+                )
+
+
 LONG_CACHE = 650  # positions per layer: beyond the notebook's max_seq_len (512) and its longest demo (6 + 128)
 
 
@@ -1306,18 +1423,107 @@ def test_attention_chunks_and_groups(impl):
     _attention_case(impl, 48, 4, 1, 92, 7, [(0, 4), (4, 5), (5, 7)], layer=2, batch=1)
 
 
+@torch.no_grad()
+def _reference_calls(d, heads, kv_heads, state, x, calls, cached):
+    """The course's attention on the same calls as ``cached_attention_calls``, positions ``0 .. new-1`` where
+    ``None`` (the spec's default), written out."""
+    reference = RotaryGroupedQueryAttention(d, heads, kv_heads, RoPE())
+    reference.load_state_dict(state)
+    options = {"cache": KVCache(1), "layer": 0} if cached else {}
+    return [
+        reference(x[:, start:end], mask, torch.arange(end - start) if positions is None else positions, **options)
+        for start, end, mask, positions in calls
+    ]
+
+
+def _check_calls(impl, d, heads, kv_heads, state, x, calls, cached, alternatives):
+    """The student's attention against the course's on ``calls`` (one course ``KVCache`` across them when
+    ``cached``); ``alternatives[i]``: the known mistakes of call ``i``."""
+    got = impl.call(cached_attention_calls, d, heads, kv_heads, state, x, calls, cached)
+    expected = _reference_calls(d, heads, kv_heads, state, x, calls, cached)
+    for i, ((start, end, mask, positions), want) in enumerate(zip(calls, expected, strict=True)):
+        what = (
+            f"CachedRotaryGQA({d}, {heads}, {kv_heads}) on the tokens {start}..{end - 1}"
+            f"{f' after {start} cached' if cached else ', without a cache'}, with "
+            f"mask={'None' if mask is None else f'a [{mask.shape[0]}, {mask.shape[1]}] mask'} and "
+            f"token_positions={'None' if positions is None else positions.tolist()}"
+        )
+        if got["raised"] is not None and got["call"] == [start, end]:
+            expect.fail(f"{what} raised {got['raised']}: {got['message'][:200]}")
+        expect.close(got["outputs"][i], want, what, **TOL, alternatives=alternatives[i])
+
+
+def _causal(new, total):
+    """The causal mask of ``new`` queries that are the last of ``total`` keys; and the one aligned at the top left
+    (what is_causal=True gives scaled_dot_product_attention when there are more keys than queries)."""
+    ones = torch.ones(new, total, dtype=torch.bool)
+    return ones.tril(diagonal=total - new), ones.tril()
+
+
+NO_MASK_GIVEN = (
+    "with mask=None it attends causally: mask=None means every query attends to every key (the caller builds the "
+    "mask; the decoder passes a causal one). Pass attn_mask=mask and nothing else"
+)
+
+
+@ATTENTION.hidden
+def test_attention_without_a_mask_sees_every_key(impl):
+    "mask=None: every query attends to every key (no causal mask added), without a cache and over a cache"
+    d, heads, kv_heads, seed = 32, 4, 2, 93
+    state = _attention_state(d, heads, kv_heads, seed)
+    x = _randn((2, 6, d), seed + 10)
+    causal = _reference_calls(d, heads, kv_heads, state, x, [(0, 5, _causal(5, 5)[0], None)], cached=False)[0]
+    _check_calls(impl, d, heads, kv_heads, state, x, [(0, 5, None, None)], False, [[(causal, NO_MASK_GIVEN)]])
+    prefill = (0, 3, _causal(3, 3)[0], torch.arange(3))
+    wrong = [
+        _reference_calls(d, heads, kv_heads, state, x, [prefill, (3, 6, mask, torch.arange(3, 6))], cached=True)[1]
+        for mask in _causal(3, 6)
+    ]
+    _check_calls(
+        impl,
+        d,
+        heads,
+        kv_heads,
+        state,
+        x,
+        [prefill, (3, 6, None, torch.arange(3, 6))],
+        True,
+        [[], [(w, NO_MASK_GIVEN) for w in wrong]],
+    )
+
+
+@ATTENTION.hidden
+def test_attention_default_positions_with_a_cache(impl):
+    "token_positions=None means positions 0..new-1 even over a cache holding 5 positions (the caller gives others)"
+    d, heads, kv_heads, seed = 32, 4, 2, 94
+    state = _attention_state(d, heads, kv_heads, seed)
+    x = _randn((2, 7, d), seed + 10)
+    prefill, everything = (0, 5, _causal(5, 5)[0], torch.arange(5)), torch.ones(2, 7, dtype=torch.bool)
+    continued = _reference_calls(
+        d, heads, kv_heads, state, x, [prefill, (5, 7, everything, torch.arange(5, 7))], cached=True
+    )[1]
+    diagnosis = (
+        "with token_positions=None it rotates the new tokens at positions continuing from the cache: None means "
+        "0 .. new-1, cache or not (the caller passes the positions; the decoder passes cache.length onward)"
+    )
+    _check_calls(
+        impl, d, heads, kv_heads, state, x, [prefill, (5, 7, everything, None)], True, [[], [(continued, diagnosis)]]
+    )
+
+
 # --- Exercise 10 -------------------------------------------------------------------------
 
 
-def _decoder_spec(seed, n_kv_heads=2, d=32, heads=4):
+def _decoder_spec(seed, n_kv_heads=2, d=32, heads=4, n_layers=2, rope_base=10000.0):
     fields = {
         "vocab_size": 50,
         "d_model": d,
-        "n_layers": 2,
+        "n_layers": n_layers,
         "n_heads": heads,
         "d_ff": 48,
         "max_seq_len": 64,
         "n_kv_heads": n_kv_heads,
+        "rope_base": rope_base,
     }
     model = LlamaDecoder(DecoderConfig(**fields))
     state = {}
@@ -1340,8 +1546,8 @@ def _restarted_positions(model, tokens, chunks):
     return outputs
 
 
-def _decoder_case(impl, seed, chunks, length, n_kv_heads=2, batch=2):
-    model, fields, state = _decoder_spec(seed, n_kv_heads)
+def _decoder_case(impl, seed, chunks, length, n_kv_heads=2, batch=2, rope_base=10000.0):
+    model, fields, state = _decoder_spec(seed, n_kv_heads, rope_base=rope_base)
     tokens = torch.randint(0, 50, (batch, length), generator=_gen(seed + 500))
     with torch.no_grad():
         full = model(tokens)
@@ -1436,6 +1642,38 @@ def test_decoder_positions_and_mask_on_the_device_of_tokens(impl):
         "Make the positions and the mask on the device of tokens: torch.arange(offset, offset + new, "
         "device=tokens.device) and torch.ones(new, offset + new, dtype=torch.bool, device=tokens.device)",
     )
+
+
+@DECODER.hidden
+def test_decoder_shares_one_rope_with_the_config_base(impl):
+    "rope(d_model // n_heads, max_seq_len, rope_base) called once, that module given to all 3 blocks; rope_base 500"
+    _, fields, _ = _decoder_spec(0, n_layers=3, rope_base=500.0)
+    got = impl.call(decoder_ropes, fields)
+    calls, given = got["rope_calls"], got["blocks_given"]
+    if None not in given and len(set(given)) == len(given) > 1:  # every block got a rope of its own
+        expect.fail(
+            "CachedDecoder built one rope per block: build ONE rope(d_model // n_heads, max_seq_len, rope_base) "
+            "and give that same module to every block"
+        )
+    expect.that(
+        len(calls) == 1,
+        f"CachedDecoder called rope {len(calls)} times, expected once: build one rope(d_model // n_heads, "
+        "max_seq_len, rope_base) and give that same module to every block",
+    )
+    expect.that(
+        given == [0] * fields["n_layers"],
+        f"the {fields['n_layers']} blocks got the rope made by `rope` {given.count(0)} times: every block gets "
+        "that one module, block(config, the_rope)",
+    )
+    expected = {"d_k": fields["d_model"] // fields["n_heads"], "max_seq_len": fields["max_seq_len"], "base": 500.0}
+    for name, value in expected.items():
+        config_name = {"d_k": "d_model // n_heads", "base": "config.rope_base"}.get(name, f"config.{name}")
+        expect.that(
+            calls[0].get(name) == value,
+            f"rope was called with {name}={calls[0].get(name)!r}, expected {config_name} = {value!r}: "
+            "rope(config.d_model // config.n_heads, config.max_seq_len, config.rope_base)",
+        )
+    _decoder_case(impl, 140, [(0, 4), (4, 5), (5, 6)], 6, rope_base=500.0)  # and the logits rotate with that base
 
 
 @DECODER.hidden
@@ -1583,6 +1821,27 @@ def temperature_of(ns, logits, temperature):
 
 
 @adapter
+def temperature_like(ns, logits, temperature, device: str) -> dict:
+    """``apply_temperature`` on ``logits`` moved to ``device``: what it raised, or its result's dtype and device,
+    and the result itself off the meta device. A tensor made on the CPU beside meta ones gives a CPU result, or
+    raises."""
+    made = []
+    try:
+        result = outcome(lambda: made.append(need(ns, "apply_temperature")(logits.to(device), temperature)))
+    except NotImplementedError as error:  # a meta tensor refusing an operation is no stub
+        if is_stub(error):
+            raise
+        result = {"raised": type(error).__name__, "message": str(error)}
+    out = made[0] if made else None
+    on_meta = isinstance(out, torch.Tensor) and out.device.type == "meta"
+    return result | {
+        "dtype": str(getattr(out, "dtype", type(out).__name__)),
+        "device": str(getattr(out, "device", "")),
+        "output": None if on_meta else out,
+    }
+
+
+@adapter
 def temperature_refuses(ns, logits, temperature):
     return outcome(need(ns, "apply_temperature"), logits.clone(), temperature)
 
@@ -1642,6 +1901,7 @@ class _Watched(nn.Module):
                 "shape": list(tokens.shape),
                 "tokens": tokens.clone(),
                 "mask": None if padding_mask is None else padding_mask.clone(),
+                "grad_enabled": torch.is_grad_enabled(),  # generate's text: the model runs under torch.no_grad()
             }
         )
         return self.model(tokens, padding_mask)
@@ -1663,9 +1923,23 @@ def _model(spec: dict):
 
 @adapter
 def generate_with(ns, spec: dict, prompt, max_new_tokens: int, eos_id):
-    model = _Watched(_model(spec))
-    out = need(ns, "generate")(model, prompt.clone(), max_new_tokens=max_new_tokens, eos_id=eos_id, pick=_greedy_pick)
-    return {"output": out, "calls": [c["shape"] for c in model.calls]}
+    """``generate`` with a model and a greedy ``pick`` that record how they were called: the model's input shapes
+    and whether gradients were enabled in it (with gradients enabled around the call, whatever the caller's mode),
+    the shapes of the logits ``pick`` was given."""
+    model, picked = _Watched(_model(spec)), []
+
+    def pick(logits):
+        picked.append(list(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__)
+        return _greedy_pick(logits)
+
+    with torch.enable_grad():
+        out = need(ns, "generate")(model, prompt.clone(), max_new_tokens=max_new_tokens, eos_id=eos_id, pick=pick)
+    return {
+        "output": out,
+        "calls": [c["shape"] for c in model.calls],
+        "grad_enabled": [c["grad_enabled"] for c in model.calls],
+        "picked": picked,
+    }
 
 
 @adapter
@@ -1716,14 +1990,17 @@ def beam_search_with(ns, table, prompt, beam_size: int, max_new_tokens: int, eos
 def kv_cache_updates(ns, n_layers: int, updates: list):
     """``KVCache(n_layers)``: its length before anything, then each update's result and the length after it."""
     cache = need(ns, "KVCache")(n_layers)
-    record = {"length_empty": cache.length, "steps": []}
-    for layer, k, v in updates:
-        k_all, v_all = cache.update(layer, k.clone(), v.clone())
-        stored = {
+
+    def stored():  # the spec names them: one entry per layer
+        return {
             name: list(value) if isinstance(value := getattr(cache, name, None), list | tuple) else None
             for name in ("keys", "values")
-        }  # the spec names them: one entry per layer
-        record["steps"].append({"k": k_all, "v": v_all, "length": cache.length, **stored})
+        }
+
+    record = {"length_empty": cache.length, "empty": stored(), "steps": []}
+    for layer, k, v in updates:
+        k_all, v_all = cache.update(layer, k.clone(), v.clone())
+        record["steps"].append({"k": k_all, "v": v_all, "length": cache.length, **stored()})
     return record
 
 
@@ -1825,28 +2102,40 @@ def _by_chunks(call, chunks: list, cache: KVCache) -> dict:
     return result
 
 
-class _RoPEOnTheDeviceOfX(RoPE):
-    """The reference RoPE with its frequencies made on the device of ``x`` (the reference makes them on the CPU), so
-    that on the meta device only the student's own tensors can be on the wrong device."""
-
-    def forward(self, x, token_positions):
-        theta = frequencies(x.shape[-1], self.base).to(x.device)
-        return rope(x, token_positions, self.base, theta=theta).to(x.dtype)
-
-
 @adapter
 @torch.no_grad()
 def attention_on_meta(ns, d_model: int, heads: int, kv_heads: int, shape: list, cached: bool) -> dict:
     """``CachedRotaryGQA`` on the meta device, on meta ``x`` with ``token_positions=None`` (and a course
     ``KVCache`` when ``cached``): what it raised, or its output's device. Default positions made on the CPU
     cannot be mixed with meta tensors, so it raises."""
-    module = need(ns, "CachedRotaryGQA")(d_model, heads, kv_heads, _RoPEOnTheDeviceOfX(d_model // heads, 64))
+    module = need(ns, "CachedRotaryGQA")(d_model, heads, kv_heads, RoPE(d_model // heads, 64))
     module = module.to("meta").eval()
     x = torch.zeros([*shape, d_model], device="meta")
     options = {"cache": KVCache(1), "layer": 0} if cached else {}
     made = []
     result = outcome(lambda: made.append(module(x, None, None, **options)))
     return result | {"device": str(getattr(made[0] if made else None, "device", ""))}
+
+
+@adapter
+@torch.no_grad()
+def cached_attention_calls(ns, d_model: int, heads: int, kv_heads: int, state: dict, x, calls: list, cached: bool):
+    """The attention on ``x``'s chunks in turn, each call ``(start, end, mask, token_positions)`` given as it is
+    (None included), with one course ``KVCache`` (layer 0) across them when ``cached``: each call's output, or
+    which call raised what."""
+    attention = need(ns, "CachedRotaryGQA")(d_model, heads, kv_heads, RoPE())
+    attention.load_state_dict(state)
+    options = {"cache": KVCache(1), "layer": 0} if cached else {}
+    outputs = []
+    for start, end, mask, positions in calls:
+
+        def call(start=start, end=end, mask=mask, positions=positions):
+            outputs.append(attention(x[:, start:end], mask, positions, **options))
+
+        result = outcome(call)
+        if result["raised"] is not None:
+            return result | {"outputs": outputs, "call": [start, end]}
+    return {"raised": None, "outputs": outputs}
 
 
 # --- Exercise 10 -------------------------------------------------------------------------
@@ -1858,9 +2147,7 @@ def decoder_on_meta(ns, fields: dict, shape: list) -> dict:
     """``CachedDecoder`` (the course's blocks, a RoPE that works on any device) on the meta device: a prompt of
     ``shape``, then one token, with a course ``KVCache``: what it raised, or the last logits' device. Positions
     or a mask made on the CPU cannot be mixed with meta tensors, so it raises."""
-    model = need(ns, "CachedDecoder")(
-        DecoderConfig(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=_RoPEOnTheDeviceOfX
-    )
+    model = need(ns, "CachedDecoder")(DecoderConfig(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=RoPE)
     model = model.to("meta").eval()
     cache, made = KVCache(fields["n_layers"]), []
 
@@ -1869,6 +2156,28 @@ def decoder_on_meta(ns, fields: dict, shape: list) -> dict:
         made.append(model(torch.zeros([shape[0], 1], dtype=torch.long, device="meta"), cache=cache))
 
     return outcome(run) | {"device": str(getattr(made[0] if made else None, "device", ""))}
+
+
+@adapter
+def decoder_ropes(ns, fields: dict) -> dict:
+    """``CachedDecoder`` built with a ``rope`` and a ``block`` that record how they are called: the arguments of
+    each ``rope`` call, bound to ``RoPE(d_k, max_seq_len, base)`` (its defaults filled in), and, for each block,
+    which of those calls made the rope it got (None: none of them)."""
+    ropes, calls, given = [], [], []
+
+    def rope(*args, **kwargs):
+        bound = inspect.signature(RoPE).bind(*args, **kwargs)
+        bound.apply_defaults()
+        calls.append(dict(bound.arguments))
+        ropes.append(RoPE(*args, **kwargs))
+        return ropes[-1]
+
+    def block(config, rope, **kwargs):
+        given.append(next((i for i, made in enumerate(ropes) if made is rope), None))
+        return ModernBlock(config, rope, **kwargs)
+
+    need(ns, "CachedDecoder")(DecoderConfig(**fields), block=block, norm=nn.RMSNorm, rope=rope)
+    return {"rope_calls": calls, "blocks_given": given}
 
 
 def _decoder(ns, fields: dict):
