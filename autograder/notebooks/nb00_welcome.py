@@ -27,8 +27,11 @@ Tolerances:
   (Sterbenz), so only the squares and the sum round (measured with broadcasting, einsum on the differences
   and vector_norm squared: under 2% of the bound); the expansion |a|^2 + |b|^2 - 2 a.b, which the exercise's
   text rules out, adds terms near 3e8 where float32's spacing is 32, and is off by 80 and 395 on the check's
-  two sets of points. The same points moved to the origin
-  (an exact subtraction) tell this cancellation from other mistakes;
+  two sets of points. A third set holds two clusters, near +1e4 and near -1e4 in every coordinate, whose
+  common mean is near 0: centring on that mean before the expansion leaves each cluster far out (off by
+  over 10^5 times the bound in 40 seeds), while the broadcast difference, einsum on it, vector_norm squared and
+  torch.cdist squared stay under 3% of the bound. The same points moved to the origin, each by its cluster's
+  offset (an exact subtraction), tell this cancellation from other mistakes;
 - float64 inputs at 1e-9.
 """
 
@@ -293,10 +296,13 @@ def test_sq_distances_values(impl):
 
 @DISTANCES.visible
 def test_sq_distances_no_loops(impl):
-    "no Python loops: your code does the same work (lines of your code, torch calls) for 2 and for 9 points"
+    "no Python loops: your code does the same work (lines of your code, torch calls) for 2 and 9 points, 3 and 12 coordinates"
+    # Both sizes vary: a loop over the coordinates does the same work for any number of points.
     runs = {
-        f"{n} points": impl.call(lines, "pairwise_sq_distances", [_randn((n, 3), n), _randn((n + 1, 3), n + 1)])
-        for n in (2, 9)
+        f"{n} points of {d} coordinates": impl.call(
+            lines, "pairwise_sq_distances", [_randn((n, d), n), _randn((n + 1, d), n + 1)]
+        )
+        for n, d in ((2, 3), (9, 3), (2, 12))
     }
     expect.no_loops("no Python loops", runs)
 
@@ -316,15 +322,27 @@ def test_sq_distances_shapes_and_dtype(impl):
 _FAR = 1e4  # where float32's spacing is 1e-3 and squares near 3e8 are spaced 32 apart
 
 
-def _check_sq_distances_far(impl, n: int, m: int, d: int, seed: int) -> None:
-    """Points near ``_FAR`` in every coordinate, a few units apart, in float32; and the same points moved to the
-    origin by subtracting ``_FAR`` (exact in float32: Sterbenz), so that a result right near the origin and
-    wrong far from it can be put down to cancellation."""
+def _far_offsets(count: int, clusters: bool) -> torch.Tensor:
+    """Each point's offset from the origin, [count, 1]: ``_FAR`` for all of them, or with ``clusters`` ``+_FAR`` for
+    the first half and ``-_FAR`` for the rest (two clusters whose common mean is near the origin)."""
+    signs = torch.ones(count, 1)
+    if clusters:
+        signs[count // 2 :] = -1.0
+    return signs * _FAR
+
+
+def _check_sq_distances_far(impl, n: int, m: int, d: int, seed: int, *, clusters: bool = False) -> None:
+    """Points near ``_FAR`` in every coordinate (or, with ``clusters``, half near ``+_FAR`` and half near ``-_FAR``),
+    a few units from their cluster's centre, in float32; and the same points moved to the origin by subtracting
+    their offset (exact in float32: Sterbenz), so that a result right near the origin and wrong far from it can be
+    put down to cancellation."""
     a_near, b_near = _randn((n, d), seed, scale=2.0), _randn((m, d), seed + 50, scale=2.0)
-    a, b = a_near + _FAR, b_near + _FAR
-    a_near, b_near = a - _FAR, b - _FAR  # exactly the differences the far points carry
+    a_offset, b_offset = _far_offsets(n, clusters), _far_offsets(m, clusters)
+    a, b = a_near + a_offset, b_near + b_offset
+    a_near, b_near = a - a_offset, b - b_offset  # exactly the differences the far points carry
     expected = _sq_distances_oracle(a, b)
-    what = f"pairwise_sq_distances(a, b) for a [{n}, {d}] and b [{m}, {d}] of float32 points near {_FAR:g}"
+    where = f"two clusters of float32 points near ±{_FAR:g}" if clusters else f"float32 points near {_FAR:g}"
+    what = f"pairwise_sq_distances(a, b) for a [{n}, {d}] and b [{m}, {d}] of {where}"
     got = impl.call(call, "pairwise_sq_distances", [a, b])
     value = _result(got, what, shape=(n, m), dtype=torch.float32)
     _unchanged(got, {"a": a, "b": b})
@@ -333,10 +351,16 @@ def _check_sq_distances_far(impl, n: int, m: int, d: int, seed: int) -> None:
     near = impl.call(call, "pairwise_sq_distances", [a_near, b_near]).get("value")
     if _right_table(near, _sq_distances_oracle(a_near, b_near)):
         error = float((value.detach().double() - expected).abs().max())
+        centring = (
+            " (centring on the mean of all the points does not cure it: the two clusters' mean is near the origin, "
+            "and each cluster is still far from it)"
+            if clusters
+            else ""
+        )
         expect.fail(
             f"{what} is off by up to {error:.3g}, though the same points moved to the origin give the right table: "
             "digits were lost to cancellation, as with the expansion |a|² + |b|² - 2 a·b (in float32 its terms are "
-            "near 3e8, where numbers are 32 apart); this exercise asks for the broadcast difference "
+            f"near 3e8, where numbers are 32 apart){centring}; this exercise asks for the broadcast difference "
             "a[:, None, :] - b[None, :, :], squared and summed over the coordinates"
         )
     expect.close(value, expected.float(), what, **F32)
@@ -344,9 +368,11 @@ def _check_sq_distances_far(impl, n: int, m: int, d: int, seed: int) -> None:
 
 @DISTANCES.hidden
 def test_sq_distances_far_from_origin(impl):
-    "float32 points near 1e4: the broadcast difference keeps every digit that the expansion |a|² + |b|² - 2 a·b loses"
+    "float32 points near 1e4, and in two clusters near ±1e4: the broadcast difference keeps every digit that the expansion |a|² + |b|² - 2 a·b loses"
     for n, m, d, seed in ((4, 5, 3, 7), (3, 6, 16, 8)):
         _check_sq_distances_far(impl, n, m, d, seed)
+    # Two clusters whose common mean is near 0: centring all the points on it leaves each cluster far out.
+    _check_sq_distances_far(impl, 6, 8, 3, 9, clusters=True)
 
 
 @DISTANCES.hidden

@@ -22,6 +22,13 @@ Tolerances (stated per comparison):
   of [16, 256]), never more than 1 in 4,096. Rounding twice (the normalized x cast to x's dtype, then multiplied
   by the weight, Hugging Face Llama's order; or the weight rounded to x's dtype) changes 26-35% of them.
 
+- LayerNorm of float32 tokens with a large common offset (near 1000, spread 1): atol 32 * 2^-14 = 2e-3, 32
+  float32 steps at 1000. The float32 mean of such values is off by a few of those steps, and so is every centred
+  value, whatever the formula: F.layer_norm itself is off by up to 1.7e-4 (40 seeds, widths 16 to 256), the
+  two-pass variance, torch.var(unbiased=False) and sum / d by 1.5e-4, torch.var_mean by 4.7e-5, a mean by matmul
+  2.4e-4 (the float32 bound above, 1e-5, is missed by all of them). The one-pass variance E[x²] - E[x]², whose
+  terms near 1e6 are 0.06 apart in float32, is off by at least 0.089.
+
 Sizes: the hidden checks include a width of 1024, beyond the notebook's widest (512); float32 means over 1024
 features round at ~1e-6 relative, inside the float32 bound.
 """
@@ -184,6 +191,39 @@ def test_layer_norm_shapes_and_dtypes(impl):
             **F32,
             alternatives=_layer_norm_mistakes(x, state["weight"].to(dtype), state["bias"].to(dtype), 1e-5),
         )
+
+
+_OFFSET = 1000.0  # a common offset of every feature of a token, where float32 numbers are 2**-14 = 6.1e-5 apart
+# Tokens near _OFFSET with spread 1 (module docstring): 32 float32 steps there, what a float32 mean may be off by.
+OFFSET_TOL = 32 * 2**-14
+
+
+@LAYER_NORM.hidden
+def test_layer_norm_large_offset(impl):
+    "tokens with a large common offset (near 1000, spread 1) in float32: the variance of the centred x keeps its digits"
+    d = 64
+    x = _x((8, d), 11, scale=1.0) + _OFFSET
+    centred = x - _OFFSET  # exact in float32 (Sterbenz): the same spreads near the origin
+    state = {"weight": torch.ones(d), "bias": torch.zeros(d)}
+    what = f"LayerNorm({d}) for float32 tokens near {_OFFSET:g} with spread 1"
+    out = expect.tensor(impl.call(norm_forward, "LayerNorm", state, x, 1e-5)["output"], what, shape=x.shape)
+    expected = F.layer_norm(x.double(), (d,), eps=1e-5)
+    error = float((out.detach().double() - expected).abs().max())
+    if not error <= OFFSET_TOL:  # also NaN
+        near = impl.call(norm_forward, "LayerNorm", state, centred, 1e-5)["output"]
+        right_near = isinstance(near, torch.Tensor) and near.shape == x.shape
+        if right_near:
+            expected_near = F.layer_norm(centred.double(), (d,), eps=1e-5)
+            error_near = (near.detach().double() - expected_near).abs()
+            right_near = bool((error_near <= F32["atol"] + F32["rtol"] * expected_near.abs()).all())
+        expect.that(
+            not right_near,
+            f"{what} is off by up to {error:.3g} (tolerance {OFFSET_TOL:.3g}), though the same tokens moved to the "
+            "origin give the right result: digits were lost to cancellation, as in the one-pass variance "
+            "E[x²] - E[x]² (in float32 both terms are near 1e6, where numbers are 0.06 apart, and the variance is 1); "
+            "compute the variance of the centred values, ((x - mean) ** 2).mean(-1)",
+        )
+    expect.close(out, expected, what, atol=OFFSET_TOL)
 
 
 # Low-precision inputs with float32 parameters: 8 units of rounding of the dtype (module docstring).

@@ -19,7 +19,10 @@ Precision (Exercise 4): at positions up to 4095, atol 1e-5 against the float64 o
 measured; float32 angles or float32 theta: 4e-5 to 1.2e-4); a bfloat16 output must be the exact rotation rounded
 once to bfloat16 (half a bfloat16 ulp + 1e-6; computing in bfloat16 is off by up to 1.5 ulp, measured).
 Sizes beyond the notebook's (its longest RoPE table has 2,048 rows, its ALiBi bias 10,000 keys, its widest d_k is
-128): a RoPE module with max_seq_len = 10,000 read near its end, 12,000 keys for ALiBi, d_k = 256 for the frequencies
+128): a RoPE module with max_seq_len = 10,000 read near its end, 12,000 keys for ALiBi (also with 12 heads, whose
+slopes 2^-0.5, 2^-1.5, ... are not powers of two: slope * i and slope * j rounded in float32 separately near 8,500
+are off by up to 6.6e-4 where the bias is 0.7, at 1,658 of the 12,288 entries compared, while the distance times
+the slope, rounded once, stays within the bias bound below), d_k = 256 for the frequencies
 and the permutation, 1,200 angles at once, a matrix at position 3,000; so a table made once for a fixed length and
 sliced fails. State: RoPE's cos and sin are non-persistent buffers that forward reads (the adapter replaces the
 buffers as ``module.to(device)`` does, through ``Module._apply``, with their negatives: forward must follow), and
@@ -27,7 +30,7 @@ the constructor's ``base`` is used.
 ALiBi: slopes rtol 1e-5 (HF BLOOM's float32 pow is up to 7e-7 off the exact values for n <= 127, measured; a float32
 running product of the ratio drifts by about n * 6e-8; every wrong rule diagnosed is off by 2^(8/n) - 1 > 4% for
 n <= 128); the bias atol 1e-6 + rtol 1e-6
-(one float32 slope times an exact integer distance); attention weights against BLOOM's atol 1e-5 (probabilities
+(one float32 slope times an exact integer distance), float32 also under a float64 default dtype; attention weights against BLOOM's atol 1e-5 (probabilities
 in [0, 1]; the two biases differ by up to ~12 per row, which float32 rounds at ~1e-6 before the softmax).
 """
 
@@ -629,12 +632,14 @@ def bloom_slopes(n_heads: int) -> torch.Tensor:
     return alibi[:, 0, 1]
 
 
-def alibi_bias_oracle(slopes, q_len: int, k_len: int) -> torch.Tensor:
-    """bias[h, r, j] = -slope_h * |i - j|, with i = k_len - q_len + r, by loops, in float64."""
+def alibi_bias_oracle(slopes, q_len: int, k_len: int, keys=None) -> torch.Tensor:
+    """bias[h, r, j] = -slope_h * |i - j|, with i = k_len - q_len + r, by loops, in float64; for the key columns
+    ``keys`` only (all of them by default)."""
+    keys = range(k_len) if keys is None else keys
     rows = [
-        [[-slope * abs(k_len - q_len + r - j) for j in range(k_len)] for r in range(q_len)] for slope in slopes
+        [[-slope * abs(k_len - q_len + r - j) for j in keys] for r in range(q_len)] for slope in slopes
     ]  # row r is the query at position i = k_len - q_len + r
-    return torch.tensor(rows, dtype=torch.float64).reshape(len(slopes), q_len, k_len)
+    return torch.tensor(rows, dtype=torch.float64).reshape(len(slopes), q_len, len(keys))
 
 
 def _slope_mistakes(n: int) -> list:
@@ -705,6 +710,9 @@ def test_alibi_slopes_geometric(impl):
             rtol=1e-5,
             hint="the first slope is 2^(-8/n) (h = 1)",
         )
+
+
+ALIBI_BIAS_TOL = {"atol": 1e-6, "rtol": 1e-6}  # one float32 slope times an exact distance (module docstring)
 
 
 def _bias_mistakes(n: int, q_len: int, k_len: int) -> list:
@@ -792,6 +800,48 @@ def test_alibi_bias_many_keys(impl):
         rtol=1e-6,
         alternatives=_bias_mistakes(n, q_len, k_len),
     )
+
+
+@ALIBI.hidden
+def test_alibi_bias_far_positions(impl):
+    "2 queries at positions near 12,000, 12 heads: each bias is one float32 product of a slope and an exact distance"
+    # 12 heads: slopes 2^-0.5, 2^-1.5, ... whose products with i and j round. 12,000 keys, as the check above: far
+    # enough for the rounding to show, and a [k_len, k_len] table of distances sliced to the last rows (576 MB) fits.
+    n, q_len, k_len = 12, 2, 12000
+    what = f"alibi_bias({n}, {q_len}, {k_len})"
+    got = expect.tensor(impl.call(alibi_bias, n, q_len, k_len), what, shape=(n, q_len, k_len), dtype=torch.float32)
+    # Compared on the first and the last 256 keys (far from the queries, and next to them), where the loop oracle
+    # stays fast; the cancellation shows next to the queries, where the bias is small and the terms are not.
+    keys = torch.cat([torch.arange(256), torch.arange(k_len - 256, k_len)])
+    expected = alibi_bias_oracle(alibi_slopes_oracle(n), q_len, k_len, keys=keys.tolist())
+    got = got[:, :, keys]
+    error = (got.double() - expected).abs()
+    if not bool((error <= ALIBI_BIAS_TOL["atol"] + ALIBI_BIAS_TOL["rtol"] * expected.abs()).all()):
+        # Products slope * i and slope * j near 8,500 are 2^-10 apart in float32: their difference is off by that much.
+        largest_term_step = max(alibi_slopes_oracle(n)) * k_len * 2.0**-23
+        expect.that(
+            float(error.max()) > 2 * largest_term_step,
+            f"{what} is off by up to {float(error.max()):.3g} near the diagonal, where the bias is small: slope * i "
+            "and slope * j were rounded in float32 separately (values near 8,500, 0.001 apart) before their difference "
+            "was taken, so the small distances lost their digits; take the distance |i - j| first (exact in "
+            "integers) and multiply it by the slope once",
+        )
+    expect.close(got, expected, what, **ALIBI_BIAS_TOL)
+
+
+@ALIBI.hidden
+def test_alibi_bias_float32_whatever_the_default_dtype(impl):
+    "float32 even when torch's default dtype is float64 (torch.set_default_dtype)"
+    n, q_len, k_len = 4, 3, 7
+    what = f"alibi_bias({n}, {q_len}, {k_len}) under torch.set_default_dtype(torch.float64)"
+    got = expect.tensor(impl.call(alibi_bias_default_float64, n, q_len, k_len), what, shape=(n, q_len, k_len))
+    expect.that(
+        got.dtype == torch.float32,
+        f"{what} returns {got.dtype}; the bias is float32 whatever the default dtype: the distances were made in "
+        "torch.get_default_dtype() (a floating arange without dtype=, or torch.get_default_dtype() itself), which "
+        "promotes the float32 slopes; take the distances from integer positions, then .float()",
+    )
+    expect.close(got, alibi_bias_oracle(alibi_slopes_oracle(n), q_len, k_len), what, **ALIBI_BIAS_TOL)
 
 
 @ALIBI.hidden
@@ -973,3 +1023,15 @@ def alibi_bias(ns, n_heads: int, q_len: int, k_len: int):
     """The student's ``alibi_bias``, with the course's ``alibi_slopes`` in their namespace while it runs."""
     with given(ns, alibi_slopes=_course_alibi_slopes):
         return need(ns, "alibi_bias")(n_heads, q_len, k_len)
+
+
+@adapter
+def alibi_bias_default_float64(ns, n_heads: int, q_len: int, k_len: int):
+    """``alibi_bias`` as ``alibi_bias`` above, run with torch's default dtype set to float64 (restored afterwards)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with given(ns, alibi_slopes=_course_alibi_slopes):
+            return need(ns, "alibi_bias")(n_heads, q_len, k_len)
+    finally:
+        torch.set_default_dtype(previous)

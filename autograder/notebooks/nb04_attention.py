@@ -14,6 +14,8 @@ raised (a tensor made on the CPU cannot be combined with meta tensors), and the 
 element that torch functions made meanwhile (a mask made on the CPU and then moved; a scalar is no part of a mask).
 ``causal_mask(n)`` with no device also runs under ``with torch.device("meta")``: None means PyTorch's default
 device. Lengths go beyond any of the notebook's (1100 positions), so a mask cached up to a fixed length is seen.
+Pad ids are not always the smallest (pad_id 5 among ids 0 to 9: padding is ``!= pad_id``, not ``> pad_id``), and
+left padding leaves a query whose visible keys are all padding with a row of False (no diagonal added).
 
 Tolerances: float32 outputs of order 1 at atol 1e-5 + rtol 1e-5 (sums of <= 16 products);
 probabilities at atol 1e-6; masks compared exactly.
@@ -511,6 +513,22 @@ def test_padding_mask_other_pad_id_and_effect(impl):
     ids = torch.tensor([[2, 2, 8, 1], [6, 1, 1, 1]])
     got = _mask_result(impl.call(padding_mask, ids, 1), "padding_mask(ids, pad_id=1)", (2, 1, 1, 4))
     _same_mask(got, _padding_oracle(ids, 1), "padding_mask(ids, pad_id=1)")
+    # A pad_id in the middle of the vocabulary: ids below it are real tokens too.
+    middle = torch.tensor([[0, 9, 5, 3, 5], [7, 1, 2, 5, 5]])
+    what = "padding_mask(ids, pad_id=5) for ids from 0 to 9"
+    got_middle = _mask_result(impl.call(padding_mask, middle, 5), what, (2, 1, 1, 5))
+    _same_mask(
+        got_middle,
+        _padding_oracle(middle, 5),
+        what,
+        [
+            (
+                (middle > 5)[:, None, None, :],
+                "it takes the ids greater than pad_id as the real tokens; ids below pad_id are real tokens too: "
+                "padding is exactly the ids equal to pad_id (token_ids != pad_id)",
+            )
+        ],
+    )
     long_ids = _long_ids(8)
     long = _long_mask(impl, "padding_mask", [long_ids, 8], f"padding_mask of {LONG} ids", (2, 1, 1, LONG))
     _same_mask(long, _padding_oracle(long_ids, 8), f"padding_mask of {LONG} ids")
@@ -554,6 +572,35 @@ def test_decoder_mask_other_pad_id(impl):
     what = f"decoder_mask of {LONG} ids"
     got = _long_mask(impl, "decoder_mask", [long_ids, 2], what, (1, 1, LONG, LONG))
     _same_mask(got, _decoder_oracle(long_ids, 2), what)
+
+
+@DECODER.hidden
+def test_decoder_mask_left_padding(impl):
+    "left padding: a padded query whose visible keys are all padding gets a row of False (attention gives it zeros)"
+    ids = torch.tensor([[0, 0, 5, 6, 7], [3, 4, 0, 8, 9]])
+    what = "decoder_mask(ids, 0) for left-padded ids [[0, 0, 5, 6, 7], [3, 4, 0, 8, 9]]"
+    got = _mask_result(impl.call(decoder_mask, ids, 0), what, (2, 1, 5, 5))
+    expected = _decoder_oracle(ids, 0)
+    empty_rows = ~expected.any(-1, keepdim=True)
+    eye = torch.eye(5, dtype=torch.bool)
+    _same_mask(
+        got,
+        expected,
+        what,
+        [
+            (
+                expected | (eye & empty_rows),
+                "the queries with no visible key (the first two, whose keys so far are all padding) were given "
+                "their own diagonal entry to avoid an empty row; the mask is True exactly when j <= i and key j is "
+                "not padding, so such a row is all False: the attention gives a query that sees nothing zero weights",
+            ),
+            (
+                expected | (eye & (ids == 0)[:, None, :, None]),
+                "padded queries were given their own diagonal entry; the mask is True exactly when j <= i and key j "
+                "is not padding, so a padding key is never visible, even to itself",
+            ),
+        ],
+    )
 
 
 @DECODER.hidden

@@ -23,7 +23,8 @@ composition written here from those components (atol 1e-5 + rtol 1e-4, as above:
 that computes a LayerNorm itself with ``self.norm1``'s weights, or attention or the FFN with their projections,
 gives the reference part's result instead, which is how the diagnosis names the part.
 
-The decoder's causal mask is made on the device of x: the block and its inputs are moved to PyTorch's meta device
+The encoder's masks (an all-True one for padding_mask=None, if it makes one) and the decoder's causal mask are
+made on the device of x: the block and its inputs are moved to PyTorch's meta device
 (shapes without values, so a CPU-only grader can see it); a tensor made on the CPU in forward or kept from
 __init__ as a plain attribute cannot be mixed with meta tensors, and raises. The block also runs there on 1100
 target tokens, longer than any sequence of the notebooks (and than 1024, a common maximum length): a causal mask cut
@@ -836,6 +837,27 @@ def test_encoder_uses_its_parts(impl):
         )
 
 
+@ENCODER.hidden
+def test_encoder_on_the_device_of_x(impl):
+    "any mask the block makes is made on the device of x: the block runs on another device (PyTorch's meta device)"
+    for padded in (False, True):
+        got = impl.call(encoder_on_meta, [8, 2, 32], [2, 5, 8], padded)
+        call = f"EncoderBlock(8, 2, 32).to('meta')(x{', padding_mask' * padded}) with x on the meta device" + (
+            "" if padded else ", padding_mask=None"
+        )
+        expect.that(
+            not got["raised"],
+            f"{call} raised {got['raised']}: {got['message']}; a tensor your block makes stays on the CPU while x "
+            "is elsewhere: with padding_mask=None, pass no mask (None) to the attention, or make any mask on the "
+            "device of x (an all-True mask made with torch.ones(...) without device=x.device is on the CPU)",
+        )
+        expect.that(
+            got["device"] == "meta" and got["shape"] == [2, 5, 8],
+            f"{call} returned a tensor on {got['device'] or 'no device'} of shape {got['shape']}; expected "
+            "[2, 5, 8] on the device of x",
+        )
+
+
 # --- Exercise 5 --------------------------------------------------------------------------
 
 DECODER_NAMES = (
@@ -1425,6 +1447,20 @@ def block_forward(
     name, run it (and backward)."""
     module = load(_build(ns, class_name, args, kwargs, components), state)
     return forward_backward(module, grad_output, *inputs, **call_kwargs)
+
+
+@adapter
+def encoder_on_meta(ns, args: list, x_shape: list, padded: bool) -> dict:
+    """``EncoderBlock(*args)`` moved to PyTorch's meta device and run on a meta x (and, if ``padded``, a meta padding
+    mask): what it raised, or its output's device and shape. A mask it makes on the CPU raises beside meta tensors."""
+    block = _build(ns, "EncoderBlock", args, {}).to("meta")
+    batch, length, d_model = x_shape
+    x = torch.empty(batch, length, d_model, device="meta")
+    paddings = [torch.ones(batch, length, dtype=torch.bool, device="meta")] if padded else []
+    made = []
+    result = outcome(lambda: made.append(block(x, *paddings)))
+    output = made[0] if made else None
+    return result | {"device": str(getattr(output, "device", "")), "shape": list(getattr(output, "shape", []))}
 
 
 @adapter
