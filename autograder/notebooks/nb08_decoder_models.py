@@ -42,6 +42,9 @@ Oracles (Hugging Face ``transformers``, imported lazily here, never beside stude
   its ``state_dict()`` has it); the calls of ``F.scaled_dot_product_attention`` under ``is_causal=True`` (a
   TorchFunctionMode sees them by any name) get is_causal=True and no mask (attention by hand makes none); the
   fused forward's output follows a known change added to the result of its product of the fused width.
+- A query whose keys are all masked (RotaryGQA, FusedRotaryGQA; notebook 04's rule): zero weights, so a zero
+  output (closed form), on a left-padded causal mask with one real query masked whole; the other queries equal
+  HF's. HF gives such queries uniform weights (its additive mask is finfo.min), which names that mistake.
 - Closed forms: the GPT-2 parameter count of the 124M configuration, 124,439,808;
   ``F.cross_entropy`` on a shift done here.
 
@@ -1102,6 +1105,52 @@ def test_rotary_gqa_on_the_device_of_x(impl):
     _attention_on_the_device_of_x(impl, "RotaryGQA", 32, 4, 2)
 
 
+# "A query whose keys are all masked gets zero weights" (notebook 04's rule, the README's convention for masks): a
+# left-padded batch, whose padded queries see only padding under the causal mask, and one real query masked whole.
+FULLY_MASKED_NAN = (
+    "a query whose keys are all masked comes out as NaN: the softmax of a row of -inf is 0/0. Such a query gets "
+    "zero weights and so a zero output (notebook 04's rule, what F.scaled_dot_product_attention gives): written by "
+    "hand, put zeros in those rows, e.g. torch.nan_to_num(weights, nan=0.0)"
+)
+FULLY_MASKED_UNIFORM = (
+    "a query whose keys are all masked gets uniform weights over them (a large negative number, such as "
+    "torch.finfo(dtype).min or -1e9, in place of -inf, as Hugging Face's models do); it must get zero weights and "
+    "so a zero output (notebook 04's rule, what F.scaled_dot_product_attention gives)"
+)
+
+
+def _fully_masked_mask(batch: int, length: int) -> torch.Tensor:
+    """Causal and left padding ([batch, 1, seq, seq]), and query 2 of row 0 (no padding) masked whole."""
+    padding = _padding([length, length // 2, length - 2][:batch], length, "left")
+    mask = torch.ones(length, length, dtype=torch.bool).tril() & padding[:, None, None, :]
+    mask[0, 0, 2] = False
+    return mask
+
+
+def _fully_masked_case(impl, name: str, forward, heads: int, kv: int, state: dict, x, mask, oracle_output) -> None:
+    """``forward`` (an adapter) on ``mask``: queries with some key equal the oracle's output, queries with none are
+    0. The oracle is Hugging Face's (its fully masked rows get uniform weights: the known mistake)."""
+    batch, length, d = x.shape
+    fully = ~mask.expand(batch, 1, length, length).any(-1)[:, 0]  # [batch, seq]: queries with no key
+    what = (
+        f"{name}({d}, {heads}, {kv}, rope)(x, mask) for a causal mask with left padding (queries before a row's "
+        f"first real token see no key) and query 2 of row 0 masked whole"
+    )
+    got = expect.tensor(impl.call(forward, d, heads, kv, state, x, mask, None), what, shape=[batch, length, d])
+    expect.that(not bool(got[fully].isnan().any()), f"{what} is wrong: {FULLY_MASKED_NAN}")
+    expected = oracle_output.masked_fill(fully[..., None], 0.0)
+    expect.close(got, expected, what, **TOL, alternatives=[(oracle_output, FULLY_MASKED_UNIFORM)])
+
+
+@ROTARY.hidden
+def test_rotary_gqa_fully_masked_queries(impl):
+    "a query whose keys are all masked (left padding, a row masked whole) gets zero weights: a zero output, no NaN"
+    d, heads, kv, batch, length, seed = 32, 4, 2, 3, 6, 60
+    x, mask = _randn((batch, length, d), seed + 500), _fully_masked_mask(batch, length)
+    state, expected = hf_layer("attention", _llama_fields(seed, d=d, heads=heads, kv=kv), seed, x, mask, None)
+    _fully_masked_case(impl, "RotaryGQA", rotary_gqa_forward, heads, kv, state, x, mask, expected)
+
+
 def _check_is_causal_passed_on(calls: list, what: str) -> None:
     """ "is_causal: pass it on": every call of F.scaled_dot_product_attention the forward makes (attention written
     by hand makes none) gets is_causal=True and no mask tensor, so that SDPA may pick its flash kernel."""
@@ -2060,6 +2109,16 @@ def test_fused_ratios_positions_padding(impl):
     _fused_case(impl, 32, 4, 2, (3, 6), 31, positions=BATCHED_POSITIONS)
     _one_product(impl, 48, 4, 1, 3, 4)
     _one_product(impl, 48, 6, 3, 1, 7)
+
+
+@FUSED.hidden
+def test_fused_fully_masked_queries(impl):
+    "a query whose keys are all masked (left padding, a row masked whole) gets zero weights, as in RotaryGQA"
+    d, heads, kv, batch, length, seed = 32, 4, 2, 3, 6, 61
+    x, mask = _randn((batch, length, d), seed + 700), _fully_masked_mask(batch, length)
+    hf_state, expected = hf_phi3_attention(_llama_fields(seed, d=d, heads=heads, kv=kv), seed, x, mask, None)
+    state = phi3_course_state(hf_state, heads, kv)
+    _fully_masked_case(impl, "FusedRotaryGQA", fused_forward, heads, kv, state, x, mask, expected)
 
 
 @FUSED.hidden

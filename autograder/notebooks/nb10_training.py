@@ -6,7 +6,9 @@ gradients by autograd, with ``ignore_index`` and ``label_smoothing``, logits up 
 ``torch.optim.AdamW(foreach=False)`` over 30 steps of fixed gradients, two parameter groups with
 different hyperparameters, a parameter without a gradient every third step, a ``state_dict()`` round
 trip through ``torch.save``/``torch.load(weights_only=True)`` mid-run, and a closure that records
-whether gradients are on when ``step`` calls it; the schedules' closed forms
+whether gradients are on when ``step`` calls it; and over 8 steps of gradients of about 1e-8, where eps
+matters (eps added to sqrt(v) with the bias correction folded into the step size is about lr / 2 away
+per step); the schedules' closed forms
 and ``torch.optim.lr_scheduler.LinearLR`` then ``CosineAnnealingLR`` stepped through;
 ``torch.nn.utils.clip_grad_norm_`` (also with no gradient at all: norm 0); for checkpoints, evaluation, the loop and overfitting, the
 neutral loop of ``autograder.reference.training`` (``torch.optim.AdamW``, ``F.cross_entropy``,
@@ -14,7 +16,10 @@ neutral loop of ``autograder.reference.training`` (``torch.optim.AdamW``, ``F.cr
 PyTorch's parts (so these exercises never rest on the student's other answers).
 The loop is also run with a ``torch.optim.AdamW`` of three parameter groups that records each group's rate
 at every ``step()`` (each must be ``schedule(step)``); ``overfit_one_batch`` is given a recording wrapper of
-the reference loop (it must be the function that makes the updates); ``evaluate`` and ``train`` get a model
+the reference loop (it must be the function that makes the updates, and the rates its schedule gives are
+recorded: the first group's, given an optimizer of two groups whose defaults hold another rate);
+``get_batch`` on an ``np.memmap`` of 2**21 tokens is watched by ``tracemalloc`` (NumPy reports its arrays to it)
+and a ``TorchDispatchMode`` (every tensor an ATen operation makes): no copy of the whole stream; ``evaluate`` and ``train`` get a model
 whose first parameter is on the meta device, and the device they ask ``get_batch`` for is recorded. They are
 also given recording stand-ins for the parts they take as arguments (``get_batch``, ``loss_fn``; for ``train``
 also ``schedule``, ``clip``, ``evaluate``), whose results no notebook function gives (batches of their own
@@ -257,6 +262,34 @@ def test_batch_generator(impl):
     )
 
 
+# "Index the array with the windows' positions rather than turning the whole file into a tensor, so that a memmap is
+# read only where the windows are": a memmap of 2**21 tokens (a sparse file, nothing written), 4 windows of 8.
+MEMMAP_TOKENS = 2**21
+
+
+@GET_BATCH.hidden
+def test_batch_reads_only_the_windows(impl):
+    "a memmap of 2,097,152 tokens is read only where the windows are: no copy of the whole stream, in NumPy or torch"
+    got = impl.call(batch_copies, MEMMAP_TOKENS, 4, 8)
+    call = f"get_batch(np.memmap of {MEMMAP_TOKENS:,} uint16 tokens, 4, 8, generator=...)"
+    advice = (
+        "index the memmap with the windows' positions, tokens[starts[:, None] + torch.arange(context_length + 1)] "
+        "(or its slices), and convert only those windows; turning the whole file into an array or tensor reads "
+        "all of it"
+    )
+    expect.that(
+        got["numpy_peak"] < MEMMAP_TOKENS,  # a copy of the stream is 2 bytes a token at least; 4 windows, < 1 KB
+        f"{call} allocated {got['numpy_peak'] / 2**20:.1f} MB of NumPy/Python memory for a batch of 4 x 9 tokens: "
+        f"the whole token file was copied (converted to another dtype, np.array or tolist): {advice}",
+    )
+    expect.that(
+        not got["torch_copies"],
+        f"{call} made a torch tensor of {got['torch_copies'][:1]} numbers that is not the memmap's memory (by "
+        f"{got['torch_ops'][:1]}): the whole token file was copied into a tensor (torch.tensor, .long(), "
+        f"torch.as_tensor with a dtype): {advice}",
+    )
+
+
 # --- Exercise 1: cross_entropy -----------------------------------------------------------
 
 
@@ -374,11 +407,11 @@ GROUPS = [
 DEFAULTS = {"betas": (0.9, 0.999), "eps": 1e-8}
 
 
-def _adam_problem(seed, steps=30):
+def _adam_problem(seed, steps=30, scale=1.0):
     initial = [_randn((3, 4), seed), _randn((4,), seed + 1), _randn((2, 3), seed + 2)]
     grads = []
     for k in range(steps):
-        step = [_randn(tuple(t.shape), seed + 10 + 3 * k + i, 0.5 + i) for i, t in enumerate(initial)]
+        step = [_randn(tuple(t.shape), seed + 10 + 3 * k + i, scale * (0.5 + i)) for i, t in enumerate(initial)]
         if k % 3 == 1:
             step[1] = None  # parameter 1 takes no part in this loss
         grads.append(step)
@@ -417,6 +450,8 @@ def adam_oracle(initial, groups, defaults, grads, mistake=None):
                         s["v"].mul_(b2).addcmul_(g, g, value=1 - b2)
                         if mistake == "no bias correction":
                             m_hat, v_hat = s["m"], s["v"]
+                        elif mistake == "eps folded":  # Adam's "efficient" form: eps added to sqrt(v), not sqrt(v_hat)
+                            m_hat, v_hat = s["m"] * math.sqrt(1 - b2**t) / (1 - b1**t), s["v"]
                         else:
                             m_hat, v_hat = s["m"] / (1 - b1**t), s["v"] / (1 - b2**t)
                         p.addcdiv_(m_hat, v_hat.sqrt() + eps, value=-lr)
@@ -433,19 +468,26 @@ ADAM_MISTAKES = {
     "decay after": "the weight decay is applied after the Adam step; AdamW shrinks the parameter first, then steps",
     "group step": "the step count t is counted per group (or per step() call); it must be per parameter, in "
     "self.state[p]['step'], and a parameter without a gradient is not counted",
+    "eps folded": "the bias correction is folded into the step size, lr * sqrt(1 - beta2**t) / (1 - beta1**t) "
+    "* m / (sqrt(v) + eps): eps is then added to sqrt(v), not to sqrt(v_hat), a larger eps early on (Adam's "
+    "'efficient' form); AdamW divides by sqrt(v_hat) + eps with v_hat = v / (1 - beta2**t), as torch.optim.AdamW",
 }
 
 
-def _adam_case(impl, seed, *, resume_at=None, closure_at=None, groups=GROUPS, defaults=DEFAULTS, steps=30):
-    initial, grads = _adam_problem(seed, steps)
+def _adam_case(
+    impl, seed, *, resume_at=None, closure_at=None, groups=GROUPS, defaults=DEFAULTS, steps=30, scale=1.0, what=""
+):
+    initial, grads = _adam_problem(seed, steps, scale)
     got = impl.call(adamw, initial, groups, defaults, grads, resume_at=resume_at, closure_at=closure_at)
     expect.that(
         got["is_optimizer"],
         "AdamW(...) is not a torch.optim.Optimizer: subclass it and call super().__init__(params, defaults)",
     )
     expected = adam_oracle(initial, groups, defaults, grads)
-    what = "AdamW with two parameter groups" + (
-        f", its state_dict() reloaded before step {resume_at + 1}" if resume_at is not None else ""
+    what = (
+        "AdamW with two parameter groups"
+        + what
+        + (f", its state_dict() reloaded before step {resume_at + 1}" if resume_at is not None else "")
     )
     expect.that(len(got["trajectory"]) == len(expected), f"{what} did not run {len(expected)} steps")
     variants = {name: adam_oracle(initial, groups, defaults, grads, name) for name in ADAM_MISTAKES}
@@ -512,6 +554,14 @@ def test_adamw_defaults_and_closure(impl):
         isinstance(closure, torch.Tensor) and float(closure) == 42.0,
         f"step(closure) returned {closure!r}, expected the closure's loss (tensor(42.))",
     )
+
+
+@ADAMW.hidden
+def test_adamw_eps_with_tiny_gradients(impl):
+    "gradients of about 1e-8, the size of eps, over the first steps: eps is added to sqrt(v_hat), as torch.optim.AdamW does"
+    # With gradients this small the step depends on eps; ADAM's bound (1e-6) is far below the folded form's gap
+    # (about lr / 2 per step).
+    _adam_case(impl, 300, steps=8, scale=1e-8, what=", gradients of about 1e-8")
 
 
 # --- Exercises 3 and 4: the schedules ----------------------------------------------------
@@ -1387,14 +1437,18 @@ def test_overfit_other_batch(impl):
 
 @OVERFIT.hidden
 def test_overfit_calls_the_given_train(impl):
-    "the steps are made by the train it is given (the argument), once, with the model, the optimizer and the config"
+    "the steps are made by the train it is given (the argument), once, with the model, the optimizer and the config; the schedule gives the first group's rate (not the defaults')"
     steps, shape = 7, (3, 6)
     state = _tiny_state(2)
     inputs = torch.randint(0, 16, shape, generator=_gen(720))
     targets = torch.randint(0, 16, shape, generator=_gen(721))
-    got = impl.call(overfit, state, inputs, targets, steps=steps, lr=2e-2, record=True)
+    lr, default, second = 2e-2, 1e-4, 5e-3
+    got = impl.call(overfit, state, inputs, targets, steps=steps, lr=lr, record=True, other_lrs=(default, second))
     calls = got["calls"]
-    what = f"overfit_one_batch(model, optimizer, a batch of shape {list(shape)}, steps={steps}, train=...)"
+    what = (
+        f"overfit_one_batch(model, optimizer, a batch of shape {list(shape)}, steps={steps}, train=...) with "
+        f"param_groups[0]['lr'] = {lr:g}, param_groups[1]['lr'] = {second:g}, optimizer.defaults['lr'] = {default:g}"
+    )
     expect.that(
         len(calls) >= 1,
         f"{what} never called the train it was given (its train argument): make the {steps} updates by calling "
@@ -1414,6 +1468,26 @@ def test_overfit_calls_the_given_train(impl):
         sizes == (shape[0], shape[1], steps),
         f"{what} called train with a config of batch_size, context_length, max_steps = {sizes}, expected "
         f"{(shape[0], shape[1], steps)} (the batch's shape and steps)",
+    )
+    _check_constant_rate(
+        what, call.get("lr", []), lr, {default: "optimizer.defaults['lr']", second: "the last group's rate"}
+    )
+
+
+def _check_constant_rate(what: str, rates: list, lr: float, others: dict) -> None:
+    """ "A constant schedule: the learning rate of the optimizer's first group when the function is called"."""
+    if rates and all(math.isclose(rate, lr, rel_tol=1e-9) for rate in rates):
+        return
+    for other, name in others.items():
+        if rates and all(math.isclose(rate, other, rel_tol=1e-9) for rate in rates):
+            expect.fail(
+                f"{what}: the schedule gave {other:g} at every step, {name}; the rate is the first group's, "
+                "optimizer.param_groups[0]['lr'] when the function is called (a group's own rate: the defaults "
+                "only fill in groups that give none)"
+            )
+    expect.fail(
+        f"{what}: the schedule gave the rates {rates[:4]}...; expected {lr:g} at every step, the first group's "
+        "rate optimizer.param_groups[0]['lr'] read when the function is called"
     )
 
 
@@ -1474,6 +1548,56 @@ def batch(
         generator = None if seed is None else torch.Generator().manual_seed(seed)
         value = get_batch(data, batch_size, context_length, device, generator=generator)
         return _describe_batch(value, with_values=device != "meta")
+
+
+@adapter
+def batch_copies(ns, length: int, batch_size: int, context_length: int) -> dict:
+    """``get_batch`` on an ``np.memmap`` of ``length`` uint16 tokens (a sparse file of zeros): the peak of the
+    NumPy and Python memory it allocated (``tracemalloc``, which NumPy reports its arrays to), and the sizes of the
+    tensors of half the stream or more that an ATen operation made outside the memmap's memory (a
+    ``TorchDispatchMode`` sees every one, however it was reached; ``torch.from_numpy`` of the memmap and its views
+    are the memmap's memory, not a copy)."""
+    import tracemalloc
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    get_batch = need(ns, "get_batch")
+    copies, ops = [], []
+
+    with tempfile.TemporaryDirectory(prefix="get-batch-", ignore_cleanup_errors=True) as folder:
+        path = Path(folder) / "tokens.bin"
+        with open(path, "wb") as file:
+            file.truncate(2 * length)  # a sparse file: nothing is written
+        data = np.memmap(path, dtype=np.uint16, mode="r")
+        low, high = data.ctypes.data, data.ctypes.data + data.nbytes
+
+        class Record(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                for value in result if isinstance(result, tuple | list) else (result,):
+                    if (
+                        isinstance(value, torch.Tensor)
+                        and value.numel() >= length // 2
+                        and not low <= value.untyped_storage().data_ptr() < high
+                    ):
+                        copies.append(value.numel())
+                        ops.append(str(func))
+                return result
+
+        tracing = tracemalloc.is_tracing()
+        if not tracing:
+            tracemalloc.start()
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        try:
+            with Record():
+                get_batch(data, batch_size, context_length, "cpu", generator=torch.Generator().manual_seed(0))
+            peak = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            if not tracing:
+                tracemalloc.stop()
+        del data
+    return {"numpy_peak": peak, "torch_copies": copies, "torch_ops": ops}
 
 
 # --- Exercise 1: cross_entropy -----------------------------------------------------------
@@ -2009,14 +2133,29 @@ def train_recorded(ns, state: dict, train_tokens: torch.Tensor, val_tokens: torc
 
 @adapter
 def overfit(
-    ns, state: dict, inputs: torch.Tensor, targets: torch.Tensor, *, steps: int, lr: float, record: bool = False
+    ns,
+    state: dict,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    steps: int,
+    lr: float,
+    record: bool = False,
+    other_lrs: tuple | None = None,
 ) -> dict:
     """``overfit_one_batch`` on a TinyLM without dropout, PyTorch's AdamW, and the reference loop injected; with
-    ``record``, also what each call of that loop was given (the model, the optimizer, the config's sizes)."""
+    ``record``, also what each call of that loop was given (the model, the optimizer, the config's sizes) and the
+    rates its schedule gave (the loop's ``history["lr"]``). With ``other_lrs`` = (default, second group's), the
+    optimizer has two groups, the first at ``lr``, and ``optimizer.defaults["lr"]`` is another rate."""
     overfit_one_batch = need(ns, "overfit_one_batch")
     model = ref.TinyLM(dropout=0.0)
     model.load_state_dict(copy.deepcopy(state))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, foreach=False)
+    params = list(model.parameters())
+    groups = (
+        params if other_lrs is None else [{"params": params[:2], "lr": lr}, {"params": params[2:], "lr": other_lrs[1]}]
+    )
+    default = lr if other_lrs is None else other_lrs[0]
+    optimizer = torch.optim.AdamW(groups, lr=default, weight_decay=0.0, foreach=False)
     calls = []
 
     def recording_train(*args, **kwargs):
@@ -2029,7 +2168,9 @@ def overfit(
                 **{name: getattr(config, name, None) for name in ("batch_size", "context_length", "max_steps")},
             }
         )
-        return ref.train(*args, **kwargs)
+        history = ref.train(*args, **kwargs)
+        calls[-1]["lr"] = [float(rate) for rate in history["lr"]]
+        return history
 
     losses = overfit_one_batch(model, optimizer, inputs, targets, steps=steps, train=recording_train)
     result = {"losses": list(losses) if isinstance(losses, list | tuple) else losses}
