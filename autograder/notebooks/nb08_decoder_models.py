@@ -29,7 +29,7 @@ Oracles (Hugging Face ``transformers``, imported lazily here, never beside stude
   1040 tokens (``LONG``, beyond GPT2Config's 1024 positions, the notebook's largest: a mask cached for a fixed
   length shows); RotaryGQA and FusedRotaryGQA run there too, on 1040 tokens, without positions (the default
   positions, and any mask they make, on the device of x; their rope makes its angles on x's device); on the meta
-  device an embedding lookup or indexing accepts CPU indices silently, so a TorchFunctionMode (``_CPUBesideMeta``)
+  device an embedding lookup or indexing accepts CPU indices silently, so a TorchFunctionMode (``CPUBesideMeta``)
   also notes every torch function given a CPU tensor of one or more dimensions beside meta ones (positions made on
   the CPU and given to ``wpe``); the constructor arguments (GPT2's ``block``/``norm``, ModernBlock's
   ``attention``/``feed_forward``/``norm``, ModernDecoder's ``block``/``norm``) are recording stand-ins for the
@@ -90,6 +90,8 @@ from torch.overrides import TorchFunctionMode
 
 from autograder import expect
 from autograder.adapters import (
+    CPUBesideMeta,
+    Recording,
     adapter,
     dict_call_observed,
     first_product_perturbed,
@@ -106,7 +108,7 @@ from autograder.reference import decoders, hf_llama
 from autograder.reference.blocks import PreNormBlock
 from autograder.reference.feed_forward import SwiGLU
 from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
-from autograder.reference.rope import RoPE, frequencies, halves_permutation, rope
+from autograder.reference.rope import RoPE, halves_permutation, rope
 from autograder.rules import Rule
 
 # "As a closed form: no model built", enforced as notebook 09's count is: the torch modules a model is built from
@@ -575,7 +577,7 @@ def test_gpt2_uses_the_parts_given(impl):
 
 
 def _check_nothing_made_on_the_cpu(uses: list, call: str) -> None:
-    """No torch function of the meta run was given a CPU tensor beside meta ones (``_CPUBesideMeta``): an embedding
+    """No torch function of the meta run was given a CPU tensor beside meta ones (``CPUBesideMeta``): an embedding
     lookup or indexing on the meta device accepts CPU indices without raising, where a GPU's lookup does not."""
     if not uses:
         return
@@ -1127,16 +1129,16 @@ def _fully_masked_mask(batch: int, length: int) -> torch.Tensor:
     return mask
 
 
-def _fully_masked_case(impl, name: str, forward, heads: int, kv: int, state: dict, x, mask, oracle_output) -> None:
-    """``forward`` (an adapter) on ``mask``: queries with some key equal the oracle's output, queries with none are
-    0. The oracle is Hugging Face's (its fully masked rows get uniform weights: the known mistake)."""
+def _check_fully_masked(got, name: str, heads: int, kv: int, x, mask, oracle_output) -> None:
+    """What an attention adapter returned on ``mask``: queries with some key equal the oracle's output, queries with
+    none are 0. The oracle is Hugging Face's (its fully masked rows get uniform weights: the known mistake)."""
     batch, length, d = x.shape
     fully = ~mask.expand(batch, 1, length, length).any(-1)[:, 0]  # [batch, seq]: queries with no key
     what = (
         f"{name}({d}, {heads}, {kv}, rope)(x, mask) for a causal mask with left padding (queries before a row's "
         f"first real token see no key) and query 2 of row 0 masked whole"
     )
-    got = expect.tensor(impl.call(forward, d, heads, kv, state, x, mask, None), what, shape=[batch, length, d])
+    got = expect.tensor(got, what, shape=[batch, length, d])
     expect.that(not bool(got[fully].isnan().any()), f"{what} is wrong: {FULLY_MASKED_NAN}")
     expected = oracle_output.masked_fill(fully[..., None], 0.0)
     expect.close(got, expected, what, **TOL, alternatives=[(oracle_output, FULLY_MASKED_UNIFORM)])
@@ -1148,7 +1150,8 @@ def test_rotary_gqa_fully_masked_queries(impl):
     d, heads, kv, batch, length, seed = 32, 4, 2, 3, 6, 60
     x, mask = _randn((batch, length, d), seed + 500), _fully_masked_mask(batch, length)
     state, expected = hf_layer("attention", _llama_fields(seed, d=d, heads=heads, kv=kv), seed, x, mask, None)
-    _fully_masked_case(impl, "RotaryGQA", rotary_gqa_forward, heads, kv, state, x, mask, expected)
+    got = impl.call(rotary_gqa_forward, d, heads, kv, state, x, mask, None)
+    _check_fully_masked(got, "RotaryGQA", heads, kv, x, mask, expected)
 
 
 def _check_is_causal_passed_on(calls: list, what: str) -> None:
@@ -2118,7 +2121,8 @@ def test_fused_fully_masked_queries(impl):
     x, mask = _randn((batch, length, d), seed + 700), _fully_masked_mask(batch, length)
     hf_state, expected = hf_phi3_attention(_llama_fields(seed, d=d, heads=heads, kv=kv), seed, x, mask, None)
     state = phi3_course_state(hf_state, heads, kv)
-    _fully_masked_case(impl, "FusedRotaryGQA", fused_forward, heads, kv, state, x, mask, expected)
+    got = impl.call(fused_forward, d, heads, kv, state, x, mask, None)
+    _check_fully_masked(got, "FusedRotaryGQA", heads, kv, x, mask, expected)
 
 
 @FUSED.hidden
@@ -2191,22 +2195,6 @@ def gpt2_summary(ns, fields: dict):
     return _model_summary(_gpt2(ns, fields))
 
 
-class _Recording:
-    """A constructor argument standing in for ``make`` (a class or a function): it makes what ``make`` makes and keeps
-    every module it made, so that a check sees which parts of a model were built by calling the argument."""
-
-    def __init__(self, make):
-        self.make, self.made = make, []
-
-    def __call__(self, *args, **kwargs):
-        module = self.make(*args, **kwargs)
-        self.made.append(module)
-        return module
-
-    def built(self, module) -> bool:
-        return module is not None and any(module is made for made in self.made)
-
-
 def _blocks(model) -> list:
     blocks = getattr(model, "blocks", None)
     return list(blocks) if isinstance(blocks, nn.ModuleList) else []
@@ -2216,7 +2204,7 @@ def _blocks(model) -> list:
 def gpt2_parts(ns, fields: dict) -> dict:
     """Which parts of ``GPT2`` were made by calling its ``block`` and ``norm`` arguments (recording stand-ins for
     the reference ``PreNormBlock`` and ``nn.LayerNorm``)."""
-    block, norm = _Recording(PreNormBlock), _Recording(nn.LayerNorm)
+    block, norm = Recording(PreNormBlock), Recording(nn.LayerNorm)
     model = need(ns, "GPT2")(need(ns, "GPT2Config")(**fields), block=block, norm=norm)
     blocks = _blocks(model)
     return {
@@ -2239,13 +2227,11 @@ def model_on_meta(ns, model: str, fields: dict, shape: list, padded: bool) -> di
     """``GPT2`` or ``ModernDecoder`` moved to PyTorch's meta device and run on meta tokens (shapes only, no
     values): what it raised, or its logits' device and shape. A mask or positions made on the CPU (without
     ``device=tokens.device``) cannot be mixed with meta tensors, so it raises."""
-    module = (
-        (_gpt2(ns, fields) if model == "GPT2" else _decoder(ns, fields, rope=_RoPEOnTheDeviceOfX)).to("meta").eval()
-    )
+    module = (_gpt2(ns, fields) if model == "GPT2" else _decoder(ns, fields)).to("meta").eval()
     tokens = torch.zeros(shape, dtype=torch.long, device="meta")
     arguments = (tokens, torch.ones(shape, dtype=torch.bool, device="meta")) if padded else (tokens,)
     made = []
-    with _CPUBesideMeta(module) as observed:
+    with CPUBesideMeta(module) as observed:
         result = outcome(lambda: made.append(module(*arguments)))
     output = made[0] if made else None
     return result | {
@@ -2253,41 +2239,6 @@ def model_on_meta(ns, model: str, fields: dict, shape: list, padded: bool) -> di
         "shape": list(getattr(output, "shape", [])),
         "cpu_beside_meta": observed.seen[:3],
     }
-
-
-def _tensors_in(value):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors_in(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors_in(item)
-
-
-class _CPUBesideMeta(TorchFunctionMode):
-    """Notes each torch function (by any name it is reached) given a CPU tensor of one or more dimensions beside a
-    tensor on the meta device, with the names of the module's parameters and buffers among its meta tensors.
-
-    On the meta device ``F.embedding`` and indexing accept CPU indices silently, so positions made on the CPU and
-    only used to look up a table do not raise there; on a GPU they do (or are copied at every call). A 0-d CPU
-    tensor is a scalar that any device accepts: not noted."""
-
-    def __init__(self, module: nn.Module):
-        super().__init__()
-        self.names = {id(t): n for n, t in (*module.named_parameters(), *module.named_buffers())}
-        self.seen = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        tensors = list(_tensors_in((args, kwargs)))
-        meta = [t for t in tensors if t.device.type == "meta"]
-        cpu = [list(t.shape) for t in tensors if t.device.type == "cpu" and t.dim() > 0]
-        if meta and cpu:
-            tables = [self.names[id(t)] for t in meta if id(t) in self.names]
-            self.seen.append({"function": getattr(func, "__name__", repr(func)), "cpu": cpu, "tables": tables})
-        return func(*args, **kwargs)
 
 
 # --- Exercise 3 ------------------------------------------------------------------------
@@ -2408,7 +2359,7 @@ def attention_on_meta(ns, name: str, d_model: int, num_heads: int, num_kv_heads:
     ``token_positions`` (and ``options``, such as ``is_causal``): what it raised, or its output's device and
     shape. Its rope makes its angles on the device of ``x``, so only the attention's own tensors (the default
     positions, a causal mask written by hand) can be on the wrong device."""
-    rope = _RoPEOnTheDeviceOfX(d_model // num_heads, 2 * shape[1])
+    rope = RoPE(d_model // num_heads, 2 * shape[1])
     module = need(ns, name)(d_model, num_heads, num_kv_heads, rope).to("meta").eval()
     x = torch.zeros([*shape, d_model], device="meta")
     made = []
@@ -2434,7 +2385,7 @@ def modern_block_parts(ns, fields: dict) -> dict:
     (recording stand-ins for the reference parts)."""
     config = need(ns, "DecoderConfig")(**fields)
     rope = RoPE(config.d_model // config.n_heads, config.max_seq_len, config.rope_base)
-    attention, feed_forward, norm = _Recording(RotaryGroupedQueryAttention), _Recording(SwiGLU), _Recording(nn.RMSNorm)
+    attention, feed_forward, norm = Recording(RotaryGroupedQueryAttention), Recording(SwiGLU), Recording(nn.RMSNorm)
     module = need(ns, "ModernBlock")(config, rope, attention=attention, feed_forward=feed_forward, norm=norm)
     return {
         "attn": attention.built(getattr(module, "attn", None)),
@@ -2459,24 +2410,15 @@ def modern_block_forward(ns, fields: dict, state: dict, x, mask=None, token_posi
 # --- Exercise 7 ------------------------------------------------------------------------
 
 
-def _decoder(ns, fields: dict, rope=RoPE):
-    return need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=rope)
-
-
-class _RoPEOnTheDeviceOfX(RoPE):
-    """The reference RoPE with its frequencies made on the device of ``x`` (the reference makes them on the CPU), so
-    that on the meta device only the student's own tensors can be on the wrong device."""
-
-    def forward(self, x, token_positions):
-        theta = frequencies(x.shape[-1], self.base).to(x.device)
-        return rope(x, token_positions, self.base, theta=theta).to(x.dtype)
+def _decoder(ns, fields: dict):
+    return need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=ModernBlock, norm=nn.RMSNorm, rope=RoPE)
 
 
 @adapter
 def decoder_parts(ns, fields: dict) -> dict:
     """Which parts of ``ModernDecoder`` were made by calling its ``block`` and ``norm`` arguments (recording
     stand-ins for the reference ``ModernBlock`` and ``nn.RMSNorm``)."""
-    block, norm = _Recording(ModernBlock), _Recording(nn.RMSNorm)
+    block, norm = Recording(ModernBlock), Recording(nn.RMSNorm)
     model = need(ns, "ModernDecoder")(need(ns, "DecoderConfig")(**fields), block=block, norm=norm, rope=RoPE)
     blocks = _blocks(model)
     return {
