@@ -375,3 +375,20 @@ class CPUBesideMeta(TorchFunctionMode):
             tables = [self.names[id(t)] for t in meta if id(t) in self.names]
             self.seen.append({"function": getattr(func, "__name__", repr(func)), "cpu": cpu, "tables": tables})
         return func(*args, **kwargs)
+
+
+@torch.no_grad()
+def run_on_meta(module: nn.Module, *arguments) -> dict:
+    """``module`` moved to PyTorch's meta device and called on ``arguments`` (meta tensors, or None): what it raised,
+    its output's device and shape, and the CPU tensors its torch functions were given beside meta ones
+    (``CPUBesideMeta``). No values are computed, so any size costs nothing."""
+    module = module.to("meta").eval()
+    made = []
+    with CPUBesideMeta(module) as observed:
+        result = outcome(lambda: made.append(module(*arguments)))
+    output = made[0] if made else None
+    return result | {
+        "device": str(getattr(output, "device", "")),
+        "shape": list(getattr(output, "shape", [])),
+        "cpu_beside_meta": observed.seen[:3],
+    }

@@ -90,7 +90,6 @@ from torch.overrides import TorchFunctionMode
 
 from autograder import expect
 from autograder.adapters import (
-    CPUBesideMeta,
     Recording,
     adapter,
     dict_call_observed,
@@ -98,6 +97,7 @@ from autograder.adapters import (
     load,
     need,
     outcome,
+    run_on_meta,
     shapes_made,
     summary,
 )
@@ -2227,18 +2227,10 @@ def model_on_meta(ns, model: str, fields: dict, shape: list, padded: bool) -> di
     """``GPT2`` or ``ModernDecoder`` moved to PyTorch's meta device and run on meta tokens (shapes only, no
     values): what it raised, or its logits' device and shape. A mask or positions made on the CPU (without
     ``device=tokens.device``) cannot be mixed with meta tensors, so it raises."""
-    module = (_gpt2(ns, fields) if model == "GPT2" else _decoder(ns, fields)).to("meta").eval()
+    module = _gpt2(ns, fields) if model == "GPT2" else _decoder(ns, fields)
     tokens = torch.zeros(shape, dtype=torch.long, device="meta")
     arguments = (tokens, torch.ones(shape, dtype=torch.bool, device="meta")) if padded else (tokens,)
-    made = []
-    with CPUBesideMeta(module) as observed:
-        result = outcome(lambda: made.append(module(*arguments)))
-    output = made[0] if made else None
-    return result | {
-        "device": str(getattr(output, "device", "")),
-        "shape": list(getattr(output, "shape", [])),
-        "cpu_beside_meta": observed.seen[:3],
-    }
+    return run_on_meta(module, *arguments)
 
 
 # --- Exercise 3 ------------------------------------------------------------------------

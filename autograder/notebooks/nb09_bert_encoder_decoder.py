@@ -74,7 +74,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
-from autograder.adapters import CPUBesideMeta, Recording, adapter, forward_backward, load, need, outcome, summary
+from autograder.adapters import Recording, adapter, forward_backward, load, need, run_on_meta, summary
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
@@ -1668,22 +1668,6 @@ def embeddings_forward(ns, fields: dict, state: dict, tokens, token_type_ids=Non
     return {"output": module(*args)}
 
 
-@torch.no_grad()
-def _on_meta(module: nn.Module, *arguments) -> dict:
-    """``module`` moved to PyTorch's meta device and called on ``arguments`` (meta tensors, or None): what it raised,
-    its output's device and shape, and the CPU tensors its torch functions were given beside meta ones."""
-    module = module.to("meta").eval()
-    made = []
-    with CPUBesideMeta(module) as observed:
-        result = outcome(lambda: made.append(module(*arguments)))
-    output = made[0] if made else None
-    return result | {
-        "device": str(getattr(output, "device", "")),
-        "shape": list(getattr(output, "shape", [])),
-        "cpu_beside_meta": observed.seen[:3],
-    }
-
-
 def _modules(model, name: str) -> list:
     modules = getattr(model, name, None)
     return list(modules) if isinstance(modules, nn.ModuleList) else []
@@ -1693,7 +1677,7 @@ def _modules(model, name: str) -> list:
 def embeddings_on_meta(ns, fields: dict, shape: list, with_types: bool) -> dict:
     """``BertEmbeddings`` on PyTorch's meta device, on meta tokens (and token types): see ``_on_meta``."""
     tokens = torch.zeros(shape, dtype=torch.long, device="meta")
-    return _on_meta(_embeddings(ns, fields), *([tokens, torch.zeros_like(tokens)] if with_types else [tokens]))
+    return run_on_meta(_embeddings(ns, fields), *([tokens, torch.zeros_like(tokens)] if with_types else [tokens]))
 
 
 # --- Exercise 2 ----------------------------------------------------------------------------
@@ -1861,7 +1845,7 @@ def encdec_on_meta(ns, fields: dict, src_len: int, tgt_len: int) -> dict:
         torch.ones(2, src_len, dtype=torch.bool, device="meta"),
         torch.ones(2, tgt_len, dtype=torch.bool, device="meta"),
     )
-    return _on_meta(_encdec(ns, fields), src, tgt, *masks)
+    return run_on_meta(_encdec(ns, fields), src, tgt, *masks)
 
 
 @adapter
