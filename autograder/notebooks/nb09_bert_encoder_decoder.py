@@ -1039,6 +1039,22 @@ def test_masking_random_ids_and_options(impl):
 
 
 @MASKING.hidden
+def test_masking_every_id_drawn(impl):
+    "with a vocabulary of 8, every id but [MASK] turns up among the random replacements, the last one included"
+    vocab = 8
+    random_ids = _masking_statistics(impl, vocab, 0.5, 60)
+    # About 3,700 replacements over the 7 ids they can show (not [MASK]; a draw equal to the original token is not
+    # seen as one): each id is expected about 500 times, so a right answer misses one with probability ~e^-500.
+    missing = sorted(set(range(vocab)) - {MASK} - set(random_ids.tolist()))
+    expect.that(
+        not missing,
+        f"over {random_ids.numel()} random replacements with vocab_size={vocab}, the ids {missing} never came up: "
+        "draw from all of [0, vocab_size), torch.randint(vocab_size, ...) (its upper bound is excluded already; "
+        "randint(0, vocab_size - 1) never draws the last id)",
+    )
+
+
+@MASKING.hidden
 def test_masking_int32_tokens(impl):
     "int32 tokens: labels are still torch.long, inputs the tokens where not picked"
     tokens = masking_batch(16, 24, 60, 50).int()

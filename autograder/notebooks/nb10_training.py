@@ -728,7 +728,9 @@ def test_cosine_against_torch(impl):
 # --- Exercise 5: clip_grad_norm ----------------------------------------------------------
 
 
-def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False):
+def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False, unit=1.0):
+    """``unit``: the size the gradients are compared at (they are divided by it first), so that gradients of norm
+    1e-6, where the 1e-6 in the factor matters, are compared at the same relative precision as large ones."""
     grads = [None if s is None else _randn(s, seed + i, scale) for i, s in enumerate(shapes)]
     got = impl.call(clip, grads, max_norm, as_generator=as_generator)
     params = []
@@ -764,6 +766,11 @@ def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False):
                 "each parameter is clipped by its own norm; all gradients are scaled by one factor "
                 "computed from the global norm",
             ),
+            (
+                grads[i] * min(1.0, max_norm / float(total)),
+                "the factor is max_norm / norm, without the + 1e-6: the text's factor is "
+                "min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_'s (it matters for tiny norms)",
+            ),
         ]
         if as_generator:
             mistakes.append(
@@ -773,7 +780,13 @@ def _clip_case(impl, shapes, scale, max_norm, seed, *, as_generator=False):
                     "iterated only once; make a list of the gradients first",
                 )
             )
-        expect.close(mine, p.grad, f"{what}: the gradient of parameter {i}", **CLIPPED, alternatives=mistakes)
+        expect.close(
+            mine / unit,
+            p.grad / unit,
+            f"{what}: the gradient of parameter {i}",
+            **CLIPPED,
+            alternatives=[(wrong / unit, why) for wrong, why in mistakes],
+        )
 
 
 @CLIP.visible
@@ -790,6 +803,12 @@ def test_clip_none_and_generator(impl):
     _clip_case(impl, [(6, 2), (3,), (1,)], 1.5, 2.0, 30, as_generator=True)
     _clip_case(impl, [(3,), None], 0.1, 5.0, 40, as_generator=True)
     _clip_case(impl, [None, None], 1.0, 1.0, 50)
+
+
+@CLIP.hidden
+def test_clip_tiny_norms(impl):
+    "gradients of norm about 2e-6 clipped to 1e-6: the factor is max_norm / (norm + 1e-6), the 1e-6 included"
+    _clip_case(impl, [(3, 4), (5,)], 4e-7, 1e-6, 60, unit=1e-7)
 
 
 # --- Exercise 7 --------------------------------------------------------------------------

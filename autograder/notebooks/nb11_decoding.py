@@ -46,8 +46,8 @@ Oracles, written here and independent of the notebook's solutions:
   Generated tokens with the cache must equal full recomputation's greedy tokens (exactly).
   Hidden: the attention (default positions) and the decoder (positions and mask) run on the meta device, a
   prompt then one token with a cache: a tensor made on the CPU cannot be mixed with meta tensors, so it raises.
-  The cache alone: 650 positions per layer (600 in one call, or one at a time; beyond the notebook's
-  max_seq_len of 512), exact; fed meta keys and values, everything it returns and stores on the meta device;
+  The cache alone: 5000 positions per layer (in one call, or one at a time; beyond the notebook's max_seq_len
+  of 512 and a buffer preallocated for 4096), exact; fed meta keys and values, everything it returns and stores on the meta device;
   ``keys``/``values`` hold None for a layer until its first update (before any update, and between updates).
   The attention with ``mask=None`` (without a cache, and for 3 tokens over 3 cached) against the course's
   attention with no mask, and with ``token_positions=None`` for 2 tokens over 5 cached (positions 0, 1).
@@ -1267,17 +1267,20 @@ def test_cache_layers_hold_none_until_their_first_update(impl):
                 )
 
 
-LONG_CACHE = 650  # positions per layer: beyond the notebook's max_seq_len (512) and its longest demo (6 + 128)
+# Positions per layer: beyond the notebook's max_seq_len (512), its longest demo (6 + 128) and the powers of two a
+# preallocated buffer would plausibly take (1024, 4096).
+LONG_CACHE = 5000
 
 
 def _long_cache_plan():
-    """Layer 0: 600 positions in one call, then 50 one at a time; layer 1: 650 one at a time (interleaved)."""
-    return [(0, 600)] + [(1, 1)] * 300 + [(0, 1), (1, 1)] * 50 + [(1, 1)] * 300
+    """Layer 0: 4950 positions in one call, then 50 one at a time; layer 1: 350 one at a time (50 of them
+    interleaved with layer 0's), then 4650 in one call."""
+    return [(0, 4950)] + [(1, 1)] * 300 + [(0, 1), (1, 1)] * 50 + [(1, 4650)]
 
 
 @CACHE.hidden
 def test_cache_holds_any_number_of_positions(impl):
-    "650 positions per layer (600 in one call, or one at a time): beyond the notebook's max_seq_len of 512"
+    "5000 positions per layer (in one call, or one at a time): beyond the notebook's 512 and beyond 4096"
     plan = _long_cache_plan()
     keys = [_randn((1, 1, LONG_CACHE, 2), 90 + layer) for layer in range(2)]
     values = [_randn((1, 1, LONG_CACHE, 2), 95 + layer) for layer in range(2)]
