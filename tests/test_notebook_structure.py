@@ -40,6 +40,14 @@ def test_metadata_is_valid_for_nbgrader(notebook):
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_no_widget_state_in_the_notebooks(notebook):
+    """Re-executing a notebook (make outputs) can store the widgets' state in its metadata, hundreds of lines that
+    nbgrader then copies into the release; neither the solution nor the released notebook keeps it."""
+    for path in (solution_path(notebook), release_path(notebook)):
+        assert "widgets" not in read(path).metadata, f"{path}: its metadata holds widget state; remove it"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_each_exercise_has_an_answer_cell_then_its_test_cell(notebook):
     nb = read(solution_path(notebook))
     answers = {grade_id(c): i for i, c in enumerate(nb.cells) if is_answer_cell(c)}
