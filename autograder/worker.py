@@ -44,15 +44,11 @@ def confine(settings: dict) -> tuple[Limits, list[str]]:
 
 def preload() -> None:
     """Import everything the worker needs before any student code runs (a zygote does it once for many workers)."""
-    import torch  # the replies' format (autograder.wire) and every adapter need it
+    import torch  # noqa: F401 - the replies' format (autograder.wire) and every adapter need it
     from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
     from traitlets.config import Config  # noqa: F401
 
     from autograder.adapters import resolve  # noqa: F401
-
-    # The first operation on PyTorch's meta device imports its meta kernels (seconds); the checks that observe where
-    # a student's code creates tensors run it on meta, so a warm worker pays that once, before any student code.
-    torch.empty(1, device="meta").add(1)
 
 
 def main() -> None:
