@@ -58,7 +58,7 @@ RIGHT_STYLES = {
         "def one_hot(tokens, vocab_size):\n    return torch.eq(tokens.unsqueeze(-1), torch.arange(vocab_size)).to(torch.float32)\n",
     ],
     "ffn_activations": [
-        "def relu(x):\n    return torch.clamp(x, min=0)\n\n\ndef gelu(x):\n    return x * 0.5 * (1.0 + torch.special.erf("
+        "def relu(x):\n    return torch.where(x > 0, x, 0.0)\n\n\ndef gelu(x):\n    return x * 0.5 * (1.0 + torch.special.erf("
         "x / 2 ** 0.5))\n\n\ndef gelu_tanh(x):\n    return 0.5 * x * (1 + torch.tanh((2 / math.pi) ** 0.5 * "
         "(x + 0.044715 * torch.pow(x, 3))))\n\n\ndef silu(x):\n    return 0.5 * x * (1 + torch.tanh(x / 2))\n",
         "def relu(x):\n    return x * (x > 0)\n\n\ndef gelu(x):\n    return x * (1 + torch.erf(x * math.sqrt(0.5))) / 2\n"
@@ -112,7 +112,7 @@ RIGHT_STYLES |= {
         "        self.eps = eps\n        self.weight = nn.Parameter(torch.ones(d_model))\n"
         "        self.bias = nn.Parameter(torch.zeros(d_model))\n\n    def forward(self, x):\n"
         "        var, mean = torch.var_mean(x, dim=-1, keepdim=True, correction=0)\n"
-        "        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias\n",
+        "        return ((x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias).to(x.dtype)\n",
     ],
     # A norm (torch.linalg.vector_norm) is a building block; F.normalize, which also divides, is not allowed.
     "rms_norm": [
@@ -281,7 +281,7 @@ _MANUAL_ATTENTION = (
     "None\n        scores = q @ k.transpose(-1, -2) / self.head_dim ** 0.5\n        if is_causal:\n"
     "            mask = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()\n"
     "        if mask is not None:\n            scores = scores.masked_fill(~mask, float('-inf'))\n"
-    "        out = scores.softmax(-1) @ v"
+    "        out = scores.softmax(-1).nan_to_num(nan=0.0) @ v"  # a query with no key: zero weights
 )
 _BLIND_B2_NB08_STYLES = {
     "gpt2_model": [
