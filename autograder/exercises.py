@@ -137,6 +137,7 @@ class CheckResult:
     check: Check
     status: Status
     message: str = ""
+    ran_out: bool = False  # the student's code did not finish within its time limit (the exercise's later checks skip)
 
     @property
     def passed(self) -> bool:
@@ -238,6 +239,8 @@ def run_check(check: Check, impl) -> CheckResult:
             )
         if error.rule:  # its message is the rule, and what broke it
             return CheckResult(check, Status.RULE, text)
+        if error.ran_out:  # says what happened and where, in the student's words
+            return CheckResult(check, Status.FAILED, f"your code {text}", ran_out=True)
         return CheckResult(check, Status.FAILED, f"your code raised {text}")
     except (SandboxError, GradingError):
         raise
@@ -277,7 +280,7 @@ def run_exercise(
     context: list[str] = (),
     on_check: Callable[[], None] | None = None,
 ) -> ExerciseResult:
-    """Run the chosen checks; once a check stops the student's process, skip the rest.
+    """Run the chosen checks; once a check stops the student's process, or its code runs out of time, skip the rest.
 
     With its rules, every call into the student's code refuses what they forbid; given the answer
     cell's ``source`` (and the notebook's other cells as ``context``, for their imports), the rules
@@ -303,4 +306,7 @@ def run_exercise(
         except SandboxError as error:
             results.append(CheckResult(check, Status.FAILED, str(error)))
             stopped = "an earlier check of this exercise stopped the process running your code"
+            continue
+        if results[-1].ran_out:  # each of the other checks would wait as long again, most likely on the same code
+            stopped = "an earlier check of this exercise ran out of time in your code"
     return ExerciseResult(exercise, results, note)

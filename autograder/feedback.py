@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autograder.exercises import ExerciseResult, find_exercise, run_exercise
 from autograder.impl import LocalImpl
+from autograder.sandbox import DEFAULT_TIMEOUT
 from coursetools import cell_sources
 
 
@@ -39,16 +40,27 @@ def shown_by_test_cell(result: ExerciseResult) -> ExerciseResult:
     return ExerciseResult(result.exercise, result.results if all(r.passed for r in visible) else visible, result.note)
 
 
-def check(exercise_id: str, namespace: dict, hidden: bool = False) -> None:
+def check(exercise_id: str, namespace: dict, hidden: bool = False, timeout: float = DEFAULT_TIMEOUT) -> None:
     """Run an exercise's checks on this notebook's code, as its test cell does.
 
     First the visible checks; once they all pass, the hidden ones too, which grade the exercise: a mistake that
     only a hidden check catches (another shape, dtype or seed) is named here, in the notebook, not first in the
     grade. Most runs of a test cell meet a failing visible check and stop there, so the extra time is paid once
     the exercise looks done. ``hidden=True`` (the instructors' hidden-test line) runs the hidden checks alone.
+
+    Each call into the student's code has grading's time limit, ``timeout`` seconds (``LocalImpl``); once one
+    runs out, the exercise's other checks are not run. An interrupt (JupyterLab's stop button) ends the check the
+    same way. Neither prints a traceback through the grader's modules: the message names the student's line.
     """
+    try:
+        _check(exercise_id, namespace, hidden, timeout)
+    except KeyboardInterrupt:  # in the grader's own code (in the student's, LocalImpl says where it was)
+        raise ChecksFailed(f"{exercise_id}: interrupted while checking; run the test cell again when ready") from None
+
+
+def _check(exercise_id: str, namespace: dict, hidden: bool, timeout: float) -> None:
     exercise, adapters = find_exercise(exercise_id)
-    impl = LocalImpl(namespace, adapters)
+    impl = LocalImpl(namespace, adapters, timeout=timeout)
     answer = cell_sources.answer_source()  # in JupyterLab: the rules are read from the answer cell too
     result = run_exercise(
         exercise,

@@ -20,32 +20,54 @@ from __future__ import annotations
 import copy
 import importlib
 
-from autograder import wire
+from autograder import time_limit, wire
 from autograder.adapters import resolve
-from autograder.errors import RuleBroken, StudentCodeError, describe, is_stub
+from autograder.errors import (
+    RuleBroken,
+    StudentCodeError,
+    TimeLimitExceeded,
+    describe,
+    is_stub,
+    last_student_line,
+    where_running,
+)
 from autograder.process import StudentProcess
 from autograder.rules import enforced
+from autograder.sandbox import DEFAULT_TIMEOUT
 
 
 class LocalImpl:
-    def __init__(self, namespace: dict, adapter_module: str, rules: tuple = ()):
+    """Each call runs under the time limit that grading gives it (``timeout`` seconds, ``autograder.time_limit``),
+    and a Jupyter interrupt (the stop button) ends it the same way: both are said as where the code was."""
+
+    def __init__(self, namespace: dict, adapter_module: str, rules: tuple = (), timeout: float = DEFAULT_TIMEOUT):
         self._namespace = namespace
         self._adapters = importlib.import_module(adapter_module)
         self._rules = [rule.to_wire() for rule in rules]
+        self._timeout = timeout
 
     def _with_rules(self, rules) -> LocalImpl:
         """The same implementation, with ``rules`` (``autograder.rules.Rule``) enforced in every call."""
-        return LocalImpl(self._namespace, self._adapters.__name__, rules)
+        return LocalImpl(self._namespace, self._adapters.__name__, rules, self._timeout)
 
     def call(self, function, *args, **kwargs):
         """``function(namespace, *args, **kwargs)``: an adapter of this notebook, named by reference."""
         function = resolve(self._adapters, reference(function))
         args, kwargs = copy.deepcopy((args, kwargs))  # student code cannot edit our inputs
         try:
-            with enforced(self._rules, self._namespace):
+            with enforced(self._rules, self._namespace), time_limit.within(self._timeout):
                 value = function(self._namespace, *args, **kwargs)
-        except Exception as error:  # noqa: BLE001
-            raise StudentCodeError(describe(error), stub=is_stub(error), rule=isinstance(error, RuleBroken)) from None
+        except KeyboardInterrupt as error:
+            last = last_student_line(error)
+            where = f": it was running {where_running(last)}" if last is not None else ""
+            raise StudentCodeError(f"was interrupted{where}", ran_out=True) from None
+        except (Exception, TimeLimitExceeded) as error:  # noqa: BLE001
+            raise StudentCodeError(
+                describe(error),
+                stub=is_stub(error),
+                rule=isinstance(error, RuleBroken),
+                ran_out=isinstance(error, TimeLimitExceeded),
+            ) from None
         return wire.load_reply(wire.dump_reply(wire.plain(value)))
 
 

@@ -35,6 +35,10 @@ from autograder.phases import Phase, starting_detail
 from autograder.sandbox import Sandbox
 
 START_TIMEOUT = 120.0  # seconds to import torch and get ready, on a slow, busy machine
+# The worker stops student code itself once a cell's or call's time is up (autograder.time_limit), and answers;
+# only code that does not let it (stuck in one C call, or catching the error) meets the checker's own timeout,
+# this much later, which ends the process.
+HARD_TIMEOUT_GRACE = 5.0
 OUTPUT_TAIL = 4000  # characters of the student's printed output kept for messages
 
 
@@ -159,20 +163,22 @@ class Worker:
             self._info_read = -1
 
     def request(self, message: dict, timeout: float, doing: str):
-        message = dict(message, nonce=secrets.token_hex(8))
+        """Send ``message`` and wait for the reply: the worker stops the student's code after ``timeout``
+        seconds itself; this process ends the worker only if no reply comes a little after that."""
+        message = dict(message, nonce=secrets.token_hex(8), timeout=timeout)
         try:
             wire.send(self._request_write, pickle.dumps(message))
         except OSError:
             raise self._died(doing) from None
-        return self._await(message["nonce"], timeout, doing)
+        return self._await(message["nonce"], timeout + HARD_TIMEOUT_GRACE, doing, limit=timeout)
 
-    def _await(self, nonce, timeout: float, doing: str):
+    def _await(self, nonce, timeout: float, doing: str, limit: float | None = None):
         try:
             reply = wire.load_reply(wire.receive(self._reply_read, time.monotonic() + timeout))
         except TimeoutError:
             self.kill()
             raise SandboxError(
-                f"no answer after {timeout:g} s while {doing}: an infinite loop, or far too slow"
+                f"no answer after {limit or timeout:g} s while {doing}: an infinite loop, or far too slow"
             ) from None
         except wire.WireError as error:
             raise self._died(doing, str(error)) from None
@@ -253,7 +259,11 @@ class StudentProcess:
                     self.timeout,
                     f"running cell {cell_number(index)}",
                 )
-                self.outcomes[index] = CellOutcome(index, reply["ok"], reply.get("error"), reply["outputs"])
+                # A cell that ran out of time is not replayed (it would take as long again), like one that hung
+                # the process.
+                self.outcomes[index] = CellOutcome(
+                    index, reply["ok"], reply.get("error"), reply["outputs"], stopped=bool(reply.get("ran_out"))
+                )
             except SandboxError as error:
                 self.outcomes[index] = CellOutcome(
                     index, False, str(error), [outputs.error("SandboxError", str(error))], stopped=True
@@ -274,7 +284,12 @@ class StudentProcess:
             self._worker = None
             raise
         if not reply["ok"]:
-            raise StudentCodeError(reply["error"], stub=bool(reply.get("stub")), rule=bool(reply.get("rule")))
+            raise StudentCodeError(
+                reply["error"],
+                stub=bool(reply.get("stub")),
+                rule=bool(reply.get("rule")),
+                ran_out=bool(reply.get("ran_out")),
+            )
         return reply["value"]
 
     def _ready_worker(self) -> Worker:

@@ -18,12 +18,22 @@ from __future__ import annotations
 import builtins
 import importlib
 import json
+import linecache
 import os
 import pickle
 import sys
 
-from autograder import outputs, wire
-from autograder.errors import RuleBroken, cell_number, describe, is_stub
+from autograder import outputs, time_limit, wire
+from autograder.errors import (
+    RanOutBefore,
+    RuleBroken,
+    TimeLimitExceeded,
+    cell_number,
+    describe,
+    is_stub,
+    last_student_line,
+    where_running,
+)
 from autograder.rules import enforced
 from autograder.sandbox import Limits
 
@@ -95,9 +105,10 @@ def serve(request_fd: int, reply_fd: int, limits: Limits, unset: list[str], sett
         recorder = outputs.Recorder(shell, record=bool(request.get("record")))
         try:
             if request["op"] == "exec":
-                with recorder.capturing():
+                with recorder.capturing(), time_limit.within(request.get("timeout")):
                     body, last = outputs.split_last_expression(shell.transform_cell(request["source"]))
                     name = f"<cell {cell_number(request['index'])}>"
+                    remember_source(name, request["source"])
                     # dont_inherit: compile as a kernel does, without this module's `from __future__ import annotations`
                     exec(compile(body, name, "exec", dont_inherit=True), namespace)
                     if last is not None:
@@ -106,8 +117,9 @@ def serve(request_fd: int, reply_fd: int, limits: Limits, unset: list[str], sett
                         )
             else:
                 function = resolve(adapters, request["name"])
-                with enforced(request["rules"], namespace):
-                    reply["value"] = wire.plain(function(namespace, *request["args"], **request["kwargs"]))
+                with enforced(request["rules"], namespace), time_limit.within(request.get("timeout")):
+                    value = function(namespace, *request["args"], **request["kwargs"])
+                reply["value"] = wire.plain(value)
         except BaseException as error:  # noqa: BLE001 - SystemExit included: report, keep serving
             vars(builtins).update(pristine_builtins)
             reply = {
@@ -116,7 +128,12 @@ def serve(request_fd: int, reply_fd: int, limits: Limits, unset: list[str], sett
                 "error": explain(error),
                 "stub": is_stub(error),
                 "rule": isinstance(error, RuleBroken),
+                "ran_out": isinstance(error, TimeLimitExceeded),
             }
+            if isinstance(error, TimeLimitExceeded) and not isinstance(error, RanOutBefore):
+                # Every later cell and check that calls the code it was stuck in fails at once, not after the
+                # whole time limit again.
+                time_limit.skip_from_now_on(error, stuck_in(error))
             recorder.outputs.append(outputs.error(type(error).__name__, reply["error"]))
         vars(builtins).update(pristine_builtins)
         if request["op"] == "exec":
@@ -126,6 +143,17 @@ def serve(request_fd: int, reply_fd: int, limits: Limits, unset: list[str], sett
         except Exception as error:  # noqa: BLE001
             payload = wire.dump_reply({"nonce": request["nonce"], "ok": False, "error": f"unsendable result: {error}"})
         wire.send(reply_fd, payload)
+
+
+def remember_source(name: str, source: str) -> None:
+    """Keep a cell's source where tracebacks look for lines, so that a message can quote the student's line."""
+    linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+
+
+def stuck_in(error: TimeLimitExceeded) -> str:
+    """``line 7 of cell 9, in forward: `while True:` ``: the student's line that was running when time ran out."""
+    last = last_student_line(error)
+    return where_running(last) if last is not None else "the grader's call into your code"
 
 
 if __name__ == "__main__":

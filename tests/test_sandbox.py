@@ -362,3 +362,32 @@ def test_a_submission_that_cannot_be_copied_gets_one_line_and_leaves_nothing(tmp
     (line,) = stderr.strip().splitlines()
     assert "could not make the scratch copy" in line and "pipe" in line, line
     assert _scratch_folders(tmp) == []
+
+
+# --- code that runs out of time: stopped where it is, and not waited for again ------------------------------------
+
+
+def test_code_that_ran_out_of_time_is_not_waited_for_again(tmp_path):
+    """Issue 52 §4: RMSNorm's forward never returns. Notebook 02's demo cells after it call it, and so do the
+    exercise's checks; the worker stops it at the time limit, names the line, and every later call into the same
+    code fails at once ("was not run again"), instead of costing the whole limit per cell and per check."""
+    notebook, seconds = "02_normalization", 3
+    solution = read(solution_path(notebook))
+    looping = answer_source(solution, "rms_norm").replace(
+        "def forward(self, x: torch.Tensor) -> torch.Tensor:\n",
+        "def forward(self, x: torch.Tensor) -> torch.Tensor:\n        while True:\n            pass\n",
+        1,
+    )
+    path = _course_folder(tmp_path, notebook, with_answer(solution, "rms_norm", looping))
+    from autograder.grading import self_check
+
+    report, _ = self_check(path, timeout=seconds)
+    by_id = {result.exercise.id: result for result in report.exercises}
+    assert by_id["layer_norm"].passed and not by_id["rms_norm"].passed
+    errors = [outcome.error or "" for outcome in report.cells.values()]
+    ran_out = [error for error in errors if "did not finish within 3 s (an infinite loop, or far too slow)" in error]
+    again = [error for error in errors if error.startswith("was not run again")]
+    assert len(ran_out) == 1 and again, errors  # once, then every later demo cell calling it at once
+    assert "in forward: `while True:`" in ran_out[0] and "in forward: `while True:`" in again[0], errors
+    message = by_id["rms_norm"].message
+    assert "was not run again" in message and "not run: an earlier check of this exercise ran out of time" in message

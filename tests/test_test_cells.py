@@ -105,3 +105,59 @@ def test_nbgrader_validate_shows_the_failed_checks(tmp_path):
     said = done.stdout
     assert "VALIDATION FAILED ON 1 CELL" in said, said[-3000:]
     assert "✗ eps sits inside the square root" in said and "LayerNorm(16, eps=" in said, said[-3000:]
+
+
+# --- a test cell's time limit: an answer that never returns, and the stop button -------------------------------
+
+HANGS = "calls = 0\ndef relative_positions(n):\n    global calls\n    calls += 1\n    while True:\n        pass\n"
+
+
+def _test_cell(shell, capsys, **options) -> tuple[str, str | None]:
+    arguments = "".join(f", {name}={value!r}" for name, value in options.items())
+    source = f'from autograder import check\ncheck("relative_positions", globals(){arguments})'
+    return _run(shell, source, "ex1-test", capsys)
+
+
+def test_an_answer_that_never_returns_fails_the_test_cell_naming_its_line(shell, capsys):
+    """Issue 52 §4: the test cell stops the call at grading's time limit (here 1 s), names the student's line,
+    quoted, and runs none of the exercise's other checks, each of which would wait as long again."""
+    _run(shell, HANGS, "ex1-answer", capsys)
+    out, error = _test_cell(shell, capsys, timeout=1)
+    assert error and error.startswith("ChecksFailed"), (error, out)
+    assert "did not finish within 1 s (an infinite loop, or far too slow)" in error, error
+    assert "line 5 of your cell In[" in error and "in relative_positions: `while True:`" in error, error
+    assert "not run: an earlier check of this exercise ran out of time in your code" in error, error
+    assert shell.user_ns["calls"] == 1, "the exercise's other checks called the hung code again"
+
+
+def test_interrupting_a_test_cell_says_where_the_code_was_without_the_graders_traceback(shell, capsys):
+    """The stop button raises KeyboardInterrupt in the running code: the test cell ends with one message that
+    names the student's line, and IPython shows no traceback through autograder's modules."""
+    _run(shell, HANGS.replace("        pass\n", "        raise KeyboardInterrupt\n"), "ex1-answer", capsys)
+    result = shell.run_cell(
+        'from autograder import check\ncheck("relative_positions", globals())', store_history=True, cell_id="ex1-test"
+    )
+    shown = capsys.readouterr()
+    error = result.error_in_exec
+    assert type(error).__name__ == "ChecksFailed", error
+    assert "not run: an earlier check of this exercise ran out of time in your code" in str(error), error
+    assert "was interrupted: it was running line 6 of your cell In[" in str(error), error
+    assert "autograder/" not in shown.out + shown.err, shown.out + shown.err  # no traceback through the grader
+    assert shell.user_ns["calls"] == 1
+
+
+def test_an_interrupt_in_the_graders_own_code_ends_the_test_cell_in_one_line(shell, capsys, monkeypatch):
+    import autograder.feedback
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(autograder.feedback, "run_exercise", interrupted)
+    _run(shell, RIGHT, ANSWER_CELL, capsys)
+    result = shell.run_cell(
+        'from autograder import check\ncheck("one_hot", globals())', store_history=True, cell_id=TEST_CELL
+    )
+    shown = capsys.readouterr()
+    assert type(result.error_in_exec).__name__ == "ChecksFailed", result.error_in_exec
+    assert "interrupted while checking" in str(result.error_in_exec)
+    assert "Traceback" not in shown.out + shown.err and "autograder/" not in shown.out + shown.err
