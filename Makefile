@@ -51,7 +51,7 @@ $(STAMP): pyproject.toml requirements.lock
 # installs the same files). It is added to Jupyter's config path for this server only, so an instructor's own
 # `jupyter lab` keeps formgrader. Another folder and extra options: make lab LAB_DIR=../my-copy LAB_ARGS="--port=8899".
 # The server runs in the lab's root, where its terminals open, so the command that every notebook prints,
-# `python -m autograder check course/NN/NN.ipynb`, checks the notebook the lab shows.
+# `python -m autograder check NN_name`, finds the notebook the lab shows in course/ (autograder/notebook_path.py).
 STUDENT_CONFIG := $(CURDIR)/jupyter/student
 LAB_DIR ?= .
 LAB_ARGS ?=

@@ -1,8 +1,8 @@
-"""Command line: ``python -m autograder check NOTEBOOK.ipynb [--json]``, ``progress``, ``doctor``, ``grade-class``,
+"""Command line: ``python -m autograder check NOTEBOOK [--json]``, ``progress``, ``doctor``, ``grade-class``,
 ``report``.
 
-``check`` runs the notebook's code in a separate, sandboxed process and every check (visible and
-hidden) in this one; says on stderr what it is doing as it goes (starting Python, running cells i/N, checks j/M:
+``check`` finds the notebook (a path, or a name: ``autograder.notebook_path``), runs its code in a separate,
+sandboxed process and every check (visible and hidden) in this one; says on stderr what it is doing as it goes (starting Python, running cells i/N, checks j/M:
 ``autograder.phases``), prints per-exercise results and exits 1 if anything failed, 2 if
 the file is not one of the course's notebooks or the grader itself could not run. ``progress`` does the same for every notebook of
 the course folder (``autograder.progress``); ``grade-class`` autogrades a class with nbgrader,
@@ -60,7 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="grade one notebook")
-    check.add_argument("notebook", help="path to a course notebook (.ipynb), under any file name")
+    check.add_argument(
+        "notebook",
+        help="the notebook's name (e.g. 02_normalization: your copy is looked for in this folder, its course/ and "
+        "your home, as autograder.notebook_path says), or its path, under any file name",
+    )
     check.add_argument("--json", action="store_true", help="print a JSON report")
     _limit_options(check)
     progress = commands.add_parser("progress", help="grade every notebook of the course folder, in a table")
@@ -120,12 +124,20 @@ def _check(args, limits: Limits) -> int:
     from autograder.errors import GradingError
     from autograder.grading import self_check, unsandboxed_note
     from autograder.notebook_format import nbformat
+    from autograder.notebook_path import NotebookNotFound, locate
     from autograder.phases import Display
 
+    try:
+        path, by_name = locate(args.notebook)
+    except NotebookNotFound as error:
+        print(f"{args.notebook}: {error}", file=sys.stderr)
+        return 2
+    if by_name:  # say which copy is graded: the student may hold more than one
+        print(f"checking {path}", file=sys.stderr)
     display = Display(sys.stderr)  # what it is doing as it goes: a bar on a terminal, else a line per step
     try:
         try:
-            report, unsandboxed = self_check(args.notebook, timeout=args.timeout, limits=limits, on_phase=display)
+            report, unsandboxed = self_check(path, timeout=args.timeout, limits=limits, on_phase=display)
         finally:
             display.close()  # the bar leaves the terminal before anything else is said
     except (OSError, ValueError, nbformat.reader.NotJSONError) as error:

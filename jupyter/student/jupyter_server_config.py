@@ -1,6 +1,6 @@
-# The students' terminals run the course's Python: `python -m autograder check course/NN/NN.ipynb`, as every
-# notebook prints it, works as typed in JupyterLab's terminal (File > New > Terminal), which opens in the lab's
-# root, the course's top folder.
+# The students' terminals run the course's Python: `python -m autograder check NN_name`, as every notebook prints
+# it, works as typed in JupyterLab's terminal (File > New > Terminal), which opens in the lab's root: the course's
+# top folder (make lab, Binder) or the student's home (the hub), where autograder/notebook_path.py finds the copy.
 #
 # Three things stood in the way. The server may be started without the course environment's bin/ on PATH (a
 # `jupyter lab` run by its full path; Binder's start-up). jupyter_server_terminals starts a LOGIN shell
