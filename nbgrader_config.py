@@ -27,6 +27,7 @@ from autograder.nbgrader_plugin import (
     CsvExportKeepsUngradedEmpty,
     DropMaintainerCells,
     FeedbackClearHiddenTests,
+    FeedbackOutputsWrap,
     RestoreCells,
     TrustedVerdict,
     course_script,
@@ -90,8 +91,8 @@ c.Autograde.autograde_preprocessors = [
 ]
 
 # Feedback never shows the hidden tests' source (none reaches the autograded notebook now, but a
-# gradebook written before the order above still holds them).
-c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, FeedbackClearHiddenTests]
+# gradebook written before the order above still holds them), and its outputs wrap at the page's width.
+c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, FeedbackClearHiddenTests, FeedbackOutputsWrap]
 # Feedback typesets its maths offline: nbgrader's feedback template, with MathJax inlined from coursetools/static
 # instead of loaded from a CDN (autograder/templates/feedback/mathjax.html.j2; 2.3 MB more per HTML file).
 c.HTMLExporter.extra_template_basedirs = feedback_template_dirs()

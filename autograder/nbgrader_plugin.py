@@ -25,6 +25,7 @@ import re
 import warnings
 from pathlib import Path
 
+from nbconvert.preprocessors import Preprocessor
 from nbformat.notebooknode import NotebookNode, from_dict
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.plugins import CsvExportPlugin
@@ -135,6 +136,25 @@ class FeedbackClearHiddenTests(ClearHiddenTests):
     display_data_priority = List(Unicode(), help="Unused; the HTML exporter sets it for every preprocessor.").tag(
         config=True
     )
+
+
+class FeedbackOutputsWrap(Preprocessor):
+    """The feedback's outputs fit the page's width (text wraps, figures shrink): each exercise's reason is a ``<pre>`` that nbconvert's
+    classic template never wraps, so at a 1000-px window in JupyterLab's HTML viewer a reason ran 1267 px wide
+    in an 846-px frame, and students scrolled sideways to learn why they lost points. Run after
+    ``CSSHTMLHeaderPreprocessor``, which sets the page's inlined styles (the feedback template writes them into
+    its ``<head>``)."""
+
+    enabled = Bool(True, help="nbconvert's preprocessors are off unless enabled; this one is on.").tag(config=True)
+    css = (
+        "/* the course's feedback: outputs wrap, long words included (autograder/nbgrader_plugin.py) */\n"
+        "div.output_area pre { white-space: pre-wrap; overflow-wrap: anywhere; }\n"
+        "div.output_area img { max-width: 100%; height: auto; }\n"
+    )
+
+    def preprocess(self, nb, resources):
+        resources.setdefault("inlining", {}).setdefault("css", []).append(self.css)
+        return nb, resources
 
 
 # The feedback's maths: nbgrader's feedback template loads MathJax from a CDN, so offline its formulas stayed raw

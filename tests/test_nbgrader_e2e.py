@@ -514,6 +514,14 @@ TYPESET = """async () => {
     return {drawn: document.querySelectorAll("mjx-container svg").length,
             text: [...document.querySelectorAll(".text_cell_render")].map(cell => cell.innerText)};
 }"""
+# Every output block of a page whose text is wider than the box it is drawn in (a code cell's source, as in a
+# notebook, scrolls in its own box).
+WIDEST = """() => {
+    const blocks = [...document.querySelectorAll("div.output_area pre")];
+    return {blocks: blocks.length,
+            overflowing: blocks.filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+                               .map(pre => [pre.scrollWidth, pre.clientWidth, pre.innerText.slice(0, 80)])};
+}"""
 RAW_TEX = re.compile(r"\$[^$]*\\[A-Za-z]+[^$]*\$")  # $\gamma$, $x \cdot y$: maths left as its source
 
 
@@ -542,6 +550,17 @@ class TestClass02(_GradedClassTests):
         assert typeset["drawn"] >= 10, typeset["drawn"]
         raw = [found for text in typeset["text"] for found in RAW_TEX.findall(text)]
         assert raw == [] and "\\gamma" not in "".join(typeset["text"]), raw[:5]
+
+    @requires_browser
+    def test_feedback_wraps_every_reason_at_the_pages_width(self, course):
+        """Issue 52 §3: at the width JupyterLab's HTML viewer gives a 1000-px window (an 846-px frame), no output of
+        the wrong student's feedback, each exercise's reason among them, runs past the page: nothing to scroll
+        sideways for. ``WIDEST`` measures every output's text block against the box it is drawn in."""
+        with offline_page(width=846, height=900) as browsing:
+            browsing.page.goto(_feedback_path(course, "wrong").as_uri())
+            widths = browsing.page.evaluate(WIDEST)
+        assert widths["blocks"] >= len(points(self.notebook)), widths  # the reasons were measured
+        assert widths["overflowing"] == [], widths
 
 
 for _notebook in NOTEBOOKS:
