@@ -56,9 +56,14 @@ def _owner(path: str) -> str:
 
 
 class OwnerCheckedCollect(ExchangeCollect):
-    """nbgrader's collect, without the submissions made in someone else's name."""
+    """nbgrader's collect, without the submissions made in someone else's name, and only into the course's own
+    gradebook (``nbgrader_plugin.gradebook_refusal``): it refuses before it opens any gradebook."""
 
     def init_src(self):
+        from autograder.nbgrader_plugin import gradebook_refusal
+
+        if refusal := gradebook_refusal(self.coursedir.db_url, self.config):
+            self.fail(refusal)
         super().init_src()  # nbgrader's checks and the due date; its choice of submissions is made again below
         student_id = self.coursedir.student_id if self.coursedir.student_id else "*"
         pattern = os.path.join(self.inbound_path, f"{student_id}+{self.coursedir.assignment_id}+*")

@@ -79,6 +79,32 @@ def _verdict_outputs(result) -> list[NotebookNode]:
     ]
 
 
+class WrongGradebook(GradingError):
+    """Grades would go to a gradebook other than the one the course's configuration names (``gradebook_refusal``)."""
+
+
+def gradebook_refusal(db_url: str, config) -> str | None:
+    """Why grades must not be written to ``db_url`` (None: they may be).
+
+    formgrader fixes its gradebook when the JupyterLab server starts and reads the course's settings again on each
+    request: a server started before the course folder was in place kept a gradebook in the home folder, a second
+    one, which knew the students it collected and no assignment ("No assignment with ID ... exists"). The
+    gradebook an nbgrader command writes must be the one its configuration names as it runs.
+    """
+    section = config["CourseDirectory"] if "CourseDirectory" in config else {}
+    if "root" not in section and "db_url" not in section:  # no course named: nothing to hold it to
+        return None
+    named = CourseDirectory(config=config).db_url
+    if db_url == named:
+        return None
+    return (
+        f"refusing to write grades to {db_url}: the course's configuration names the gradebook {named}. This "
+        "process read its settings before the course folder was in place (a JupyterLab server started before the "
+        "course was cloned): restart it (on the hub: File > Hub Control Panel > Stop My Server, then Start My "
+        "Server), then collect or grade again"
+    )
+
+
 def private_paths(coursedir: CourseDirectory) -> list[Path]:
     """What student code must not see of the course: instructor sources, submissions, grades, logs."""
     root = Path(coursedir.root)
@@ -313,6 +339,9 @@ class TrustedVerdict(NbGraderPreprocessor):
         assignment, student = about.get("assignment"), about.get("student")
         if assignment is None or student is None:  # not run by nbgrader's autograde
             return
+        if isinstance(error, WrongGradebook):  # no gradebook is this grader's to change
+            self.log.error("%s of %s was not graded: %s", assignment, student, error)
+            return
         coursedir = CourseDirectory(config=self.config)
         if isinstance(error, GradingError | SandboxUnavailable):  # the set-up's failure, not the student's
             could_not_grade[(assignment, student)] = str(error)
@@ -323,6 +352,9 @@ class TrustedVerdict(NbGraderPreprocessor):
         self.log.error("%s of %s was not graded (%s): %s", assignment, student, error, done)
 
     def _grade(self, nb, resources):
+        db_url = nbgrader_resources(resources).get("db_url")
+        if db_url and (refusal := gradebook_refusal(db_url, self.config)):
+            raise WrongGradebook(refusal)
         reason = unavailable_reason()  # probes bubblewrap: once per notebook
         if refusal := self.refusal(reason):
             raise SandboxUnavailable(refusal)
