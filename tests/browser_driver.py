@@ -10,6 +10,8 @@ machine is refused and recorded, so a page that draws here draws on an offline u
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shlex
@@ -100,6 +102,65 @@ def offline_browser(*, width: int = 1280, height: int = 900) -> Iterator[Callabl
             yield new_page
         finally:
             browser.close()
+
+
+# Every output block of a page whose text is wider than the box it is drawn in (a code cell's source, as in a
+# notebook, scrolls in its own box).
+WIDEST = """() => {
+    const blocks = [...document.querySelectorAll("div.output_area pre")];
+    return {blocks: blocks.length,
+            overflowing: blocks.filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+                               .map(pre => [pre.scrollWidth, pre.clientWidth, pre.innerText.slice(0, 80)])};
+}"""
+
+# What a terminal's shell writes, less its colours, titles and carriage returns.
+ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\r")
+
+
+class Terminal:
+    """A terminal of JupyterLab in ``page``, opened as a person does (*File > New > Terminal*), which takes what is
+    typed into it as a person does; what its shell wrote is read from terminado's websocket messages (xterm draws
+    on a canvas)."""
+
+    def __init__(self, page, timeout_s: float = 60):
+        self.page, self.frames = page, []
+        opened = []
+
+        def listen(ws) -> None:
+            if "/terminals/websocket/" in ws.url and not opened:  # this terminal's, the first opened from now on
+                opened.append(ws)
+                ws.on("framereceived", lambda payload: self.frames.append(payload))
+
+        page.on("websocket", listen)
+        page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="File").click(timeout=60_000)
+        page.locator(".lm-Menu .lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
+        page.locator(".lm-Menu .lm-Menu-itemLabel", has_text=re.compile(r"^Terminal$")).click()
+        self.xterm = page.locator(".jp-Terminal:visible .xterm").last
+        self.xterm.wait_for(timeout=timeout_s * 1000)
+        self.wait_for(lambda text: text.strip() != "", timeout_s)  # the shell's first prompt
+
+    def output(self) -> str:
+        """Everything the shell has written so far, as plain text."""
+        text = []
+        for frame in self.frames:
+            with contextlib.suppress(ValueError, TypeError):
+                kind, *data = json.loads(frame)
+                if kind == "stdout":
+                    text.append(data[0])
+        return ANSI.sub("", "".join(text))
+
+    def wait_for(self, done: Callable[[str], bool], timeout_s: float) -> str:
+        """The output once ``done(output)`` holds, or as it stands after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not done(self.output()) and time.monotonic() < deadline:
+            self.page.wait_for_timeout(250)
+        return self.output()
+
+    def type(self, line: str) -> None:
+        """Type ``line`` and press Enter."""
+        self.xterm.click()
+        self.page.keyboard.type(line)
+        self.page.keyboard.press("Enter")
 
 
 def free_port() -> int:

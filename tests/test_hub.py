@@ -11,18 +11,23 @@ test, with passwords, and deleted after it, with every process they ran, whateve
 What the class does, each step in Chromium, with a screenshot in build/screenshots/hub/ (the last one, of each
 page, shows where a failure happened):
 
-1. The hub starts (timed). The instructor's course folder is set up as docs/instructors.md says, by the commands
-   that an instructor types in their terminal (generate, release, the sticky bit on inbound/).
-2. Each student logs in, opens the Assignments panel, fetches 02_normalization, writes LayerNorm into its answer
-   cell (student 1 right, student 2 wrong: the unbiased variance), runs the test cell (and the cells it needs), sees
-   the verdict, saves, and submits from the panel.
+1. The hub starts (timed). Each person logs in. The instructor, in a terminal of their running lab (File > New >
+   Terminal, typed in Chromium), types step 3 of docs/instructors.md, read from the guide: its safe.directory line
+   for a checkout on the server, then the clone (of this checkout's HEAD, in place of GitHub), generate, release,
+   the sticky bit on inbound/. Their server, and its formgrader, started before the course folder existed: the
+   guide's order (issue 52 §1).
+2. Each student opens the Assignments panel, fetches 02_normalization, writes LayerNorm into its answer cell
+   (student 1 right, student 2 wrong: the unbiased variance), runs the test cell (and the cells it needs), sees the
+   verdict and saves. Student 1 opens a terminal and types the self-check command the notebook prints; it finds
+   the fetched copy in their home and prints the score. Both submit from the panel.
 3. Student 2 tries what a classmate must not be able to do, and is refused each time: open student 1's server
    (its lab, its files, its API), the instructor's formgrader (page and API), formgrader in their own server; and,
    in code run in their own notebook, list the exchange's inbound/ and read student 1's submission and home.
-4. The instructor logs in; their lab shows nbgrader's instructor tools, the students' show only the Assignment List.
-   In formgrader they collect, autograde each submission (the course's TrustedVerdict: student code only in the
-   bubblewrap sandbox), generate and release feedback.
-5. Each student fetches their feedback in the panel, opens it, and reads their score.
+4. The instructor's lab shows nbgrader's instructor tools, the students' show only the Assignment List. In
+   formgrader they collect, autograde each submission (the course's TrustedVerdict: student code only in the
+   bubblewrap sandbox), generate and release feedback, with no restart; no second gradebook appears in their home.
+5. Each student fetches their feedback in the panel, opens it, and reads their score; in a 1000-px window, every
+   output of the feedback fits JupyterLab's HTML viewer (issue 52 §3).
 6. The gradebook holds the expected scores.
 
 It needs root (useradd, PAM, the spawner's setuid), Chromium and bubblewrap; it skips elsewhere, saying why, and
@@ -43,15 +48,15 @@ import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from browser_driver import free_port, missing, offline_browser
+from browser_driver import WIDEST, Terminal, free_port, missing, offline_browser
 from notebooks import ROOT, answer_source, read, release_path, solution_path
+from test_check_command import printed_check_commands
 from test_multiuser_exchange import Accounts, home
 
 from autograder.exercises import checks_for
@@ -387,58 +392,7 @@ def _class(
     assert stat.S_IMODE((hub.folder / "settings").stat().st_mode) == 0o755
     assert stat.S_IMODE(hub.exchange.stat().st_mode) == 0o1777
 
-    # The instructor's course folder and the release, as an instructor types them in their server's terminal
-    # (the environment the hub gives their server), while the students log in.
     course = home(inst.name) / "transformer-course"
-    terminal = {
-        "HOME": str(home(inst.name)),
-        "USER": inst.name,
-        "LANG": "C.UTF-8",
-        "PATH": f"{ENV / 'bin'}:/usr/bin:/bin",
-        "COURSE_EXCHANGE": str(hub.exchange),
-        "JUPYTER_CONFIG_PATH": ":".join(str(hub.folder / "settings" / s) for s in ("instructors", "students", "class")),
-    }
-    set_up: list[BaseException] = []
-
-    def instructor_sets_up() -> None:
-        try:
-            _as(
-                inst.name,
-                "mkdir",
-                "-m",
-                "700",
-                str(course),
-                str(course / "solutions"),
-                cwd=home(inst.name),
-                env=terminal,
-            )
-            _as(
-                inst.name,
-                "cp",
-                "-r",
-                str(ROOT / "nbgrader_config.py"),
-                str(ROOT / "data"),
-                str(course),
-                cwd=course,
-                env=terminal,
-            )
-            _as(
-                inst.name,
-                "cp",
-                "-r",
-                str(solution_path(NOTEBOOK).parent),
-                str(course / "solutions"),
-                cwd=course,
-                env=terminal,
-            )
-            for args in (("generate_assignment", NOTEBOOK, "--force"), ("release_assignment", NOTEBOOK)):
-                _as(inst.name, str(ENV / "bin" / "nbgrader"), *args, "--log-level=WARN", cwd=course, env=terminal)
-            _as(inst.name, "chmod", "+t", str(hub.exchange / COURSE_ID / "inbound"), cwd=course, env=terminal)
-        except BaseException as error:  # noqa: BLE001 - raised again in the test's thread
-            set_up.append(error)
-
-    setting_up = threading.Thread(target=instructor_sets_up)
-    setting_up.start()
     with offline_browser(height=1000) as new_page:
         browsings = {}
         try:
@@ -453,9 +407,10 @@ def _class(
             tools = {person.name: _nbgrader_menu(person.page) for person in (stu1, inst)}
             assert tools[stu1.name] == {"Assignment List"}, tools
             assert {"Formgrader", "Create assignment", "Course List", "Assignment List"} <= tools[inst.name], tools
-            setting_up.join()
-            if set_up:
-                raise set_up[0]
+            # Step 3 of the guide, in the guide's order: the instructor's server is running, and they clone the
+            # course and release the notebook from its terminal (formgrader must then work without a restart).
+            typed = _type_guide_step_3(inst.page, hub, screens)
+            assert course.is_dir() and (course / "nbgrader_config.py").is_file(), typed[-3000:]
             inbound = hub.exchange / COURSE_ID / "inbound"
             assert stat.S_IMODE(inbound.stat().st_mode) == 0o3733 and inbound.owner() == inst.name
             step("instructor released 02_normalization")
@@ -492,6 +447,13 @@ def _class(
             assert "✗ output equals F.layer_norm" in verdicts[stu2.name], verdicts
             assert re.search(r"\d+ of \d+ checks failed", verdicts[stu2.name]), verdicts
             step("both answered and ran the test cell")
+            stu1.page.locator(".lm-TabBar-tab.jp-mod-dirty").wait_for(state="detached", timeout=30_000)  # saved
+            said = _check_in_terminal(stu1.page, stu1, screens)
+            total = sum(exercises.values())
+            assert f"checking {home(stu1.name) / NOTEBOOK / f'{NOTEBOOK}.ipynb'}" in said, said[-3000:]
+            assert f"Score: {exercises['layer_norm']}/{total}" in said, said[-3000:]
+            stu1.page.locator(".lm-TabBar-tab", has_text=f"{NOTEBOOK}.ipynb").click()
+            step("student 1 checked the notebook with the printed command in their terminal")
             for student in (stu1, stu2):
                 student.page.locator(".jp-Notebook").wait_for()
                 student.page.locator(".lm-TabBar-tab.jp-mod-dirty").wait_for(state="detached", timeout=30_000)
@@ -517,9 +479,9 @@ def _class(
 
             log = _formgrader(hub, inst, stu1, stu2, screens)
             assert "Applying preprocessor: TrustedVerdict" in log, log[-3000:]
+            assert not (home(inst.name) / "gradebook.db").exists(), "formgrader made a second gradebook in the home"
             step("instructor collected, autograded, released feedback in formgrader")
 
-            total = sum(exercises.values())
             scores = {stu1.name: exercises["layer_norm"], stu2.name: 0}
             assert f"Trusted verdict for {NOTEBOOK}: {scores[stu1.name]}/{total}" in log, log[-3000:]
             for student in (stu1, stu2):
@@ -540,6 +502,11 @@ def _class(
                 said = body.inner_text()
                 expected = f"{NOTEBOOK} (Score: {scores[student.name]:.1f} / {total:.1f})"
                 assert expected in said, (student.name, said[:300])
+                # In a 1000-px window, every output of the feedback (each exercise's reason) fits the viewer's frame.
+                page.set_viewport_size({"width": 1000, "height": 1000})
+                page.wait_for_timeout(500)
+                widths = body.evaluate(f"body => ({WIDEST})()")
+                assert widths["blocks"] >= len(exercises) and widths["overflowing"] == [], (student.name, widths)
             step("both fetched their feedback and read their score")
             for browsing in browsings.values():
                 assert browsing.blocked == [], f"requests left this machine: {browsing.blocked}"
@@ -548,8 +515,6 @@ def _class(
                 screens.shot(browsing.page, f"failure_{name}")
             print(f"the hub's log: {hub.log}\n{hub.log.read_text()[-6000:]}")
             raise
-        finally:
-            setting_up.join()
 
     from nbgrader.api import Gradebook
 
@@ -562,6 +527,56 @@ def _class(
         stu1.name: {"layer_norm": exercises["layer_norm"], "rms_norm": 0},
         stu2.name: {"layer_norm": 0, "rms_norm": 0},
     }, graded
+
+
+GUIDE = ROOT / "docs" / "instructors.md"
+GITHUB = "https://github.com/transformer-course/transformer-course"
+DEFAULT_EXCHANGE = "/usr/local/share/nbgrader/exchange"
+SERVERS_CHECKOUT = "/srv/transformer-course"  # the guide's example of a checkout on the server, another account's
+TERMINAL_TROUBLE = ("fatal:", "Traceback", "rror:", "denied", "No such file", "command not found")
+
+
+def guide_step_3(source: Path, exchange: Path) -> list[str]:
+    """The lines of docs/instructors.md's hub step 3, as an instructor types them to clone ``source``, a checkout
+    on this server that root owns (this one), with the class's exchange at ``exchange``: the guide's
+    ``safe.directory`` line for such a checkout first, as it says, then the step's block."""
+    text = GUIDE.read_text()
+    step = text[text.index("3. **Your course folder and the release**") : text.index("4. **Students**")]
+    release, safe = (block.splitlines() for block in re.findall(r"```bash\n(.*?)```", step, re.DOTALL))
+    git_dir = Path(
+        subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "--absolute-git-dir"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    lines = [line.strip().replace(f"{SERVERS_CHECKOUT}/.git", str(git_dir)) for line in safe]
+    lines += [line.strip().replace(GITHUB, str(source)).replace(DEFAULT_EXCHANGE, str(exchange)) for line in release]
+    assert any("safe.directory" in line for line in lines) and any(str(source) in line for line in lines), lines
+    return [line for line in lines if line]
+
+
+def _type_guide_step_3(page, hub: Hub, screens) -> str:
+    """The instructor opens a terminal in their running lab and types the guide's step 3; what the shell said."""
+    terminal = Terminal(page)
+    for line in guide_step_3(ROOT, hub.exchange):
+        terminal.type(line)
+    terminal.type("echo step 3 ended with $((40 + 2))")  # the shell prints 42 once every line before has run
+    said = terminal.wait_for(lambda text: "step 3 ended with 42" in text, 240)
+    screens.shot(page, "instructor_typed_step_3")
+    assert "step 3 ended with 42" in said, said[-3000:]
+    trouble = [sign for sign in TERMINAL_TROUBLE if sign in said]
+    assert not trouble, (trouble, said[-3000:])
+    return said
+
+
+def _check_in_terminal(page, student: Person, screens) -> str:
+    """The student opens a terminal in their lab and types the self-check command the fetched notebook prints."""
+    fetched = home(student.name) / NOTEBOOK / f"{NOTEBOOK}.ipynb"
+    (command,) = printed_check_commands(read(fetched))
+    terminal = Terminal(page)
+    terminal.type(command)
+    said = terminal.wait_for(lambda text: "Score:" in text or "no such file" in text, 240)
+    screens.shot(page, f"{student.name}_terminal_check")
+    return said
 
 
 def _refusals(hub: Hub, inst: Person, stu1: Person, stu2: Person, submission: Path, screens: Screens) -> None:

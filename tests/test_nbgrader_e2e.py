@@ -30,7 +30,7 @@ from pathlib import Path
 import attacks
 import nbformat
 import pytest
-from browser_driver import offline_page, requires_browser
+from browser_driver import WIDEST, offline_page, requires_browser
 from leaks import html_text, leaked, secret_lines
 from notebooks import (
     NOTEBOOKS,
@@ -513,14 +513,6 @@ TYPESET = """async () => {
     await MathJax.startup.promise;
     return {drawn: document.querySelectorAll("mjx-container svg").length,
             text: [...document.querySelectorAll(".text_cell_render")].map(cell => cell.innerText)};
-}"""
-# Every output block of a page whose text is wider than the box it is drawn in (a code cell's source, as in a
-# notebook, scrolls in its own box).
-WIDEST = """() => {
-    const blocks = [...document.querySelectorAll("div.output_area pre")];
-    return {blocks: blocks.length,
-            overflowing: blocks.filter(pre => pre.scrollWidth > pre.clientWidth + 1)
-                               .map(pre => [pre.scrollWidth, pre.clientWidth, pre.innerText.slice(0, 80)])};
 }"""
 RAW_TEX = re.compile(r"\$[^$]*\\[A-Za-z]+[^$]*\$")  # $\gamma$, $x \cdot y$: maths left as its source
 

@@ -16,7 +16,6 @@ the missing exchange, so the checks can fail.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser_driver import ROOT, jupyter_lab, offline_page, requires_browser
+from browser_driver import ROOT, Terminal, jupyter_lab, offline_page, requires_browser
 from notebooks import answer_source, grade_id, read, release_path, solution_path, with_answer
 from test_check_command import printed_check_commands
 
@@ -253,19 +252,7 @@ def test_student_session_in_a_real_browser(student_lab):
     print(f"student session: {time.monotonic() - started:.0f} s")
 
 
-ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\r")
 BROKEN = ("ModuleNotFoundError", "No module named", "command not found", "No such file")
-
-
-def _terminal_output(frames: list[str]) -> str:
-    """What the terminal's shell wrote, from terminado's websocket messages (["stdout", text]), as plain text."""
-    text = []
-    for frame in frames:
-        with contextlib.suppress(ValueError, TypeError):
-            kind, *data = json.loads(frame)
-            if kind == "stdout":
-                text.append(data[0])
-    return ANSI.sub("", "".join(text))
 
 
 def test_the_printed_check_command_runs_in_the_labs_terminal(student_lab):
@@ -281,36 +268,16 @@ def test_the_printed_check_command_runs_in_the_labs_terminal(student_lab):
     (answered,) = [
         points(c) for c in read(release_path(TERMINAL_NOTEBOOK)).cells if grade_id(c) == test_id(TERMINAL_ANSWERED)
     ]
-    lab, frames = student_lab, []
+    lab = student_lab
     with offline_page(height=1000) as browsing:
         page = browsing.page
-        page.on(
-            "websocket",
-            lambda ws: (
-                "/terminals/websocket/" in ws.url and ws.on("framereceived", lambda payload: frames.append(payload))
-            ),
-        )
         try:
             page.goto(f"{lab.url}/lab/workspaces/terminal?reset&token={lab.token}")
-            page.locator("#jp-MainMenu .lm-MenuBar-itemLabel", has_text="File").click(timeout=60_000)
-            page.locator(".lm-Menu .lm-Menu-itemLabel", has_text=re.compile(r"^New$")).hover()
-            page.locator(".lm-Menu .lm-Menu-itemLabel", has_text=re.compile(r"^Terminal$")).click()
-            terminal = page.locator(".jp-Terminal .xterm")
-            terminal.wait_for(timeout=30_000)
-            deadline = time.monotonic() + 30
-            while not _terminal_output(frames).strip() and time.monotonic() < deadline:
-                page.wait_for_timeout(200)  # the shell's first prompt
-            terminal.click()
-            page.keyboard.type(command)
-            page.keyboard.press("Enter")
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                output = _terminal_output(frames)
-                if "Score:" in output or any(sign in output for sign in BROKEN):
-                    break
-                page.wait_for_timeout(250)
+            terminal = Terminal(page)
+            terminal.type(command)
+            terminal.wait_for(lambda said: "Score:" in said or any(sign in said for sign in BROKEN), 120)
             page.wait_for_timeout(500)
-            output = _terminal_output(frames)
+            output = terminal.output()
             _shot(page, "terminal_check")
         except Exception:
             _shot(page, "failure_terminal")
