@@ -15,6 +15,7 @@ here without a server (tests/test_hub.py follows the guide's order in a browser 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -30,10 +31,15 @@ NOTEBOOK = "02_normalization"
 
 
 def _instructors_settings(home: Path, monkeypatch) -> Config:
-    """The instructors' nbgrader settings, as their server reads them with HOME=``home``."""
+    """The instructors' nbgrader settings, as their server reads them with HOME=``home``, from a copy of
+    jupyter/hub/instructors/ with the course's settings beside it, as jupyterhub_config.py makes it."""
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("COURSE_FOLDER", raising=False)
-    return PyFileConfigLoader(INSTRUCTORS.name, path=str(INSTRUCTORS.parent)).load_config()
+    settings = home.parent / f"{home.name}-hub-settings"
+    if not settings.exists():
+        shutil.copytree(INSTRUCTORS.parent, settings)
+        shutil.copy(ROOT / "nbgrader_config.py", settings / "course_nbgrader_config.py")
+    return PyFileConfigLoader(INSTRUCTORS.name, path=str(settings)).load_config()
 
 
 def _course_settings(course: Path) -> Config:
@@ -45,12 +51,17 @@ def test_the_instructors_settings_name_the_course_gradebook_before_the_course_ex
     from nbgrader.coursedir import CourseDirectory
 
     course = tmp_path / "transformer-course"
-    before = CourseDirectory(config=_instructors_settings(tmp_path, monkeypatch))  # the server starts: no folder yet
+    started = _instructors_settings(tmp_path, monkeypatch)  # the server starts: no course folder yet
+    before = CourseDirectory(config=started)
     assert before.root == str(course) and before.db_url == f"sqlite:///{course / 'gradebook.db'}"
+    assert started.TrustedVerdict.timeout == 30  # the course's grading settings, from the hub's copy
     course.mkdir()
-    _course_settings(course)
-    after = _instructors_settings(tmp_path, monkeypatch)  # a request after the clone reads the course's settings
-    assert "TrustedVerdict" in after and after.TrustedVerdict.timeout == 30
+    _course_settings(course)  # the clone
+    (course / "nbgrader_config.py").write_text(
+        (course / "nbgrader_config.py").read_text() + "\nc.TrustedVerdict.timeout = 45  # the instructor's own\n"
+    )
+    after = _instructors_settings(tmp_path, monkeypatch)  # a request after the clone reads the clone's settings
+    assert after.TrustedVerdict.timeout == 45
     assert CourseDirectory(config=after).db_url == before.db_url
     assert gradebook_refusal(before.db_url, after) is None
 

@@ -121,6 +121,10 @@ def _copy_readable(source: Path, target: Path) -> None:
 _folder(SETTINGS, 0o755)
 _copy_readable(STUDENT_SETTINGS, SETTINGS / "students")
 _copy_readable(HERE / "instructors", SETTINGS / "instructors")
+# The course's grading settings, for an instructor's formgrader until their own clone of the course exists
+# (jupyter/hub/instructors/nbgrader_config.py, COURSE_DEFAULTS).
+shutil.copy(HERE.parents[1] / "nbgrader_config.py", SETTINGS / "instructors" / "course_nbgrader_config.py")
+(SETTINGS / "instructors" / "course_nbgrader_config.py").chmod(0o644)
 _copy_readable(HERE / "class", SETTINGS / "class")
 
 
