@@ -100,14 +100,16 @@ hub: $(HUB_STAMP)
 
 hub-install: $(HUB_STAMP)
 
-# umask 022: what root installs, every account may read. The course's package is installed, not linked (no -e): the
-# checkout may lie where the accounts cannot read it.
+# pip is quiet, and its installs take minutes: each runs under `class_hub.py step`, which says what it installs and
+# how long it has taken, every 10 s. umask 022: what root installs, every account may read. The course's package is
+# installed, not linked (no -e): the checkout may lie where the accounts cannot read it.
+HUB_STEP = $(HUB_PYTHON) tools/class_hub.py step
 $(HUB_STAMP): pyproject.toml requirements.lock jupyter/hub/requirements.txt
 	$(HUB_PYTHON) tools/class_hub.py preflight --prefix $(HUB_PREFIX)
 	umask 022 && { test -x $(HUB_PREFIX)/bin/python || $(HUB_PYTHON) -m venv $(HUB_PREFIX); }
-	umask 022 && $(HUB_PREFIX)/bin/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
-	umask 022 && $(HUB_PREFIX)/bin/python -m pip install --quiet $(TORCH_REQUIREMENT)
-	umask 022 && $(HUB_PREFIX)/bin/python -m pip install --quiet -c requirements.lock -r jupyter/hub/requirements.txt .
+	umask 022 && $(HUB_STEP) "installing pip $(PIP_VERSION)" -- $(HUB_PREFIX)/bin/python -m pip install --quiet --upgrade pip==$(PIP_VERSION)
+	umask 022 && $(HUB_STEP) "installing torch $(TORCH_VERSION) ($(TORCH_BUILD))" -- $(HUB_PREFIX)/bin/python -m pip install --quiet $(TORCH_REQUIREMENT)
+	umask 022 && $(HUB_STEP) "installing the course, JupyterHub and the lock's packages" -- $(HUB_PREFIX)/bin/python -m pip install --quiet -c requirements.lock -r jupyter/hub/requirements.txt .
 	chmod -R a+rX $(HUB_PREFIX)
 	@rm -f $(HUB_PREFIX)/.installed-*
 	@touch $@

@@ -12,6 +12,7 @@ modes it makes, and which settings each account's server gets.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -45,8 +46,12 @@ def test_make_hub_install_builds_the_environment_where_every_account_can_read_it
     lines = _make("hub-install", "HUB_PREFIX=/opt/ts-class", "HUB_PYTHON=/usr/bin/python3.11", "TORCH=cpu")
     assert lines[0] == "/usr/bin/python3.11 tools/class_hub.py preflight --prefix /opt/ts-class", lines
     assert "/usr/bin/python3.11 -m venv /opt/ts-class" in lines[1]
-    installs = [shlex.split(line.removeprefix("umask 022 && ")) for line in lines if "pip install" in line]
+    steps = [shlex.split(line.removeprefix("umask 022 && ")) for line in lines if "pip install" in line]
     assert all(line.startswith("umask 022 && ") for line in lines if "pip install" in line or "venv" in line)
+    # each install says what it does as it runs (tools/class_hub.py step), then runs pip
+    assert [s[:3] for s in steps] == [["/usr/bin/python3.11", "tools/class_hub.py", "step"]] * 3
+    assert [s[3] for s in steps][1].startswith("installing torch"), steps
+    installs = [s[s.index("--") + 1 :] for s in steps]
     assert [i[:4] for i in installs] == [["/opt/ts-class/bin/python", "-m", "pip", "install"]] * 3
     assert f"torch=={envfiles.lock_pins()['torch']}+cpu" in installs[1]
     course = installs[2]
@@ -166,3 +171,25 @@ def test_the_hub_configuration_keeps_its_secrets_private_and_gives_each_account_
     assert student == [str(settings / s) for s in ("students", "class")]
     # nothing of the hub's own environment (its proxy token) reaches a user's server
     assert not {key for key in c.Spawner.environment if "TOKEN" in key or "SECRET" in key}
+
+
+def test_a_long_install_step_says_what_it_does_as_it_runs():
+    """Issue 52 §5: `make hub`'s quiet pip steps ran 13 and 93 s with nothing on the screen."""
+    done = subprocess.run(
+        [sys.executable, "tools/class_hub.py", "step", "--every", "0.3", "installing nothing", "--", "sleep", "1.2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[0] == "make hub: installing nothing...", lines
+    assert sum("installing nothing, " in line and "s so far" in line for line in lines) >= 2, lines
+    assert re.fullmatch(r"make hub: installing nothing: done in \d+ s", lines[-1]), lines
+    failed = subprocess.run(
+        [sys.executable, "tools/class_hub.py", "step", "failing", "--", "false"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert failed.returncode == 1 and "failing: failed (exit status 1)" in failed.stdout, failed

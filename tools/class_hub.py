@@ -2,6 +2,7 @@
 
     python tools/class_hub.py preflight --prefix /opt/transformer-course            # before building the environment
     /opt/transformer-course/bin/python tools/class_hub.py preflight --prefix /opt/transformer-course --running
+    python tools/class_hub.py step "installing torch" -- PIP_COMMAND...              # a long install step, not silent
 
 The hub runs as root and starts each user's JupyterLab as that user, from one environment that every account must
 be able to read: its Python installation included. A pyenv Python under /root, or an environment in someone's
@@ -16,8 +17,10 @@ import argparse
 import os
 import pwd
 import stat
+import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 OLDEST = (3, 11)  # pyproject.toml's requires-python (nbgrader 0.9)
@@ -91,13 +94,40 @@ def problems(
     return said
 
 
+def step(what: str, command: list[str], every: float = 10.0) -> int:
+    """Run ``command`` (its own output goes to the terminal as it comes), saying ``what`` it does when it starts,
+    every ``every`` seconds while it runs, and how it ended: pip's quiet installs of torch and the lock took 13 and
+    93 s here with nothing on the screen (issue 52 §5)."""
+    print(f"make hub: {what}...", flush=True)
+    started = time.monotonic()
+    process = subprocess.Popen(command)
+    while True:
+        try:
+            status = process.wait(timeout=every)
+            break
+        except subprocess.TimeoutExpired:
+            print(f"make hub: {what}, {time.monotonic() - started:.0f} s so far", flush=True)
+    seconds = time.monotonic() - started
+    print(
+        f"make hub: {what}: {'done' if status == 0 else f'failed (exit status {status})'} in {seconds:.0f} s",
+        flush=True,
+    )
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("preflight", help="check that a class's hub can be built or started here")
     check.add_argument("--prefix", type=Path, required=True, help="the class's environment (HUB_PREFIX)")
     check.add_argument("--running", action="store_true", help="the environment is built: check it has the hub")
+    long_step = sub.add_parser("step", help="run a long install step, saying what it does as it runs")
+    long_step.add_argument("what", help="what the step does, e.g. 'installing torch'")
+    long_step.add_argument("--every", type=float, default=10.0, help="seconds between progress lines")
+    long_step.add_argument("argv", nargs=argparse.REMAINDER, help="-- the command")
     args = parser.parse_args(argv)
+    if args.command == "step":
+        return step(args.what, args.argv[1:] if args.argv[:1] == ["--"] else args.argv, args.every)
     found = problems(args.prefix, running=args.running)
     for problem in found:
         print(f"make hub: {problem}", file=sys.stderr)
