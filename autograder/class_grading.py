@@ -35,6 +35,7 @@ import gc
 import glob
 import multiprocessing
 import os
+import queue
 import random
 import re
 import sys
@@ -81,13 +82,16 @@ def _app(app_class, argv: list[str]):
 _API = None  # this worker's NbGraderAPI
 
 
-def _start_worker(assignment: str, options: list[str], threads: int) -> None:
+def _start_worker(assignment: str, options: list[str], threads: int, phases=None) -> None:
     global _API
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # the student's process reads it (autograder.sandbox)
     from nbgrader.apps import AutogradeApp, NbGraderAPI
 
+    from autograder import nbgrader_plugin
     from autograder.nbgrader_plugin import quiet_gradebook_warnings
 
+    if phases is not None:  # each grading's phases, to the bar in the parent (``Doing``)
+        nbgrader_plugin.phase_listener = lambda _assignment, student, phase: phases.put((student, str(phase)))
     quiet_gradebook_warnings()  # also where the course's nbgrader_config.py is not the one in use
     app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
     _API = NbGraderAPI(coursedir=app.coursedir, parent=app)
@@ -214,6 +218,31 @@ def _preflight(app) -> None:
         raise SetupBroken([f.line() for f in found])
 
 
+class Doing:
+    """What each submission being graded is doing now, said after the class's bar and redrawn every second: a hung
+    submission kept the bar at 1/2 for two minutes with nothing else on the screen (issue 52 §5)."""
+
+    WIDTH = 60  # characters of each submission's phase shown
+
+    def __init__(self, phases):
+        self.phases, self.now = phases, {}
+
+    def read(self) -> None:
+        """Take in every phase the workers have said since the last read."""
+        while True:
+            try:
+                student, phase = self.phases.get_nowait()
+            except queue.Empty:
+                return
+            self.now[student] = phase
+
+    def done(self, student: str) -> None:
+        self.now.pop(student, None)
+
+    def line(self) -> str:
+        return " | ".join(f"{student}: {phase[: self.WIDTH]}" for student, phase in sorted(self.now.items()))
+
+
 def _broken_setup(outcomes: list[Outcome]) -> str | None:
     """The reason, when the first ``STOP_AFTER`` results were all ungraded for that one reason."""
     first = outcomes[:STOP_AFTER]
@@ -236,7 +265,6 @@ def grade_class(
     """
     from nbgrader.api import Gradebook
     from nbgrader.apps import AutogradeApp, ExportApp
-    from tqdm import tqdm
 
     from autograder.nbgrader_plugin import TrustedVerdict
     from autograder.parallel import default_workers, threads_per_grading
@@ -257,39 +285,53 @@ def grade_class(
     stopped = None
     if todo:
         context = multiprocessing.get_context("spawn")  # no fork of a process that has torch's thread pools
-        with (
-            ProcessPoolExecutor(
-                workers,
-                mp_context=context,
-                initializer=_start_worker,
-                initargs=(assignment, list(options), threads_per_grading(workers)),
-            ) as pool,
-            tqdm(total=len(todo), desc=f"autograde {assignment}", unit="student", file=sys.stderr) as bar,
-        ):
-            # One submission per free worker, so that a run that stops early has started no more than it must.
-            waiting = iter(todo)
-            running = {pool.submit(autograde_one, assignment, student) for student in islice(waiting, workers)}
-            while running:
-                done, running = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    outcome = future.result()
-                    outcomes.append(outcome)
-                    if not outcome.ok:
-                        bar.write(
-                            f"{outcome.student}: {'could not be graded' if outcome.ungraded else 'not graded'}: "
-                            f"{outcome.message}",
-                            file=sys.stderr,
-                        )
-                    bar.set_postfix(failed=sum(not o.graded for o in outcomes), refresh=False)
-                    bar.update()
-                    stopped = stopped or _broken_setup(outcomes)
-                if stopped is None:
-                    running |= {
-                        pool.submit(autograde_one, assignment, student) for student in islice(waiting, len(done))
-                    }
+        with context.Manager() as manager:
+            outcomes, stopped = _grade_todo(
+                assignment, todo, workers, options, context, Doing(manager.Queue()), threads_per_grading(workers)
+            )
     if csv:
         _app(ExportApp, ["--to", csv, "--log-level=WARN", *options]).start()
     return outcomes, len(students) - len(todo), stopped
+
+
+def _grade_todo(assignment, todo, workers, options, context, doing, threads) -> tuple[list[Outcome], str | None]:
+    """Grade ``todo`` in ``workers`` processes, with the class's bar and what each grading is doing under it."""
+    from tqdm import tqdm
+
+    outcomes: list[Outcome] = []
+    stopped = None
+    with (
+        ProcessPoolExecutor(
+            workers,
+            mp_context=context,
+            initializer=_start_worker,
+            initargs=(assignment, list(options), threads, doing.phases),
+        ) as pool,
+        tqdm(total=len(todo), desc=f"autograde {assignment}", unit="student", file=sys.stderr) as bar,
+    ):
+        # One submission per free worker, so that a run that stops early has started no more than it must.
+        waiting = iter(todo)
+        running = {pool.submit(autograde_one, assignment, student) for student in islice(waiting, workers)}
+        while running:
+            done, running = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+            doing.read()
+            for future in done:
+                outcome = future.result()
+                doing.done(outcome.student)
+                outcomes.append(outcome)
+                if not outcome.ok:
+                    bar.write(
+                        f"{outcome.student}: {'could not be graded' if outcome.ungraded else 'not graded'}: "
+                        f"{outcome.message}",
+                        file=sys.stderr,
+                    )
+                bar.update()
+                stopped = stopped or _broken_setup(outcomes)
+            failed = sum(not o.graded for o in outcomes)
+            bar.set_postfix_str(f"failed={failed}" + (f" | {doing.line()}" if doing.now else ""))  # redraws
+            if stopped is None:
+                running |= {pool.submit(autograde_one, assignment, student) for student in islice(waiting, len(done))}
+    return outcomes, stopped
 
 
 def main(assignment: str, workers: int | None, csv: str | None, force: bool, options: list[str]) -> int:

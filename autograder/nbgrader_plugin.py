@@ -23,6 +23,7 @@ import csv
 import json
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
@@ -34,6 +35,7 @@ from traitlets import Bool, Float, Int, List, Unicode
 
 import coursetools
 from autograder.errors import GradingError
+from autograder.phases import Phase
 from autograder.sandbox import (
     DEFAULT_FILE_SIZE,
     DEFAULT_MEMORY,
@@ -231,6 +233,10 @@ class RestoreCells(OverwriteCells):
         return nb, resources
 
 
+# Who is told each phase of a grading as it begins (``autograder.phases``): ``grade-class`` sets it in its workers, to
+# show what each submission being graded is doing (assignment, student, phase). A display only: never a grade.
+phase_listener: Callable[[str, str, Phase], None] | None = None
+
 # Why each submission this process could not grade was not graded, by (assignment, student): ``grade-class``
 # runs nbgrader in its own worker processes and reads this after each autograde, instead of parsing the log.
 could_not_grade: dict[tuple[str, str], str] = {}
@@ -366,6 +372,8 @@ class TrustedVerdict(NbGraderPreprocessor):
         from autograder.grading import grade
 
         coursedir = CourseDirectory(config=self.config)
+        about = nbgrader_resources(resources)
+        listener = phase_listener
         report = grade(
             nb,
             Path(resources["metadata"].get("path") or "."),
@@ -375,6 +383,9 @@ class TrustedVerdict(NbGraderPreprocessor):
             course_root=Path(coursedir.root),
             private=private_paths(coursedir),
             record=True,
+            on_phase=(lambda phase: listener(about.get("assignment"), about.get("student"), phase))
+            if listener
+            else None,
         )
         by_test_cell = {r.exercise.test_cell_id: r for r in report.exercises}
         count = 0
@@ -407,7 +418,6 @@ class TrustedVerdict(NbGraderPreprocessor):
                 cell.metadata[VERDICT_KEY] = result.to_json()
                 cell.outputs = _verdict_outputs(result)
         self.log.info("Trusted verdict for %s: %s/%s", report.notebook, report.score, report.max_score)
-        about = nbgrader_resources(resources)
         if about.get("assignment") and about.get("student"):  # graded now: an old reason no longer holds
             ungraded_record(coursedir.root, about["assignment"], about["student"]).unlink(missing_ok=True)
         return nb, resources

@@ -11,6 +11,7 @@ graded again, and the CSV must be the one ``nbgrader export`` writes.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -224,3 +225,17 @@ def test_student_code_cannot_read_the_class_grades(tmp_path):
             ).stdout
     assert "alice" in seen["shown"]  # the control: without the private path the file is readable
     assert "alice" not in seen["hidden"]
+
+
+def test_the_bar_says_what_each_submission_being_graded_is_doing(classes):
+    """Issue 52 §5: under the class's bar, each running grading's phase (starting Python, running cells i/N,
+    checks j/M), redrawn every second: a hung submission held the bar at 1/2 for two minutes, saying nothing."""
+    *_, err = classes
+    said = re.findall(r"\| ((?:\w+: [^|\r\n]+?)(?: \| \w+: [^|\r\n]+?)*)\]", err)
+    phases = {
+        phase
+        for line in said
+        for part in line.split(" | ")
+        for phase in re.findall(r"^\w+: (starting Python|running cells|checks|replaying cells)", part)
+    }
+    assert {"running cells", "checks"} <= phases, err[-3000:]
