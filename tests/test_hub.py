@@ -650,8 +650,8 @@ def _formgrader(hub: Hub, inst: Person, stu1: Person, stu2: Person, screens: Scr
     assert "Successfully collected" in said[-1], said[-1]
     page.goto(f"{base}/manage_submissions/{NOTEBOOK}")
     for student in (stu1, stu2):
-        row = page.locator("tr", has=page.locator("td", has_text=student.name))
-        row.locator("td.autograde a").click(timeout=60_000)
+        submission = page.locator("tr", has=page.locator("td", has_text=student.name))
+        submission.locator("td.autograde a").click(timeout=60_000)
         # while it grades, the row says what it is doing and for how long (coursetools.formgrader_progress)
         page.locator("td", has_text=re.compile(r"^Please wait: autograding: .* \(\d+ s\)$")).wait_for(timeout=10_000)
         said.append(_modal(page))
