@@ -59,30 +59,33 @@ class SuiteScopes(LoadScopeScheduling):
 
 def longest_scopes() -> dict[str, float]:
     """Scope -> the seconds it took, for the suite's longest scopes (a profiled fresh clone on the 2-core machine,
-    2026-11-28, benchmarks/suite_time.md).
+    2026-11-29, benchmarks/suite_time.md; the hub's test from its run alone, 100 s, with the suite's load).
 
     The workers take scopes in queue order, and xdist queues them by their number of tests, so a long scope of
-    few tests came last: the hub's one test (51 s) kept one worker busy while the other had finished. Queued
+    few tests came last: the hub's one test (51 s then) kept one worker busy while the other had finished. Queued
     longest first, the many short scopes even out the end. A stale figure costs only that balance;
     test_suite_scopes checks that each name is still a scope."""
     return {
-        folder_scope("02_normalization"): 105,
-        "tests/test_sandbox.py": 101,
-        folder_scope("00_welcome"): 91,
-        "tests/test_grader_failures.py": 88,
-        "tests/test_class_grading.py": 84,
-        "tests/test_run_all_browser.py::TestRunAllEarly": 76,
-        "tests/test_run_all_browser.py::TestRunAllLate": 65,
-        folder_scope("04_attention"): 62,
-        "notebook 12_bpe": 53,
-        "tests/test_tinystories_cli.py": 51,
-        "tests/test_hub.py": 51,
-        "tests/test_environment.py": 50,
-        folder_scope("01_tokens_embeddings"): 44,
-        "tests/test_student_session.py": 39,
-        "solutions/10_training/10_training.ipynb": 39,
-        "tests/test_multiuser_exchange.py": 35,
-        "tests/test_colab_notebook.py": 34,
+        "tests/test_sandbox.py": 166,
+        folder_scope("04_attention"): 166,
+        folder_scope("02_normalization"): 141,
+        "tests/test_grader_failures.py": 136,
+        folder_scope("00_welcome"): 135,
+        "tests/test_hub.py": 130,
+        "tests/test_run_all_browser.py::TestRunAllEarly": 129,
+        "tests/test_tinystories_cli.py": 127,
+        "tests/test_run_all_browser.py::TestRunAllLate": 119,
+        "tests/test_class_grading.py": 116,
+        folder_scope("01_tokens_embeddings"): 96,
+        "notebook 12_bpe": 95,
+        "tests/test_environment.py": 77,
+        "tests/test_student_session.py": 68,
+        "tests/test_tinystories_gpu_paths.py": 61,
+        "solutions/10_training/10_training.ipynb": 60,
+        "tests/test_multiuser_exchange.py": 57,
+        "notebook 13_tinystories": 56,
+        "solutions/07_blocks/07_blocks.ipynb": 55,
+        "tests/test_colab_notebook.py": 54,
     }
 
 
