@@ -23,12 +23,8 @@ from coursetools.figures import MAX_ALT
 
 # Fill colours by kind of part, the same in every model.
 COLORS = {
-    "embed": "#f9d5e5",
-    "position": "#e5d8f0",
-    "norm": "#fff2b2",
-    "attention": "#fdd0a2",
-    "ffn": "#c6dbef",
-    "head": "#c7e9c0",
+    "embed": "#f9d5e5", "position": "#e5d8f0", "norm": "#fff2b2", "attention": "#fdd0a2",
+    "ffn": "#c6dbef", "head": "#c7e9c0",
 }
 
 
@@ -125,134 +121,58 @@ RMS_NORM = Box("RMSNorm", ("02",), "norm")
 GELU_MLP = Box("GELU MLP", ("06",), "ffn")
 
 ARCHITECTURES: dict[str, Architecture] = {
-    "gpt2": Architecture(
-        "GPT-2",
-        ("08",),
-        (
-            Column(
-                (
-                    Label("tokens"),
-                    Row((Box("token embedding", ("01",), "embed"), Box("learned positions", ("01",), "position"))),
-                    Block(
-                        "pre-norm block",
-                        ("07",),
-                        _pre_norm(LAYER_NORM, Box("causal multi-head\nattention", ("04", "05"), "attention"), GELU_MLP),
-                    ),
-                    Box("final LayerNorm", ("02",), "norm"),
-                    Box("LM head,\ntied to the embedding", ("08",), "head"),
-                    Label("next-token logits"),
-                )
-            ),
-        ),
-        note="learned positions, LayerNorm,\nGELU MLP, tied head",
-    ),
-    "llama": Architecture(
-        "Llama-style decoder",
-        ("08",),
-        (
-            Column(
-                (
-                    Label("tokens"),
-                    Box("token embedding\n(no position table)", ("01",), "embed"),
-                    Block(
-                        "pre-norm block",
-                        ("07", "08"),
-                        _pre_norm(
-                            RMS_NORM,
-                            Box("causal grouped-query\nattention, RoPE on q, k", ("03", "05"), "attention"),
-                            Box("SwiGLU", ("06",), "ffn"),
-                        ),
-                    ),
-                    Box("final RMSNorm", ("02",), "norm"),
-                    Box("LM head, untied", ("08",), "head"),
-                    Label("next-token logits"),
-                )
-            ),
-        ),
-        note="RoPE, RMSNorm, SwiGLU,\ngrouped-query attention, untied head",
-    ),
-    "bert": Architecture(
-        "BERT",
-        ("09",),
-        (
-            Column(
-                (
-                    Label("tokens, segment ids"),
-                    Row(
-                        (
-                            Box("token", ("01",), "embed"),
-                            Box("position", ("01",), "position"),
-                            Box("segment", ("09",), "embed"),
-                        )
-                    ),
-                    LAYER_NORM,
-                    Block(
-                        "post-norm encoder block",
-                        ("07",),
-                        _post_norm(
-                            LAYER_NORM,
-                            Box("bidirectional attention,\npadding mask", ("04", "05"), "attention"),
-                            GELU_MLP,
-                        ),
-                    ),
-                    Box("MLM head, tied to\nthe token embedding", ("09",), "head"),
-                    Label("logits at masked tokens"),
-                )
-            ),
-        ),
-        note="three embeddings, post-norm,\nattention both ways, MLM head",
-    ),
-    "encoder_decoder": Architecture(
-        "encoder–decoder",
-        ("09",),
-        (
-            Column(
-                (
-                    Label("source tokens"),
-                    Row((Box("embedding × √d", ("01",), "embed"), Box("sinusoidal\npositions", ("01",), "position"))),
-                    Block(
-                        "post-norm encoder block",
-                        ("07",),
-                        _post_norm(
-                            LAYER_NORM,
-                            Box("self-attention,\npadding mask", ("04", "05"), "attention"),
-                            Box("ReLU MLP", ("06",), "ffn"),
-                        ),
-                    ),
-                    Box("final LayerNorm", ("02",), "norm"),
-                    Label("memory"),
-                ),
-                memory_to="cross-attention",
-            ),
-            Column(
-                (
-                    Label("target tokens"),
-                    Row((Box("embedding × √d", ("01",), "embed"), Box("sinusoidal\npositions", ("01",), "position"))),
-                    Block(
-                        "post-norm decoder block",
-                        ("07",),
-                        _post_norm(
-                            LAYER_NORM,
-                            Box("masked (causal)\nself-attention", ("04", "05"), "attention"),
-                            Box("cross-attention", ("04", "05"), "attention"),
-                            Box("ReLU MLP", ("06",), "ffn"),
-                        ),
-                    ),
-                    Box("final LayerNorm", ("02",), "norm"),
-                    Box("linear output layer", ("09",), "head"),
-                    Label("next-token logits"),
-                )
-            ),
-        ),
-        note="an encoder stack; a decoder with masked\nself-attention and cross-attention to its output",
-    ),
+    "gpt2": Architecture("GPT-2", ("08",), (Column((
+        Label("tokens"),
+        Row((Box("token embedding", ("01",), "embed"), Box("learned positions", ("01",), "position"))),
+        Block("pre-norm block", ("07",), _pre_norm(
+            LAYER_NORM, Box("causal multi-head\nattention", ("04", "05"), "attention"), GELU_MLP)),
+        Box("final LayerNorm", ("02",), "norm"),
+        Box("LM head,\ntied to the embedding", ("08",), "head"),
+        Label("next-token logits"),
+    )),), note="learned positions, LayerNorm,\nGELU MLP, tied head"),
+    "llama": Architecture("Llama-style decoder", ("08",), (Column((
+        Label("tokens"),
+        Box("token embedding\n(no position table)", ("01",), "embed"),
+        Block("pre-norm block", ("07", "08"), _pre_norm(
+            RMS_NORM, Box("causal grouped-query\nattention, RoPE on q, k", ("03", "05"), "attention"),
+            Box("SwiGLU", ("06",), "ffn"))),
+        Box("final RMSNorm", ("02",), "norm"),
+        Box("LM head, untied", ("08",), "head"),
+        Label("next-token logits"),
+    )),), note="RoPE, RMSNorm, SwiGLU,\ngrouped-query attention, untied head"),
+    "bert": Architecture("BERT", ("09",), (Column((
+        Label("tokens, segment ids"),
+        Row((Box("token", ("01",), "embed"), Box("position", ("01",), "position"),
+             Box("segment", ("09",), "embed"))),
+        LAYER_NORM,
+        Block("post-norm encoder block", ("07",), _post_norm(
+            LAYER_NORM, Box("bidirectional attention,\npadding mask", ("04", "05"), "attention"), GELU_MLP)),
+        Box("MLM head, tied to\nthe token embedding", ("09",), "head"),
+        Label("logits at masked tokens"),
+    )),), note="three embeddings, post-norm,\nattention both ways, MLM head"),
+    "encoder_decoder": Architecture("encoder–decoder", ("09",), (
+        Column((
+            Label("source tokens"),
+            Row((Box("embedding × √d", ("01",), "embed"), Box("sinusoidal\npositions", ("01",), "position"))),
+            Block("post-norm encoder block", ("07",), _post_norm(
+                LAYER_NORM, Box("self-attention,\npadding mask", ("04", "05"), "attention"),
+                Box("ReLU MLP", ("06",), "ffn"))),
+            Box("final LayerNorm", ("02",), "norm"),
+            Label("memory"),
+        ), memory_to="cross-attention"),
+        Column((
+            Label("target tokens"),
+            Row((Box("embedding × √d", ("01",), "embed"), Box("sinusoidal\npositions", ("01",), "position"))),
+            Block("post-norm decoder block", ("07",), _post_norm(
+                LAYER_NORM, Box("masked (causal)\nself-attention", ("04", "05"), "attention"),
+                Box("cross-attention", ("04", "05"), "attention"), Box("ReLU MLP", ("06",), "ffn"))),
+            Box("final LayerNorm", ("02",), "norm"),
+            Box("linear output layer", ("09",), "head"),
+            Label("next-token logits"),
+        )),
+    ), note="an encoder stack; a decoder with masked\nself-attention and cross-attention to its output"),
 }
-ALIASES = {
-    "gpt-2": "gpt2",
-    "llama-style": "llama",
-    "encoder-decoder": "encoder_decoder",
-    "transformer": "encoder_decoder",
-}
+ALIASES = {"gpt-2": "gpt2", "llama-style": "llama", "encoder-decoder": "encoder_decoder", "transformer": "encoder_decoder"}
 
 # Layout, in data units (one unit is UNIT_INCHES in a figure of our own).
 BOX_WIDTH, COLUMN_STEP, MODEL_GAP = 2.8, 3.6, 0.3
@@ -289,49 +209,24 @@ def _column_height(column: Column) -> float:
 
 
 def _arrow(ax, start, end, **style):
-    props = {
-        "arrowstyle": "-|>",
-        "color": "0.35",
-        "linewidth": 1.0,
-        "shrinkA": 0,
-        "shrinkB": 0,
-        "mutation_scale": 9,
-    } | style
+    props = {"arrowstyle": "-|>", "color": "0.35", "linewidth": 1.0, "shrinkA": 0, "shrinkB": 0,
+             "mutation_scale": 9} | style
     ax.annotate("", xy=end, xytext=start, arrowprops=props, zorder=1)
 
 
 def _draw_box(ax, box: Box, x: float, y: float, width: float, stacked: bool = False) -> tuple[float, float]:
     """Draw `box` with its bottom centre at (x, y); return its (bottom, top)."""
     height = _box_height(box, stacked)
-    ax.add_patch(
-        patches.FancyBboxPatch(
-            (x - width / 2, y),
-            width,
-            height,
-            boxstyle="round,pad=0,rounding_size=0.08",
-            facecolor=COLORS[box.kind],
-            edgecolor="0.3",
-            linewidth=0.8,
-            zorder=2,
-        )
-    )
-    ax.text(
-        x,
-        y + height / 2,
-        box.stacked_text if stacked else box.text,
-        ha="center",
-        va="center",
-        fontsize=7,
-        zorder=3,
-        linespacing=1.15,
-    )
+    ax.add_patch(patches.FancyBboxPatch((x - width / 2, y), width, height, boxstyle="round,pad=0,rounding_size=0.08",
+                                        facecolor=COLORS[box.kind], edgecolor="0.3", linewidth=0.8, zorder=2))
+    ax.text(x, y + height / 2, box.stacked_text if stacked else box.text, ha="center", va="center", fontsize=7,
+            zorder=3, linespacing=1.15)
     return y, y + height
 
 
 def _draw_add(ax, x: float, y: float) -> None:
-    ax.add_patch(
-        patches.Circle((x, y + ADD_RADIUS), ADD_RADIUS, facecolor="white", edgecolor="0.3", linewidth=0.9, zorder=2)
-    )
+    ax.add_patch(patches.Circle((x, y + ADD_RADIUS), ADD_RADIUS, facecolor="white", edgecolor="0.3",
+                                linewidth=0.9, zorder=2))
     ax.text(x, y + ADD_RADIUS, "+", ha="center", va="center", fontsize=9, zorder=3)
 
 
@@ -341,8 +236,8 @@ def _draw_items(ax, items, x: float, y: float, places: dict) -> float:
     Each item is joined to the previous one by an arrow; `places` collects the left edge and centre
     height of every box by label, for the encoder's arrow into the cross-attention.
     """
-    top = None  # top of the previous item, where the next arrow starts
-    branch = None  # height where the current residual connection left the path
+    top = None          # top of the previous item, where the next arrow starts
+    branch = None       # height where the current residual connection left the path
     for item in items:
         if isinstance(item, Branch):  # at the start of a block, on the arrow that enters the frame
             branch = y - FRAME_PAD / 2 if top is None else top + GAP / 2
@@ -384,28 +279,10 @@ def _draw_block(ax, block: Block, x: float, bottom: float, below: float | None, 
     """The frame, "N×" and the title, then the block's items inside; return the frame's top."""
     height = _item_height(block)
     half = BOX_WIDTH / 2 + FRAME_PAD + 0.06
-    ax.add_patch(
-        patches.FancyBboxPatch(
-            (x - half, bottom),
-            2 * half,
-            height,
-            boxstyle="round,pad=0,rounding_size=0.15",
-            facecolor="0.95",
-            edgecolor="0.5",
-            linewidth=1.0,
-            zorder=0,
-        )
-    )
-    ax.text(
-        x - half + 0.08,
-        bottom + height - FRAME_TITLE / 2 - 0.02,
-        block.text,
-        ha="left",
-        va="center",
-        fontsize=7,
-        fontweight="bold",
-        color="0.25",
-    )
+    ax.add_patch(patches.FancyBboxPatch((x - half, bottom), 2 * half, height, boxstyle="round,pad=0,rounding_size=0.15",
+                                        facecolor="0.95", edgecolor="0.5", linewidth=1.0, zorder=0))
+    ax.text(x - half + 0.08, bottom + height - FRAME_TITLE / 2 - 0.02, block.text, ha="left", va="center",
+            fontsize=7, fontweight="bold", color="0.25")
     ax.text(x - half - 0.06, bottom + 0.2, "N×", ha="right", va="center", fontsize=10, fontweight="bold")
     if below is not None:
         _arrow(ax, (x, below), (x, bottom + FRAME_PAD))
@@ -456,13 +333,12 @@ def draw_architectures(models: Sequence[str] | str = ("gpt2", "llama", "bert", "
         centre, model_top = (first + x - COLUMN_STEP) / 2, max(top for _, top, _ in ends)
         ax.text(centre, model_top + head - 0.3, model.text, ha="center", va="center", fontsize=11, fontweight="bold")
         ax.text(centre, model_top + head - 0.82, model.note, ha="center", va="center", fontsize=7.5, color="0.3")
-        for cx, top, column in ends:
+        for (cx, top, column) in ends:
             if column.memory_to is not None:  # the encoder's output feeds every decoder block's cross-attention
                 tx, ty = places[column.memory_to]
                 elbow = cx + BOX_WIDTH / 2 + 0.35
-                ax.plot(
-                    [cx, cx, elbow, elbow], [top, top + 0.15, top + 0.15, ty], color="tab:red", linewidth=1.1, zorder=1
-                )
+                ax.plot([cx, cx, elbow, elbow], [top, top + 0.15, top + 0.15, ty], color="tab:red", linewidth=1.1,
+                        zorder=1)
                 _arrow(ax, (elbow, ty), (tx, ty), color="tab:red")
         if k < len(names) - 1:
             x += MODEL_GAP
@@ -502,19 +378,12 @@ def describe_architectures(models: Sequence[str] | str) -> str:
     names = _resolve(models)
     start = "Block diagram" + ("s" if len(names) > 1 else "") + ", input at the bottom, output at the top"
     if len(names) > 1:
-        return (
-            f"{start}: "
-            + "; ".join(f"{ARCHITECTURES[n].title} ({' '.join(ARCHITECTURES[n].note.split())})" for n in names)
-            + "."
-        )
+        return f"{start}: " + "; ".join(f"{ARCHITECTURES[n].title} ({' '.join(ARCHITECTURES[n].note.split())})"
+                                        for n in names) + "."
     model = ARCHITECTURES[names[0]]
     for inside in (True, False):  # only the encoder–decoder has two columns, the encoder's output feeding the other
         columns = [" → ".join(p for p in (_part(i, inside) for i in column.items) if p) for column in model.columns]
-        text = (
-            f"{start}. {model.title}: "
-            + ". Beside it, reading that memory through cross-attention: ".join(columns)
-            + "."
-        )
+        text = f"{start}. {model.title}: " + ". Beside it, reading that memory through cross-attention: ".join(columns) + "."
         if len(text) <= MAX_ALT:
             break
     return text

@@ -32,20 +32,18 @@ def _script(source: str) -> str:
 def _local_libraries() -> str:
     """require.js (unless the page has it), then d3 and jQuery registered as AMD modules."""
     require, d3, jquery = (LIBRARIES[name].read_text(encoding="utf-8") for name in ("require", "d3", "jquery"))
-    return "".join(
-        [
-            _script("if (typeof window.requirejs === 'undefined') {\n" + require + "\n}"),
-            # Hide `define` while the libraries run, so they set globals instead of anonymous modules.
-            _script("window.__courseDefine = window.define; window.define = undefined;"),
-            _script(d3),
-            _script(jquery),
-            _script(
-                "window.define = window.__courseDefine;"
-                "if (!require.defined('d3')) { define('d3', [], function () { return window.d3; }); }"
-                "if (!require.defined('jquery')) { define('jquery', [], function () { return window.jQuery; }); }"
-            ),
-        ]
-    )
+    return "".join([
+        _script("if (typeof window.requirejs === 'undefined') {\n" + require + "\n}"),
+        # Hide `define` while the libraries run, so they set globals instead of anonymous modules.
+        _script("window.__courseDefine = window.define; window.define = undefined;"),
+        _script(d3),
+        _script(jquery),
+        _script(
+            "window.define = window.__courseDefine;"
+            "if (!require.defined('d3')) { define('d3', [], function () { return window.d3; }); }"
+            "if (!require.defined('jquery')) { define('jquery', [], function () { return window.jQuery; }); }"
+        ),
+    ])
 
 
 def weights_figure(attention: list[torch.Tensor], tokens: list[str], *, max_layers: int = 4):

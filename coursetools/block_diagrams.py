@@ -24,18 +24,8 @@ BRANCH_X = 1.7  # x of the branch column; the stream is at x = 0
 
 def _box(ax, x, y, label):
     colour = COLOURS["LN" if label.startswith("LN") else label.split()[0]]
-    ax.add_patch(
-        FancyBboxPatch(
-            (x - BOX_W / 2, y - BOX_H / 2),
-            BOX_W,
-            BOX_H,
-            boxstyle="round,pad=0.04",
-            facecolor=colour,
-            edgecolor="black",
-            linewidth=1,
-            zorder=5,
-        )
-    )
+    ax.add_patch(FancyBboxPatch((x - BOX_W / 2, y - BOX_H / 2), BOX_W, BOX_H, boxstyle="round,pad=0.04",
+                                facecolor=colour, edgecolor="black", linewidth=1, zorder=5))
     ax.text(x, y, label, ha="center", va="center", fontsize=9, zorder=6)
 
 
@@ -48,13 +38,8 @@ def _arrow(ax, points, colour="black", width=1.2):
     """A polyline through ``points`` with an arrow head at its last point."""
     for (x0, y0), (x1, y1) in zip(points[:-2], points[1:-1], strict=True):
         ax.plot([x0, x1], [y0, y1], color=colour, linewidth=width, zorder=2, solid_capstyle="butt")
-    ax.annotate(
-        "",
-        xy=points[-1],
-        xytext=points[-2],
-        zorder=2,
-        arrowprops={"arrowstyle": "-|>", "color": colour, "linewidth": width, "shrinkA": 0, "shrinkB": 0},
-    )
+    ax.annotate("", xy=points[-1], xytext=points[-2], zorder=2,
+                arrowprops={"arrowstyle": "-|>", "color": colour, "linewidth": width, "shrinkA": 0, "shrinkB": 0})
 
 
 def _stream(ax, y0, y1):

@@ -46,11 +46,8 @@ def describe_figure(figure) -> str:
             continue
         count += 1
         title = " / ".join(t for t in (_words(ax.get_title(loc)) for loc in ("left", "center", "right")) if t)
-        labels = [
-            f"{name}: {label}"
-            for name, label in (("x", _words(ax.get_xlabel())), ("y", _words(ax.get_ylabel())))
-            if label and ax.axison
-        ]
+        labels = [f"{name}: {label}" for name, label in (("x", _words(ax.get_xlabel())), ("y", _words(ax.get_ylabel())))
+                  if label and ax.axison]
         if title and labels:
             panels.append(f"{title} ({', '.join(labels)})")
         elif title or labels:

@@ -29,9 +29,8 @@ from coursetools.notebook_vocabulary import STUB_LINE, is_answer_cell, is_defini
 
 
 def answer_cells(path: Path) -> list:
-    return [
-        cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code" and is_answer_cell(cell)
-    ]
+    return [cell for cell in nbformat.read(path, as_version=4).cells
+            if cell.cell_type == "code" and is_answer_cell(cell)]
 
 
 def _defines(source: str, name: str) -> bool:
@@ -69,10 +68,8 @@ def use_earlier(notebook: str, name: str, fallback, *, folder: Path | None = Non
     if reason is None:
         print(f"Using your {name} from {notebook}.")
         return value
-    print(
-        f"Your {name} from {notebook} is not finished ({reason}); using the course's reference version built on "
-        f"PyTorch instead. Finish notebook {notebook[:2]} and re-run this cell to use your own."
-    )
+    print(f"Your {name} from {notebook} is not finished ({reason}); using the course's reference version built on "
+          f"PyTorch instead. Finish notebook {notebook[:2]} and re-run this cell to use your own.")
     return fallback
 
 
@@ -96,7 +93,8 @@ def load_from_notebook(notebook: str, *names: str, folder: Path | None = None):
         with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):
             for cell in cells:
                 # dont_inherit: compile as a kernel does, without this module's `from __future__ import annotations`
-                exec(compile(cell.source, f"<{notebook}: cell {cell.get('id')}>", "exec", dont_inherit=True), namespace)
+                exec(compile(cell.source, f"<{notebook}: cell {cell.get('id')}>", "exec", dont_inherit=True),
+                     namespace)
     finally:
         torch.set_num_threads(threads)
     missing = [name for name in names if name not in namespace]

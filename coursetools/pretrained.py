@@ -34,15 +34,8 @@ class Checkpoint:
     state: dict[str, torch.Tensor]  # the tensors of model.safetensors, by the checkpoint's own names
 
 
-def fetch(
-    source: str,
-    files=FILES,
-    *,
-    revision: str | None = None,
-    endpoint: str | None = None,
-    cache_dir: str | Path | None = None,
-    timeout: float = 10.0,
-) -> Path:
+def fetch(source: str, files=FILES, *, revision: str | None = None, endpoint: str | None = None,
+          cache_dir: str | Path | None = None, timeout: float = 10.0) -> Path:
     """The folder holding ``files`` of ``source``: a local folder as it is, or a hub repo id downloaded to the cache."""
     if Path(source).is_dir():
         missing = [name for name in files if not (Path(source) / name).is_file()]
@@ -52,18 +45,8 @@ def fetch(
     from huggingface_hub import constants, hf_hub_download
 
     def download(local_only: bool) -> list[str]:
-        return [
-            hf_hub_download(
-                source,
-                name,
-                revision=revision,
-                endpoint=endpoint,
-                cache_dir=cache_dir,
-                etag_timeout=timeout,
-                local_files_only=local_only,
-            )
-            for name in files
-        ]
+        return [hf_hub_download(source, name, revision=revision, endpoint=endpoint, cache_dir=cache_dir,
+                                etag_timeout=timeout, local_files_only=local_only) for name in files]
 
     with contextlib.suppress(Exception):  # downloaded before: no network needed
         return Path(download(local_only=True)[0]).parent

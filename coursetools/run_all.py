@@ -163,9 +163,7 @@ def explain_unfinished() -> None:
             show_figures_with_alt_text(shell)
 
 
-PROGRESS_SOLUTIONS = (
-    "This is the instructor's copy: the progress table reports on the notebooks in course/, run it there."
-)
+PROGRESS_SOLUTIONS = "This is the instructor's copy: the progress table reports on the notebooks in course/, run it there."
 
 
 def progress_button() -> None:
@@ -189,12 +187,8 @@ def progress_button() -> None:
     from autograder.grading import find_course_root
 
     # width auto: ipywidgets' default button width cut the label off ("Show my prog...")
-    button = widgets.Button(
-        description="Show my progress",
-        icon="table",
-        tooltip="python -m autograder progress",
-        layout=widgets.Layout(width="auto"),
-    )
+    button = widgets.Button(description="Show my progress", icon="table", tooltip="python -m autograder progress",
+                            layout=widgets.Layout(width="auto"))
     output = widgets.Output()
 
     def run() -> None:
@@ -205,9 +199,8 @@ def progress_button() -> None:
             output.append_stdout("Grading every notebook in course/ (a minute or two)...\n")
             root = find_course_root(Path.cwd()) or Path.cwd()
             command = [sys.executable, "-m", "autograder", "progress"]
-            with subprocess.Popen(
-                command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            ) as job:
+            with subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True) as job:
                 for line in job.stdout:
                     output.append_stdout(line)
         finally:
