@@ -151,7 +151,12 @@ def describe(error: BaseException) -> str:
     if isinstance(error, TimeLimitExceeded):
         return f"{text}: it was running {where_running(last)}"
     return f"{text} (line {last.lineno} of {_where(last.filename)}, in {last.name})"
-    return text
+
+
+def running_line(error: BaseException) -> str | None:
+    """Where the student's code was when ``error`` stopped it (``where_running``), or None outside their code."""
+    last = last_student_line(error)
+    return where_running(last) if last is not None else None
 
 
 def where_running(frame: traceback.FrameSummary) -> str:

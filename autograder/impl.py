@@ -28,8 +28,7 @@ from autograder.errors import (
     TimeLimitExceeded,
     describe,
     is_stub,
-    last_student_line,
-    where_running,
+    running_line,
 )
 from autograder.process import StudentProcess
 from autograder.rules import enforced
@@ -58,9 +57,10 @@ class LocalImpl:
             with enforced(self._rules, self._namespace), time_limit.within(self._timeout):
                 value = function(self._namespace, *args, **kwargs)
         except KeyboardInterrupt as error:
-            last = last_student_line(error)
-            where = f": it was running {where_running(last)}" if last is not None else ""
-            raise StudentCodeError(f"was interrupted{where}", ran_out=True) from None
+            where = running_line(error)
+            raise StudentCodeError(
+                f"was interrupted: it was running {where}" if where else "was interrupted", ran_out=True
+            ) from None
         except (Exception, TimeLimitExceeded) as error:  # noqa: BLE001
             raise StudentCodeError(
                 describe(error),

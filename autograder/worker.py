@@ -31,8 +31,7 @@ from autograder.errors import (
     cell_number,
     describe,
     is_stub,
-    last_student_line,
-    where_running,
+    running_line,
 )
 from autograder.rules import enforced
 from autograder.sandbox import Limits
@@ -152,8 +151,7 @@ def remember_source(name: str, source: str) -> None:
 
 def stuck_in(error: TimeLimitExceeded) -> str:
     """``line 7 of cell 9, in forward: `while True:` ``: the student's line that was running when time ran out."""
-    last = last_student_line(error)
-    return where_running(last) if last is not None else "the grader's call into your code"
+    return running_line(error) or "the grader's call into your code"
 
 
 if __name__ == "__main__":
