@@ -127,3 +127,34 @@ def test_every_figure_of_the_solutions_describes_itself():
         if generic in str(output.get("metadata", {}))
     ]
     assert not found, f"figures described only as {generic!r}: {found}"
+
+
+def _assigned_literal(source: str, name: str):
+    """The value of `NAME = <literal>` at the top level of a cell's source."""
+    import ast
+
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"no {name} = ... in the cell")
+
+
+def test_the_course_map_draws_what_the_notebooks_load():
+    """Notebook 00's map draws a solid arrow from each notebook whose code a later one runs: through use_earlier or
+    load_from_notebook in a later notebook, or through the capstone's training program (tinystories.stack.PARTS)."""
+    from tinystories.stack import PARTS
+
+    loaded = {
+        (match.group(1), name[:2])
+        for name in NOTEBOOKS
+        for cell in read(solution_path(name)).cells
+        if cell.cell_type == "code"
+        for match in re.finditer(r"(?:use_earlier|load_from_notebook)\(\s*\"(\d\d)_", cell.source)
+        if match.group(1) != name[:2]
+    }
+    loaded |= {(part.notebook[:2], "13") for part in PARTS if not part.notebook.startswith("13")}
+    course_map = next(c for c in read(solution_path("00_welcome")).cells if c.get("id") == "course-map")
+    drawn = set(_assigned_literal(course_map.source, "LOADS_YOUR_CODE"))
+    assert drawn == loaded, (
+        f"drawn but not loaded: {sorted(drawn - loaded)}; loaded but not drawn: {sorted(loaded - drawn)}"
+    )

@@ -506,7 +506,7 @@ def test_learned_lookup(impl):
 
 @LEARNED.hidden
 def test_learned_initialisation(impl):
-    "weight starts normal with mean 0 and std 0.02 (GPT-2's choice)"
+    "weight starts normal with mean 0 and std 0.02 (Hugging Face's GPT-2 and nanoGPT)"
     for seed in SEEDS:
         weight = impl.call(learned_summary, 1024, 64, seed)["weight"]
         _check_init(

@@ -421,7 +421,7 @@ def test_causal_mask_values(impl):
 
 @CAUSAL.hidden
 def test_causal_mask_sizes(impl):
-    "works for sizes 1, 2, 9 and 1100 (longer than any sequence of the notebooks)"
+    "works for sizes 1, 2, 9 and 1100 (longer than any sequence of this notebook)"
     for n in (1, 2, 9):
         got = _mask_result(impl.call(causal_mask, n), f"causal_mask({n})", (n, n))
         _same_mask(got, torch.ones(n, n, dtype=torch.bool).tril(), f"causal_mask({n})")
@@ -564,7 +564,7 @@ def test_decoder_mask_values(impl):
 
 @DECODER.hidden
 def test_decoder_mask_other_pad_id(impl):
-    "any pad_id and length, 1100 included (longer than any sequence of the notebooks)"
+    "any pad_id and length, 1100 included (longer than any sequence of this notebook)"
     ids = torch.tensor([[9, 9, 9, 2, 2, 2, 2], [9, 3, 4, 5, 6, 7, 8]])
     got = _mask_result(impl.call(decoder_mask, ids, 2), "decoder_mask(ids, pad_id=2)", (2, 1, 7, 7))
     _same_mask(got, _decoder_oracle(ids, 2), "decoder_mask(ids, pad_id=2)")
@@ -646,7 +646,7 @@ def test_cross_mask_values(impl):
 
 @CROSS.hidden
 def test_cross_mask_other_sizes(impl):
-    "other pad ids and lengths, 1100 included (longer than any sequence of the notebooks)"
+    "other pad ids and lengths, 1100 included (longer than any sequence of this notebook)"
     target, source = torch.tensor([[1, 1, 1, 1]]), torch.tensor([[8, 8, 7, 7, 7, 7]])
     got = _mask_result(
         impl.call(cross_attention_mask, target, source, 7), "cross_attention_mask with pad_id=7", (1, 1, 4, 6)

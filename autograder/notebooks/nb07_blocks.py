@@ -27,7 +27,7 @@ The encoder's masks (an all-True one for padding_mask=None, if it makes one) and
 made on the device of x: the block and its inputs are moved to PyTorch's meta device
 (shapes without values, so a CPU-only grader can see it); a tensor made on the CPU in forward or kept from
 __init__ as a plain attribute cannot be mixed with meta tensors, and raises. The block also runs there on 1100
-target tokens, longer than any sequence of the notebooks (and than 1024, a common maximum length): a causal mask cut
+target tokens, longer than any sequence notebook 07 runs (and than 1024, a common maximum length): a causal mask cut
 from a table made in __init__ for a fixed length (a non-persistent buffer moves with the block) has the wrong shape.
 
 Tolerances (float32 on CPU): block outputs atol 1e-5 + rtol 1e-4, parameter gradients atol 1e-4 +
@@ -1080,7 +1080,7 @@ def test_decoder_mask_on_the_device_of_x(impl):
 @DECODER.hidden
 def test_decoder_mask_for_any_length(impl):
     "the causal mask is made in forward for the length of x: 1100 target tokens (on the meta device, shapes only)"
-    length = 1100  # longer than any sequence of the notebooks, and than 1024
+    length = 1100  # longer than any sequence notebook 07 runs, and than 1024
     got = impl.call(decoder_on_meta, [8, 2, 32], [1, length, 8], 3, False)
     call = f"DecoderBlock(8, 2, 32).to('meta')(x, memory) with x of shape [1, {length}, 8] on the meta device"
     expect.that(
