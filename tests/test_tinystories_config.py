@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tinystories.config import CONFIG_DIR, from_dict, load_config, to_toml
 from tinystories.errors import RunError
@@ -69,3 +70,17 @@ def test_unknown_key_in_a_file(tmp_path):
         load_config("nope")
     with pytest.raises(RunError, match="must be int"):
         from_dict({"model": {"d_model": 1.5}})
+
+
+@pytest.mark.parametrize(
+    ("world", "hint"), [(8, "train.micro_batch_size=16 "), (16, "train.micro_batch_size=8 "), (3, "a multiple of 3")]
+)
+def test_a_batch_that_cannot_be_split_names_what_would_fit(world, hint):
+    """The GPU configs' micro-batch is one GPU's whole batch (128): under torchrun with 8 or 16 processes the run
+    stops before building anything, and says which micro-batch fits each process's share."""
+    from tinystories.train import _Dist, _loop
+
+    config = load_config("gpu_h100")
+    with pytest.raises(RunError, match="must be a multiple of") as error:
+        _loop(config, stack=None, d=_Dist(world=world), device=torch.device("cpu"), precision="fp32")
+    assert hint in str(error.value)

@@ -265,7 +265,7 @@ class CompiledLoss:
     """A batch's loss run under ``torch.compile`` (``train.compile_loss``), falling back to the loss itself, with
     one line, if compiling it fails.
 
-    PyTorch's ``F.cross_entropy`` is one fused kernel; a loss written out as separate operations (notebook
+    PyTorch's ``F.cross_entropy`` makes two passes over the logits (log-softmax, then the picked values); a loss written out as separate operations (notebook
     10's) reads and writes the float32 logits once per operation, and on a GPU that cost a student's stack
     most of its gap to the reference (benchmarks/tinystories_gpu.md). Compiled, Inductor fuses those
     operations; what the loss computes is unchanged (``tests/test_tinystories_gpu_paths.py``). A loss that
@@ -436,13 +436,23 @@ def _write_samples(loop: _Loop, data, out: Path, say) -> list[str]:
     return samples
 
 
+def _micro_batch_hint(t, world: int) -> str:
+    """The largest micro-batch that fits: the configs' micro-batch is one GPU's whole batch, which several
+    processes' shares cannot hold."""
+    share, remainder = divmod(t.batch_size, world)
+    if remainder or share == 0:
+        return f"; with {world} processes, choose a train.batch_size that is a multiple of {world}"
+    fits = max(m for m in range(1, min(share, t.micro_batch_size) + 1) if share % m == 0)
+    return f"; for example --set train.micro_batch_size={fits} (each process's share is {share} sequences)"
+
+
 def _loop(config, stack: Stack, d: _Dist, device: torch.device, precision: str) -> _Loop:
     """The model, its optimizer and scaler, and the forward pass's contexts, as ``config.train`` asks."""
     t = config.train
     accumulation, remainder = divmod(t.batch_size, d.world * t.micro_batch_size)
     if remainder or accumulation == 0:
         raise RunError(f"train.batch_size ({t.batch_size}) must be a multiple of {d.world} processes x "
-                       f"train.micro_batch_size ({t.micro_batch_size})")
+                       f"train.micro_batch_size ({t.micro_batch_size}){_micro_batch_hint(t, d.world)}")
     torch.manual_seed(t.seed)
     raw_model = build_model(config.model, config.data.vocab_size, stack=stack).to(device)
     decay = [p for p in raw_model.parameters() if p.dim() >= 2]
