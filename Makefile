@@ -138,9 +138,12 @@ release: $(STAMP) export
 export: $(STAMP)
 	$(BIN)/python tools/export_course.py
 
-# Re-execute the solution notebooks in place (their outputs are committed and checked by nbval).
+# Re-execute the solution notebooks whose code cells or checks changed since their outputs were written (their
+# outputs are committed and checked by nbval; tools/outputs.py keeps the fingerprints in solutions/outputs.json).
+#   make outputs [ONLY="02_normalization 03_rope"] [ALL=1]
+ONLY ?=
 outputs: $(STAMP)
-	@for nb in $(NOTEBOOKS); do $(BIN)/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.record_timing=False $$nb --log-level=WARN || exit 1; done
+	$(BIN)/python tools/outputs.py $(if $(ALL),--all) $(ONLY)
 
 envfiles: $(STAMP)
 	$(BIN)/python tools/envfiles.py write
