@@ -33,7 +33,7 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root (containers, some cloud machines) unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test tinystories release export envfiles lock outputs lint clean hub hub-install hub-start
+.PHONY: lab test tinystories release export envfiles lock outputs stamp lint clean hub hub-install hub-start
 
 # An installed CPU build satisfies torch==VERSION too, so it is uninstalled first when the CUDA build is wanted.
 export TORCH_IS_CPU_BUILD := import importlib.metadata as m, sys; sys.exit(not m.version("torch").endswith("+cpu"))
@@ -131,7 +131,7 @@ tinystories: $(STAMP)
 	$(BIN)/python -m tinystories train --config $(CONFIG) --stack $(STACK) $(ARGS)
 
 # course/ is generated from solutions/ by nbgrader, tinystories/course.py by tools/export_course.py; commit both.
-release: $(STAMP) export
+release: $(STAMP) stamp export
 	@for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; done
 
 # The TinyStories program's copy of the course's model code, exported from the solution notebooks.
@@ -142,8 +142,13 @@ export: $(STAMP)
 # outputs are committed and checked by nbval; tools/outputs.py keeps the fingerprints in solutions/outputs.json).
 #   make outputs [ONLY="02_normalization 03_rope"] [ALL=1]
 ONLY ?=
-outputs: $(STAMP)
+outputs: $(STAMP) stamp
 	$(BIN)/python tools/outputs.py $(if $(ALL),--all) $(ONLY)
+
+# What the exercises' declarations (autograder/notebooks) determine, written into the solution notebooks: the answer
+# cells' metadata and ids, each test cell, the headings' numbers (tools/stamp.py).
+stamp: $(STAMP)
+	$(BIN)/python tools/stamp.py
 
 envfiles: $(STAMP)
 	$(BIN)/python tools/envfiles.py write

@@ -48,10 +48,16 @@ class Check:
 @dataclass
 class Exercise:
     id: str  # the grade_id of the answer cell; its test cell's is test_id(id): coursetools.notebook_vocabulary
-    title: str
+    name: str  # what it builds, as its heading names it; the number comes from its place (``title``)
     points: int
     checks: list[Check] = field(default_factory=list)
     rules: tuple[Rule, ...] = ()  # what the notebook forbids (autograder.rules), enforced with every check
+    number: int = 0  # its place among its notebook's exercises, from 1: set by NotebookChecks, stamped into the heading
+
+    @property
+    def title(self) -> str:
+        """ "Exercise 2: RMSNorm", as the notebook's heading numbers it (tools/stamp.py writes the number there)."""
+        return f"Exercise {self.number}: {self.name}" if self.number else self.name
 
     @property
     def test_cell_id(self) -> str:
@@ -73,6 +79,10 @@ class NotebookChecks:
     exercises: list[Exercise]
     adapter_module: str  # the notebook's module: the worker imports it and calls only its @adapter functions
     oracle_imports: tuple[str, ...] = ()  # slow imports the checks will need (the module's ORACLE_IMPORTS)
+
+    def __post_init__(self):
+        for number, exercise in enumerate(self.exercises, start=1):  # the order of the notebook's answer cells
+            exercise.number = number
 
 
 def module_name(notebook: str) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 
 import nbformat
 import pytest
 from nbgrader.nbgraderformat import MetadataValidator
-from notebooks import NOTEBOOKS, discovered, read, release_path, solution_path
+from notebooks import NOTEBOOKS, ROOT, discovered, read, release_path, solution_path
 
 from autograder.exercises import checks_for
 from autograder.notebooks import NOTEBOOKS as REGISTERED
@@ -23,13 +25,9 @@ from coursetools.notebook_vocabulary import (
     points,
 )
 
-TEST_CELL = """# Visible checks for this exercise: run this cell after your answer cell.
-from autograder import check
-
-check("{id}", globals())
-### BEGIN HIDDEN TESTS
-check("{id}", globals(), hidden=True)
-### END HIDDEN TESTS"""
+_spec = importlib.util.spec_from_file_location("stamp_tool", ROOT / "tools" / "stamp.py")
+stamp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stamp)
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
@@ -59,7 +57,7 @@ def test_each_exercise_has_an_answer_cell_then_its_test_cell(notebook):
         index = tests[exercise.test_cell_id]
         assert index > answers[exercise.id], f"{exercise.test_cell_id} comes before its answer cell"
         assert is_locked(nb.cells[index]) and points(nb.cells[index]) == exercise.points
-        assert nb.cells[index].source == TEST_CELL.format(id=exercise.id)
+        assert nb.cells[index].source == stamp.test_cell_source(exercise.id)
         assert all(c.cell_type == "markdown" for c in nb.cells[answers[exercise.id] + 1 : index]), (
             "only explanations may stand between an answer cell and its test cell"
         )
@@ -158,3 +156,62 @@ def test_the_course_map_draws_what_the_notebooks_load():
     assert drawn == loaded, (
         f"drawn but not loaded: {sorted(drawn - loaded)}; loaded but not drawn: {sorted(loaded - drawn)}"
     )
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_the_notebook_is_stamped_from_its_declarations(notebook):
+    """What the declarations determine (ids, points, test cells, tags, the headings' numbers) is in the notebook as
+    tools/stamp.py writes it: a cell edited by hand, or a declaration changed without `make stamp`, is named."""
+    nb = json.loads(solution_path(notebook).read_text(encoding="utf-8"))
+    changes, problems = stamp.stamp(nb, notebook)
+    assert not problems, problems
+    assert not changes, f"run `make stamp`: {changes}"
+
+
+def _exercise_notebook(*cells):
+    return {"cells": [dict(cell) for cell in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _markdown(cell_id, text):
+    return {"cell_type": "markdown", "id": cell_id, "metadata": {}, "source": text}
+
+
+def _code(cell_id, text):
+    return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {}, "outputs": [], "source": text}
+
+
+def test_stamping_a_new_exercise_writes_everything_but_its_teaching():
+    """An author writes a heading and an answer cell; the stamp writes the rest from the declaration (notebook 02's
+    two exercises here), and renumbers what follows a new exercise."""
+    answer = "class LayerNorm:\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION\n"
+    nb = _exercise_notebook(
+        _markdown("a", "### Exercise 7 — LayerNorm  (difficulty ★★☆ 2/3 · about 15 min)"),
+        _code("b", answer),
+        _markdown("c", "### Exercise 1 — RMSNorm  (difficulty ★★☆ 2/3 · about 10 min)"),
+        _code("d", answer.replace("LayerNorm", "RMSNorm")),
+        _markdown("e", "More text."),
+    )
+    changes, problems = stamp.stamp(nb, "02_normalization")
+    assert not problems and changes
+    ids = [cell["id"] for cell in nb["cells"]]
+    assert ids == ["ex1", "ex1-answer", "ex1-test", "ex2", "ex2-answer", "ex2-test", "e"]
+    first, second = checks_for("02_normalization").exercises
+    assert nb["cells"][0]["source"].startswith("### Exercise 1 — LayerNorm")
+    assert nb["cells"][3]["source"].startswith("### Exercise 2 — RMSNorm")
+    test = nb["cells"][2]
+    assert test["source"] == stamp.test_cell_source(first.id) and "raises-exception" in test["metadata"]["tags"]
+    assert (grade_id(test), points(test), is_locked(test)) == (f"{first.id}_test", first.points, True)
+    assert grade_id(nb["cells"][4]) == second.id and is_answer_cell(nb["cells"][4])
+    assert stamp.stamp(nb, "02_normalization") == ([], []), "a stamped notebook is stamped again to itself"
+
+
+def test_a_notebook_and_its_declarations_that_disagree_are_named():
+    nb = _exercise_notebook(_code("x", "### BEGIN SOLUTION\n"))
+    changes, problems = stamp.stamp(nb, "02_normalization")
+    assert problems == [
+        "02_normalization: 1 answer cells (### BEGIN SOLUTION) but 2 exercises declared in autograder/notebooks: "
+        "declare each answer cell's exercise, in order"
+    ]
+    nb = _exercise_notebook(_code("x", "### BEGIN SOLUTION\n"), _code("y", "### BEGIN SOLUTION\n"))
+    changes, problems = stamp.stamp(nb, "02_normalization")
+    assert any("no '### Exercise 1 ...' heading" in p for p in problems)

@@ -50,13 +50,13 @@ from autograder.rules import CODE_FROM_STRINGS, Rule
 
 RELATIVE = Exercise(
     "relative_positions",
-    "Exercise 1: relative positions",
+    "relative positions",
     points=1,
     rules=(Rule("no Python loops, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),),
 )
 DISTANCES = Exercise(
     "pairwise_sq_distances",
-    "Exercise 2: pairwise squared distances by broadcasting",
+    "pairwise squared distances by broadcasting",
     points=2,
     rules=(
         Rule("no Python loops, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),
@@ -72,11 +72,11 @@ DISTANCES = Exercise(
         ),
     ),
 )
-DOTS = Exercise("head_dot_products", "Exercise 3: every query-key dot product with einsum", points=2)
-HEADS = Exercise("split_merge_heads", "Exercise 4: split and merge heads with einops", points=2)
+DOTS = Exercise("head_dot_products", "every query-key dot product with einsum", points=2)
+HEADS = Exercise("split_merge_heads", "split and merge heads with einops", points=2)
 ONE_HOT = Exercise(
     "one_hot",
-    "Exercise 5: one-hot vectors",
+    "one-hot vectors",
     points=1,
     rules=(Rule("do not call F.one_hot", ("torch.nn.functional.one_hot",)),),
 )

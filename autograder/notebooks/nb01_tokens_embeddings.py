@@ -47,18 +47,18 @@ from autograder.rules import EMBEDDINGS, Rule
 
 EMBEDDING = Exercise(
     "embedding",
-    "Exercise 1: an Embedding module from scratch",
+    "an Embedding module from scratch",
     points=3,
     rules=(Rule("do not use nn.Embedding or F.embedding", EMBEDDINGS),),
 )
-SINUSOIDAL = Exercise("sinusoidal", "Exercise 2: sinusoidal positional encoding", points=3)
+SINUSOIDAL = Exercise("sinusoidal", "sinusoidal positional encoding", points=3)
 LEARNED = Exercise(
     "learned_positions",
-    "Exercise 3: learned positional embeddings",
+    "learned positional embeddings",
     points=2,
     rules=(Rule("do not reuse your Embedding, nn.Embedding or F.embedding", EMBEDDINGS, names=("Embedding",)),),
 )
-INPUT = Exercise("input_embedding", "Exercise 4: token plus position", points=2)
+INPUT = Exercise("input_embedding", "token plus position", points=2)
 EXERCISES = [EMBEDDING, SINUSOIDAL, LEARNED, INPUT]
 
 LOOKUP_TOL = 1e-6

@@ -50,8 +50,8 @@ _READY_MADE = (
     "do not call any of PyTorch's ready-made normalizations: F.layer_norm, F.rms_norm, F.group_norm, "
     "F.instance_norm, F.batch_norm, F.local_response_norm, F.normalize or their nn modules"
 )
-LAYER_NORM = Exercise("layer_norm", "Exercise 1: LayerNorm from scratch", points=3, rules=(Rule(_READY_MADE, NORMS),))
-RMS_NORM = Exercise("rms_norm", "Exercise 2: RMSNorm", points=3, rules=(Rule(_READY_MADE, NORMS),))
+LAYER_NORM = Exercise("layer_norm", "LayerNorm from scratch", points=3, rules=(Rule(_READY_MADE, NORMS),))
+RMS_NORM = Exercise("rms_norm", "RMSNorm", points=3, rules=(Rule(_READY_MADE, NORMS),))
 EXERCISES = [LAYER_NORM, RMS_NORM]
 
 F32 = {"atol": 1e-5, "rtol": 1e-5}

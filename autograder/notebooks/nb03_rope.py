@@ -46,13 +46,13 @@ from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
 from autograder.reference import rope as reference_rope
 
-ROTATION = Exercise("rotation_matrix", "Exercise 1: a 2x2 rotation", points=1)
-FREQUENCIES = Exercise("rope_frequencies", "Exercise 2: the frequencies", points=1)
-MATRIX = Exercise("rope_matrix", "Exercise 3: RoPE as a block-diagonal matrix", points=2)
-ROPE = Exercise("rope", "Exercise 4: an efficient RoPE module", points=3)
-HALVES = Exercise("halves_permutation", "Exercise 5: interleaved vs split halves", points=2)
-SLOPES = Exercise("alibi_slopes", "Exercise 6: ALiBi's slopes", points=2)
-ALIBI = Exercise("alibi_bias", "Exercise 7: the ALiBi bias", points=2)
+ROTATION = Exercise("rotation_matrix", "a 2x2 rotation", points=1)
+FREQUENCIES = Exercise("rope_frequencies", "the frequencies", points=1)
+MATRIX = Exercise("rope_matrix", "RoPE as a block-diagonal matrix", points=2)
+ROPE = Exercise("rope", "an efficient RoPE module", points=3)
+HALVES = Exercise("halves_permutation", "interleaved vs split halves", points=2)
+SLOPES = Exercise("alibi_slopes", "ALiBi's slopes", points=2)
+ALIBI = Exercise("alibi_bias", "the ALiBi bias", points=2)
 EXERCISES = [ROTATION, FREQUENCIES, MATRIX, ROPE, HALVES, SLOPES, ALIBI]
 ORACLE_IMPORTS = (
     "transformers.models.bloom.modeling_bloom",

@@ -37,7 +37,7 @@ from autograder.rules import ATTENTIONS, LOG_SOFTMAXES, SOFTMAXES, Rule
 
 SOFTMAX = Exercise(
     "softmax",
-    "Exercise 1: a numerically stable softmax",
+    "a numerically stable softmax",
     points=1,
     rules=(
         Rule(
@@ -49,7 +49,7 @@ SOFTMAX = Exercise(
 )
 WEIGHTS = Exercise(
     "attention_weights",
-    "Exercise 2: attention weights",
+    "attention weights",
     points=2,
     rules=(
         Rule(
@@ -60,14 +60,14 @@ WEIGHTS = Exercise(
 )
 SDPA = Exercise(
     "scaled_dot_product_attention",
-    "Exercise 3: scaled dot-product attention",
+    "scaled dot-product attention",
     points=2,
     rules=(Rule("use your attention_weights; do not call F.scaled_dot_product_attention", ATTENTIONS),),
 )
-CAUSAL = Exercise("causal_mask", "Exercise 4: the causal mask", points=1)
-PADDING = Exercise("padding_mask", "Exercise 5: the padding mask", points=1)
-DECODER = Exercise("decoder_mask", "Exercise 6: causal plus padding", points=1)
-CROSS = Exercise("cross_attention_mask", "Exercise 7: the cross-attention mask", points=1)
+CAUSAL = Exercise("causal_mask", "the causal mask", points=1)
+PADDING = Exercise("padding_mask", "the padding mask", points=1)
+DECODER = Exercise("decoder_mask", "causal plus padding", points=1)
+CROSS = Exercise("cross_attention_mask", "the cross-attention mask", points=1)
 EXERCISES = [SOFTMAX, WEIGHTS, SDPA, CAUSAL, PADDING, DECODER, CROSS]
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}

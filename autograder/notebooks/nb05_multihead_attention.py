@@ -32,14 +32,14 @@ from autograder.rules import CODE_FROM_STRINGS, Rule
 
 MHA = Exercise(
     "multi_head_attention",
-    "Exercise 1: multi-head attention",
+    "multi-head attention",
     points=3,
     rules=(Rule("no Python loop over heads, in any form, and no exec, eval or compile", builtins=CODE_FROM_STRINGS),),
 )
-FUSED = Exercise("fused_qkv_attention", "Exercise 2: one fused QKV projection", points=2)
+FUSED = Exercise("fused_qkv_attention", "one fused QKV projection", points=2)
 GQA = Exercise(
     "grouped_query_attention",
-    "Exercise 3: grouped-query attention",
+    "grouped-query attention",
     points=3,
     rules=(
         Rule(
@@ -48,9 +48,9 @@ GQA = Exercise(
         ),
     ),
 )
-KV = Exercise("kv_cache_bytes", "Exercise 4: KV-cache memory", points=1)
-CROSS = Exercise("cross_attention", "Exercise 5: cross-attention", points=2)
-ROTARY = Exercise("rotary_attention", "Exercise 6: RoPE inside multi-head attention", points=2)
+KV = Exercise("kv_cache_bytes", "KV-cache memory", points=1)
+CROSS = Exercise("cross_attention", "cross-attention", points=2)
+ROTARY = Exercise("rotary_attention", "RoPE inside multi-head attention", points=2)
 EXERCISES = [MHA, FUSED, GQA, KV, CROSS, ROTARY]
 
 TOL = {"atol": 1e-5, "rtol": 1e-4}

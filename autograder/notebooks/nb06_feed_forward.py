@@ -84,7 +84,7 @@ TENSOR_EXITS = (
 
 ACTIVATIONS = Exercise(
     "ffn_activations",
-    "Exercise 1: ReLU, GELU (exact and tanh) and SiLU",
+    "ReLU, GELU (exact and tanh) and SiLU",
     points=2,
     rules=(
         # Every route torch offers (rules.ACTIVATIONS): a ReLU is also F.threshold, F.hardtanh(x, 0, inf) or leaky_relu
@@ -105,10 +105,10 @@ ACTIVATIONS = Exercise(
         ),
     ),
 )
-FFN = Exercise("feed_forward", "Exercise 2: the position-wise FeedForward", points=3)
+FFN = Exercise("feed_forward", "the position-wise FeedForward", points=3)
 WIDTH = Exercise(
     "swiglu_width",
-    "Exercise 3: SwiGLU's hidden width and parameter counts",
+    "SwiGLU's hidden width and parameter counts",
     points=2,
     rules=(
         Rule(
@@ -118,9 +118,9 @@ WIDTH = Exercise(
         ),
     ),
 )
-SWIGLU = Exercise("swiglu", "Exercise 4: SwiGLU", points=3)
-COSTS = Exercise("block_costs", "Exercise 5: parameters and FLOPs of a block", points=2)
-FUSED = Exercise("fused_swiglu", "Exercise 6: fused gate and up projections", points=3)
+SWIGLU = Exercise("swiglu", "SwiGLU", points=3)
+COSTS = Exercise("block_costs", "parameters and FLOPs of a block", points=2)
+FUSED = Exercise("fused_swiglu", "fused gate and up projections", points=3)
 EXERCISES = [ACTIVATIONS, FFN, WIDTH, SWIGLU, COSTS, FUSED]
 ORACLE_IMPORTS = (
     "transformers.models.phi3.modeling_phi3",

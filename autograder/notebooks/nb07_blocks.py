@@ -63,12 +63,12 @@ from autograder.notebooks._seeds import seeded
 from autograder.reference.attention import CrossAttention, MultiHeadAttention
 from autograder.reference.feed_forward import FeedForward
 
-RESIDUAL = Exercise("residual", "Exercise 1: the residual connection", points=2)
-PRE_NORM = Exercise("pre_norm_block", "Exercise 2: the pre-norm block", points=3)
-POST_NORM = Exercise("post_norm_block", "Exercise 3: the post-norm block", points=3)
-ENCODER = Exercise("encoder_block", "Exercise 4: the encoder block with a padding mask", points=3)
-DECODER = Exercise("decoder_block", "Exercise 5: the decoder block", points=4)
-PARALLEL = Exercise("parallel_block", "Exercise 6: the parallel block (GPT-J, PaLM)", points=3)
+RESIDUAL = Exercise("residual", "the residual connection", points=2)
+PRE_NORM = Exercise("pre_norm_block", "the pre-norm block", points=3)
+POST_NORM = Exercise("post_norm_block", "the post-norm block", points=3)
+ENCODER = Exercise("encoder_block", "the encoder block with a padding mask", points=3)
+DECODER = Exercise("decoder_block", "the decoder block", points=4)
+PARALLEL = Exercise("parallel_block", "the parallel block (GPT-J, PaLM)", points=3)
 EXERCISES = [RESIDUAL, PRE_NORM, POST_NORM, ENCODER, DECODER, PARALLEL]
 ORACLE_IMPORTS = (
     "transformers.models.gptj.modeling_gptj",

@@ -116,7 +116,7 @@ from autograder.rules import Rule
 # device), and the answer cell may not name the notebook's models or Hugging Face's.
 COUNT = Exercise(
     "gpt2_num_parameters",
-    "Exercise 1: GPT-2's parameter count",
+    "GPT-2's parameter count",
     points=2,
     rules=(
         Rule(
@@ -154,14 +154,14 @@ COUNT = Exercise(
         ),
     ),
 )
-GPT2 = Exercise("gpt2_model", "Exercise 2: the GPT-2 model", points=4)
-LOSS = Exercise("causal_lm_loss", "Exercise 3: the causal language-modelling loss", points=2)
-GPT2_CONVERT = Exercise("gpt2_state_from_hf", "Exercise 4: loading a GPT-2 checkpoint", points=3)
-ROTARY = Exercise("rotary_gqa", "Exercise 5: rotary grouped-query attention", points=3)
-MODERN_BLOCK = Exercise("modern_block", "Exercise 6: the modern (Llama-style) block", points=3)
-DECODER = Exercise("modern_decoder", "Exercise 7: the modern decoder", points=4)
-LLAMA_CONVERT = Exercise("llama_state_from_hf", "Exercise 8: loading a Llama checkpoint", points=3)
-FUSED = Exercise("fused_rotary_gqa", "Exercise 9: one q/k/v product with grouped-query attention", points=3)
+GPT2 = Exercise("gpt2_model", "the GPT-2 model", points=4)
+LOSS = Exercise("causal_lm_loss", "the causal language-modelling loss", points=2)
+GPT2_CONVERT = Exercise("gpt2_state_from_hf", "loading a GPT-2 checkpoint", points=3)
+ROTARY = Exercise("rotary_gqa", "rotary grouped-query attention", points=3)
+MODERN_BLOCK = Exercise("modern_block", "the modern (Llama-style) block", points=3)
+DECODER = Exercise("modern_decoder", "the modern decoder", points=4)
+LLAMA_CONVERT = Exercise("llama_state_from_hf", "loading a Llama checkpoint", points=3)
+FUSED = Exercise("fused_rotary_gqa", "one q/k/v product with grouped-query attention", points=3)
 EXERCISES = [COUNT, GPT2, LOSS, GPT2_CONVERT, ROTARY, MODERN_BLOCK, DECODER, LLAMA_CONVERT, FUSED]
 ORACLE_IMPORTS = (
     "transformers.models.gpt2.modeling_gpt2",

@@ -84,15 +84,15 @@ from autograder.reference.blocks import DecoderBlock, EncoderBlock
 from autograder.reference.positions import SinusoidalPositionalEncoding
 from autograder.rules import Rule
 
-EMBEDDINGS = Exercise("bert_embeddings", "Exercise 1: BertEmbeddings", points=3)
-HEAD = Exercise("mlm_head", "Exercise 2: the MLM head", points=3)
-BERT = Exercise("bert_mlm", "Exercise 3: BertForMaskedLM", points=3)
-MASKING = Exercise("mask_tokens", "Exercise 4: mask_tokens", points=4)
-LOSS = Exercise("mlm_loss", "Exercise 5: mlm_loss", points=2)
-ENCDEC = Exercise("encoder_decoder", "Exercise 6: EncoderDecoder", points=4)
+EMBEDDINGS = Exercise("bert_embeddings", "BertEmbeddings", points=3)
+HEAD = Exercise("mlm_head", "the MLM head", points=3)
+BERT = Exercise("bert_mlm", "BertForMaskedLM", points=3)
+MASKING = Exercise("mask_tokens", "mask_tokens", points=4)
+LOSS = Exercise("mlm_loss", "mlm_loss", points=2)
+ENCDEC = Exercise("encoder_decoder", "EncoderDecoder", points=4)
 COUNT = Exercise(
     "transformer_num_parameters",
-    "Exercise 7: the encoder-decoder's parameter count",
+    "the encoder-decoder's parameter count",
     points=2,
     rules=(
         Rule(

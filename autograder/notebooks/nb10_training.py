@@ -66,10 +66,10 @@ from autograder.notebooks._seeds import seeded
 from autograder.reference import training as ref
 from autograder.rules import LOG_SOFTMAXES, Rule
 
-GET_BATCH = Exercise("get_batch", "Exercise 6: get_batch", points=3)
+GET_BATCH = Exercise("get_batch", "get_batch", points=3)
 CROSS_ENTROPY = Exercise(
     "cross_entropy",
-    "Exercise 1: cross_entropy",
+    "cross_entropy",
     points=4,
     rules=(
         Rule(
@@ -85,12 +85,12 @@ CROSS_ENTROPY = Exercise(
         ),
     ),
 )
-ADAMW = Exercise("adamw", "Exercise 2: AdamW", points=5)
-INVERSE_SQRT = Exercise("inverse_sqrt_lr", "Exercise 3: inverse_sqrt_lr", points=2)
-COSINE = Exercise("cosine_lr", "Exercise 4: cosine_lr", points=3)
+ADAMW = Exercise("adamw", "AdamW", points=5)
+INVERSE_SQRT = Exercise("inverse_sqrt_lr", "inverse_sqrt_lr", points=2)
+COSINE = Exercise("cosine_lr", "cosine_lr", points=3)
 CLIP = Exercise(
     "clip_grad_norm",
-    "Exercise 5: clip_grad_norm",
+    "clip_grad_norm",
     points=3,
     rules=(
         # clip_grad_norm_ is a plain Python function, unseen by torch-function modes: while the checks run its code is
@@ -106,10 +106,10 @@ CLIP = Exercise(
         ),
     ),
 )
-CHECKPOINT = Exercise("checkpoint", "Exercise 7: save_checkpoint and load_checkpoint", points=4)
-EVALUATE = Exercise("evaluate", "Exercise 8: evaluate", points=2)
-TRAIN = Exercise("train", "Exercise 9: train", points=5)
-OVERFIT = Exercise("overfit_one_batch", "Exercise 10: overfit_one_batch", points=2)
+CHECKPOINT = Exercise("checkpoint", "save_checkpoint and load_checkpoint", points=4)
+EVALUATE = Exercise("evaluate", "evaluate", points=2)
+TRAIN = Exercise("train", "train", points=5)
+OVERFIT = Exercise("overfit_one_batch", "overfit_one_batch", points=2)
 EXERCISES = [CROSS_ENTROPY, ADAMW, INVERSE_SQRT, COSINE, CLIP, GET_BATCH, CHECKPOINT, EVALUATE, TRAIN, OVERFIT]
 
 LOSS = {"atol": 1e-5, "rtol": 1e-5}

@@ -83,17 +83,17 @@ from autograder.reference.modern import ModernBlock, RotaryGroupedQueryAttention
 from autograder.reference.rope import RoPE
 from autograder.reference.toy import PrefixTableModel
 
-GREEDY = Exercise("greedy_temperature", "Exercise 1: greedy and temperature", points=2)
-TOP_K = Exercise("top_k_filter", "Exercise 2: top-k", points=2)
-TOP_P = Exercise("top_p_filter", "Exercise 3: top-p", points=3)
-SAMPLE = Exercise("sample_next", "Exercise 4: sampling with the filters", points=3)
-GENERATE = Exercise("generate", "Exercise 5: the generation loop", points=3)
-BATCH = Exercise("generate_batch", "Exercise 6: batched generation with left padding", points=3)
-BEAM = Exercise("beam_search", "Exercise 7: beam search", points=5)
-CACHE = Exercise("kv_cache", "Exercise 8: the KV cache", points=2)
-ATTENTION = Exercise("cached_attention", "Exercise 9: attention with a cache", points=3)
-DECODER = Exercise("cached_decoder", "Exercise 10: the decoder with a cache", points=3)
-BATCHING = Exercise("continuous_batching", "Exercise 11: continuous batching", points=4)
+GREEDY = Exercise("greedy_temperature", "greedy and temperature", points=2)
+TOP_K = Exercise("top_k_filter", "top-k", points=2)
+TOP_P = Exercise("top_p_filter", "top-p", points=3)
+SAMPLE = Exercise("sample_next", "sampling with the filters", points=3)
+GENERATE = Exercise("generate", "the generation loop", points=3)
+BATCH = Exercise("generate_batch", "batched generation with left padding", points=3)
+BEAM = Exercise("beam_search", "beam search", points=5)
+CACHE = Exercise("kv_cache", "the KV cache", points=2)
+ATTENTION = Exercise("cached_attention", "attention with a cache", points=3)
+DECODER = Exercise("cached_decoder", "the decoder with a cache", points=3)
+BATCHING = Exercise("continuous_batching", "continuous batching", points=4)
 EXERCISES = [GREEDY, TOP_K, TOP_P, SAMPLE, GENERATE, BATCH, BEAM, CACHE, ATTENTION, DECODER, BATCHING]
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}

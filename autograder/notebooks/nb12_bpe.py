@@ -69,13 +69,13 @@ from autograder.adapters import adapter, given, need
 from autograder.exercises import Exercise
 from autograder.reference import bpe
 
-PRETOKENIZE = Exercise("pretokenize", "Exercise 1: pre-tokenization", points=3)
-COUNT_PAIRS = Exercise("count_pairs", "Exercise 2: pair counts", points=2)
-MERGE_WORD = Exercise("merge_word", "Exercise 3: merging a pair in a word", points=2)
-TRAIN = Exercise("train_bpe", "Exercise 4: training BPE", points=7)
-APPLY = Exercise("apply_merges", "Exercise 5: applying merges by rank", points=4)
-TOKENIZER = Exercise("bpe_tokenizer", "Exercise 6: the tokenizer", points=5)
-STREAM = Exercise("encode_iterable", "Exercise 7: encoding a stream", points=4)
+PRETOKENIZE = Exercise("pretokenize", "pre-tokenization", points=3)
+COUNT_PAIRS = Exercise("count_pairs", "pair counts", points=2)
+MERGE_WORD = Exercise("merge_word", "merging a pair in a word", points=2)
+TRAIN = Exercise("train_bpe", "training BPE", points=7)
+APPLY = Exercise("apply_merges", "applying merges by rank", points=4)
+TOKENIZER = Exercise("bpe_tokenizer", "the tokenizer", points=5)
+STREAM = Exercise("encode_iterable", "encoding a stream", points=4)
 EXERCISES = [PRETOKENIZE, COUNT_PAIRS, MERGE_WORD, TRAIN, APPLY, TOKENIZER, STREAM]
 
 EOT = "<|endoftext|>"

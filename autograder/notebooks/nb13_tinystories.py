@@ -92,13 +92,13 @@ from autograder.reference.decoders import LlamaDecoder
 from autograder.reference.kv_cache import KVCache
 from autograder.reference.sampling import sample_next
 
-BITS_PER_BYTE = Exercise("bits_per_byte", "Exercise 1: bits_per_byte", points=2)
-FLOPS = Exercise("flops_per_token", "Exercise 2: flops_per_token", points=3)
-MFU = Exercise("mfu", "Exercise 3: mfu", points=1)
-MICRO = Exercise("rank_micro_batches", "Exercise 4: rank_micro_batches", points=2)
-TRAIN_STEP = Exercise("train_step", "Exercise 5: train_step", points=5)
-MAPS = Exercise("attention_maps", "Exercise 6: attention_maps", points=4)
-GENERATE = Exercise("generate_with_cache", "Exercise 7: generate_with_cache", points=4)
+BITS_PER_BYTE = Exercise("bits_per_byte", "bits_per_byte", points=2)
+FLOPS = Exercise("flops_per_token", "flops_per_token", points=3)
+MFU = Exercise("mfu", "mfu", points=1)
+MICRO = Exercise("rank_micro_batches", "rank_micro_batches", points=2)
+TRAIN_STEP = Exercise("train_step", "train_step", points=5)
+MAPS = Exercise("attention_maps", "attention_maps", points=4)
+GENERATE = Exercise("generate_with_cache", "generate_with_cache", points=4)
 EXERCISES = [BITS_PER_BYTE, FLOPS, MFU, MICRO, TRAIN_STEP, MAPS, GENERATE]
 ORACLE_IMPORTS = (
     "transformers.models.llama.modeling_llama",
