@@ -28,7 +28,13 @@ from autograder.sandbox import (
     unavailable_reason,
     unsandboxed_note,
 )
-from coursetools.notebook_vocabulary import grade_id, is_answer_cell, is_definition_cell, is_test_cell
+from coursetools.notebook_vocabulary import (
+    find_course_root,
+    grade_id,
+    is_answer_cell,
+    is_definition_cell,
+    is_test_cell,
+)
 
 __all__ = ["DEFAULT_TIMEOUT", "grade", "grade_file", "self_check", "unsandboxed_note"]
 
@@ -75,14 +81,6 @@ def import_quietly(modules: tuple[str, ...]) -> None:
             importlib.import_module(module)
         except Exception:  # noqa: BLE001, S110 - the check importing it says what went wrong
             pass
-
-
-def find_course_root(folder: Path) -> Path | None:
-    """The nearest folder at or above ``folder`` that holds the course's ``data/`` or its nbgrader config."""
-    for candidate in [folder, *folder.parents]:
-        if (candidate / "nbgrader_config.py").is_file() or (candidate / "data").is_dir():
-            return candidate
-    return None
 
 
 @dataclass

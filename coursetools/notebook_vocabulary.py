@@ -169,6 +169,30 @@ def is_wrong_versions_cell(cell: Mapping) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# An exercise's heading: the markdown cell "### Exercise K — title  (difficulty ...)" before its answer cell; K is
+# the answer cell's place in the notebook (tools/stamp.py writes it)
+
+EXERCISE_HEADING = re.compile(r"### Exercise (\d+)\b")
+
+
+def exercise_heading(cells: list, answer: int) -> int | None:
+    """The index of the heading of the exercise whose answer cell is ``cells[answer]``: the last markdown cell before
+    it that starts ``### Exercise K``; None when there is none."""
+    for index in range(answer - 1, -1, -1):
+        cell = cells[index]
+        if cell.get("cell_type") == "markdown" and EXERCISE_HEADING.match(source_text(cell.get("source", ""))):
+            return index
+    return None
+
+
+def heading_title(source: str | Iterable[str]) -> str:
+    """The exercise's title as its heading gives it: "### Exercise 2 — RMSNorm in float32  (difficulty ...)" gives
+    "Exercise 2: RMSNorm in float32", the form of the grader's ``Exercise.title``."""
+    first = source_text(source).splitlines()[0].removeprefix("### ")
+    return first.split("(difficulty")[0].strip().replace(" — ", ": ", 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The stub: what nbgrader leaves of an answer in the release
 
 STUB_LINE = "raise NotImplementedError()"  # nbgrader's default code stub (ClearSolutions.code_stub)
@@ -230,3 +254,12 @@ def notebook_files(root: str | Path) -> list[Path]:
 def course_notebook_paths(root: str | Path) -> list[Path]:
     """The course notebooks one folder below ``root`` (``root/NN_name/NN_name.ipynb``), in course order."""
     return [p for p in notebook_files(root) if is_course_notebook_path(p)]
+
+
+def find_course_root(folder: str | Path) -> Path | None:
+    """The nearest folder at or above ``folder`` that holds the course's ``data/`` or its nbgrader config."""
+    folder = Path(folder)
+    for candidate in [folder, *folder.parents]:
+        if (candidate / "nbgrader_config.py").is_file() or (candidate / "data").is_dir():
+            return candidate
+    return None

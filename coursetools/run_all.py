@@ -24,7 +24,14 @@ import re
 from pathlib import Path
 
 from coursetools import cell_sources
-from coursetools.notebook_vocabulary import grade_id, is_answer_cell, is_stub_line, source_text
+from coursetools.notebook_vocabulary import (
+    exercise_heading,
+    find_course_root,
+    heading_title,
+    is_answer_cell,
+    is_stub_line,
+    source_text,
+)
 
 
 def _notebook_file() -> Path | None:
@@ -60,7 +67,7 @@ def stub_name(tb) -> str | None:
 
 
 def exercise_for(qualname: str, notebook: Path | None) -> str | None:
-    """The title of the exercise whose answer cell defines ``qualname`` (its first part), if found."""
+    """The title of the exercise whose answer cell defines ``qualname`` (its first part), as its heading gives it."""
     if notebook is None:
         return None
     top = qualname.split(".")[0]
@@ -69,14 +76,10 @@ def exercise_for(qualname: str, notebook: Path | None) -> str | None:
     except (OSError, ValueError, KeyError):
         return None
     pattern = re.compile(rf"^\s*(def|class)\s+{re.escape(top)}\b", re.MULTILINE)
-    for cell in cells:
+    for index, cell in enumerate(cells):
         if is_answer_cell(cell) and pattern.search(source_text(cell.get("source", ""))):
-            try:
-                from autograder.exercises import find_exercise
-
-                return find_exercise(grade_id(cell) or "")[0].title
-            except (ImportError, LookupError):
-                return None
+            heading = exercise_heading(cells, index)
+            return heading_title(cells[heading].get("source", "")) if heading is not None else None
     return None
 
 
@@ -183,8 +186,6 @@ def progress_button() -> None:
         return
     import ipywidgets as widgets
     from IPython.display import display
-
-    from autograder.grading import find_course_root
 
     # width auto: ipywidgets' default button width cut the label off ("Show my prog...")
     button = widgets.Button(description="Show my progress", icon="table", tooltip="python -m autograder progress",

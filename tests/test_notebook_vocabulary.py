@@ -305,3 +305,30 @@ def test_the_guard_finds_a_spelled_read(source):
 )
 def test_the_guard_leaves_other_uses_alone(source):
     assert vocabulary_spelled(source) == []
+
+
+def test_coursetools_never_imports_the_grader():
+    """The layers go one way: the notebook vocabulary below both, the student's helpers (coursetools) beside the
+    grader, never calling into it (a progress button runs `python -m autograder progress` as a command)."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "coursetools").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.name}:{node.lineno} {name}" for name in names if name.split(".")[0] == "autograder"]
+    assert not found, found
+
+
+def test_an_exercises_heading_gives_its_title():
+    from coursetools.notebook_vocabulary import exercise_heading, heading_title
+
+    cells = [
+        {"cell_type": "markdown", "source": "### Exercise 2 — RMSNorm in float32  (difficulty ★★☆ 2/3 · about 10 min)"},
+        {"cell_type": "markdown", "source": "Some text."},
+        {"cell_type": "code", "source": "### BEGIN SOLUTION\n"},
+    ]
+    assert exercise_heading(cells, 2) == 0 and exercise_heading(cells, 0) is None
+    assert heading_title(cells[0]["source"]) == "Exercise 2: RMSNorm in float32"

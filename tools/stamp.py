@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import re
 import sys
 from pathlib import Path
 
@@ -32,9 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: autograder and coursetools are beside tools/
 from autograder.exercises import checks_for  # noqa: E402
 from coursetools.notebook_vocabulary import (  # noqa: E402
+    EXERCISE_HEADING,
     JUPYTER_ANSWER_SUFFIX,
     JUPYTER_TEST_SUFFIX,
     course_notebook_paths,
+    exercise_heading,
     is_wrong_versions_cell,
     test_id,
 )
@@ -42,7 +43,6 @@ from coursetools.notebook_vocabulary import (  # noqa: E402
 SOLUTIONS = ROOT / "solutions"
 SOLUTION_MARKER = "### BEGIN SOLUTION"
 RUN_ALL_TAG = "raises-exception"  # Run All goes on past a cell that carries it (tools/run_all_tags.py)
-HEADING = re.compile(r"### Exercise (\d+)\b")
 NBGRADER_SCHEMA = 3
 
 TEST_CELL = """# Visible checks for this exercise: run this cell after your answer cell.
@@ -150,14 +150,7 @@ def _stamp_exercise(cells: list, answer: int, number: int, exercise, notebook: s
     if following + 1 < len(cells) and is_wrong_versions_cell(cells[following + 1]):
         put(cells[following + 1], "the cell id", f"{stem}-wrong", "id")
 
-    heading = next(
-        (
-            i
-            for i in range(answer - 1, -1, -1)
-            if cells[i]["cell_type"] == "markdown" and HEADING.match(_source(cells[i]))
-        ),
-        None,
-    )
+    heading = exercise_heading(cells, answer)
     if heading is None:
         problems.append(
             f"{notebook} exercise {number} ({exercise.id}): no '### Exercise {number} ...' heading "
@@ -165,7 +158,7 @@ def _stamp_exercise(cells: list, answer: int, number: int, exercise, notebook: s
         )
     else:
         text = _source(cells[heading])
-        stamped = HEADING.sub(f"### Exercise {number}", text, count=1)
+        stamped = EXERCISE_HEADING.sub(f"### Exercise {number}", text, count=1)
         if stamped != text:
             _set_source(cells[heading], stamped)
             changes.append(
