@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from autograder.exercises import Status, checks_for
+from autograder.exercises import ExerciseState, Status, checks_for
 
 DEFAULT_TOP = 10
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?!\w)")
@@ -279,12 +279,12 @@ def build_report(coursedir, gradebook, assignment: str, top: int = DEFAULT_TOP) 
                     continue
                 if grade.score >= grade.max_score:
                     row.passed += 1
-                    outcome[row.title] = "passed"
+                    outcome[row.title] = ExerciseState.PASSED
                     continue
                 counted = failures(verdicts.get(grade.name))
                 if counted == []:
                     row.not_started += 1
-                    outcome[row.title] = "not started"
+                    outcome[row.title] = ExerciseState.NOT_STARTED
                     continue
                 row.failing += 1
                 check, text = counted[0] if counted else ("-", NO_VERDICT)

@@ -131,6 +131,14 @@ def find_exercise(exercise_id: str) -> tuple[Exercise, str]:
     raise LookupError(f"no exercise called {exercise_id!r}")
 
 
+class ExerciseState(StrEnum):
+    """Where a student stands on an exercise; its value is what `check --json`, the verdicts and the tables say."""
+
+    PASSED = "passed"
+    FAILING = "failing"
+    NOT_STARTED = "not started"
+
+
 class Status(StrEnum):
     """How one check ended, decided where it ends (``run_check``, ``rules_result``, ``run_exercise``): the
     reports (``class_report``, ``progress``, the capstone's stack) read these, never the messages."""
@@ -187,14 +195,14 @@ class ExerciseResult:
         return self.exercise.points if self.passed else 0
 
     @property
-    def state(self) -> str:
-        """ "passed", "not started" (every failing check met the stub and none passed) or "failing"."""
+    def state(self) -> ExerciseState:
+        """Passed, not started (every failing check met the stub and none passed) or failing."""
         if self.passed:
-            return "passed"
+            return ExerciseState.PASSED
         failed = [r for r in self.results if not r.passed]
         ran = [r for r in self.results if r.check.function is not follows_the_rules]  # a stub follows every rule
         started = any(r.passed for r in ran) or any(r.status is not Status.NOT_IMPLEMENTED for r in failed)
-        return "failing" if started else "not started"
+        return ExerciseState.FAILING if started else ExerciseState.NOT_STARTED
 
     @property
     def reason(self) -> str:

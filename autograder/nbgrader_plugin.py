@@ -35,6 +35,7 @@ from traitlets import Bool, Float, Int, List, Unicode
 
 import coursetools
 from autograder.errors import GradingError
+from autograder.exercises import ExerciseState
 from autograder.phases import Phase
 from autograder.sandbox import (
     DEFAULT_FILE_SIZE,
@@ -61,7 +62,7 @@ def _unknown_test_verdict(test: str) -> dict:
     return {
         "id": test,
         "passed": False,
-        "state": "failing",
+        "state": ExerciseState.FAILING,
         "note": f"no checks are registered for test cell {test!r}",
         "checks": [],
     }

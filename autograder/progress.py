@@ -15,11 +15,23 @@ import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
+from autograder.exercises import ExerciseState
 from autograder.sandbox import DEFAULT_TIMEOUT, Limits, unsandboxed_note
 
-__all__ = ["Progress", "Row", "progress", "unsandboxed_note"]
+__all__ = ["Progress", "Row", "RowStatus", "progress", "unsandboxed_note"]
+
+
+class RowStatus(StrEnum):
+    """What became of one notebook of the table; its value is what `progress --json` says."""
+
+    GRADED = "graded"
+    MISSING = "missing"
+    UNREADABLE = "unreadable"
+    UNKNOWN = "unknown"  # not one of this course's notebooks
+    ERROR = "error"  # the grader failed, not the notebook
 
 
 @dataclass
@@ -28,13 +40,16 @@ class Row:
 
     notebook: str  # the course notebook's name, or the file's path in the course folder when not known
     path: str  # relative to the course folder
-    status: str  # "graded", "missing", "unreadable", "unknown" or "error" (the grader failed, not the notebook)
+    status: RowStatus
     score: int = 0
     max_score: int = 0
     exercises: list[dict] = field(default_factory=list)  # as `check --json`, with each exercise's title
     message: str = ""  # why it was not graded
     unsandboxed: str | None = None  # why it ran without the sandbox
     cached: bool = False  # unchanged since an earlier run: its result was reused (autograder.progress_cache)
+
+    def __post_init__(self):
+        self.status = RowStatus(self.status)  # a row read back from the progress cache holds the value
 
 
 @dataclass
@@ -44,7 +59,7 @@ class Progress:
 
     def grader_failures(self) -> list[str]:
         """Why the grader itself could not grade some notebooks, each reason once (the command exits 2)."""
-        return list(dict.fromkeys(row.message for row in self.rows if row.status == "error"))
+        return list(dict.fromkeys(row.message for row in self.rows if row.status is RowStatus.ERROR))
 
     @property
     def score(self) -> int:
@@ -64,7 +79,7 @@ class Progress:
         width = max([len(row.notebook) for row in self.rows] + [len("total")])
         lines = [f"{'notebook':<{width}}  {'score':>7}  exercises"]
         for row in self.rows:
-            score = f"{row.score}/{row.max_score}" if row.status == "graded" else "-"
+            score = f"{row.score}/{row.max_score}" if row.status is RowStatus.GRADED else "-"
             lines.append(f"{row.notebook:<{width}}  {score:>7}  {_summary(row)}")
             lines += [f"    {e['title']}: {_state(e)}" for e in _unfinished(row)]
         lines.append(f"{'total':<{width}}  {f'{self.score}/{self.max_score}':>7}")
@@ -78,23 +93,23 @@ class Progress:
 
 
 def _state(exercise: dict) -> str:
-    return "not started" if exercise["state"] == "not started" else f"failing: {exercise['reason']}"
+    return "not started" if exercise["state"] == ExerciseState.NOT_STARTED else f"failing: {exercise['reason']}"
 
 
 def _unfinished(row: Row) -> list[dict]:
     """The exercises to list under the row: none when all passed, or when none is started (the row says so)."""
-    if row.status != "graded" or all(e["state"] == "not started" for e in row.exercises):
+    if row.status is not RowStatus.GRADED or all(e["state"] == ExerciseState.NOT_STARTED for e in row.exercises):
         return []
     return [e for e in row.exercises if not e["passed"]]
 
 
 def _summary(row: Row) -> str:
-    if row.status != "graded":
+    if row.status is not RowStatus.GRADED:
         return row.message
     marks = "".join("✓" if e["passed"] else "✗" for e in row.exercises)
     if all(e["passed"] for e in row.exercises):
         return f"{marks}  all passed"
-    if all(e["state"] == "not started" for e in row.exercises):
+    if all(e["state"] == ExerciseState.NOT_STARTED for e in row.exercises):
         return f"{marks}  not started"
     done = sum(e["passed"] for e in row.exercises)
     return f"{marks}  {done} of {len(row.exercises)} passed"
@@ -133,7 +148,7 @@ def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits
 
     relative = str(path.relative_to(course))
     known = path.stem if path.stem in NOTEBOOKS and is_course_notebook_path(path) else None
-    row = Row(known or relative, relative, "missing")
+    row = Row(known or relative, relative, RowStatus.MISSING)
     if known:
         row.max_score = sum(e.points for e in checks_for(known).exercises)
     if not path.exists():
@@ -147,19 +162,22 @@ def grade_row(path: Path, course: Path, timeout: float = DEFAULT_TIMEOUT, limits
     try:
         report, row.unsandboxed = self_check(path, timeout=timeout, limits=limits or Limits(), private=private)
     except (OSError, ValueError, nbformat.reader.NotJSONError) as error:
-        row.status, row.message = "unreadable", f"cannot read it as a notebook ({error})"
+        row.status, row.message = RowStatus.UNREADABLE, f"cannot read it as a notebook ({error})"
         return row
     except LookupError:
-        row.status, row.message = "unknown", "not one of this course's notebooks"
+        row.status, row.message = RowStatus.UNKNOWN, "not one of this course's notebooks"
         return row
     except GradingError as error:  # the set-up failed (a worker that cannot start): never a score
-        row.status, row.message = "error", str(error)
+        row.status, row.message = RowStatus.ERROR, str(error)
         return row
     except Exception as error:  # noqa: BLE001 - one notebook the grader could not handle is one row
-        row.status, row.message = "error", f"could not be graded: the grader failed ({type(error).__name__}: {error})"
+        row.status, row.message = (
+            RowStatus.ERROR,
+            f"could not be graded: the grader failed ({type(error).__name__}: {error})",
+        )
         return row
     titles = {e.id: e.title for e in checks_for(report.notebook).exercises}
-    row.status, row.score, row.max_score = "graded", report.score, report.max_score
+    row.status, row.score, row.max_score = RowStatus.GRADED, report.score, report.max_score
     row.exercises = [dict(entry, title=titles[entry["id"]]) for entry in report.to_json()["exercises"]]
     if not known:  # a copy, e.g. 04_attention-Copy1.ipynb: say which notebook it is
         row.notebook = f"{relative} ({report.notebook})"
@@ -182,14 +200,14 @@ def _row(future, path: Path, course: Path) -> Row:
         return Row(
             relative,
             relative,
-            "error",
+            RowStatus.ERROR,
             message=f"could not be graded: the grading process died ({type(error).__name__})",
         )
 
 
 def row_line(row: Row, done: int, total: int) -> str:
     """The line ``progress`` says as each notebook's row is known: ``[3/14] 03_rope: 4/9 points``."""
-    if row.status == "graded":
+    if row.status is RowStatus.GRADED:
         said = f"{row.score}/{row.max_score} points" + (", unchanged since the last run" if row.cached else "")
     else:
         said = row.message or row.status
@@ -238,7 +256,7 @@ def progress(
         rows[path] = row
         report(row, len(rows), len(paths))
         # kept only for a graded notebook that did not change while it was graded
-        if row.status == "graded" and keys[path] and key(path, course, options) == keys[path]:
+        if row.status is RowStatus.GRADED and keys[path] and key(path, course, options) == keys[path]:
             store.put(str(path.relative_to(course)), keys[path], row)
     return Progress(str(course), [rows[path] for path in paths])
 
