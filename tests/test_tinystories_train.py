@@ -187,3 +187,21 @@ def test_samples_come_from_the_stacks_loop_and_survive_its_failure(straight, cap
     texts, _ = _samples(model, tokenizer, config, eot, torch.device("cpu"), stack)
     assert texts == straight.samples and stack.origins["generation"].startswith("reference (raised IndexError")
     assert "your sampling parts raised IndexError: position 32 is out of range" in capsys.readouterr().out
+
+
+def test_the_loss_curve_leaves_the_callers_plots_alone(tmp_path):
+    """Notebook 13 calls ``run`` in its kernel and draws with pyplot afterwards: writing loss_curve.png must not
+    switch pyplot's backend (to Agg, which shows nothing), as it once did."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from tinystories.train import _plot
+
+    before = matplotlib.get_backend()
+    plt.switch_backend("svg")  # a backend of the caller's that is not Agg (the notebook's is the inline one)
+    try:
+        _plot([{"step": 1, "train_loss": 3.0}, {"step": 2, "train_loss": 2.5, "val_loss": 2.7}], tmp_path / "curve.png")
+        assert matplotlib.get_backend() == "svg"
+        assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    finally:
+        plt.switch_backend(before)

@@ -137,12 +137,12 @@ def _save(path: Path, state: dict) -> None:
 
 
 def _plot(metrics: list[dict], path: Path) -> None:
-    import matplotlib
+    # A Figure of its own, not pyplot's: switching pyplot's backend (to draw without a screen) would also switch it in
+    # a notebook that calls ``run``, whose later plt.show() would then show nothing.
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     train = [(m["step"], m["train_loss"]) for m in metrics if "train_loss" in m]
     val = [(m["step"], m["val_loss"]) for m in metrics if "val_loss" in m]
     if train:
@@ -156,7 +156,6 @@ def _plot(metrics: list[dict], path: Path) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def _cached_model(model, config, stack: Stack):
