@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 from pathlib import Path
 
@@ -169,8 +170,6 @@ def _stamp_exercise(cells: list, answer: int, number: int, exercise, notebook: s
 
 
 def main(argv: list[str] | None = None) -> int:
-    import json
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 naming each cell that disagrees; write nothing")
     args = parser.parse_args(argv)
