@@ -25,7 +25,6 @@ from nbgrader.preprocessors import (
 
 from autograder.nbgrader_plugin import (
     CsvExportKeepsUngradedEmpty,
-    DropMaintainerCells,
     FeedbackClearHiddenTests,
     FeedbackOutputsWrap,
     RestoreCells,
@@ -48,10 +47,8 @@ c.CourseDirectory.course_id = "transformer-from-scratch"
 # submission (jupyter/nbgrader#1961). Saved after, a clean submission autogrades without that warning
 # and a test cell a student edited still warns, and is put back as released. The hidden checks do not
 # depend on it: TrustedVerdict runs every exercise's hidden checks from autograder/notebooks, never the
-# test cells' source. DropMaintainerCells first: the wrong versions that solutions/ keeps beside each exercise
-# (tests/wrong) are not released.
+# test cells' source.
 c.GenerateAssignment.preprocessors = [
-    DropMaintainerCells,
     IncludeHeaderFooter,
     InstantiateTests,
     LockCells,

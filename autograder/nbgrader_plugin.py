@@ -47,7 +47,7 @@ from autograder.sandbox import (
     SandboxUnavailable,
     unavailable_reason,
 )
-from coursetools.notebook_vocabulary import grade_id, is_test_cell, is_wrong_versions_cell, nbgrader_resources
+from coursetools.notebook_vocabulary import grade_id, is_test_cell, nbgrader_resources
 
 VERDICT_KEY = "autograder_verdict"  # a graded test cell's metadata: its verdict as data (``ExerciseResult.to_json``)
 
@@ -142,15 +142,6 @@ def quiet_gradebook_warnings() -> None:
         category=SAWarning,
         module=r"nbgrader\.api",
     )
-
-
-class DropMaintainerCells(NbGraderPreprocessor):
-    """``generate_assignment``'s first step: the cells of solutions/ that are for maintainers only, the plausible
-    wrong versions after each exercise's test cell (``is_wrong_versions_cell``), are left out of the release."""
-
-    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
-        nb.cells = [cell for cell in nb.cells if not is_wrong_versions_cell(cell)]
-        return nb, resources
 
 
 class FeedbackClearHiddenTests(ClearHiddenTests):

@@ -155,20 +155,6 @@ def is_definition_cell(cell: Mapping) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The maintainers' cells of solutions/ that the release leaves out
-
-# A raw cell tagged so, after an exercise's test cell in solutions/: the plausible wrong versions of the answer cell
-# above it (TOML; read by tests/wrong, which proves that the checks reject each one). The source of the release, it
-# is dropped from course/ (``autograder.nbgrader_plugin.DropMaintainerCells``), so students never see it.
-WRONG_VERSIONS_TAG = "wrong-versions"
-
-
-def is_wrong_versions_cell(cell: Mapping) -> bool:
-    """A raw cell of solutions/ holding the wrong versions of the exercise above it (never in the release)."""
-    return cell.get("cell_type") == "raw" and WRONG_VERSIONS_TAG in cell.get("metadata", {}).get("tags", ())
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # An exercise's heading: the markdown cell "### Exercise K — title  (difficulty ...)" before its answer cell; K is
 # the answer cell's place in the notebook (tools/stamp.py writes it)
 

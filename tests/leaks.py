@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from coursetools.notebook_vocabulary import is_wrong_versions_cell
-
 MARKERS = {
     "solution": ("### BEGIN SOLUTION", "### END SOLUTION"),
     "hidden": ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"),
@@ -44,11 +42,9 @@ def secret_lines(nb, kind: str, shown_before: str = "") -> set[str]:
 
 
 def public_text(nb, kind: str) -> str:
-    """What a source notebook shows outside its ``kind`` blocks, as Markdown renders it (no backticks). The wrong
-    versions after each exercise quote the solution's lines, but the release leaves them out: they show nothing."""
+    """What a source notebook shows outside its ``kind`` blocks, as Markdown renders it (no backticks)."""
     begin, end = MARKERS[kind]
-    released = [cell for cell in nb.cells if not is_wrong_versions_cell(cell)]
-    public = [line for cell in released for line in _blocks(cell.source, begin, end)[1]]
+    public = [line for cell in nb.cells for line in _blocks(cell.source, begin, end)[1]]
     return normalise("\n".join(public).replace("`", ""))
 
 

@@ -19,7 +19,6 @@ from coursetools.notebook_vocabulary import (
     is_locked,
     is_stub_source,
     is_test_cell,
-    is_wrong_versions_cell,
     jupyter_answer_id,
     jupyter_test_id,
     points,
@@ -65,18 +64,14 @@ def test_each_exercise_has_an_answer_cell_then_its_test_cell(notebook):
         assert jupyter_answer_id(nb.cells[index].id), nb.cells[index].id
         assert nb.cells[answers[exercise.id]].id == jupyter_answer_id(nb.cells[index].id)
         assert jupyter_test_id(nb.cells[answers[exercise.id]].id) == nb.cells[index].id
-        # the exercise's wrong versions (tests/wrong) come right after its test cell
-        assert index + 1 < len(nb.cells) and is_wrong_versions_cell(nb.cells[index + 1]), (
-            f"{exercise.test_cell_id}: no wrong-versions cell right after it"
-        )
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
-def test_every_raw_cell_is_a_wrong_versions_cell(notebook):
-    """A raw cell whose tag is misspelt would reach the release, with the solution's lines it quotes."""
+def test_no_raw_cells(notebook):
+    """The wrong versions live in tests/wrong, not in the notebook: a raw cell (the old TOML form, or a note for
+    maintainers) would reach the release, and students would read it."""
     nb = read(solution_path(notebook))
-    stray = [cell.id for cell in nb.cells if cell.cell_type == "raw" and not is_wrong_versions_cell(cell)]
-    assert not stray, f"raw cells without the wrong-versions tag: {stray}"
+    assert not [cell.id for cell in nb.cells if cell.cell_type == "raw"], "raw cells in a solution notebook"
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)

@@ -407,7 +407,7 @@ def test_the_rule_is_switched_off_afterwards_and_restores_everything():
     assert torch.equal(x.softmax(0), expected) and torch.equal(torch.nn.functional.softmax(x, 0), expected)
 
 
-# Ways around a rule written here rather than in the notebooks' wrong-versions cells: each names the
+# Ways around a rule written here rather than in tests/wrong (they need helpers of their own): each names the
 # exercise, the dodge, a whole answer cell, and what the message says.
 _ACTIVATIONS = (
     "def relu(x):\n    return {relu}\n\n\ndef gelu(x):\n    return {gelu}\n\n\n"

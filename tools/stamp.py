@@ -9,7 +9,6 @@ writes, so that none of it is typed by hand:
 - its test cell, the first code cell after it (only explanations may stand between; one is inserted right after the
   answer cell when there is none): the two check calls, nbgrader's metadata (graded, locked, the exercise's points,
   grade id ``id_test``), the ``raises-exception`` tag that lets Run All go past it, and the cell id ``exK-test``;
-- the raw cell of its wrong versions right after the test cell, when there is one: the cell id ``exK-wrong``;
 - its heading, the last markdown cell before the answer cell that starts with ``### Exercise``: the cell id ``exK``
   and the number K in ``### Exercise K``.
 
@@ -37,7 +36,6 @@ from coursetools.notebook_vocabulary import (  # noqa: E402
     JUPYTER_TEST_SUFFIX,
     course_notebook_paths,
     exercise_heading,
-    is_wrong_versions_cell,
     test_id,
 )
 
@@ -148,8 +146,6 @@ def _stamp_exercise(cells: list, answer: int, number: int, exercise, notebook: s
     tags = list(test["metadata"].get("tags", []))
     put(test, "the tags", tags if RUN_ALL_TAG in tags else [*tags, RUN_ALL_TAG], "tags", test["metadata"])
     put(test, "the cell id", stem + JUPYTER_TEST_SUFFIX, "id")
-    if following + 1 < len(cells) and is_wrong_versions_cell(cells[following + 1]):
-        put(cells[following + 1], "the cell id", f"{stem}-wrong", "id")
 
     heading = exercise_heading(cells, answer)
     if heading is None:

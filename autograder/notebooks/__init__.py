@@ -7,8 +7,9 @@ A module holds, for each exercise,
   their own: PyTorch's functions and modules, closed forms, invariances; never the course's solutions;
 - its adapters (``@adapter``, ``autograder.adapters``), the only code that touches the student's objects, which
   the checks call by reference (``impl.call(adapter, ...)``) and which run beside the student's code.
-Adding an exercise is its cells in the solution notebook (the text, the answer, the test cell, and after it the
-plausible mistakes that prove the checks reject them, read by ``tests/wrong``) and its part of this one module.
+Adding an exercise is its cells in the solution notebook (the text and the answer; ``tools/stamp.py`` writes the
+test cell), its part of this one module, and the plausible mistakes that prove the checks reject them, in
+``tests/wrong/nb<notebook stem>.py``.
 """
 
 NOTEBOOKS = [

@@ -1,41 +1,64 @@
 """Plausible wrong implementations of every exercise, and the harness that reads them.
 
-The wrong versions of an exercise live beside it in its solution notebook: a raw cell tagged ``wrong-versions``
-(``coursetools.notebook_vocabulary.is_wrong_versions_cell``) after the exercise's test cell, which the release
-leaves out. The cell is TOML, one ``[[wrong]]`` table per mistake::
+The wrong versions of a notebook's exercises live in ``wrong/nb<notebook>.py``, beside that notebook's checks
+(``autograder/notebooks/nb<notebook>.py``) and named like them, but here in tests/: they quote the solution's lines,
+so they stay out of the release and of the wheel. Each module's ``WRONG_VERSIONS`` is a tuple of
+:class:`WrongVersion`, one per mistake::
 
-    [[wrong]]
-    mistake = "eps outside the square root"   # what the mistake is (the test's id)
-    says = "eps is added outside"             # a fragment the failure message must contain
-    [[wrong.edit]]                            # the answer cell above, with ``old`` replaced by ``new`` (once, in order)
-    old = '''
-            out = centred / torch.sqrt(var + self.eps) * self.weight + self.bias
-    '''
-    new = '''
-            out = centred / (torch.sqrt(var) + self.eps) * self.weight + self.bias
-    '''
+    WrongVersion(
+        LAYER_NORM,                       # the exercise's declaration, imported from its checks' module
+        "eps outside the square root",    # what the mistake is (the test's id)
+        "eps is added outside",           # a fragment the failure message must contain
+        edit(_OUT, "out = centred / (torch.sqrt(var) + self.eps) * self.weight + self.bias"),
+    )
 
-or, for a mistake that rewrites most of the cell, ``code`` (the whole answer cell) in place of the edits. As an edit,
-a wrong version differs from a right answer only by the mistake and follows the solution when the solution changes
-(:func:`variant` fails loudly when the text it replaces is gone). Each one is graded after ``PRELUDE``, the imports
-every course notebook's setup cell makes (``tests/test_wrong_implementations.py``).
+Each ``edit(old, new)`` replaces ``old`` by ``new`` in the solution's answer cell of the exercise, once, in order; a
+line that several mistakes edit is quoted once, as a module constant (``_OUT`` above). For a mistake that rewrites
+most of the cell, ``code=`` (the whole answer cell) takes the place of the edits. As an edit, a wrong version differs
+from a right answer only by the mistake and follows the solution when the solution changes (:func:`variant` fails
+loudly when the text it replaces is gone). Each one is graded after ``PRELUDE``, the imports every course
+notebook's setup cell makes (``tests/test_wrong_implementations.py``).
 
-The modules ``nbNN_name.py`` build the rule dodges that ``tests/test_rules.py`` grades (code written from the
-solution with helpers, e.g. every attention's softmax replaced).
+``wrong/edits.py`` builds the right answers in other styles and the rule dodges that ``tests/test_rules.py`` grades.
 """
 
 from __future__ import annotations
 
 import functools
-import tomllib
+import importlib
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from notebooks import read, solution_path
 
-from coursetools.notebook_vocabulary import grade_id, is_answer_cell, is_wrong_versions_cell, without_solution_markers
+from autograder.exercises import Exercise, checks_for, module_name
+from coursetools.notebook_vocabulary import grade_id, is_answer_cell, without_solution_markers
+
+
+def edit(old: str, new: str) -> tuple[str, str]:
+    """Replace ``old`` (text of the solution's answer cell) by ``new``."""
+    return old, new
+
+
+@dataclass(frozen=True, init=False)
+class WrongVersion:
+    """One plausible mistake in one exercise's answer, as the edits that make it or as the whole cell."""
+
+    exercise: Exercise
+    mistake: str
+    says: str
+    edits: tuple[tuple[str, str], ...]
+    code: str | None
+
+    def __init__(self, exercise: Exercise, mistake: str, says: str, *edits: tuple[str, str], code: str | None = None):
+        assert bool(edits) != (code is not None), f"{mistake!r}: give the edits or the whole code, not both or neither"
+        for name, value in dict(exercise=exercise, mistake=mistake, says=says, edits=edits, code=code).items():
+            object.__setattr__(self, name, value)
 
 
 class Wrong(NamedTuple):
+    """A wrong version ready to grade: the exercise's grade id and the answer cell's code."""
+
     exercise: str
     mistake: str
     code: str
@@ -46,56 +69,23 @@ PRELUDE = "import math\nimport einops\nimport torch\nimport torch.nn.functional 
 
 
 @functools.cache
-def _solution_cells(notebook: str) -> tuple:
-    return tuple(read(solution_path(notebook)).cells)
-
-
-@functools.cache
 def solution_answers(notebook: str) -> dict[str, str]:
     """Grade id -> the solution's answer cell for that exercise, without nbgrader's solution markers."""
-    cells = _solution_cells(notebook)
+    cells = read(solution_path(notebook)).cells
     return {grade_id(cell): without_solution_markers(cell.source) + "\n" for cell in cells if is_answer_cell(cell)}
 
 
 @functools.cache
 def wrong_versions(notebook: str) -> tuple[Wrong, ...]:
-    """Every wrong version in the notebook's ``wrong-versions`` cells, each of the answer cell above its cell."""
-    found, exercise = [], None
-    for cell in _solution_cells(notebook):
-        if is_answer_cell(cell):
-            exercise = grade_id(cell)
-        elif is_wrong_versions_cell(cell):
-            assert exercise, f"{notebook}: a wrong-versions cell before any answer cell"
-            for entry in _entries(notebook, cell):
-                _check_keys(notebook, exercise, entry)
-                found.append(Wrong(exercise, entry["mistake"], _code(notebook, exercise, entry), entry["says"]))
+    """Every wrong version of the notebook's exercises (``wrong/nb<notebook>.py``), with its code made."""
+    declared = importlib.import_module(f"wrong.{module_name(notebook)}").WRONG_VERSIONS
+    exercises = checks_for(notebook).exercises
+    found = []
+    for version in declared:
+        assert version.exercise in exercises, f"{notebook}: {version.mistake!r} is for an exercise of another notebook"
+        code = version.code if version.code is not None else variant(notebook, version.exercise.id, *version.edits)
+        found.append(Wrong(version.exercise.id, version.mistake, code, version.says))
     return tuple(found)
-
-
-def _entries(notebook: str, cell) -> list[dict]:
-    try:
-        return tomllib.loads(cell.source)["wrong"]
-    except (tomllib.TOMLDecodeError, KeyError) as error:
-        raise AssertionError(f"{notebook}, cell {cell.id}: not a list of [[wrong]] tables in TOML: {error}") from None
-
-
-REQUIRED_KEYS, ONE_OF_KEYS = {"mistake", "says"}, {"edit", "code"}  # both of the first, exactly one of the second
-
-
-def _check_keys(notebook: str, exercise: str, entry: dict) -> None:
-    """A misspelt key fails here, not as a wrong version that silently lost its edit or its message."""
-    where = f"{notebook} {exercise} {entry.get('mistake')!r}"
-    assert REQUIRED_KEYS <= entry.keys() and len(ONE_OF_KEYS & entry.keys()) == 1, f"{where}: keys {sorted(entry)}"
-    unknown = entry.keys() - REQUIRED_KEYS - ONE_OF_KEYS
-    assert not unknown, f"{where}: unknown keys {sorted(unknown)}"
-    assert all(edit.keys() == {"old", "new"} for edit in entry.get("edit", ())), f"{where}: an edit's keys"
-
-
-def _code(notebook: str, exercise: str, entry: dict) -> str:
-    """A wrong version's answer cell: its ``code``, or the solution's with its edits."""
-    if "code" in entry:
-        return entry["code"]
-    return variant(notebook, exercise, *((edit["old"], edit["new"]) for edit in entry["edit"]))
 
 
 def variant(notebook: str, exercise: str, *replacements: tuple[str, str]) -> str:

@@ -1,8 +1,8 @@
 """The solution's answer cells with named parts replaced: builders of the right answers in other styles and of the
 rule dodges that ``tests/test_rules.py`` grades, and of notebook 06's activations for
 ``tests/test_wrong_implementations.py``. Each is an edit of the solution (``variant``), so it follows the solution
-and fails loudly when the text it replaces is gone. (The catalogued wrong versions are not here: they live beside
-their exercises, in the solution notebooks' ``wrong-versions`` cells; see ``wrong/__init__.py``.)
+and fails loudly when the text it replaces is gone. (The catalogued wrong versions are not here: they are in
+``wrong/nb<notebook>.py``; see ``wrong/__init__.py``.)
 """
 
 from wrong import solution_answers, variant
