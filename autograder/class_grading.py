@@ -72,7 +72,7 @@ class Outcome:
         return self.ok and self.ungraded is None
 
 
-def _app(app_class, argv: list[str]):
+def configured_app(app_class, argv: list[str]):
     """An nbgrader application configured as on the command line, without running it."""
     app = app_class()
     app.initialize(argv)
@@ -93,7 +93,7 @@ def _start_worker(assignment: str, options: list[str], threads: int, phases=None
     if phases is not None:  # each grading's phases, to the bar in the parent (``Doing``)
         nbgrader_plugin.phase_listener = lambda _assignment, student, phase: phases.put((student, str(phase)))
     quiet_gradebook_warnings()  # also where the course's nbgrader_config.py is not the one in use
-    app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
+    app = configured_app(AutogradeApp, [assignment, "--log-level=WARN", *options])
     _API = NbGraderAPI(coursedir=app.coursedir, parent=app)
     _import_grading(assignment)
 
@@ -136,9 +136,9 @@ def autograde_one(assignment: str, student: str) -> Outcome:
             break
         retries += 1
         time.sleep(random.uniform(0.5, 2.0))
-    from autograder.nbgrader_plugin import could_not_grade
+    from autograder.nbgrader_plugin import ungraded_reasons
 
-    ungraded = could_not_grade.pop((assignment, student), None)
+    ungraded = ungraded_reasons.pop((assignment, student), None)
     message = "" if result["success"] else ungraded or _reason(result)
     return Outcome(student, bool(result["success"]), time.monotonic() - started, message, retries, ungraded)
 
@@ -270,7 +270,7 @@ def grade_class(
     from autograder.parallel import default_workers, threads_per_grading
     from autograder.sandbox import SandboxUnavailable, unavailable_reason
 
-    app = _app(AutogradeApp, [assignment, "--log-level=WARN", *options])
+    app = configured_app(AutogradeApp, [assignment, "--log-level=WARN", *options])
     if refusal := TrustedVerdict(parent=app).refusal(unavailable_reason()):  # say it once, not once per student
         raise SandboxUnavailable(refusal)
     coursedir = app.coursedir
@@ -290,7 +290,7 @@ def grade_class(
                 assignment, todo, workers, options, context, Doing(manager.Queue()), threads_per_grading(workers)
             )
     if csv:
-        _app(ExportApp, ["--to", csv, "--log-level=WARN", *options]).start()
+        configured_app(ExportApp, ["--to", csv, "--log-level=WARN", *options]).start()
     return outcomes, len(students) - len(todo), stopped
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from autograder.exercises import ExerciseState, Status, checks_for
+from autograder.exercises import ExerciseState, Status, Verdict, checks_for
 
 DEFAULT_TOP = 10
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?!\w)")
@@ -181,24 +181,24 @@ NO_VERDICT = "no verdict of the grader's in its test cell (a score given by hand
 MISTAKES = (Status.FAILED, Status.RULE)  # not implemented and not run are no mistakes
 
 
-def failures(verdict: dict | None) -> list[tuple[str, str]] | None:
+def failures(verdict: Verdict | None) -> list[tuple[str, str]] | None:
     """(what failed, the first line of why) for each mistake a failed exercise's verdict holds, the answer cell's
     error first (as ``ANSWER_CELL``); [] when it holds none (only stubs met, or checks not run); None when there
     is no verdict to read."""
     if verdict is None:
         return None
-    if verdict.get("passed"):
+    if verdict.passed:
         return [("-", "the grader passed it: its score was changed by hand")]
-    found = [(ANSWER_CELL, verdict["note"].splitlines()[0])] if verdict.get("note") else []
+    found = [(ANSWER_CELL, verdict.note.splitlines()[0])] if verdict.note else []
     found += [
-        (check["description"], (check["message"].splitlines() or [""])[0])
-        for check in verdict.get("checks", [])
-        if check["status"] in MISTAKES
+        (check.description, (check.message.splitlines() or [""])[0])
+        for check in verdict.checks
+        if check.status in MISTAKES
     ]
     return found
 
 
-def _verdicts(path: Path) -> dict[str, dict]:
+def _verdicts(path: Path) -> dict[str, Verdict]:
     """Test cell id -> the verdict ``TrustedVerdict`` kept in it, for each graded test cell of an autograded
     notebook ({} when there is no readable notebook)."""
     import nbformat
@@ -513,9 +513,9 @@ def read_class(assignment: str, options: list[str] = (), top: int = DEFAULT_TOP)
     from nbgrader.api import Gradebook
     from nbgrader.apps import AutogradeApp
 
-    from autograder.class_grading import _app
+    from autograder.class_grading import configured_app
 
-    coursedir = _app(AutogradeApp, [assignment, "--log-level=WARN", *options]).coursedir
+    coursedir = configured_app(AutogradeApp, [assignment, "--log-level=WARN", *options]).coursedir
     if coursedir.db_url.startswith("sqlite:///"):  # Gradebook would create an empty one
         database = Path(coursedir.root) / coursedir.db_url.removeprefix("sqlite:///")
         if not database.is_file():

@@ -241,6 +241,47 @@ class ExerciseResult:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class CheckVerdict:
+    """One check's entry of a verdict read back from data (``CheckResult.to_json``), its status an enum again."""
+
+    check: str
+    description: str
+    hidden: bool
+    status: Status
+    message: str
+
+    @classmethod
+    def from_json(cls, data: dict) -> CheckVerdict:
+        return cls(
+            str(data["check"]),
+            str(data["description"]),
+            bool(data["hidden"]),
+            Status(data["status"]),
+            str(data["message"]),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An exercise's verdict read back from data (``ExerciseResult.to_json``, kept beside an autograded test cell):
+    what the reports read, with its state and each check's status as enums, never compared as strings."""
+
+    id: str
+    passed: bool
+    state: ExerciseState
+    note: str = ""
+    checks: tuple[CheckVerdict, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: dict) -> Verdict:
+        """Raises KeyError, TypeError or ValueError (an unknown state or status) for data that is not a verdict."""
+        checks = tuple(CheckVerdict.from_json(check) for check in data.get("checks", ()))
+        return cls(
+            str(data["id"]), bool(data["passed"]), ExerciseState(data["state"]), str(data.get("note", "")), checks
+        )
+
+
 NOT_IMPLEMENTED = f"not implemented yet: replace `{STUB_LINE}` with your code"
 
 
@@ -267,15 +308,15 @@ def run_check(check: Check, impl) -> CheckResult:
     return CheckResult(check, Status.PASSED)
 
 
-def follows_the_rules(source: str, context: list[str]):
+def follows_the_rules(exercise: Exercise, source: str, context: list[str]) -> list[str]:
     """follows the exercise's rules (read from your answer cell)"""
-    # Never called: it stands for the static reading of the rules in results (``rules_result``), and its
-    # docstring is that check's description.
+    # The static reading of the rules; its name and docstring are that check's in the results (``rules_result``).
+    return [rule.message(found) for rule in exercise.rules if (found := rule.violations(source, context))]
 
 
 def rules_result(exercise: Exercise, source: str, context: list[str] = ()) -> CheckResult:
     """The static half of an exercise's rules, on the grader's side: the answer cell's source, read."""
-    broken = [rule.message(found) for rule in exercise.rules if (found := rule.violations(source, context))]
+    broken = follows_the_rules(exercise, source, context)
     return CheckResult(
         Check(follows_the_rules, hidden=False), Status.RULE if broken else Status.PASSED, "\n".join(broken)
     )
@@ -308,7 +349,7 @@ def run_exercise(
     results, stopped = [], None
     begin = on_check or (lambda: None)
     if exercise.rules:
-        impl = impl._with_rules(exercise.rules)
+        impl = impl.with_rules(exercise.rules)
         if source is not None and visible:
             begin()
             results.append(rules_result(exercise, source, context))

@@ -10,7 +10,7 @@ marked ``@adapter`` is ever called (``adapters.resolve``).
 - ``RemoteImpl`` calls it in the worker process: grading, where student code must
   never share a process with the verdict.
 
-An exercise's rules (``autograder.rules``) are enforced around every call (``_with_rules``).
+An exercise's rules (``autograder.rules``) are enforced around every call (``with_rules``).
 
 Both send the result through the same serialisation, so a check sees the same data.
 """
@@ -45,7 +45,7 @@ class LocalImpl:
         self._rules = [rule.to_wire() for rule in rules]
         self._timeout = timeout
 
-    def _with_rules(self, rules) -> LocalImpl:
+    def with_rules(self, rules) -> LocalImpl:
         """The same implementation, with ``rules`` (``autograder.rules.Rule``) enforced in every call."""
         return LocalImpl(self._namespace, self._adapters.__name__, rules, self._timeout)
 
@@ -76,7 +76,7 @@ class RemoteImpl:
         self._process = process
         self._rules = [rule.to_wire() for rule in rules]
 
-    def _with_rules(self, rules) -> RemoteImpl:
+    def with_rules(self, rules) -> RemoteImpl:
         return RemoteImpl(self._process, rules)
 
     def call(self, function, *args, **kwargs):

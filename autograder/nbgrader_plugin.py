@@ -35,7 +35,7 @@ from traitlets import Bool, Float, Int, List, Unicode
 
 import coursetools
 from autograder.errors import GradingError
-from autograder.exercises import ExerciseState
+from autograder.exercises import ExerciseState, Verdict
 from autograder.phases import Phase
 from autograder.sandbox import (
     DEFAULT_FILE_SIZE,
@@ -52,10 +52,14 @@ from coursetools.notebook_vocabulary import grade_id, is_test_cell, nbgrader_res
 VERDICT_KEY = "autograder_verdict"  # a graded test cell's metadata: its verdict as data (``ExerciseResult.to_json``)
 
 
-def verdict_of(cell) -> dict | None:
-    """The verdict ``TrustedVerdict`` kept in a test cell's metadata (None: the cell was not graded by it)."""
+def verdict_of(cell) -> Verdict | None:
+    """The verdict ``TrustedVerdict`` kept in a test cell's metadata (None: the cell was not graded by it, or what it
+    holds is no verdict)."""
     kept = cell.get("metadata", {}).get(VERDICT_KEY)
-    return kept if isinstance(kept, dict) else None
+    try:
+        return Verdict.from_json(kept)
+    except (AttributeError, KeyError, TypeError, ValueError):  # absent (None), or not the grader's data
+        return None
 
 
 def _unknown_test_verdict(test: str) -> dict:
@@ -231,7 +235,7 @@ phase_listener: Callable[[str, str, Phase], None] | None = None
 
 # Why each submission this process could not grade was not graded, by (assignment, student): ``grade-class``
 # runs nbgrader in its own worker processes and reads this after each autograde, instead of parsing the log.
-could_not_grade: dict[tuple[str, str], str] = {}
+ungraded_reasons: dict[tuple[str, str], str] = {}
 UNGRADED = Path("reports") / "ungraded"  # in the course root (private, like reports/): why, for ``report``
 
 
@@ -342,7 +346,7 @@ class TrustedVerdict(NbGraderPreprocessor):
             return
         coursedir = CourseDirectory(config=self.config)
         if isinstance(error, GradingError | SandboxUnavailable):  # the set-up's failure, not the student's
-            could_not_grade[(assignment, student)] = str(error)
+            ungraded_reasons[(assignment, student)] = str(error)
             record = ungraded_record(Path(coursedir.root), assignment, student)
             record.parent.mkdir(parents=True, exist_ok=True)
             record.write_text(json.dumps({"reason": str(error)}))

@@ -57,7 +57,7 @@ def _adapters(notebook: str) -> set[str]:
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_checks_reach_student_code_only_through_impl_call(notebook):
-    """Every use of ``impl`` is ``impl.call(<adapter>, ...)`` (or ``_with_rules``), the adapter a name of this
+    """Every use of ``impl`` is ``impl.call(<adapter>, ...)`` (or ``with_rules``), the adapter a name of this
     module, and the module is the one the worker imports for this notebook."""
     tree = _tree(notebook)
     uses = {
@@ -65,7 +65,7 @@ def test_checks_reach_student_code_only_through_impl_call(notebook):
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "impl"
     }
-    assert uses <= {"call", "_with_rules"}, uses
+    assert uses <= {"call", "with_rules"}, uses
     for node in _impl_calls(notebook):
         assert node.args and isinstance(node.args[0], ast.Name), (
             f"line {node.lineno}: impl.call's first argument must be an adapter of this module, by name"

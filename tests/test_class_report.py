@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -40,6 +40,8 @@ from autograder.class_report import (
     normalise,
     read_class,
 )
+from autograder.exercises import CheckVerdict, ExerciseState, Status, Verdict, run_exercise
+from autograder.nbgrader_plugin import VERDICT_KEY, verdict_of
 
 NOTEBOOK = "02_normalization"
 SCRIPT = "<script>alert('owned')</script>"
@@ -173,12 +175,36 @@ def test_refuses_without_a_gradebook(tmp_path, capsys):
     assert not (tmp_path / "gradebook.db").exists() and not (tmp_path / "reports").exists()
 
 
+def test_a_verdict_reads_back_what_the_grader_kept():
+    """``Verdict.from_json`` gives back the enums ``ExerciseResult.to_json`` wrote; what is no verdict reads as none."""
+    from autograder.exercises import find_exercise
+    from autograder.impl import LocalImpl
+
+    exercise, adapters = find_exercise("layer_norm")
+    result = run_exercise(exercise, LocalImpl({}, adapters))  # nothing defined: every check fails
+    verdict = verdict_of({"metadata": {VERDICT_KEY: result.to_json()}})
+    assert verdict == Verdict(
+        "layer_norm",
+        False,
+        ExerciseState.FAILING,
+        result.note,
+        tuple(
+            CheckVerdict(r.check.name, r.check.description, r.check.hidden, r.status, r.message) for r in result.results
+        ),
+    )
+    assert all(isinstance(check.status, Status) for check in verdict.checks)
+    for kept in (None, "passed", {"id": "x"}, {"id": "x", "passed": True, "state": "maybe"}):
+        assert verdict_of({"metadata": {VERDICT_KEY: kept}}) is None, kept
+
+
 def test_reading_a_verdict():
     """A verdict's mistakes are read from its statuses: the answer cell's error, then the failed checks and the
     broken rule; a stub met or a check not run is none; numbers are grouped away."""
     check = {"description": "", "hidden": False, "check": "c"}
-    verdict = {
+    data = {
+        "id": "layer_norm",
         "passed": False,
+        "state": "failing",
         "note": "your answer cell (cell 4) failed: ValueError: 3 != 4",
         "checks": [
             check | {"description": "output matches", "status": "failed", "message": "the shapes differ\nsecond line"},
@@ -188,15 +214,16 @@ def test_reading_a_verdict():
             check | {"description": "shape", "status": "passed", "message": ""},
         ],
     }
+    verdict = Verdict.from_json(data)
     assert failures(verdict) == [
         (ANSWER_CELL, "your answer cell (cell 4) failed: ValueError: 3 != 4"),
         ("output matches", "the shapes differ"),
         ("grads", "do not use torch.var"),
     ]
-    stub = verdict | {"note": "", "checks": verdict["checks"][2:]}
+    stub = Verdict.from_json(data | {"note": "", "checks": data["checks"][2:], "state": "not started"})
     assert failures(stub) == []  # not started
     assert failures(None) is None  # no verdict kept: a score given by hand, or graded before verdicts were kept
-    assert failures(verdict | {"passed": True}) == [("-", "the grader passed it: its score was changed by hand")]
+    assert failures(replace(verdict, passed=True)) == [("-", "the grader passed it: its score was changed by hand")]
     assert normalise("the shapes  differ: [2, 3] vs -0.5, eps=1e-05; x32 in float16") == (
         "the shapes differ: [#, #] vs #, eps=#; x32 in float16"
     )

@@ -45,7 +45,7 @@ from notebooks import (
 from released import release_into
 from wrong import wrong_versions
 
-from autograder.exercises import checks_for
+from autograder.exercises import Status, checks_for
 from autograder.nbgrader_plugin import VERDICT_KEY, course_script, verdict_of
 from coursetools.notebook_vocabulary import answer_id, is_graded_cell, is_test_cell, is_test_id, test_id
 
@@ -429,12 +429,10 @@ class _GradedClassTests:
         assert set(verdicts) == {test_id(e) for e in scores}
         for exercise, score in scores.items():
             verdict = verdicts[test_id(exercise)]
-            assert verdict is not None and verdict["id"] == exercise, verdict
-            assert verdict["passed"] == (score == points(self.notebook)[exercise]), verdict
-            statuses = {check["status"] for check in verdict["checks"]}
-            assert statuses <= {"passed", "failed", "not implemented", "not run", "rule"}, statuses
+            assert verdict is not None and verdict.id == exercise, verdict  # from_json read it: statuses are enums
+            assert verdict.passed == (score == points(self.notebook)[exercise]), verdict
             if student == "stub":
-                assert "not implemented" in statuses, verdict
+                assert Status.NOT_IMPLEMENTED in {check.status for check in verdict.checks}, verdict
         assert [c for c in cells if not is_test_cell(c) and verdict_of(c) is not None] == []
 
     def test_feedback_says_why_and_shows_no_hidden_test(self, course, student):
