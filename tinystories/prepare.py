@@ -191,8 +191,7 @@ def _student_bpe(path: Path, code_hash: str, *, check: bool) -> StudentBPE | str
 def _as_hugging_face(vocab: dict, merges: list, eot_id: int):
     """The same byte-level BPE as a Hugging Face tokenizer (what tokenizer.json holds for training and sampling)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    from autograder.reference.bpe import bytes_to_unicode
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte -> character table, HF's own
 
     char = bytes_to_unicode()
 

@@ -1,10 +1,12 @@
 """Notebook 03's exercises, with their checks and adapters: rotary position embeddings (interleaved pairs).
 
-Oracles, built here without the student's code:
+Oracles, built here without the student's code (no answer of solutions/ ships in the package, issue 54 §4):
 - a 2x2 rotation as ``torch.linalg.matrix_exp`` of the generator [[0, -a], [a, 0]];
-- the rotation of pairs as multiplication by exp(i * m * theta) in complex numbers
-  (``torch.view_as_complex``), in float64;
-- the split-halves convention written in the style of Hugging Face's ``rotate_half``;
+- the frequencies by their closed form theta_i = base^(-2i/d_k), in float64 (``_rope.frequencies``);
+- the rotation of pairs: Hugging Face Llama's ``apply_rotary_pos_emb`` (split halves) on the coordinates read in
+  the split-halves order and back, with float64 tables (``autograder/notebooks/_rope.py``);
+- for the split-halves convention (Exercise 5) also Llama end to end, ``LlamaRotaryEmbedding`` (its float32 tables,
+  a tiny ``LlamaConfig``) and ``apply_rotary_pos_emb``;
 - invariances: relative positions only, norms kept, position 0 is the identity;
 - ALiBi (exercises 6, 7): the slopes by the paper's rule in float64 (plain Python), Hugging Face BLOOM's
   ``build_alibi_tensor`` (an independent implementation), the bias by loops over (h, i, j), and invariances
@@ -14,7 +16,8 @@ Tolerances: float32 results against float64 oracles at atol 2e-4 + 4e-7 * (large
 position) with inputs in [-1, 1]: float32 rounds the angle m * theta to ~1.2e-7 relative,
 so the error grows with m (measured near m = 2047: 8e-5 at d = 64, 1.5e-4 at d = 128,
 for both the cos/sin and the complex formulation; bound there: 1e-3); small exact cases 1e-5;
-bfloat16 outputs atol/rtol 2e-2 (values up to sqrt(2), bf16 keeps 8 bits).
+bfloat16 outputs atol/rtol 2e-2 (values up to sqrt(2), bf16 keeps 8 bits). Exercise 5's Llama side (float32 tables)
+against the float64 oracle at positions up to 100: <= 3.4e-6 (measured, d_k up to 256), within the same bound.
 Precision (Exercise 4): at positions up to 4095, atol 1e-5 against the float64 oracle (float64 angles: <= 1.2e-7,
 measured; float32 angles or float32 theta: 4e-5 to 1.2e-4); a bfloat16 output must be the exact rotation rounded
 once to bfloat16 (half a bfloat16 ulp + 1e-6; computing in bfloat16 is off by up to 1.5 ulp, measured).
@@ -43,8 +46,8 @@ import torch
 from autograder import expect
 from autograder.adapters import adapter, given, need, outcome, shapes_made, summary
 from autograder.exercises import Exercise
+from autograder.notebooks import _rope
 from autograder.notebooks._seeds import seeded
-from autograder.reference import rope as reference_rope
 
 ROTATION = Exercise("rotation_matrix", "a 2x2 rotation", points=1)
 FREQUENCIES = Exercise("rope_frequencies", "the frequencies", points=1)
@@ -56,6 +59,7 @@ ALIBI = Exercise("alibi_bias", "the ALiBi bias", points=2)
 EXERCISES = [ROTATION, FREQUENCIES, MATRIX, ROPE, HALVES, SLOPES, ALIBI]
 ORACLE_IMPORTS = (
     "transformers.models.bloom.modeling_bloom",
+    "transformers.models.llama.modeling_llama",
 )  # imported while the notebook runs (grading.grade): seconds
 
 SMALL = {"atol": 1e-5, "rtol": 1e-5}
@@ -96,27 +100,32 @@ def rotation_oracle(angle: torch.Tensor) -> torch.Tensor:
     return torch.linalg.matrix_exp(generator)
 
 
-frequencies_oracle = reference_rope.frequencies
-rope_oracle = reference_rope.rope  # interleaved RoPE by complex multiplication, in float64
+frequencies_oracle = _rope.frequencies  # the closed form, in float64
+rope_oracle = _rope.rotate_pairs  # interleaved RoPE: Llama's rotation in the split-halves order and back, in float64
+rope_halves_oracle = _rope.rotate_halves  # split-halves RoPE (pair i = (i, i + d/2)): Llama's, in float64
 
 
-def rope_halves_oracle(x, positions, base=10000.0):
-    """Split-halves RoPE (pair i = (i, i + d/2)), written like HF's rotate_half."""
+def llama_rope_halves(x, positions, base=10000.0):
+    """Split-halves RoPE as Hugging Face's Llama runs it: ``LlamaRotaryEmbedding``'s float32 tables (a tiny
+    ``LlamaConfig`` with head_dim d_k) and ``apply_rotary_pos_emb``, independent of the float64 oracles above."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
     d_k = x.shape[-1]
-    angles = positions.double()[..., None] * frequencies_oracle(d_k, base)
-    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
-    x = x.double()
-    rotate_half = torch.cat([-x[..., d_k // 2 :], x[..., : d_k // 2]], -1)
-    return x * cos + rotate_half * sin
+    config = LlamaConfig(
+        hidden_size=d_k,
+        num_attention_heads=1,
+        head_dim=d_k,
+        rope_parameters={"rope_type": "default", "rope_theta": base},
+    )
+    cos, sin = LlamaRotaryEmbedding(config)(x, positions)  # [..., seq, d_k] for positions [..., seq]
+    rotated, _ = apply_rotary_pos_emb(x, x, cos, sin, unsqueeze_dim=0)  # a leading 1, absorbed below
+    return rotated.reshape(x.shape)
 
 
 def matrix_oracle(d_k: int, position: int, base: float = 10000.0) -> torch.Tensor:
     blocks = rotation_oracle(position * frequencies_oracle(d_k, base))
     return torch.block_diag(*blocks)
-
-
-def _halves_perm(d_k):
-    return torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)])
 
 
 def _rope_mistakes(x, positions, base=10000.0):
@@ -260,7 +269,7 @@ def test_frequencies_base_and_odd(impl):
 def test_matrix_blocks(impl):
     "rope_matrix is block-diagonal with R(position * theta_i) on the (2i, 2i+1) block"
     expected = matrix_oracle(8, 3)
-    perm = _halves_perm(8)
+    perm = _rope.split_order(8)
     got = expect.tensor(
         impl.call(rope_matrix, 8, 3, 10000.0), "rope_matrix(8, position=3)", shape=(8, 8), dtype=torch.float32
     )
@@ -575,7 +584,7 @@ def test_rope_forward_reads_the_buffers(impl):
 @HALVES.visible
 def test_halves_permutation_values(impl):
     "p = [0, 2, 4, ..., 1, 3, 5, ...]: even coordinates first, then odd"
-    expected = _halves_perm(8)
+    expected = _rope.split_order(8)
     got = expect.tensor(impl.call(halves_permutation, 8), "halves_permutation(8)", shape=(8,))
     expect.that(not got.is_floating_point(), "return a LongTensor of indices")
     expect.that(
@@ -597,11 +606,12 @@ def test_halves_permutation_values(impl):
 @HALVES.hidden
 def test_halves_permutation_converts_conventions(impl):
     "split-halves RoPE of x[..., p] equals interleaved RoPE of x, permuted by p"
+    # The split-halves side is Hugging Face Llama's own rotation, float32 tables included (``llama_rope_halves``).
     for d_k in (2, 16, 64, 256):  # 256: wider than the notebook's 128
         p = expect.tensor(impl.call(halves_permutation, d_k), f"halves_permutation({d_k})", shape=(d_k,)).long()
         x, positions = _uniform((3, 5, d_k), d_k), torch.tensor([0, 3, 8, 100, 7])
         expect.close(
-            rope_halves_oracle(x[..., p], positions),
+            llama_rope_halves(x[..., p], positions),
             rope_oracle(x, positions)[..., p],
             f"split-halves RoPE of x[..., p] against interleaved RoPE of x, permuted (d_k={d_k})",
             **_tolerance(100),

@@ -3,9 +3,10 @@
 Oracles: ``torch.nn.MultiheadAttention`` with the student's projection weights copied in
 (its boolean masks mean the opposite of ours, so they are inverted here), and
 ``F.scaled_dot_product_attention(..., enable_gqa=True)`` for grouped queries; the KV-cache
-size is a closed form; rotary attention uses notebook 03's complex-number RoPE oracle, and the
-student's class gets that oracle as its ``rope`` module. Invariances: later tokens cannot change earlier outputs under a
-causal mask. Every layer also runs on a sequence of 300 tokens, longer than any of the notebook's (its tables stop
+size is a closed form; rotary attention uses notebook 03's RoPE oracle, Hugging Face Llama's rotation adapted to
+interleaved pairs (``autograder/notebooks/_rope.py``; no answer of solutions/ ships in the package, issue 54 §4), and
+the student's class gets the same rotation as its ``rope`` module (``_rope.LlamaRoPE``). Invariances: later tokens
+cannot change earlier outputs under a causal mask. Every layer also runs on a sequence of 300 tokens, longer than any of the notebook's (its tables stop
 at 256), so nothing sized for a fixed maximum length passes.
 
 What outputs do not show on a CPU-only grader: rotary attention's default positions are made on the device of x.
@@ -25,9 +26,8 @@ from autograder import expect
 from autograder.adapters import adapter, lines_run, load, need, outcome, summary
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
+from autograder.notebooks._rope import LlamaRoPE, rotate_pairs
 from autograder.notebooks._seeds import seeded
-from autograder.reference import rope as reference_rope
-from autograder.reference.rope import RoPE
 from autograder.rules import CODE_FROM_STRINGS, Rule
 
 MHA = Exercise(
@@ -52,6 +52,9 @@ KV = Exercise("kv_cache_bytes", "KV-cache memory", points=1)
 CROSS = Exercise("cross_attention", "cross-attention", points=2)
 ROTARY = Exercise("rotary_attention", "RoPE inside multi-head attention", points=2)
 EXERCISES = [MHA, FUSED, GQA, KV, CROSS, ROTARY]
+ORACLE_IMPORTS = (
+    "transformers.models.llama.modeling_llama",
+)  # imported while the notebook runs (grading.grade): seconds
 
 TOL = {"atol": 1e-5, "rtol": 1e-4}
 
@@ -474,16 +477,16 @@ def test_cross_attention_padding(impl):
 
 
 def rotary_oracle(state, num_heads, x, mask=None, positions=None, *, rotate=("q", "k"), before_split=False):
-    """Attention with interleaved RoPE (the reference rotation) on the chosen projections."""
+    """Attention with interleaved RoPE (Llama's rotation, ``rotate_pairs``, in float64) on the chosen projections."""
 
     b, s, d = x.shape
     positions = torch.arange(s) if positions is None else positions
     projected = {n: x @ state[f"{n}_proj.weight"].T + state[f"{n}_proj.bias"] for n in ("q", "k", "v")}
     if before_split:
-        projected = {n: reference_rope.rope(t, positions).float() if n in rotate else t for n, t in projected.items()}
+        projected = {n: rotate_pairs(t, positions).float() if n in rotate else t for n, t in projected.items()}
     heads = {n: t.reshape(b, s, num_heads, d // num_heads).transpose(1, 2) for n, t in projected.items()}
     if not before_split:
-        heads = {n: reference_rope.rope(t, positions).float() if n in rotate else t for n, t in heads.items()}
+        heads = {n: rotate_pairs(t, positions).float() if n in rotate else t for n, t in heads.items()}
     out = F.scaled_dot_product_attention(heads["q"], heads["k"], heads["v"], attn_mask=mask)
     return out.transpose(1, 2).reshape(b, s, d) @ state["out_proj.weight"].T + state["out_proj.bias"]
 
@@ -680,6 +683,6 @@ def rotary_on_meta(ns, args: list, x_shape: list) -> dict:
 @adapter
 def rotary_forward(ns, args: list, state: dict, x, mask=None, token_positions=None):
     """The student's attention around the checker's own RoPE, so exercise 6 does not rest on notebook 03."""
-    module = load(need(ns, "RotaryMultiHeadAttention")(*args, RoPE()), state)
+    module = load(need(ns, "RotaryMultiHeadAttention")(*args, LlamaRoPE()), state)
     kwargs = {} if token_positions is None else {"token_positions": token_positions}
     return module(x, mask, **kwargs)

@@ -1,0 +1,212 @@
+"""The wheel holds no answer of solutions/ (issue 54 §4, "Answers only in solutions/").
+
+``pip install .`` ships autograder, coursetools and tinystories, so anyone with the package (a student on a
+JupyterHub) can read any of its functions with ``inspect.getsource``. An answer must live only in solutions/: the
+checks' oracles and injected parts are PyTorch's and Hugging Face's own, closed forms, or built at grading time
+from solutions/.
+
+The test builds the wheel from a copy of the sources (never the repository's own build/, whose build/lib keeps
+files that are gone) and compares each multi-line function or class definition in its .py files (methods and
+nested functions too) with each multi-line top-level definition of the answer cells of solutions/: docstrings
+stripped, comments and layout normalized by ``ast.unparse``, a copy where ``difflib.SequenceMatcher``'s ratio is at
+least 0.85.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import nbformat
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+from notebooks import ROOT
+
+from coursetools.notebook_vocabulary import is_answer_cell, without_solution_markers
+
+SIMILAR = 0.85  # SequenceMatcher.ratio of two normalized definitions at or above which one is a copy of the other
+
+# What the wheel is built from (pyproject.toml's packages, readme and licence).
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "autograder", "coursetools", "tinystories")
+
+# (module in the wheel, definition) pairs that still copy an answer of solutions/. This list may only shrink
+# (issue 54 §4): a copy not listed here is a new leak, and a listed one that no longer matches must be removed, so
+# the list stays exact.
+KNOWN_COPIES = {
+    ("autograder/notebooks/nb03_rope.py", "_course_alibi_slopes"),
+    ("autograder/notebooks/nb03_rope.py", "alibi_slopes_oracle"),
+    ("autograder/notebooks/nb06_feed_forward.py", "fuse_oracle"),
+    ("autograder/notebooks/nb13_tinystories.py", "mfu"),
+    ("autograder/reference/batching.py", "continuous"),
+    ("autograder/reference/bert.py", "MLMHead"),
+    ("autograder/reference/bert.py", "mlm_loss"),
+    ("autograder/reference/blocks.py", "PreNormBlock"),
+    ("autograder/reference/bpe.py", "merge_word"),
+    ("autograder/reference/feed_forward.py", "FeedForward"),
+    ("autograder/reference/modern.py", "ModernBlock"),
+    ("autograder/reference/sampling.py", "greedy"),
+    ("autograder/reference/training.py", "cosine_lr"),
+    ("autograder/reference/training.py", "evaluate"),
+    ("autograder/reference/training.py", "inverse_sqrt_lr"),
+    ("autograder/reference/training.py", "loss_fn"),
+    # tinystories/course.py: the program's copy of the course's code, exported from solutions/ (make export).
+    ("tinystories/course.py", "CachedBlock"),
+    ("tinystories/course.py", "CachedDecoder"),
+    ("tinystories/course.py", "CachedRotaryGQA"),
+    ("tinystories/course.py", "KVCache"),
+    ("tinystories/course.py", "ModernBlock"),
+    ("tinystories/course.py", "ModernDecoder"),
+    ("tinystories/course.py", "RMSNorm"),
+    ("tinystories/course.py", "RoPE"),
+    ("tinystories/course.py", "RotaryGQA"),
+    ("tinystories/course.py", "SwiGLU"),
+    ("tinystories/course.py", "apply_temperature"),
+    ("tinystories/course.py", "attention_maps"),
+    ("tinystories/course.py", "bits_per_byte"),
+    ("tinystories/course.py", "cosine_lr"),
+    ("tinystories/course.py", "flops_per_token"),
+    ("tinystories/course.py", "generate"),
+    ("tinystories/course.py", "generate_with_cache"),
+    ("tinystories/course.py", "get_batch"),
+    ("tinystories/course.py", "greedy"),
+    ("tinystories/course.py", "mfu"),
+    ("tinystories/course.py", "rank_micro_batches"),
+    ("tinystories/course.py", "sample_next"),
+    ("tinystories/course.py", "silu"),
+    ("tinystories/course.py", "swiglu_hidden_dim"),
+    ("tinystories/course.py", "top_k_filter"),
+    ("tinystories/course.py", "top_p_filter"),
+}
+
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def normalized(node: ast.AST) -> str:
+    """A definition's source without its docstrings (its own and its methods'), laid out by ``ast.unparse``."""
+    for inner in ast.walk(node):
+        if isinstance(inner, DEFINITIONS):
+            first = inner.body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                inner.body = inner.body[1:] or [ast.Pass()]
+    return ast.unparse(node)
+
+
+def definitions(source: str, *, nested: bool) -> dict[str, str]:
+    """Qualified name (``Class.method``) -> normalized source, for each multi-line definition in ``source``: the
+    top-level ones, or all of them."""
+    found = {}
+
+    def visit(body, prefix):
+        for node in body:
+            if isinstance(node, DEFINITIONS):
+                name = prefix + node.name
+                if nested:
+                    visit(node.body, name + ".")  # before ``normalized``, which drops docstrings in place
+                text = normalized(node)
+                if "\n" in text:
+                    found[name] = text
+
+    visit(ast.parse(source).body, "")
+    return found
+
+
+@pytest.fixture(scope="session")
+def wheel_sources(tmp_path_factory) -> dict[str, str]:
+    """Module path in the wheel -> its text, for each .py file of a wheel built from a copy of the sources."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "source"
+    source.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, ignore=ignore)
+        else:
+            shutil.copy2(path, source / name)
+    out = tmp / "dist"
+    # Offline: no index, no build isolation (the venv's setuptools builds it), no dependencies.
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
+         "-w", str(out), str(source)],
+        check=True,
+        cwd=tmp,
+    )  # fmt: skip
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        return {name: archive.read(name).decode() for name in archive.namelist() if name.endswith(".py")}
+
+
+def answer_definitions() -> dict[tuple[str, str], str]:
+    """(notebook, name) -> normalized source, for each multi-line top-level definition of the answer cells."""
+    python = TransformerManager()  # a cell's IPython syntax (magics, !commands) as the Python a kernel runs
+    found = {}
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and is_answer_cell(cell):
+                source = python.transform_cell(without_solution_markers(cell.source))
+                for name, text in definitions(source, nested=False).items():
+                    found[(path.stem, name)] = text
+    return found
+
+
+def copies(wheel: dict[str, str], answers: dict[tuple[str, str], str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(wheel module, definition) -> the (notebook, answer) it copies, for each wheel definition that copies one."""
+    ours = {
+        (module, name): text
+        for module, source in wheel.items()
+        for name, text in definitions(source, nested=True).items()
+    }
+    exact = {text: answer for answer, text in answers.items()}
+    found = {key: exact[text] for key, text in ours.items() if text in exact}
+    for answer, text in answers.items():
+        matcher = difflib.SequenceMatcher(None, autojunk=False)
+        matcher.set_seq2(text)  # the answer's index is built once, for all the wheel's definitions
+        for key, candidate in ours.items():
+            if key in found:
+                continue
+            matcher.set_seq1(candidate)
+            # the cheap upper bounds of ratio() first: it is quadratic
+            if (
+                matcher.real_quick_ratio() >= SIMILAR
+                and matcher.quick_ratio() >= SIMILAR
+                and matcher.ratio() >= SIMILAR
+            ):
+                found[key] = answer
+    return found
+
+
+def test_wheel_copies_no_new_answer(wheel_sources):
+    "no definition in the wheel copies an answer of solutions/, beyond KNOWN_COPIES (which may only shrink)"
+    answers = answer_definitions()
+    assert len(answers) > 80, f"only {len(answers)} answer definitions found in solutions/"
+    assert "autograder/notebooks/nb03_rope.py" in wheel_sources, sorted(wheel_sources)
+    found = copies(wheel_sources, answers)
+    new = {key: found[key] for key in sorted(set(found) - KNOWN_COPIES)}
+    assert not new, (
+        "definitions in the wheel copy answers of solutions/ (issue 54 §4: answers live only in solutions/; use "
+        "PyTorch's or Hugging Face's own parts, closed forms, or build them from solutions/ at grading time): "
+        + "; ".join(
+            f"{module}: {name} copies {notebook}'s {answer}" for (module, name), (notebook, answer) in new.items()
+        )
+    )
+    gone = sorted(KNOWN_COPIES - set(found))
+    assert not gone, f"no longer copies of an answer: remove them from KNOWN_COPIES: {gone}"
+
+
+def test_a_copy_is_found_whatever_its_docstrings_comments_and_layout():
+    "the comparison itself: a copy with other docstrings, comments and line breaks, nested in a class, is found"
+    answer = 'def scale(x, factor):\n    """Doc."""\n    y = x * factor  # why\n    return y.sum(dim=-1)\n'
+    wheel = {
+        "pkg/copy.py": "class Holder:\n    def scale(x, factor):\n        y = (x *\n             factor)\n        return y.sum(dim=-1)\n",
+        "pkg/other.py": "def unrelated(path):\n    with open(path) as f:\n        return f.read().splitlines()\n",
+    }
+    found = copies(wheel, {("nb", "scale"): definitions(answer, nested=False)["scale"]})
+    assert found == {("pkg/copy.py", "Holder.scale"): ("nb", "scale")}
