@@ -17,7 +17,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from autograder.rules import is_student_code
-from coursetools.budget import being_graded
+from coursetools.grading_run import being_graded
 
 
 def adapter(function):

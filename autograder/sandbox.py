@@ -40,7 +40,7 @@ from pathlib import Path
 import autograder
 import coursetools
 from autograder.errors import GradingError
-from coursetools.budget import GRADING_ENV
+from coursetools.grading_run import GRADING_ENV
 
 BWRAP_ENV = "AUTOGRADER_BWRAP"  # the bwrap executable; tests point it elsewhere to simulate its absence
 INSTALL_HINT = (
@@ -263,7 +263,7 @@ class Sandbox:
             "OMP_NUM_THREADS": threads,
             "MKL_NUM_THREADS": threads,
             "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per arena otherwise
-            GRADING_ENV: "1",  # notebooks cut their long demonstrations short (coursetools.budget)
+            GRADING_ENV: "1",  # notebooks cut their long demonstrations short (coursetools.grading_run)
         }
 
     def wrap(self, argv: list[str], info_fd: int | None = None) -> list[str]:

@@ -158,7 +158,7 @@ def explain_unfinished() -> None:
     if shell is not None:
         shell.set_custom_exc((NotImplementedError, NameError), _handler)
         cell_sources.remember(shell)  # for the rules the test cells apply (autograder.check)
-        from coursetools.budget import being_graded
+        from coursetools.grading_run import being_graded
 
         if not being_graded():
             from coursetools.figures import show_figures_with_alt_text
@@ -179,7 +179,7 @@ def progress_button() -> None:
     import sys
     import threading
 
-    from coursetools.budget import being_graded
+    from coursetools.grading_run import being_graded
 
     if being_graded():
         print("The progress table is not computed while this notebook is being graded.")

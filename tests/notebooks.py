@@ -17,7 +17,7 @@ import nbformat
 from autograder.errors import cell_number
 from autograder.grading import student_cells
 from autograder.notebooks import NOTEBOOKS
-from coursetools.budget import GRADING_ENV
+from coursetools.grading_run import GRADING_ENV
 from coursetools.notebook_vocabulary import grade_id, notebook_files
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,7 +30,7 @@ def solutions(tmp_path, monkeypatch):
         source = outputs.notebook_path(name)
         (tmp_path / "solutions" / name / source.name).write_bytes(source.read_bytes())
     (tmp_path / "checks").mkdir()
-    for checks in outputs.CHECKS.glob("nb0[23]_*.py"):
+    for checks in [*outputs.CHECKS.glob("nb0[23]_*.py"), outputs.CHECKS / "_rope.py"]:
         (tmp_path / "checks" / checks.name).write_bytes(checks.read_bytes())
     monkeypatch.setattr(outputs, "SOLUTIONS", tmp_path / "solutions")
     monkeypatch.setattr(outputs, "RECORD", tmp_path / "solutions" / "outputs.json")
@@ -70,6 +70,13 @@ def test_a_changed_check_re_executes_its_notebook(solutions):
     assert outputs.main([]) == 0 and executed == ["02_normalization"]
 
 
+def test_a_changed_shared_helper_re_executes_the_notebooks_whose_checks_import_it(solutions):
+    folder, executed = solutions
+    helper = folder / "checks" / "_rope.py"  # notebook 03's checks import it, notebook 02's do not
+    helper.write_text(helper.read_text() + "\n# another oracle\n")
+    assert outputs.main([]) == 0 and executed == ["03_rope"]
+
+
 def test_markdown_changes_no_output(solutions):
     folder, executed = solutions
     _edit_cell(folder / "solutions" / "02_normalization" / "02_normalization.ipynb", "markdown", "\nA new sentence.")
@@ -94,6 +101,24 @@ def test_written_outputs_hold_no_widget_state_and_stable_widget_ids():
     outputs.without_churn(nb)
     assert "widgets" not in nb.metadata
     assert [o["data"][outputs.WIDGET_VIEW]["model_id"] for o in cell.outputs] == ["progress-0", "progress-1"]
+
+
+def test_drawn_outputs_keep_their_element_ids_from_run_to_run():
+    """The random ids of an attention view's box and of bertviz's view become ids made from the cell's id, the same
+    one wherever the output refers to it, so a re-executed notebook's drawings do not churn."""
+    first, second = "c674c3a0abbf4d45a1802fdcbdbe776d", "2df5042a58824b82b39f2069370a1aba"
+    html = f'<div id="course-attention-{first}"></div><script>find("course-attention-{first}")</script>'
+    script = [f'var root = "bertviz-{second}";\n', f'draw("bertviz-{second}")\n']
+    cell = nbformat.v4.new_code_cell("show()", id="attention-demo")
+    cell.outputs = [
+        nbformat.v4.new_output("display_data", data={"text/html": html}),
+        nbformat.v4.new_output("display_data", data={"application/javascript": script}),
+    ]
+    outputs.without_churn(nbformat.v4.new_notebook(cells=[cell]))
+    assert cell.outputs[0]["data"]["text/html"] == html.replace(first, "attention-demo-0")
+    assert cell.outputs[1]["data"]["application/javascript"] == [
+        line.replace(second, "attention-demo-1") for line in script
+    ]
 
 
 def test_a_cells_printed_text_is_one_output_per_stream():

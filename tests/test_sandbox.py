@@ -201,9 +201,9 @@ def test_without_a_sandbox_self_check_still_works_and_says_so(tmp_path):
 
 
 def test_grading_runs_say_so_to_the_notebook(tmp_path, monkeypatch):
-    """Notebooks cut long demonstrations short when graded (coursetools.budget)."""
+    """Notebooks cut long demonstrations short when graded (coursetools.grading_run)."""
     from autograder.sandbox import Limits, Sandbox
-    from coursetools.budget import being_graded
+    from coursetools.grading_run import being_graded
 
     for name in ("COURSE_GRADING", "NBGRADER_EXECUTION"):
         monkeypatch.delenv(name, raising=False)

@@ -23,8 +23,10 @@ compares the streams joined too).
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -57,7 +59,23 @@ def fingerprint(name: str) -> str:
             digest.update(b"\0cell\0" + "".join(cell["source"]).encode())
     for checks in sorted(CHECKS.glob(f"nb{name[:2]}_*.py")):
         digest.update(b"\0checks\0" + checks.read_bytes())
+        for helper in shared_helpers(checks):
+            digest.update(b"\0helper\0" + helper.read_bytes())
     return digest.hexdigest()
+
+
+def shared_helpers(checks: Path) -> list[Path]:
+    """The private modules of autograder/notebooks (``_seeds.py``, ``_rope.py``) that a notebook's checks import:
+    the checks' messages depend on them too."""
+    names = set()
+    for node in ast.walk(ast.parse(checks.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "autograder.notebooks":
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autograder.notebooks."):
+            names.add(node.module.rsplit(".", 1)[1])
+    return [
+        CHECKS / f"{name}.py" for name in sorted(names) if name.startswith("_") and (CHECKS / f"{name}.py").is_file()
+    ]
 
 
 def recorded() -> dict[str, str]:
@@ -90,6 +108,28 @@ def without_churn(nb) -> None:
         views = [o for o in cell.get("outputs", []) if WIDGET_VIEW in o.get("data", {})]
         for number, output in enumerate(views):
             output["data"][WIDGET_VIEW]["model_id"] = f"{cell.get('id', 'cell')}-{number}"
+        _fixed_element_ids(cell)
+
+
+# The random element ids that drawn HTML outputs carry (coursetools.attention_view's boxes, bertviz's views): a
+# fresh uuid each run, so every execution would rewrite them.
+RANDOM_ELEMENT_ID = re.compile(r"\b(course-attention|bertviz)-[0-9a-f]{32}\b")
+
+
+def _fixed_element_ids(cell) -> None:
+    """Each random element id in the cell's outputs becomes one made from the cell's id and its order of appearance
+    (the same id each time it appears, as the page's script refers to it by that id)."""
+    renamed: dict[str, str] = {}
+
+    def fixed(match: re.Match) -> str:
+        return renamed.setdefault(match[0], f"{match[1]}-{cell.get('id', 'cell')}-{len(renamed)}")
+
+    for output in cell.get("outputs", []):
+        for kind, value in output.get("data", {}).items():
+            if isinstance(value, str):
+                output["data"][kind] = RANDOM_ELEMENT_ID.sub(fixed, value)
+            elif isinstance(value, list) and all(isinstance(line, str) for line in value):
+                output["data"][kind] = [RANDOM_ELEMENT_ID.sub(fixed, line) for line in value]
 
 
 def execute(name: str) -> float:
