@@ -200,6 +200,36 @@ def test_stamping_a_new_exercise_writes_everything_but_its_teaching():
     assert stamp.stamp(nb, "02_normalization") == ([], []), "a stamped notebook is stamped again to itself"
 
 
+def test_a_new_exercise_before_a_demo_keeps_the_demo():
+    """The code cell after a new answer cell is the notebook's own (a demo, with only text between) unless it is a
+    test cell: the stamp inserts the test cell and never writes over the demo."""
+    answer = "class LayerNorm:\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION\n"
+    demo = "print(LayerNorm(8)(torch.randn(2, 8)))\n"
+    nb = _exercise_notebook(
+        _markdown("a", "### Exercise 1 — LayerNorm  (difficulty ★★☆ 2/3 · about 15 min)"),
+        _code("b", answer),
+        _markdown("c", "## A section\n\nIts demo:"),
+        _code("d", demo),
+        _markdown("e", "### Exercise 2 — RMSNorm  (difficulty ★★☆ 2/3 · about 10 min)"),
+        _code("f", answer.replace("LayerNorm", "RMSNorm")),
+        _code("g", stamp.test_cell_source("some_other_exercise")),  # a test cell written by hand, or moved: reused
+    )
+    changes, problems = stamp.stamp(nb, "02_normalization")
+    assert not problems and changes
+    assert [cell["id"] for cell in nb["cells"]] == [
+        "ex1",
+        "ex1-answer",
+        "ex1-test",
+        "c",
+        "d",
+        "ex2",
+        "ex2-answer",
+        "ex2-test",
+    ]
+    assert nb["cells"][4]["source"] == demo and not is_test_cell(nb["cells"][4])
+    assert nb["cells"][7]["source"] == stamp.test_cell_source(checks_for("02_normalization").exercises[1].id)
+
+
 def test_a_notebook_and_its_declarations_that_disagree_are_named():
     nb = _exercise_notebook(_code("x", "### BEGIN SOLUTION\n"))
     changes, problems = stamp.stamp(nb, "02_normalization")

@@ -36,6 +36,7 @@ from coursetools.notebook_vocabulary import (  # noqa: E402
     JUPYTER_TEST_SUFFIX,
     course_notebook_paths,
     exercise_heading,
+    is_test_cell,
     test_id,
 )
 
@@ -96,6 +97,13 @@ def is_marked_answer(cell) -> bool:
     return cell["cell_type"] == "code" and SOLUTION_MARKER in _source(cell)
 
 
+def _is_a_test_cell(cell) -> bool:
+    """A test cell, stamped (graded, not an answer) or written as one (its first line is a test cell's): the cell
+    to stamp. Any other code cell after an answer cell is the notebook's own (a demo) and is never overwritten."""
+    first_line = TEST_CELL.split("\n", 1)[0]
+    return cell["cell_type"] == "code" and (is_test_cell(cell) or _source(cell).startswith(first_line))
+
+
 def _new_test_cell() -> dict:
     return {"cell_type": "code", "execution_count": None, "id": "", "metadata": {}, "outputs": [], "source": ""}
 
@@ -134,7 +142,7 @@ def _stamp_exercise(cells: list, answer: int, number: int, exercise, notebook: s
     put(answer_cell, "the cell id", stem + JUPYTER_ANSWER_SUFFIX, "id")
 
     following = next((i for i in range(answer + 1, len(cells)) if cells[i]["cell_type"] != "markdown"), len(cells))
-    if following == len(cells) or cells[following]["cell_type"] != "code" or is_marked_answer(cells[following]):
+    if following == len(cells) or not _is_a_test_cell(cells[following]):  # a demo after a new answer cell stays
         cells.insert(answer + 1, _new_test_cell())
         following = answer + 1
         changes.append(f"{notebook} exercise {number} ({exercise.id}): a test cell inserted after its answer cell")
