@@ -5,10 +5,13 @@ One test class per notebook (``TestWrongNN``), so pytest-xdist spreads the noteb
 
 from __future__ import annotations
 
+import re
+
 import torch
 from notebooks import NOTEBOOKS
 from wrong import PRELUDE, solution_answers, wrong_versions
 
+from autograder import expect
 from autograder.exercises import checks_for, find_exercise, run_exercise
 from autograder.feedback import render, shown_by_test_cell
 from autograder.impl import LocalImpl
@@ -26,12 +29,21 @@ _GRADED: dict = {}  # (notebook, exercise, code) -> result: two tests read each 
 def _grade(namespaces, notebook, exercise_id, code):
     key = (notebook, exercise_id, code)
     if key not in _GRADED:
-        namespace = dict(namespaces[notebook])
-        exec(compile(PRELUDE + code, "<answer>", "exec"), namespace)
-        exercise, adapters = find_exercise(exercise_id)
-        # As graded: the rules are read from the answer cell too (its imports: the notebooks' setup cell).
-        _GRADED[key] = run_exercise(exercise, LocalImpl(namespace, adapters), source=code, context=[PRELUDE])
+        _GRADED[key] = _run(namespaces, notebook, exercise_id, code)
     return _GRADED[key]
+
+
+def _run(namespaces, notebook, exercise_id, code):
+    namespace = dict(namespaces[notebook])
+    exec(compile(PRELUDE + code, "<answer>", "exec"), namespace)
+    exercise, adapters = find_exercise(exercise_id)
+    # As graded: the rules are read from the answer cell too (its imports: the notebooks' setup cell).
+    return run_exercise(exercise, LocalImpl(namespace, adapters), source=code, context=[PRELUDE])
+
+
+def _numbers_aside(text: str) -> str:
+    """A diagnosis with its numbers as ``#``: one mistake, whatever sizes or seeds the check happened to use."""
+    return re.sub(r"\d+(\.\d+)?", "#", text)
 
 
 class _WrongImplementations:
@@ -60,6 +72,32 @@ class _WrongImplementations:
         for wrong in wrong_versions(self.notebook):
             counts[wrong.exercise] += 1
         assert min(counts.values()) >= 3, counts
+
+    def test_every_mistake_a_check_names_has_a_wrong_version(self, solution_namespaces, monkeypatch):
+        """The checks' known mistakes and the catalogue of wrong versions are one list, not two: every diagnosis a
+        check holds ready (``expect.close``'s ``alternatives``, recorded while the solution is graded), its numbers
+        aside, is the message of some wrong version here. One that none gets is a mistake known only to the check,
+        whose message was never seen to fire: write the wrong version that makes it (or, when no code can, drop it
+        from the check)."""
+        offered, close = {}, expect.close
+
+        def recording(*args, alternatives=(), **kwargs):
+            alternatives = list(alternatives)
+            offered.update({_numbers_aside(diagnosis): diagnosis for _, diagnosis in alternatives})
+            return close(*args, alternatives=alternatives, **kwargs)
+
+        monkeypatch.setattr(expect, "close", recording)
+        for exercise_id, code in solution_answers(self.notebook).items():
+            _GRADED[(self.notebook, exercise_id, code)] = _run(solution_namespaces, self.notebook, exercise_id, code)
+        monkeypatch.undo()
+        said = "\n".join(
+            _numbers_aside(r.message)
+            for wrong in wrong_versions(self.notebook)
+            for r in _grade(solution_namespaces, self.notebook, wrong.exercise, wrong.code).results
+            if not r.passed
+        )
+        unseen = sorted(diagnosis for family, diagnosis in offered.items() if family not in said)
+        assert not unseen, "diagnoses that no wrong version in tests/wrong gets:\n" + "\n".join(unseen)
 
     def test_every_check_rejects_some_wrong_implementation(self, solution_namespaces):
         """No check is dead weight: each one fails at least one of the plausible mistakes."""

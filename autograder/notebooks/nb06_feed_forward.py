@@ -363,8 +363,10 @@ def _ffn_mistakes(state, x, activation):
                 'it uses the exact GELU where activation="gelu_tanh" asks for the tanh approximation',
             )
         )
+    # The two GELUs taken for each other have their own messages above.
+    named = {activation} | ({"gelu", "gelu_tanh"} if activation in ("gelu", "gelu_tanh") else set())
     for other in FFN_ACTIVATIONS:
-        if other != activation:
+        if other not in named:
             mistakes.append(
                 (
                     ffn_oracle(state, x, other),

@@ -895,15 +895,17 @@ def gqa_math(
         positions = torch.arange(length)
     pos = positions[:, None, :] if positions.dim() == 2 else positions
     q, k, v = (x @ state[f"{n}_proj.weight"].T for n in "qkv")
-    if rope_full:
+    if rope_full:  # rotated before the head split, across the whole width, as the queries and keys are
         q, k = (rope(t, positions).float() for t in (q, k))
+        if rotate_v:
+            v = rope(v, positions).float()
     q = q.view(batch, length, heads, hd).transpose(1, 2)
     k = k.view(batch, length, kv, hd).transpose(1, 2)
     v = v.view(batch, length, kv, hd).transpose(1, 2)
     if not rope_full:
         q, k = rope(q, pos).float(), rope(k, pos).float()
-    if rotate_v:
-        v = rope(v, pos).float()
+        if rotate_v:
+            v = rope(v, pos).float()
     group = heads // kv
     k, v = (t.repeat(1, group, 1, 1) if tile else t.repeat_interleave(group, dim=1) for t in (k, v))
     scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / hd**0.5

@@ -5,6 +5,7 @@ from wrong import WrongVersion, edit
 
 # embedding -----------------------------------------------------------------------------------------------------
 _VECTORS = "vectors = self.weight[token_ids]"
+_SCALE = "vectors = vectors * math.sqrt(self.embedding_dim)"
 _NN_INIT_TRUNC_NORMAL = "nn.init.trunc_normal_(weight, mean=0.0, std=std, a=-3 * std, b=3 * std)"
 
 # sinusoidal ----------------------------------------------------------------------------------------------------
@@ -110,6 +111,18 @@ class Embedding(nn.Module):
             "if token_ids.numel() > 0 and (token_ids.min() < 0 or token_ids.max() >= self.num_embeddings):",
             "if token_ids.min() < 0 or token_ids.max() >= self.num_embeddings:",
         ),
+    ),
+    WrongVersion(
+        EMBEDDING,
+        "scale=True stored but never applied",
+        "scale=True did not scale the rows",
+        edit(f"        if self.scale:\n            {_SCALE}\n", ""),
+    ),
+    WrongVersion(
+        EMBEDDING,
+        "scaled by embedding_dim, not its square root",
+        "it multiplies by embedding_dim",
+        edit(_SCALE, "vectors = vectors * self.embedding_dim"),
     ),
     # sinusoidal
     WrongVersion(
@@ -245,6 +258,12 @@ class Embedding(nn.Module):
         "frequencies computed in float32 (exp of a float32 arange), positions and angles in float64",
         "the angles p * w were computed in float32",
         edit(_INV_FREQ, "inv_freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model)).double()"),
+    ),
+    WrongVersion(
+        SINUSOIDAL,
+        "frequencies inverted: the position multiplied by 10000^(2i/d_model)",
+        "the frequencies are inverted",
+        edit(_INV_FREQ, "inv_freq = torch.pow(torch.tensor(10000.0, dtype=torch.float64), even_dims / d_model)"),
     ),
     # learned_positions
     WrongVersion(

@@ -116,6 +116,12 @@ WRONG_VERSIONS = (
         "as in the one-pass variance",
         edit(_VAR, "var = (x * x).mean(dim=-1, keepdim=True) - mean * mean"),
     ),
+    WrongVersion(
+        LAYER_NORM,
+        "bias created but never added",
+        "the `bias` is not added",
+        edit(_OUT, "out = centred / torch.sqrt(var + self.eps) * self.weight"),
+    ),
     # rms_norm
     WrongVersion(
         RMS_NORM,

@@ -327,6 +327,9 @@ WRONG_VERSIONS = (
             "        token_positions = torch.arange(x.shape[1], device=x.device)\n",
         ),
     ),
+    WrongVersion(
+        ROTARY, "rotates only the keys", "only the keys are rotated", edit(_Q_K, "k = self.rope(k, token_positions)")
+    ),
     WrongVersion(ROTARY, "forgets to rotate", "no rotation", edit(_ROTARY_Q_K, _NEW_X)),
     WrongVersion(
         ROTARY,

@@ -10,6 +10,7 @@ _SAYS_IS_NOT_COMPUTED = "is not computed from that product's result"
 _RETURN_X_TORCH = "return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))"
 _ACTIVATIONS_RETURN_X_TORCH = "return x * torch.sigmoid(x)"
 _RETURN_TORCH_WHERE = "return torch.where(x > 0, x, torch.zeros_like(x))"
+_INNER = "inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)"
 _DEF_RELU = "def relu(x: torch.Tensor) -> torch.Tensor:\n"
 _NEW_IMPORT_NUMPY_AS = """\
 import numpy as np
@@ -89,7 +90,7 @@ WRONG_VERSIONS = (
         ACTIVATIONS,
         "tanh GELU without the cubic term",
         "cubic term",
-        edit("inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)", "inner = math.sqrt(2.0 / math.pi) * x"),
+        edit(_INNER, "inner = math.sqrt(2.0 / math.pi) * x"),
     ),
     WrongVersion(
         ACTIVATIONS,
@@ -190,6 +191,60 @@ def relu(x: torch.Tensor) -> torch.Tensor:
         "the result has the dtype of x, as PyTorch's activations",
         edit(_ACTIVATIONS_RETURN_X_TORCH, "return x * torch.sigmoid(x.float())"),
     ),
+    WrongVersion(
+        ACTIVATIONS,
+        "ReLU negates the negative inputs (|x|)",
+        "this is |x|",
+        edit(_RETURN_TORCH_WHERE, "return torch.where(x > 0, x, -x)"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "ReLU as a clamp to [-1, 1]",
+        "ReLU is max(x, 0), unbounded above and 0 below",
+        edit(_RETURN_TORCH_WHERE, "return torch.clamp(x, -1.0, 1.0)"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "GELU returns Φ(x) without the factor x",
+        "this is Φ(x) alone",
+        edit(_RETURN_X_TORCH, "return 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "GELU as the sigmoid approximation",
+        "this is the sigmoid approximation",
+        edit(_RETURN_X_TORCH, "return x * torch.sigmoid(1.702 * x)"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "gelu_tanh returns the exact GELU",
+        "this is the exact GELU (erf)",
+        edit(f"    {_INNER}\n    return 0.5 * x * (1.0 + torch.tanh(inner))\n", "    return gelu(x)\n"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "gelu_tanh with a square for the cube",
+        "the correction term is cubic",
+        edit(_INNER, "inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x)"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "gelu_tanh with sqrt(2π) for sqrt(2 / π)",
+        "the factor is sqrt(2 / π), not sqrt(2π)",
+        edit(_INNER, "inner = math.sqrt(2.0 * math.pi) * (x + 0.044715 * x * x * x)"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "SiLU with GELU's sigmoid factor 1.702",
+        "SiLU is x * σ(x), with no factor inside the sigmoid",
+        edit(_ACTIVATIONS_RETURN_X_TORCH, "return x * torch.sigmoid(1.702 * x)"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "SiLU taken for GELU",
+        "this is GELU; SiLU is x * σ(x)",
+        edit(_ACTIVATIONS_RETURN_X_TORCH, "return gelu(x)"),
+    ),
     # feed_forward
     WrongVersion(
         FFN,
@@ -284,6 +339,36 @@ def relu(x: torch.Tensor) -> torch.Tensor:
         "the exercise asks for self.dropout = nn.Dropout(dropout)",
         edit("self.dropout = nn.Dropout(dropout)", "self.p = dropout"),
         edit(_RETURN_SELF_DROPOUT, "return F.dropout(self.fc2(hidden), self.p, training=self.training)"),
+    ),
+    WrongVersion(
+        FFN,
+        "always ReLU, whatever the activation asked",
+        "it applies relu where activation='gelu' was asked",
+        edit(_HIDDEN, "        hidden = relu(self.fc1(x))\n        return self.dropout(self.fc2(hidden))\n"),
+    ),
+    WrongVersion(
+        FFN,
+        "every activation but gelu falls back to ReLU",
+        "it applies relu where activation='gelu_tanh' was asked",
+        edit(_SELF_ACTIVATION, 'self.activation = gelu if activation == "gelu" else relu'),
+    ),
+    WrongVersion(
+        FFN,
+        "every activation but gelu taken as the tanh GELU",
+        "it applies gelu_tanh where activation='relu' was asked",
+        edit(_SELF_ACTIVATION, 'self.activation = gelu if activation == "gelu" else gelu_tanh'),
+    ),
+    WrongVersion(
+        FFN,
+        "gelu_tanh mapped to the exact GELU",
+        'it uses the exact GELU where activation="gelu_tanh"',
+        edit('"gelu_tanh": gelu_tanh}', '"gelu_tanh": gelu}'),
+    ),
+    WrongVersion(
+        FFN,
+        "ReLU after fc2 too",
+        "an activation is applied after fc2 as well",
+        edit(_RETURN_SELF_DROPOUT, "return self.dropout(relu(self.fc2(hidden)))"),
     ),
     # swiglu_width
     WrongVersion(
@@ -400,6 +485,12 @@ def relu(x: torch.Tensor) -> torch.Tensor:
         self.w2 = nn.Linear(d_ff, d_model, bias=False)
 """,
         ),
+    ),
+    WrongVersion(
+        SWIGLU,
+        "GELU gate (GEGLU)",
+        "the gate uses GELU (that is GEGLU)",
+        edit(_GATE, "gate = gelu(self.w1(x))"),
     ),
     # block_costs
     WrongVersion(
@@ -533,6 +624,12 @@ def relu(x: torch.Tensor) -> torch.Tensor:
         "unfuse swaps gate and up",
         "holds the second half of gate_up_proj.weight",
         edit(_FUSED_GATE_UP, 'up, gate = state[f"gate_up_proj.{kind}"].chunk(2, dim=0)'),
+    ),
+    WrongVersion(
+        FUSED,
+        "no silu on the gate half",
+        "the activation is missing: the gate is silu(first half)",
+        edit(_RETURN_SELF_DOWN_PROJ, "return self.down_proj(gate * up)"),
     ),
     # The bias halves (issue 34): a pair that swaps them both ways round-trips exactly, yet a FusedSwiGLU loaded
     # from fuse_swiglu_state differs from the SwiGLU it came from; each direction is compared with the stated layout.

@@ -79,6 +79,30 @@ WRONG_VERSIONS = (
 """,
         ),
     ),
+    WrongVersion(
+        RESIDUAL,
+        "sum computed, x returned",
+        "the sublayer's output is not added",
+        edit(
+            "        return x + self.sublayer(x, *args, **kwargs)\n",
+            """\
+        out = x + self.sublayer(x, *args, **kwargs)
+        return x
+""",
+        ),
+    ),
+    WrongVersion(
+        RESIDUAL,
+        "x added to a sum that already holds it",
+        "x is added twice",
+        edit(
+            "        return x + self.sublayer(x, *args, **kwargs)\n",
+            """\
+        out = x + self.sublayer(x, *args, **kwargs)
+        return x + out
+""",
+        ),
+    ),
     # pre_norm_block
     # The parts must be made by calling the constructor arguments (recording factories observe it).
     WrongVersion(
@@ -160,6 +184,20 @@ WRONG_VERSIONS = (
         "LayerNorm computed with norm1's weights instead of calling self.norm1",
         "does not compute with self.norm1",
         edit(_PRE_NORM_X, "x = x + self.attn(F.layer_norm(x, x.shape[-1:], self.norm1.weight, self.norm1.bias), mask)"),
+    ),
+    WrongVersion(
+        PRE_NORM,
+        "attention written out with self.attn's projections instead of calling self.attn",
+        "does not compute with self.attn",
+        edit(
+            f"        {_PRE_NORM_X}\n",
+            """\
+        a, h = self.attn, self.norm1(x)
+        b, t, d = h.shape
+        q, k, v = (p(h).view(b, t, a.num_heads, -1).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
+        x = x + a.out_proj(F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, t, d))
+""",
+        ),
     ),
     # post_norm_block
     WrongVersion(
@@ -287,6 +325,19 @@ WRONG_VERSIONS = (
 """,
         ),
     ),
+    WrongVersion(
+        ENCODER,
+        "norm_first ignored (always pre-norm)",
+        "norm_first=False asks for the post-norm order: x = norm1(x + self_attn(x))",
+        edit("self.norm_first = norm_first", "self.norm_first = True"),
+    ),
+    WrongVersion(
+        ENCODER,
+        "padding mask built but not passed to the attention",
+        "the padding mask does not reach the attention",
+        edit(_ENCODER_X_2, "x = x + self.self_attn(self.norm1(x))"),
+        edit(_ENCODER_X, "x = self.norm1(x + self.self_attn(x))"),
+    ),
     # decoder_block
     WrongVersion(
         DECODER,
@@ -385,6 +436,50 @@ WRONG_VERSIONS = (
             "x = F.layer_norm(x + self.cross_attn(x, memory, memory_mask), x.shape[-1:], self.norm2.weight, self.norm2.bias)",
         ),
     ),
+    WrongVersion(
+        DECODER,
+        "norm_first ignored (always pre-norm)",
+        "norm_first=False asks for the post-norm order in all three sublayers",
+        edit("self.norm_first = norm_first", "self.norm_first = True"),
+    ),
+    WrongVersion(
+        DECODER,
+        "norm_first ignored (always post-norm)",
+        "norm_first=True asks for the pre-norm order in all three sublayers",
+        edit("self.norm_first = norm_first", "self.norm_first = False"),
+    ),
+    WrongVersion(
+        DECODER,
+        "residual missing around the cross-attention (post-norm)",
+        "the residual connection around the cross-attention is missing",
+        edit(_DECODER_X, "x = self.norm2(self.cross_attn(x, memory, memory_mask))"),
+    ),
+    WrongVersion(
+        DECODER,
+        "norm2 again after the FFN instead of norm3 (post-norm)",
+        "norm2 is used twice",
+        edit("return self.norm3(x + self.ffn(x))", "return self.norm2(x + self.ffn(x))"),
+    ),
+    WrongVersion(
+        DECODER,
+        "cross-attention written out with self.cross_attn's projections instead of calling it",
+        "does not compute with self.cross_attn",
+        edit(
+            "        memory_mask = None if memory_padding is None else memory_padding[:, None, None, :]\n",
+            """\
+        memory_mask = None if memory_padding is None else memory_padding[:, None, None, :]
+
+        def attend_memory(h):
+            a, (b, t, d) = self.cross_attn, h.shape
+            q = a.q_proj(h).view(b, t, a.num_heads, -1).transpose(1, 2)
+            k, v = (p(memory).view(b, memory.shape[1], a.num_heads, -1).transpose(1, 2) for p in (a.k_proj, a.v_proj))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=memory_mask)
+            return a.out_proj(out.transpose(1, 2).reshape(b, t, d))
+""",
+        ),
+        edit("x = x + self.cross_attn(self.norm2(x), memory, memory_mask)", "x = x + attend_memory(self.norm2(x))"),
+        edit(_DECODER_X, "x = self.norm2(x + attend_memory(x))"),
+    ),
     # parallel_block
     WrongVersion(
         PARALLEL,
@@ -434,6 +529,18 @@ WRONG_VERSIONS = (
         "norm applied after the sum",
         "the norm is applied after the sum",
         edit(_H, "        return self.norm1(x + self.attn(x, mask) + self.ffn(x))\n"),
+    ),
+    WrongVersion(
+        PARALLEL,
+        "norm applied to the sum as well",
+        "the norm is applied after the sum as well",
+        edit(_PARALLEL_RETURN_X_SELF, "return self.norm1(x + self.attn(h, mask) + self.ffn(h))"),
+    ),
+    WrongVersion(
+        PARALLEL,
+        "residual adds the normalized h",
+        "the residual adds the normalized h = norm1(x) instead of x",
+        edit(_PARALLEL_RETURN_X_SELF, "return h + self.attn(h, mask) + self.ffn(h)"),
     ),
     WrongVersion(
         PARALLEL,

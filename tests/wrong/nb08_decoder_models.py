@@ -435,6 +435,29 @@ def gpt2_state_from_hf(hf_state: dict, config: GPT2Config) -> dict:
         "every row is rotated by the positions of row 0",
         edit("token_positions = token_positions[:, None, :]", "token_positions = token_positions[0]"),
     ),
+    WrongVersion(
+        ROTARY,
+        "RoPE over the whole d_model, values included",
+        "RoPE is applied to the whole d_model and to the values",
+        edit(
+            """\
+        q = self.rope(heads(self.q_proj(x), self.num_heads), token_positions)
+        k = self.rope(heads(self.k_proj(x), self.num_kv_heads), token_positions)
+        v = heads(self.v_proj(x), self.num_kv_heads)  # values are not rotated
+""",
+            """\
+        q = heads(self.rope(self.q_proj(x), token_positions), self.num_heads)
+        k = heads(self.rope(self.k_proj(x), token_positions), self.num_kv_heads)
+        v = heads(self.rope(self.v_proj(x), token_positions), self.num_kv_heads)
+""",
+        ),
+    ),
+    WrongVersion(
+        ROTARY,
+        "mask not passed to the attention",
+        "the mask does not reach the attention",
+        edit(_ATTENDED, "attended = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)"),
+    ),
     # The attributes the spec names (notebook 13 reads them), and the rope it was given.
     WrongVersion(
         ROTARY,
@@ -561,6 +584,24 @@ def gpt2_state_from_hf(hf_state: dict, config: GPT2Config) -> dict:
         "is_causal not passed on",
         "is_causal does not reach the attention",
         edit(_X, "x = x + self.attn(self.norm1(x), mask, token_positions)"),
+    ),
+    WrongVersion(
+        MODERN_BLOCK,
+        "norm1 before the FFN too",
+        "norm1 is used before both sublayers",
+        edit("return x + self.ffn(self.norm2(x))", "return x + self.ffn(self.norm1(x))"),
+    ),
+    WrongVersion(
+        MODERN_BLOCK,
+        "residual missing around the FFN",
+        "the residual connection around the feed-forward network is missing",
+        edit("return x + self.ffn(self.norm2(x))", "return self.ffn(self.norm2(x))"),
+    ),
+    WrongVersion(
+        MODERN_BLOCK,
+        "mask not passed on",
+        "the mask does not reach the attention: self.attn(h, mask, token_positions)",
+        edit(_X, "x = x + self.attn(self.norm1(x), token_positions=token_positions, is_causal=is_causal)"),
     ),
     # The constructor arguments, observed by recording stand-ins (the notebook's own parts give the same numbers).
     WrongVersion(
@@ -855,6 +896,24 @@ def fuse_qkv(state):
         edit(
             _Q_K_V,
             "k, q, v = self.qkv_proj(x).split([kv_size, q_size, kv_size], dim=-1)  # the one product, then its columns",
+        ),
+    ),
+    WrongVersion(
+        FUSED,
+        "split in the order q, v, k",
+        "split off in the order q-v-k",
+        edit(
+            _Q_K_V,
+            "q, v, k = self.qkv_proj(x).split([q_size, kv_size, kv_size], dim=-1)  # the one product, then its columns",
+        ),
+    ),
+    WrongVersion(
+        FUSED,
+        "split in the order v, k, q",
+        "split off in the order v-k-q",
+        edit(
+            _Q_K_V,
+            "v, k, q = self.qkv_proj(x).split([kv_size, kv_size, q_size], dim=-1)  # the one product, then its columns",
         ),
     ),
     WrongVersion(

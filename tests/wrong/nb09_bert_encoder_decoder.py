@@ -85,6 +85,21 @@ WRONG_VERSIONS = (
             "return self.norm(self.word_embeddings(tokens) + self.position(positions) + self.token_type(token_type_ids))",
         ),
     ),
+    WrongVersion(
+        EMBEDDINGS,
+        "position embeddings made but not added",
+        "the position embeddings are not added",
+        edit(_RETURN_SELF_NORM, "return self.norm(self.word(tokens) + self.token_type(token_type_ids))"),
+    ),
+    WrongVersion(
+        EMBEDDINGS,
+        "token_type_ids always replaced by zeros",
+        "token_type_ids is ignored",
+        edit(
+            "        if token_type_ids is None:\n            token_type_ids = torch.zeros_like(tokens)\n",
+            "        token_type_ids = torch.zeros_like(tokens)\n",
+        ),
+    ),
     # The norm argument (the checks pass a norm of their own, unlike LayerNorm).
     WrongVersion(
         EMBEDDINGS,
@@ -165,6 +180,30 @@ WRONG_VERSIONS = (
             "self.norm = LayerNorm(config.d_model, eps=config.norm_eps)",
         ),
     ),
+    WrongVersion(
+        HEAD,
+        "ReLU in the head",
+        "the activation is ReLU",
+        edit(_RETURN_SELF_DECODER, "return self.decoder(self.norm(F.relu(self.dense(hidden))))"),
+    ),
+    WrongVersion(
+        HEAD,
+        "no activation in the head",
+        "the activation is missing",
+        edit(_RETURN_SELF_DECODER, "return self.decoder(self.norm(self.dense(hidden)))"),
+    ),
+    WrongVersion(
+        HEAD,
+        "norm before the GELU",
+        "the norm comes before the GELU",
+        edit(_RETURN_SELF_DECODER, "return self.decoder(F.gelu(self.norm(self.dense(hidden))))"),
+    ),
+    WrongVersion(
+        HEAD,
+        "decoder written as a product with the tied weight, its bias left out",
+        "the decoder's bias is not added",
+        edit(_RETURN_SELF_DECODER, "return self.norm(F.gelu(self.dense(hidden))) @ self.decoder.weight.T"),
+    ),
     # bert_mlm
     WrongVersion(
         BERT,
@@ -226,6 +265,12 @@ WRONG_VERSIONS = (
         "blocks' norms a LayerNorm by name (with the config's eps)",
         "norms were not made by calling the norm argument",
         edit("norm_first=False, norm=block_norm)", "norm_first=False, norm=partial(LayerNorm, eps=config.norm_eps))"),
+    ),
+    WrongVersion(
+        BERT,
+        "token_type_ids not passed to the embeddings",
+        "token_type_ids does not reach the embeddings",
+        edit("x = self.embeddings(tokens, token_type_ids)", "x = self.embeddings(tokens)"),
     ),
     # mask_tokens
     WrongVersion(
@@ -452,6 +497,25 @@ WRONG_VERSIONS = (
         "positions= ignored: SinusoidalPositionalEncoding by name",
         "positions was not made by calling the positions argument",
         edit(_SELF_POSITIONS, "self.positions = SinusoidalPositionalEncoding(c.max_len, c.d_model)"),
+    ),
+    WrongVersion(
+        ENCDEC,
+        "encoder stack without its final LayerNorm",
+        "the encoder stack's final LayerNorm is missing",
+        edit("return self.encoder_norm(x)", "return x"),
+    ),
+    WrongVersion(
+        ENCDEC,
+        "positions never added",
+        "the positions are not added",
+        edit(
+            "x = self.src_embed(src) * scale + self.positions(torch.arange(src.shape[1], device=src.device))",
+            "x = self.src_embed(src) * scale",
+        ),
+        edit(
+            "x = self.tgt_embed(tgt) * scale + self.positions(torch.arange(tgt.shape[1], device=tgt.device))",
+            "x = self.tgt_embed(tgt) * scale",
+        ),
     ),
     # transformer_num_parameters
     WrongVersion(

@@ -18,6 +18,7 @@ _RULE = "this exercise's rule is: do not call torch.nn.utils.clip_grad_norm_"
 
 # cross_entropy -------------------------------------------------------------------------------------------------
 _LOG_PROBS = "log_probs = shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))"
+_PER_POSITION = "per_position = (1.0 - label_smoothing) * nll + label_smoothing * smooth"
 
 # adamw ---------------------------------------------------------------------------------------------------------
 
@@ -88,6 +89,18 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, ignore_index: 
         "smoothing mass spread over V - 1 classes",
         "V - 1 other classes",
         edit("smooth = -log_probs.mean(dim=-1)", "smooth = (-log_probs.sum(dim=-1) - nll) / (logits.shape[-1] - 1)"),
+    ),
+    WrongVersion(
+        CROSS_ENTROPY,
+        "label_smoothing accepted but never used",
+        "label_smoothing is ignored",
+        edit(_PER_POSITION, "per_position = nll"),
+    ),
+    WrongVersion(
+        CROSS_ENTROPY,
+        "smoothing term summed over the classes",
+        "the smoothing term is the sum of -log p",
+        edit("smooth = -log_probs.mean(dim=-1)", "smooth = -log_probs.sum(dim=-1)"),
     ),
     WrongVersion(
         CROSS_ENTROPY,

@@ -72,6 +72,12 @@ WRONG_VERSIONS = (
     ),
     WrongVersion(
         GREEDY,
+        "temperature divides the unnormalised probabilities, not the logits",
+        "divide the logits by the temperature",
+        edit(_RETURN_LOGITS_TEMPERATURE, "return torch.log(torch.exp(logits) / temperature)"),
+    ),
+    WrongVersion(
+        GREEDY,
         "temperature 0 divides by zero (no greedy case)",
         "temperature 0 must mean greedy",
         edit("if temperature == 0:", "if False:"),
