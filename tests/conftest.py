@@ -59,33 +59,34 @@ class SuiteScopes(LoadScopeScheduling):
 
 def longest_scopes() -> dict[str, float]:
     """Scope -> the seconds it took, for the suite's longest scopes (a profiled fresh clone on the 2-core machine,
-    2026-11-29, benchmarks/suite_time.md; the hub's test from its run alone, 100 s, with the suite's load).
+    e6709d7, 2026-11-29 10:41, benchmarks/suite_time.md: the sums of its ``--junitxml`` times per scope).
 
     The workers take scopes in queue order, and xdist queues them by their number of tests, so a long scope of
     few tests came last: the hub's one test (51 s then) kept one worker busy while the other had finished. Queued
     longest first, the many short scopes even out the end. A stale figure costs only that balance;
     test_suite_scopes checks that each name is still a scope."""
     return {
-        "tests/test_sandbox.py": 166,
-        folder_scope("04_attention"): 166,
-        folder_scope("02_normalization"): 141,
-        "tests/test_grader_failures.py": 136,
-        folder_scope("00_welcome"): 135,
-        "tests/test_hub.py": 130,
-        "tests/test_run_all_browser.py::TestRunAllEarly": 129,
-        "tests/test_tinystories_cli.py": 127,
-        "tests/test_run_all_browser.py::TestRunAllLate": 119,
-        "tests/test_class_grading.py": 116,
-        folder_scope("01_tokens_embeddings"): 96,
-        "notebook 12_bpe": 95,
-        "tests/test_environment.py": 77,
-        "tests/test_student_session.py": 68,
-        "tests/test_tinystories_gpu_paths.py": 61,
-        "solutions/10_training/10_training.ipynb": 60,
-        "tests/test_multiuser_exchange.py": 57,
-        "notebook 13_tinystories": 56,
-        "solutions/07_blocks/07_blocks.ipynb": 55,
-        "tests/test_colab_notebook.py": 54,
+        folder_scope("00_welcome"): 214,
+        "tests/test_sandbox.py": 195,
+        folder_scope("02_normalization"): 173,
+        "tests/test_grader_failures.py": 160,
+        folder_scope("04_attention"): 142,
+        "tests/test_hub.py": 127,
+        "tests/test_class_grading.py": 115,
+        "tests/test_run_all_browser.py::TestRunAllLate": 112,
+        "tests/test_run_all_browser.py::TestRunAllEarly": 106,
+        "tests/test_tinystories_cli.py": 106,
+        "tests/test_tinystories_gpu_paths.py": 101,
+        "notebook 12_bpe": 92,
+        folder_scope("01_tokens_embeddings"): 88,
+        "tests/test_environment.py": 82,
+        "tests/test_student_session.py": 71,
+        "solutions/10_training/10_training.ipynb": 64,
+        "notebook 13_tinystories": 62,
+        "tests/test_attention_view.py": 59,
+        "solutions/07_blocks/07_blocks.ipynb": 50,
+        "tests/test_colab_notebook.py": 50,
+        "tests/test_multiuser_exchange.py": 47,
     }
 
 

@@ -11,7 +11,7 @@ import pytest
 from nbgrader.nbgraderformat import MetadataValidator
 from notebooks import NOTEBOOKS, ROOT, discovered, read, release_path, solution_path
 
-from autograder.exercises import checks_for
+from autograder.exercises import Exercise, NotebookChecks, checks_for
 from autograder.notebooks import NOTEBOOKS as REGISTERED
 from coursetools.notebook_vocabulary import (
     grade_id,
@@ -163,6 +163,19 @@ def test_the_notebook_is_stamped_from_its_declarations(notebook):
     assert not changes, f"run `make stamp`: {changes}"
 
 
+# The stamp's own tests declare two exercises of their own (a notebook "two_norms"), so that a notebook's real
+# exercises can change (an exercise added to 02) without changing these tests.
+TWO_NORMS = NotebookChecks(
+    "two_norms", [Exercise("layer_norm", "LayerNorm", points=3), Exercise("rms_norm", "RMSNorm", points=2)], __name__
+)
+
+
+@pytest.fixture
+def two_norms(monkeypatch):
+    monkeypatch.setattr(stamp, "checks_for", {"two_norms": TWO_NORMS}.__getitem__)
+    return TWO_NORMS
+
+
 def _exercise_notebook(*cells):
     return {"cells": [dict(cell) for cell in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
@@ -175,9 +188,9 @@ def _code(cell_id, text):
     return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {}, "outputs": [], "source": text}
 
 
-def test_stamping_a_new_exercise_writes_everything_but_its_teaching():
-    """An author writes a heading and an answer cell; the stamp writes the rest from the declaration (notebook 02's
-    two exercises here), and renumbers what follows a new exercise."""
+def test_stamping_a_new_exercise_writes_everything_but_its_teaching(two_norms):
+    """An author writes a heading and an answer cell; the stamp writes the rest from the declaration (the two
+    exercises of TWO_NORMS here), and renumbers what follows a new exercise."""
     answer = "class LayerNorm:\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION\n"
     nb = _exercise_notebook(
         _markdown("a", "### Exercise 7 — LayerNorm  (difficulty ★★☆ 2/3 · about 15 min)"),
@@ -186,21 +199,21 @@ def test_stamping_a_new_exercise_writes_everything_but_its_teaching():
         _code("d", answer.replace("LayerNorm", "RMSNorm")),
         _markdown("e", "More text."),
     )
-    changes, problems = stamp.stamp(nb, "02_normalization")
+    changes, problems = stamp.stamp(nb, "two_norms")
     assert not problems and changes
     ids = [cell["id"] for cell in nb["cells"]]
     assert ids == ["ex1", "ex1-answer", "ex1-test", "ex2", "ex2-answer", "ex2-test", "e"]
-    first, second = checks_for("02_normalization").exercises
+    first, second = two_norms.exercises
     assert nb["cells"][0]["source"].startswith("### Exercise 1 — LayerNorm")
     assert nb["cells"][3]["source"].startswith("### Exercise 2 — RMSNorm")
     test = nb["cells"][2]
     assert test["source"] == stamp.test_cell_source(first.id) and "raises-exception" in test["metadata"]["tags"]
     assert (grade_id(test), points(test), is_locked(test)) == (f"{first.id}_test", first.points, True)
     assert grade_id(nb["cells"][4]) == second.id and is_answer_cell(nb["cells"][4])
-    assert stamp.stamp(nb, "02_normalization") == ([], []), "a stamped notebook is stamped again to itself"
+    assert stamp.stamp(nb, "two_norms") == ([], []), "a stamped notebook is stamped again to itself"
 
 
-def test_a_new_exercise_before_a_demo_keeps_the_demo():
+def test_a_new_exercise_before_a_demo_keeps_the_demo(two_norms):
     """The code cell after a new answer cell is the notebook's own (a demo, with only text between) unless it is a
     test cell: the stamp inserts the test cell and never writes over the demo."""
     answer = "class LayerNorm:\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION\n"
@@ -214,7 +227,7 @@ def test_a_new_exercise_before_a_demo_keeps_the_demo():
         _code("f", answer.replace("LayerNorm", "RMSNorm")),
         _code("g", stamp.test_cell_source("some_other_exercise")),  # a test cell written by hand, or moved: reused
     )
-    changes, problems = stamp.stamp(nb, "02_normalization")
+    changes, problems = stamp.stamp(nb, "two_norms")
     assert not problems and changes
     assert [cell["id"] for cell in nb["cells"]] == [
         "ex1",
@@ -227,16 +240,16 @@ def test_a_new_exercise_before_a_demo_keeps_the_demo():
         "ex2-test",
     ]
     assert nb["cells"][4]["source"] == demo and not is_test_cell(nb["cells"][4])
-    assert nb["cells"][7]["source"] == stamp.test_cell_source(checks_for("02_normalization").exercises[1].id)
+    assert nb["cells"][7]["source"] == stamp.test_cell_source(two_norms.exercises[1].id)
 
 
-def test_a_notebook_and_its_declarations_that_disagree_are_named():
+def test_a_notebook_and_its_declarations_that_disagree_are_named(two_norms):
     nb = _exercise_notebook(_code("x", "### BEGIN SOLUTION\n"))
-    changes, problems = stamp.stamp(nb, "02_normalization")
+    changes, problems = stamp.stamp(nb, "two_norms")
     assert problems == [
-        "02_normalization: 1 answer cells (### BEGIN SOLUTION) but 2 exercises declared in autograder/notebooks: "
+        "two_norms: 1 answer cells (### BEGIN SOLUTION) but 2 exercises declared in autograder/notebooks: "
         "declare each answer cell's exercise, in order"
     ]
     nb = _exercise_notebook(_code("x", "### BEGIN SOLUTION\n"), _code("y", "### BEGIN SOLUTION\n"))
-    changes, problems = stamp.stamp(nb, "02_normalization")
+    changes, problems = stamp.stamp(nb, "two_norms")
     assert any("no '### Exercise 1 ...' heading" in p for p in problems)
