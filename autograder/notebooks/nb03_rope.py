@@ -44,7 +44,7 @@ import math
 import torch
 
 from autograder import expect
-from autograder.adapters import adapter, given, need, outcome, shapes_made, summary
+from autograder.adapters import adapter, forward_backward, given, need, outcome, shapes_made, summary
 from autograder.exercises import Exercise
 from autograder.notebooks import _rope
 from autograder.notebooks._seeds import seeded
@@ -363,6 +363,24 @@ def test_rope_builds_no_rotation_matrix(impl):
         f"made tensors of shape {square[0] if square else ''} for d_k = 8: rotate the pairs "
         "element-wise with the cos and sin tables instead",
     )
+    # The rule by size, whatever the shape ([..., d_k, d_k + 1] with x padded by a zero column, [d_k, d_k/2, 2],
+    # a flattened [d_k * d_k], one matrix per position in a loop): a rotation matrix holds at least d_k * d_k
+    # numbers, so any tensor made during forward with at least that many is one. Sound for every right answer
+    # here: with d_k = 64 (d_k * d_k = 4096), x of 1 * 2 * 5 * 64 = 640 numbers and max_seq_len = 16, the element-wise
+    # form's tensors are O(d_k) per position, a few times x at most (2x2 blocks per pair, or stacked products:
+    # 1,280; a table doubled to [max_seq_len, d_k] in forward: 1,024), all below 4,096. The cos and sin buffers
+    # ([max_seq_len, d_k/2]) are made in __init__, which the recording does not see (``rope_forward_shapes``).
+    d_k, max_seq_len = 64, 16
+    x, positions = _uniform((1, 2, 5, d_k), 33), torch.tensor([4, 0, 15, 1, 9])
+    shapes = impl.call(rope_forward_shapes, d_k, max_seq_len, x, positions)
+    large = [shape for shape in shapes if math.prod(shape) >= d_k * d_k]
+    expect.that(
+        not large,
+        f"this exercise's rule is: do not build [d_k, d_k] matrices in forward; your forward "
+        f"made a tensor of shape {large[0] if large else ''} ({math.prod(large[0]) if large else 0:,} numbers) for "
+        f"d_k = {d_k} and x of shape {list(x.shape)}: a rotation matrix's worth of numbers (d_k * d_k = "
+        f"{d_k * d_k:,}), whatever its shape; rotate the pairs element-wise with the cos and sin tables instead",
+    )
 
 
 @ROPE.hidden
@@ -496,6 +514,40 @@ def test_rope_leaves_x_unchanged(impl):
         not got["x_changed"],
         "RoPE's forward changed the x it was given (an in-place write such as "
         "x[..., 0::2] = ...): the caller still needs x; write the result into a new tensor and leave x unchanged",
+    )
+
+
+# The gradient of x: RoPE is a rotation, x' = R x, so the gradient of x is R^T g = R(-m theta) g, the upstream
+# gradient g rotated back: the float64 oracle at the negated positions. Float32 backward through the element-wise
+# form rounds as the forward does: the forward's tolerance at the largest position (module docstring).
+@ROPE.hidden
+def test_rope_gradient_reaches_x(impl):
+    "backward through RoPE gives x the upstream gradient rotated back (the inverse rotation)"
+    x, positions = _uniform((2, 3, 5, 16), 48), torch.tensor([5, 0, 2, 30, 9])
+    grad_output = _uniform(x.shape, 49)
+    got = impl.call(rope_forward_backward, 16, 32, x, positions, grad_output)
+    expect.close(
+        got["output"],
+        rope_oracle(x, positions),
+        "RoPE(16, 32)(x, positions)",
+        **_tolerance(30),
+        alternatives=_rope_mistakes(x, positions),
+    )
+    grads = got.get("grads")
+    reached = got.get("requires_grad") and isinstance(grads, dict) and bool(grads["input"].count_nonzero())
+    expect.that(
+        reached,
+        "no gradient reaches x: is it computed from x.detach(), .data or under torch.no_grad()? RoPE(16, 32)'s "
+        "output "
+        + ("is" if got.get("requires_grad") else "does not require grad, so it is")
+        + " cut off from x, and attention could not train the layers that make q and k",
+    )
+    expect.close(
+        expect.gradients(got, "RoPE")["input"],
+        rope_oracle(grad_output, -positions),
+        "the gradient of x through RoPE(16, 32)",
+        **_tolerance(30),
+        hint="RoPE is a rotation, so the gradient of x is the upstream gradient rotated back, by -m * theta_i",
     )
 
 
@@ -973,6 +1025,20 @@ def rope_summary(ns, d_k: int, max_seq_len: int):
 @adapter
 def rope_forward(ns, d_k: int, max_seq_len: int, x, token_positions, base: float = 10000.0):
     return need(ns, "RoPE")(d_k, max_seq_len, base)(x, token_positions)
+
+
+@adapter
+def rope_forward_backward(ns, d_k: int, max_seq_len: int, x, token_positions, grad_output):
+    """The output of RoPE on a copy of ``x`` that requires grad, whether it requires grad, and, after
+    ``output.backward(grad_output)``, the gradient of x as ``grads["input"]`` (zeros when none reached it)."""
+    module = need(ns, "RoPE")(d_k, max_seq_len)
+    x = x.clone().requires_grad_()
+    result = forward_backward(module, grad_output, x, token_positions)
+    output = result["output"]
+    result["requires_grad"] = bool(isinstance(output, torch.Tensor) and output.requires_grad)
+    if isinstance(result.get("grads"), dict):  # a backward pass ran
+        result["grads"]["input"] = x.grad if x.grad is not None else torch.zeros_like(x)
+    return result
 
 
 @adapter

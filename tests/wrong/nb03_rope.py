@@ -166,6 +166,37 @@ WRONG_VERSIONS = (
         ),
         edit(_RETURN_TORCH_STACK, "return torch.einsum('...ij,...j->...i', R, x.float()).to(x.dtype)"),
     ),
+    # Blind round: the same matrices, one column wider ([..., d_k, d_k + 1], x padded with a zero), which the
+    # exact shape [d_k, d_k] missed; the rule is checked by size too.
+    WrongVersion(
+        ROPE,
+        "builds [d_k, d_k + 1] rotation matrices and pads x with a zero column",
+        "a rotation matrix's worth of numbers (d_k * d_k",
+        edit(
+            "        sin = self.sin[token_positions]\n",
+            """\
+        sin = self.sin[token_positions]
+        R = torch.zeros(*cos.shape[:-1], self.d_k, self.d_k + 1)
+        i = torch.arange(self.d_k // 2)
+        R[..., 2 * i, 2 * i], R[..., 2 * i, 2 * i + 1] = cos, -sin
+        R[..., 2 * i + 1, 2 * i], R[..., 2 * i + 1, 2 * i + 1] = sin, cos
+""",
+        ),
+        edit(_RETURN_TORCH_STACK, "return (R @ F.pad(x.float(), (0, 1))[..., None])[..., 0].to(x.dtype)"),
+    ),
+    WrongVersion(
+        ROPE,
+        "computes from x.detach(): no gradient reaches x",
+        "no gradient reaches x: is it computed from x.detach(), .data or under torch.no_grad()?",
+        edit(
+            _X_EVEN,
+            """\
+        xf = x.detach().float()
+        x_even = xf[..., 0::2]    # first coordinate of every pair
+        x_odd = xf[..., 1::2]     # second coordinate of every pair
+""",
+        ),
+    ),
     WrongVersion(
         ROPE,
         "rotates (i, i + d/2) pairs while claiming interleaved",
