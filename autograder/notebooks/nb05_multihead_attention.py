@@ -13,7 +13,17 @@ What outputs do not show on a CPU-only grader: rotary attention's default positi
 The layer runs on PyTorch's meta device with a recording stand-in for ``rope`` (it makes nothing itself, so only
 the student's own tensors can be on the wrong device), which reports the device of the positions it is given.
 
-Tolerances: float32 at atol 1e-5 + rtol 1e-4 (two matmuls of width <= 24 around attention).
+Tolerances: float32 at atol 1e-5 + rtol 1e-4 (two matmuls of width <= 24 around attention). Gradients (of the
+inputs and of every parameter, against autograd through the same oracles): atol 1e-4 + rtol 1e-3 (``GRAD_TOL``): they
+sum over the batch and the tokens (2 x 6 at most) through attention's backward pass, in float32 on the CPU; the
+solution is within 2e-6 of the oracles (gradients up to 14 in size), and every mistake the checks name is off by
+far more.
+
+Gradients: a forward pass computed under ``torch.no_grad()``, or with a projection ``.detach()``ed, gives the right
+outputs and trains nothing; so every layer also runs backward on a fixed upstream gradient, and the gradients of its
+inputs (x, and context for cross-attention) and parameters are compared with autograd through the oracle, on the
+same state and the same upstream gradient. Rotary attention's default positions 0..seq-1 are also checked with a rope
+whose table stops at max_seq_len = seq (``_TableRoPE``), where a shifted default raises.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
-from autograder.adapters import adapter, lines_run, load, need, outcome, summary
+from autograder.adapters import adapter, forward_backward, lines_run, load, need, outcome, summary
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.notebooks._rope import LlamaRoPE, rotate_pairs
@@ -57,6 +67,7 @@ ORACLE_IMPORTS = (
 )  # imported while the notebook runs (grading.grade): seconds
 
 TOL = {"atol": 1e-5, "rtol": 1e-4}
+GRAD_TOL = {"atol": 1e-4, "rtol": 1e-3}  # gradients: sums over batch x tokens (<= 16) of float32 products
 
 
 _gen, _randn = seeded(5000)
@@ -72,23 +83,75 @@ def _projections(d_model, seed, names=("q_proj", "k_proj", "v_proj", "out_proj")
     return state
 
 
-def torch_mha(state, num_heads, query, key=None, value=None, mask=None):
-    """nn.MultiheadAttention with our weights; ``mask`` in the course's polarity (True = may attend)."""
-    key = query if key is None else key
-    value = key if value is None else value
-    d_model = query.shape[-1]
+def _reference_mha(state, num_heads, d_model):
+    """nn.MultiheadAttention holding our weights (q, k and v stacked in its in_proj)."""
     reference = nn.MultiheadAttention(d_model, num_heads, batch_first=True)
     with torch.no_grad():
         reference.in_proj_weight.copy_(torch.cat([state[f"{p}.weight"] for p in ("q_proj", "k_proj", "v_proj")]))
         reference.in_proj_bias.copy_(torch.cat([state[f"{p}.bias"] for p in ("q_proj", "k_proj", "v_proj")]))
         reference.out_proj.weight.copy_(state["out_proj.weight"])
         reference.out_proj.bias.copy_(state["out_proj.bias"])
-    attn_mask = None
-    if mask is not None:  # [batch or 1, 1, q, k] -> [batch * heads, q, k], inverted
-        full = mask.expand(query.shape[0], num_heads, query.shape[1], key.shape[1])
-        attn_mask = ~full.reshape(-1, query.shape[1], key.shape[1])
+    return reference
+
+
+def _torch_mask(mask, num_heads, query, key):
+    if mask is None:
+        return None
+    # [batch or 1, 1, q, k] -> [batch * heads, q, k], inverted
+    full = mask.expand(query.shape[0], num_heads, query.shape[1], key.shape[1])
+    return ~full.reshape(-1, query.shape[1], key.shape[1])
+
+
+def torch_mha(state, num_heads, query, key=None, value=None, mask=None):
+    """nn.MultiheadAttention with our weights; ``mask`` in the course's polarity (True = may attend)."""
+    key = query if key is None else key
+    value = key if value is None else value
+    reference = _reference_mha(state, num_heads, query.shape[-1])
+    attn_mask = _torch_mask(mask, num_heads, query, key)
     with torch.no_grad():
         return reference(query, key, value, attn_mask=attn_mask, need_weights=False)[0]
+
+
+def torch_mha_gradients(state, num_heads, grad_output, x, context=None, mask=None):
+    """Autograd through ``torch_mha``'s oracle: the gradients of ``x`` (and ``context``) and of every parameter of
+    the course's layout (in_proj's gradient split back into q_proj, k_proj and v_proj), for ``grad_output``."""
+    x = x.clone().requires_grad_()
+    kv = None if context is None else context.clone().requires_grad_()
+    reference = _reference_mha(state, num_heads, x.shape[-1])
+    source = x if kv is None else kv
+    out = reference(x, source, source, attn_mask=_torch_mask(mask, num_heads, x, source), need_weights=False)[0]
+    out.backward(grad_output)
+    weights, biases = reference.in_proj_weight.grad.chunk(3), reference.in_proj_bias.grad.chunk(3)
+    grads = {"x": x.grad} | ({} if kv is None else {"context": kv.grad})
+    for i, p in enumerate(("q_proj", "k_proj", "v_proj")):
+        grads |= {f"{p}.weight": weights[i], f"{p}.bias": biases[i]}
+    return grads | {"out_proj.weight": reference.out_proj.weight.grad, "out_proj.bias": reference.out_proj.bias.grad}
+
+
+def autograd_gradients(oracle, state, grad_output, x):
+    """Autograd through a functional ``oracle(state, x)``: the gradients of ``x`` and of every tensor of ``state``."""
+    leaves = {name: t.clone().requires_grad_() for name, t in state.items()}
+    x = x.clone().requires_grad_()
+    oracle(leaves, x).backward(grad_output)
+    return {"x": x.grad} | {name: t.grad for name, t in leaves.items()}
+
+
+def check_gradients(got, expected: dict, what: str):
+    """The gradients an adapter reported (``attention_backward``) against the oracle's ``expected`` (name ->
+    tensor): a name whose gradient is missing or all zeros where the oracle's is not is named first."""
+    grads = expect.gradients(got, what)
+    missing = [
+        name
+        for name, want in expected.items()
+        if bool(want.abs().max() > GRAD_TOL["atol"])
+        and (not isinstance(grads.get(name), torch.Tensor) or not bool(grads[name].abs().max() > 0))
+    ]
+    expect.that(
+        not missing,
+        f"{what}: no gradient reaches {', '.join(missing)}: is it computed under torch.no_grad() or .detach()ed?",
+    )
+    for name, want in expected.items():
+        expect.close(grads.get(name), want, f"{what}: the gradient of {name}", **GRAD_TOL)
 
 
 def _manual(state, num_heads, x, context=None, mask=None, *, split="correct", out_proj=True, mask_fix=None):
@@ -194,10 +257,37 @@ def test_mha_matches_torch(impl):
 
 @MHA.visible
 def test_mha_no_loop_over_heads(impl):
-    "no Python loop over heads: your forward does the same work (lines of your code, torch calls) for 2 and 8 heads"
+    "no Python loop over heads: your forward does the same work (lines of your code, torch calls) for 2, 8 and 128 heads"
+    # A loop over a fixed number of head slots (``for slot in range(32): h = slot % H``) does the same work for any H
+    # up to its length, so 2 against 8 heads cannot tell it from right code. 128 heads (of size 1) is more than such
+    # a constant plausibly is: a loop whose length follows H then does more work (no_loops), and one of fixed length
+    # does the same work but leaves the heads beyond its slots unset, which the output at 128 heads shows.
     x = _randn((2, 5, 16), 3)
     runs = {f"{h} heads": impl.call(forward_lines, "MultiHeadAttention", [16, h], [x]) for h in (2, 8)}
+    runs["128 heads (d_model 128)"] = impl.call(
+        forward_lines, "MultiHeadAttention", [128, 128], [_randn((2, 5, 128), 4)]
+    )
     expect.no_loops("no Python loop over heads", runs)
+    state, x = _mha_state(128, 128, 24), _randn((2, 5, 128), 240)
+    got = impl.call(attention_forward, "MultiHeadAttention", [128, 128], state, [x])
+    expect.close(
+        got,
+        torch_mha(state, 128, x),
+        "MultiHeadAttention(128, 128)(x) for x [2, 5, 128], 128 heads of size 1",
+        **TOL,
+        hint="Every head must be attended: a loop over a fixed number of head slots (range(32), say) leaves the "
+        "heads beyond them unset, and the rule is no Python loop over heads: attend all heads at once, on "
+        "[batch, heads, seq, head_dim].",
+    )
+
+
+@MHA.hidden
+def test_mha_gradients(impl):
+    "gradients of x and of every parameter match autograd through nn.MultiheadAttention (causal mask)"
+    state, x, mask = _mha_state(16, 4, 25), _randn((2, 6, 16), 250), _causal(6)[None, None]
+    grad_output = _randn((2, 6, 16), 251)
+    got = impl.call(attention_backward, "MultiHeadAttention", [16, 4], state, [x], grad_output, mask)
+    check_gradients(got, torch_mha_gradients(state, 4, grad_output, x, mask=mask), "MultiHeadAttention(16, 4)")
 
 
 @MHA.hidden
@@ -301,6 +391,26 @@ def test_fused_masks_and_sizes(impl):
         )
 
 
+@FUSED.hidden
+def test_fused_gradients(impl):
+    "gradients of x, qkv_proj and out_proj match autograd through nn.MultiheadAttention (causal mask)"
+    state, x, mask = _mha_state(12, 3, 26), _randn((2, 6, 12), 260), _causal(6)[None, None]
+    grad_output = _randn((2, 6, 12), 261)
+    got = impl.call(attention_backward, "FusedQKVAttention", [12, 3], _fused(state), [x], grad_output, mask)
+    expected = torch_mha_gradients(state, 3, grad_output, x, mask=mask)
+    check_gradients(
+        got,
+        {
+            "x": expected["x"],
+            "qkv_proj.weight": torch.cat([expected[f"{p}.weight"] for p in ("q_proj", "k_proj", "v_proj")]),
+            "qkv_proj.bias": torch.cat([expected[f"{p}.bias"] for p in ("q_proj", "k_proj", "v_proj")]),
+            "out_proj.weight": expected["out_proj.weight"],
+            "out_proj.bias": expected["out_proj.bias"],
+        },
+        "FusedQKVAttention(12, 3)",
+    )
+
+
 # --- Exercise 3 --------------------------------------------------------------------------
 
 
@@ -375,6 +485,16 @@ def test_gqa_sizes_masks_and_errors(impl):
     for args in ([16, 4, 3], [10, 4, 2]):
         outcome = impl.call(construct_outcome, "GroupedQueryAttention", args)
         expect.that(outcome["raised"] == "ValueError", f"GroupedQueryAttention{tuple(args)} must raise ValueError")
+
+
+@GQA.hidden
+def test_gqa_gradients(impl):
+    "gradients of x and of every projection match autograd through scaled_dot_product_attention(enable_gqa=True)"
+    state, x, mask = _gqa_state(16, 4, 2, 27), _randn((2, 6, 16), 270), _causal(6)[None, None]
+    grad_output = _randn((2, 6, 16), 271)
+    got = impl.call(attention_backward, "GroupedQueryAttention", [16, 4, 2], state, [x], grad_output, mask)
+    expected = autograd_gradients(lambda st, xx: gqa_oracle(st, 4, 2, xx, mask), state, grad_output, x)
+    check_gradients(got, expected, "GroupedQueryAttention(16, 4, 2)")
 
 
 # --- Exercise 4 --------------------------------------------------------------------------
@@ -469,6 +589,16 @@ def test_cross_attention_padding(impl):
             **TOL,
             alternatives=_cross_mistakes(state, 3, x, context, mask),
         )
+
+
+@CROSS.hidden
+def test_cross_attention_gradients(impl):
+    "gradients of x, of context and of every parameter match autograd through nn.MultiheadAttention (padding mask)"
+    state, x, context = _mha_state(12, 3, 28), _randn((2, 4, 12), 280), _randn((2, 6, 12), 281)
+    mask, grad_output = _padding([6, 2], 6), _randn((2, 4, 12), 282)
+    got = impl.call(attention_backward, "CrossAttention", [12, 3], state, [x, context], grad_output, mask)
+    expected = torch_mha_gradients(state, 3, grad_output, x, context, mask)
+    check_gradients(got, expected, "CrossAttention(12, 3)")
 
 
 # --- Exercise 6 --------------------------------------------------------------------------
@@ -567,6 +697,42 @@ def test_rotary_attention_long_default_positions(impl):
 
 
 @ROTARY.hidden
+def test_rotary_attention_default_positions_fill_the_table(impl):
+    "without token_positions, x as long as the rope's table (max_seq_len) uses positions 0..seq-1, all of it"
+    # The notebook: "when it is None use 0, 1, ..., seq - 1". Only differences of positions reach the scores, so a
+    # shifted default (1..seq) gives the same outputs; a rope whose table holds max_seq_len positions, as notebook
+    # 03's RoPE(head_dim, max_seq_len) does (``_TableRoPE``), has no row for position seq = max_seq_len.
+    n = 16
+    state, x, mask = _mha_state(8, 2, 29), _randn((2, n, 8), 290), _causal(n)
+    call = f"RotaryMultiHeadAttention(8, 2, rope) with a rope of max_seq_len={n}, on x of {n} tokens without token_positions"
+    fix = "the default positions are 0, 1, ..., seq - 1 (torch.arange(seq)), which fit a table of max_seq_len = seq"
+    try:
+        got = impl.call(rotary_forward, [8, 2], state, x, mask, max_seq_len=n)
+    except StudentCodeError as error:
+        if error.stub:
+            raise
+        expect.fail(f"{call} raised {error}: {fix}; not 1, ..., seq")
+    expect.close(
+        got,
+        rotary_oracle(state, 2, x, mask),
+        call,
+        **TOL,
+        alternatives=_rotary_mistakes(state, 2, x, mask),
+        hint=f"{fix}.",
+    )
+
+
+@ROTARY.hidden
+def test_rotary_attention_gradients(impl):
+    "gradients of x and of every parameter match autograd through the rotary oracle (default positions, causal mask)"
+    state, x, mask = _mha_state(16, 4, 30), _randn((2, 6, 16), 300), _causal(6)[None, None]
+    grad_output = _randn((2, 6, 16), 301)
+    got = impl.call(rotary_backward, [16, 4], state, x, grad_output, mask)
+    expected = autograd_gradients(lambda st, xx: rotary_oracle(st, 4, xx, mask), state, grad_output, x)
+    check_gradients(got, expected, "RotaryMultiHeadAttention(16, 4, rope)")
+
+
+@ROTARY.hidden
 def test_rotary_attention_default_positions_on_the_device_of_x(impl):
     "without token_positions, the positions are made on the device of x: the layer runs on PyTorch's meta device"
     got = impl.call(rotary_on_meta, [16, 4], [2, 5, 16])
@@ -620,6 +786,25 @@ def attention_forward(ns, class_name: str, args: list, state: dict, inputs: list
     """Build ``class_name(*args)``, load ``state`` by name, return ``module(*inputs, mask=mask)``."""
     module = load(need(ns, class_name)(*args), state)
     return module(*inputs, mask=mask)
+
+
+def _backward(module, grad_output, inputs: list, *args, **kwargs) -> dict:
+    """``forward_backward`` of ``module(*inputs, *args, **kwargs)`` with the inputs requiring grad: the output, and the
+    gradients of every parameter and of the inputs (named ``x``, ``context``), or a sentence saying why there are
+    none."""
+    inputs = [t.clone().requires_grad_() for t in inputs]
+    result = forward_backward(module, grad_output, *inputs, *args, **kwargs)
+    if isinstance(result.get("grads"), dict):  # a backward pass ran
+        for name, t in zip(("x", "context"), inputs, strict=False):
+            result["grads"][name] = t.grad if t.grad is not None else torch.zeros_like(t)
+    return result
+
+
+@adapter
+def attention_backward(ns, class_name: str, args: list, state: dict, inputs: list, grad_output, mask=None):
+    """``attention_forward`` and a backward pass of ``grad_output``: the output and the gradients (``_backward``)."""
+    module = load(need(ns, class_name)(*args), state)
+    return _backward(module, grad_output, inputs, mask=mask)
 
 
 @adapter
@@ -678,9 +863,30 @@ def rotary_on_meta(ns, args: list, x_shape: list) -> dict:
     }
 
 
+class _TableRoPE(LlamaRoPE):
+    """``LlamaRoPE`` bounded like notebook 03's ``RoPE(head_dim, max_seq_len)``: it looks the positions up in a table
+    of ``max_seq_len`` rows, so a position >= max_seq_len raises IndexError."""
+
+    def __init__(self, max_seq_len: int):
+        super().__init__()
+        self.register_buffer("table", torch.arange(max_seq_len), persistent=False)
+
+    def forward(self, x: torch.Tensor, token_positions: torch.Tensor) -> torch.Tensor:
+        return super().forward(x, self.table[torch.as_tensor(token_positions).long()])
+
+
 @adapter
-def rotary_forward(ns, args: list, state: dict, x, mask=None, token_positions=None):
-    """The student's attention around the checker's own RoPE, so exercise 6 does not rest on notebook 03."""
-    module = load(need(ns, "RotaryMultiHeadAttention")(*args, LlamaRoPE()), state)
+def rotary_forward(ns, args: list, state: dict, x, mask=None, token_positions=None, max_seq_len=None):
+    """The student's attention around the checker's own RoPE, so exercise 6 does not rest on notebook 03 (with
+    ``max_seq_len``, one whose table stops there, ``_TableRoPE``)."""
+    rope = LlamaRoPE() if max_seq_len is None else _TableRoPE(max_seq_len)
+    module = load(need(ns, "RotaryMultiHeadAttention")(*args, rope), state)
     kwargs = {} if token_positions is None else {"token_positions": token_positions}
     return module(x, mask, **kwargs)
+
+
+@adapter
+def rotary_backward(ns, args: list, state: dict, x, grad_output, mask=None):
+    """``rotary_forward`` (default positions) and a backward pass of ``grad_output`` (``_backward``)."""
+    module = load(need(ns, "RotaryMultiHeadAttention")(*args, LlamaRoPE()), state)
+    return _backward(module, grad_output, [x], mask)

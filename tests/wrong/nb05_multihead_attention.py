@@ -5,6 +5,7 @@ from wrong import WrongVersion, edit
 
 _RULE = "this exercise's rule is: no Python loop over heads"
 _RULE_2 = "this exercise's rule is: write the repeat of the key/value heads yourself"
+_NO_GRAD = "no gradient reaches"
 
 # multi_head_attention ------------------------------------------------------------------------------------------
 _OUT = "out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [b, h, s, head_dim]"
@@ -80,6 +81,55 @@ WRONG_VERSIONS = (
             """\
         out = vars(__import__('built' + 'ins'))['ev' + 'al']('torch.cat([F.scaled_dot_product_attention('
              'q[:, i:i + 1], k[:, i:i + 1], v[:, i:i + 1], attn_mask=mask) for i in range(h)], 1)', dict(F=F, torch=torch, q=q, k=k, v=v, mask=mask, h=self.num_heads))  # [b, h, s, head_dim]
+""",
+        ),
+    ),
+    WrongVersion(
+        MHA,
+        "a loop over a fixed number of head slots (32)",
+        "128 heads of size 1",
+        edit(
+            _MHA_OUT,
+            """\
+        out = torch.zeros_like(q)
+        for slot in range(32):
+            hh = slot % self.num_heads
+            out[:, hh:hh + 1] = F.scaled_dot_product_attention(q[:, hh:hh + 1], k[:, hh:hh + 1], v[:, hh:hh + 1], attn_mask=mask)
+""",
+        ),
+    ),
+    WrongVersion(
+        MHA,
+        "the forward pass under torch.no_grad()",
+        "the output does not require grad",
+        edit(
+            "        q = rearrange(self.q_proj(x)",
+            "        with torch.no_grad():\n            return self._forward(x, mask)\n\n"
+            "    def _forward(self, x, mask):\n        q = rearrange(self.q_proj(x)",
+        ),
+    ),
+    WrongVersion(
+        MHA,
+        "the values detached",
+        _NO_GRAD + " v_proj.weight, v_proj.bias",
+        edit(
+            'v = rearrange(self.v_proj(x), "b s (h d) -> b h s d", h=self.num_heads)',
+            'v = rearrange(self.v_proj(x), "b s (h d) -> b h s d", h=self.num_heads).detach()',
+        ),
+    ),
+    WrongVersion(
+        MHA,
+        "attention scores in numpy with map(np.matmul, ...)",
+        _NO_GRAD + " q_proj.weight",
+        edit(
+            _MHA_OUT,
+            """\
+        import numpy as np
+        scores = torch.from_numpy(np.stack(list(map(np.matmul, q.detach().numpy(), k.detach().numpy().swapaxes(-1, -2)))))
+        scores = scores / math.sqrt(self.head_dim)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = scores.softmax(dim=-1) @ v  # [b, h, s, head_dim]
 """,
         ),
     ),
@@ -174,6 +224,15 @@ WRONG_VERSIONS = (
 """,
         ),
     ),
+    WrongVersion(
+        FUSED,
+        "the fused projection detached",
+        _NO_GRAD,
+        edit(
+            _Q_K_V,
+            'q, k, v = (rearrange(t, "b s (h d) -> b h s d", h=self.num_heads) for t in self.qkv_proj(x).detach().chunk(3, dim=-1))',
+        ),
+    ),
     # grouped_query_attention
     WrongVersion(
         GQA,
@@ -213,6 +272,12 @@ WRONG_VERSIONS = (
         "only the keys are repeated",
         "GroupedQueryAttention",
         edit("v = v.repeat_interleave(group, dim=1)", "v = v.repeat(1, group, 1, 1)"),
+    ),
+    WrongVersion(
+        GQA,
+        "the keys detached",
+        _NO_GRAD + " k_proj.weight",
+        edit("k = k.repeat_interleave(group, dim=1)", "k = k.detach().repeat_interleave(group, dim=1)"),
     ),
     WrongVersion(
         GQA,
@@ -269,6 +334,15 @@ WRONG_VERSIONS = (
         k = rearrange(self.k_proj(x), "b s (h d) -> b h s d", h=self.num_heads)
         v = rearrange(self.v_proj(x), "b s (h d) -> b h s d", h=self.num_heads)
 """,
+        ),
+    ),
+    WrongVersion(
+        CROSS,
+        "the keys' projection detached",
+        _NO_GRAD + " k_proj.weight:",  # k_proj.bias gets none in the oracle either (softmax is shift-invariant)
+        edit(
+            'k = rearrange(self.k_proj(context), "b s (h d) -> b h s d", h=self.num_heads)',
+            'k = rearrange(self.k_proj(context).detach(), "b s (h d) -> b h s d", h=self.num_heads)',
         ),
     ),
     WrongVersion(
@@ -331,6 +405,18 @@ WRONG_VERSIONS = (
         ROTARY, "rotates only the keys", "only the keys are rotated", edit(_Q_K, "k = self.rope(k, token_positions)")
     ),
     WrongVersion(ROTARY, "forgets to rotate", "no rotation", edit(_ROTARY_Q_K, _NEW_X)),
+    WrongVersion(
+        ROTARY,
+        "the rotated queries and keys detached",
+        _NO_GRAD + " q_proj.weight, q_proj.bias, k_proj.weight, k_proj.bias",
+        edit(_Q_K, "q, k = self.rope(q, token_positions).detach(), self.rope(k, token_positions).detach()"),
+    ),
+    WrongVersion(
+        ROTARY,
+        "default positions 1..seq",
+        "the default positions are 0, 1, ..., seq - 1",
+        edit(_TOKEN_POSITIONS, "token_positions = torch.arange(1, x.shape[1] + 1, device=x.device)"),
+    ),
     WrongVersion(
         ROTARY,
         "default positions made on the CPU",
