@@ -291,7 +291,8 @@ WRONG_VERSIONS = (
         TRAIN_STEP,
         "gradients zeroed at the start of the call, not after the step",
         ".grad still held gradients",
-        code='def train_step(model: nn.Module, micro_batches: list, optimizer: torch.optim.Optimizer, *,\n               dtype: torch.dtype | None = None, scaler=None, grad_clip: float | None = None) -> float:\n    """One optimizer step on k micro-batches [(inputs, targets), ...] of token ids [batch, T]; returns the mean loss.\n\n    dtype None: float32; otherwise forward and loss under torch.autocast(device_type, dtype). With a\n    torch.amp.GradScaler the loss is scaled before backward and the gradients unscaled before clipping.\n    """\n    device_type = next(model.parameters()).device.type\n    k = len(micro_batches)\n    total = 0.0\n    optimizer.zero_grad(set_to_none=True)\n    for inputs, targets in micro_batches:\n        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):\n            logits = model(inputs)\n            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten()) / k\n        (scaler.scale(loss) if scaler is not None else loss).backward()  # gradients add up in .grad\n        total += loss.item()\n    if scaler is not None:\n        scaler.unscale_(optimizer)  # clipping must see the true gradients\n    if grad_clip:\n        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)\n    if scaler is not None:\n        scaler.step(optimizer)  # skipped when a gradient is inf or nan\n        scaler.update()\n    else:\n        optimizer.step()\n    return total\n',
+        edit("    optimizer.zero_grad(set_to_none=True)\n", ""),
+        edit("    total = 0.0\n", "    total = 0.0\n    optimizer.zero_grad(set_to_none=True)\n"),
     ),
     WrongVersion(
         TRAIN_STEP,
