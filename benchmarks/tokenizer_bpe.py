@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from _common import command, load_average, machine, now
+from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte-to-character table
 
-from autograder.reference.bpe import bytes_to_unicode
 from coursetools.notebook_import import load_from_notebook
 
 EOT = "<|endoftext|>"
