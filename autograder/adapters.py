@@ -141,6 +141,17 @@ def forward_backward(module: nn.Module, grad_output: torch.Tensor | None, *args,
     return result
 
 
+def forward_backward_inputs(module: nn.Module, grad_output: torch.Tensor | None, inputs: dict, *args, **kwargs) -> dict:
+    """``forward_backward`` of ``module(*inputs.values(), *args, **kwargs)``, the ``inputs`` (name -> tensor) copied
+    to require grad when there is a ``grad_output``: their gradients join the parameters' in ``grads``, under their
+    names (zeros when none reached them)."""
+    leaves = {name: t.clone().requires_grad_(grad_output is not None) for name, t in inputs.items()}
+    result = forward_backward(module, grad_output, *leaves.values(), *args, **kwargs)
+    if isinstance(result.get("grads"), dict):  # a backward pass ran
+        result["grads"] |= {name: t.grad if t.grad is not None else torch.zeros_like(t) for name, t in leaves.items()}
+    return result
+
+
 def lines_run(function, *args, **kwargs) -> dict:
     """``function(*args, **kwargs)`` and how much work it did, for the "no loops" rules: ``work`` holds the lines of
     the student's code it ran, the torch functions it called and the Python values it handed them in lists.

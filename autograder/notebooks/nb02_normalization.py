@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder import expect
-from autograder.adapters import adapter, forward_backward, load, need, summary
+from autograder.adapters import adapter, forward_backward_inputs, load, need, summary
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
 from autograder.rules import NORMS, Rule
@@ -425,8 +425,4 @@ def norm_init(ns, class_name: str, d_model: int):
 def norm_forward(ns, class_name: str, state: dict, x, eps: float, grad_output=None):
     """Output, and with ``grad_output`` the gradients of the input and of every parameter."""
     module = load(need(ns, class_name)(x.shape[-1], eps=eps), state)
-    x = x.clone().requires_grad_(grad_output is not None)
-    result = forward_backward(module, grad_output, x)
-    if isinstance(result.get("grads"), dict):  # a backward pass ran
-        result["grads"]["input"] = x.grad if x.grad is not None else torch.zeros_like(x)
-    return result
+    return forward_backward_inputs(module, grad_output, {"input": x})

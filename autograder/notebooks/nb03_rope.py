@@ -44,7 +44,7 @@ import math
 import torch
 
 from autograder import expect
-from autograder.adapters import adapter, forward_backward, given, need, outcome, shapes_made, summary
+from autograder.adapters import adapter, forward_backward_inputs, given, need, outcome, shapes_made, summary
 from autograder.exercises import Exercise
 from autograder.notebooks import _rope
 from autograder.notebooks._seeds import seeded
@@ -1032,12 +1032,9 @@ def rope_forward_backward(ns, d_k: int, max_seq_len: int, x, token_positions, gr
     """The output of RoPE on a copy of ``x`` that requires grad, whether it requires grad, and, after
     ``output.backward(grad_output)``, the gradient of x as ``grads["input"]`` (zeros when none reached it)."""
     module = need(ns, "RoPE")(d_k, max_seq_len)
-    x = x.clone().requires_grad_()
-    result = forward_backward(module, grad_output, x, token_positions)
+    result = forward_backward_inputs(module, grad_output, {"input": x}, token_positions)
     output = result["output"]
     result["requires_grad"] = bool(isinstance(output, torch.Tensor) and output.requires_grad)
-    if isinstance(result.get("grads"), dict):  # a backward pass ran
-        result["grads"]["input"] = x.grad if x.grad is not None else torch.zeros_like(x)
     return result
 
 

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autograder import expect
-from autograder.adapters import adapter, forward_backward, lines_run, load, need, outcome, summary
+from autograder.adapters import adapter, forward_backward_inputs, lines_run, load, need, outcome, summary
 from autograder.errors import StudentCodeError
 from autograder.exercises import Exercise
 from autograder.notebooks._rope import LlamaRoPE, rotate_pairs
@@ -788,23 +788,12 @@ def attention_forward(ns, class_name: str, args: list, state: dict, inputs: list
     return module(*inputs, mask=mask)
 
 
-def _backward(module, grad_output, inputs: list, *args, **kwargs) -> dict:
-    """``forward_backward`` of ``module(*inputs, *args, **kwargs)`` with the inputs requiring grad: the output, and the
-    gradients of every parameter and of the inputs (named ``x``, ``context``), or a sentence saying why there are
-    none."""
-    inputs = [t.clone().requires_grad_() for t in inputs]
-    result = forward_backward(module, grad_output, *inputs, *args, **kwargs)
-    if isinstance(result.get("grads"), dict):  # a backward pass ran
-        for name, t in zip(("x", "context"), inputs, strict=False):
-            result["grads"][name] = t.grad if t.grad is not None else torch.zeros_like(t)
-    return result
-
-
 @adapter
 def attention_backward(ns, class_name: str, args: list, state: dict, inputs: list, grad_output, mask=None):
-    """``attention_forward`` and a backward pass of ``grad_output``: the output and the gradients (``_backward``)."""
+    """``attention_forward`` and a backward pass of ``grad_output``: the output and the gradients of every parameter
+    and of the inputs (named ``x``, ``context``)."""
     module = load(need(ns, class_name)(*args), state)
-    return _backward(module, grad_output, inputs, mask=mask)
+    return forward_backward_inputs(module, grad_output, dict(zip(("x", "context"), inputs, strict=False)), mask=mask)
 
 
 @adapter
@@ -887,6 +876,7 @@ def rotary_forward(ns, args: list, state: dict, x, mask=None, token_positions=No
 
 @adapter
 def rotary_backward(ns, args: list, state: dict, x, grad_output, mask=None):
-    """``rotary_forward`` (default positions) and a backward pass of ``grad_output`` (``_backward``)."""
+    """``rotary_forward`` (default positions) and a backward pass of ``grad_output``: the output and the gradients of
+    every parameter and of ``x``."""
     module = load(need(ns, "RotaryMultiHeadAttention")(*args, LlamaRoPE()), state)
-    return _backward(module, grad_output, [x], mask)
+    return forward_backward_inputs(module, grad_output, {"x": x}, mask)
