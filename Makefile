@@ -33,7 +33,7 @@ BROWSER_FLAG := $(if $(or $(DISPLAY),$(WAYLAND_DISPLAY),$(filter Darwin,$(shell 
 # Jupyter refuses to run as root (containers, some cloud machines) unless told it may.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test tinystories release export envfiles lock outputs stamp lint clean hub hub-install hub-start
+.PHONY: lab test tinystories release envfiles lock outputs stamp lint clean hub hub-install hub-start
 
 # An installed CPU build satisfies torch==VERSION too, so it is uninstalled first when the CUDA build is wanted.
 export TORCH_IS_CPU_BUILD := import importlib.metadata as m, sys; sys.exit(not m.version("torch").endswith("+cpu"))
@@ -130,13 +130,9 @@ STACK ?= yours
 tinystories: $(STAMP)
 	$(BIN)/python -m tinystories train --config $(CONFIG) --stack $(STACK) $(ARGS)
 
-# course/ is generated from solutions/ by nbgrader, tinystories/course.py by tools/export_course.py; commit both.
-release: $(STAMP) stamp export
+# course/ is generated from solutions/ by nbgrader; commit it.
+release: $(STAMP) stamp
 	@for a in $(ASSIGNMENTS); do $(BIN)/nbgrader generate_assignment $$a --force --log-level=WARN || exit 1; done
-
-# The TinyStories program's copy of the course's model code, exported from the solution notebooks.
-export: $(STAMP)
-	$(BIN)/python tools/export_course.py
 
 # Re-execute the solution notebooks whose code cells or checks changed since their outputs were written (their
 # outputs are committed and checked by nbval; tools/outputs.py keeps the fingerprints in solutions/outputs.json).

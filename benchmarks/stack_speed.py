@@ -6,8 +6,9 @@
 A student's parts must not make their run silently slower. This runs the real loop (``tinystories.train.run``)
 with ``--stack yours`` as a student who finished notebooks 08 and 10 would have it (solutions/ standing in
 for course/: their ``ModernDecoder``, ``cross_entropy``, ``AdamW``, ``cosine_lr``, ``clip_grad_norm`` and
-``get_batch``) and with ``--stack reference`` (PyTorch's ``F.cross_entropy``, ``torch.optim.AdamW`` and
-``clip_grad_norm_``), alternating the two in rounds so that a busy moment of the machine does not favour
+``get_batch``) and with ``--stack reference`` (the library's parts: ``tinystories.library.LibraryDecoder`` on
+``nn.RMSNorm``, Llama's rotation and SDPA, PyTorch's ``F.cross_entropy``, ``torch.optim.AdamW`` and
+``clip_grad_norm_``; the schedule and the batches, which no library has, are the solutions' in both), alternating the two in rounds so that a busy moment of the machine does not favour
 one. Each round's speed is the median tokens/s of its timed steps (after untimed warm-up steps); the table
 gives the median over rounds. Writes OUTPUT.json and OUTPUT.md.
 """

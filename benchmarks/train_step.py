@@ -5,8 +5,8 @@
         --output benchmarks/train_step_gpu                          # a GPU: the configs' own micro-batches
 
 A step is what ``tinystories.train`` does per micro-batch: forward, ``F.cross_entropy`` over every position,
-backward, ``torch.optim.AdamW`` (fused on a GPU), ``zero_grad``. The course's model is the one the program
-trains (``tinystories.model.build_model``: ``tinystories.course.ModernDecoder``, exported from notebook 08);
+backward, ``torch.optim.AdamW`` (fused on a GPU), ``zero_grad``. The course's model is the one a student who
+finished notebook 08 trains (``tinystories.model.build_model`` with the solutions' ``ModernDecoder``);
 Hugging Face's is a ``LlamaForCausalLM`` with the same width, depth, heads, SwiGLU width, vocabulary and
 untied head, ``attn_implementation="sdpa"``, no KV cache; both parameter counts are printed and must be
 equal. For each config's shapes both models step in one process, alternating (the order swapped every
@@ -38,6 +38,12 @@ import torch.nn.functional as F  # noqa: E402
 from benchmarks._common import command, load_average, machine, now  # noqa: E402
 from tinystories.config import load_config  # noqa: E402
 from tinystories.model import build_model, count_parameters  # noqa: E402
+from tinystories.stack import student_stack  # noqa: E402
+
+
+def course_model(m, vocab_size: int):
+    """The solutions' ModernDecoder of the run's shapes: what ``--stack yours`` trains once notebook 08 is done."""
+    return build_model(m, vocab_size, stack=student_stack(ROOT / "solutions", check=False, keys=["model"]))
 
 CPU_BATCH = {"cpu_demo": 32, "gpu_h100": 4}  # sequences per step on a CPU (gpu_h100's own 128 would take minutes)
 
@@ -46,10 +52,8 @@ def hf_llama(m, vocab_size: int):
     """A LlamaForCausalLM of the run's shapes, with PyTorch's scaled_dot_product_attention and no KV cache."""
     import transformers
 
-    from tinystories.course import swiglu_hidden_dim
-
     config = transformers.LlamaConfig(
-        vocab_size=vocab_size, hidden_size=m.d_model, intermediate_size=m.d_ff or swiglu_hidden_dim(m.d_model), num_hidden_layers=m.n_layers,
+        vocab_size=vocab_size, hidden_size=m.d_model, intermediate_size=m.d_ff, num_hidden_layers=m.n_layers,
         num_attention_heads=m.n_heads, num_key_value_heads=m.n_kv_heads or m.n_heads,
         max_position_embeddings=m.context_length, rms_norm_eps=1e-5,
         rope_parameters={"rope_type": "default", "rope_theta": m.rope_theta}, tie_word_embeddings=False,
@@ -90,7 +94,7 @@ def measure(name: str, *, device, dtype, compile_: bool, batch: int | None, warm
     vocab = config.data.vocab_size
     batch = batch or (CPU_BATCH.get(name, 4) if device.type == "cpu" else config.train.micro_batch_size)
     torch.manual_seed(seed)
-    models = {"course": build_model(m, vocab).to(device).train(), "hf": hf_llama(m, vocab).to(device).train()}
+    models = {"course": course_model(m, vocab).to(device).train(), "hf": hf_llama(m, vocab).to(device).train()}
     counts = {key: count_parameters(model) for key, model in models.items()}
     print(f"{name}: course ModernDecoder {counts['course']:,} parameters, LlamaForCausalLM {counts['hf']:,}",
           flush=True)
@@ -143,7 +147,7 @@ def profile(name: str, *, device, dtype, batch: int | None, seed: int, path: Pat
     sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     text = [f"command: {command()}", f"date: {now()}", f"machine: {machine()}", f"load average: {load_average()}",
             f"{name} shapes, batch {batch}, 3 profiled steps per model", ""]
-    for key, model in (("course", build_model(m, vocab)), ("hf", hf_llama(m, vocab))):
+    for key, model in (("course", course_model(m, vocab)), ("hf", hf_llama(m, vocab))):
         step = make_step(model.to(device).train(), device, dtype, hf=key == "hf")
         for _ in range(2):
             step(rows[:, :-1], rows[:, 1:])

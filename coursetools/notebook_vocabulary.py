@@ -136,8 +136,7 @@ CONTEXT_CELLS = ("setup", "earlier")
 
 def is_given_cell(cell: Mapping) -> bool:
     """A given (not exercise) code cell whose definitions the answer cells build on: a config cell or one of
-    ``GIVEN_CELLS``. ``tools/export_course.py`` exports from these and the answer cells: it writes its own imports
-    and resolves names across notebooks itself, so it does not want the context cells."""
+    ``GIVEN_CELLS``."""
     cell_id = cell.get("id") or ""
     return cell.get("cell_type") == "code" and (cell_id in GIVEN_CELLS or cell_id.startswith(GIVEN_PREFIXES))
 

@@ -1,6 +1,6 @@
 """The causal fast path (no mask tensor, ``is_causal=True``: flash attention possible on a GPU) equals the
 explicit boolean mask, in outputs and gradients (float32 on the CPU, atol 1e-5), for the reference components
-and for the solutions' model (``tinystories.course``, exported from notebook 08); padded batches keep the
+and for the program's reference model (``tinystories.library.LibraryDecoder``); padded batches keep the
 explicit mask; with a KV cache (fewer queries than keys) the reference builds the offset mask itself, since
 SDPA's ``is_causal`` anchors the triangle top-left.
 """
@@ -17,7 +17,7 @@ from autograder.reference.decoders import LlamaDecoder
 from autograder.reference.kv_cache import KVCache
 from autograder.reference.modern import RotaryGroupedQueryAttention
 from autograder.reference.rope import RoPE as ReferenceRoPE
-from tinystories import course
+from tinystories.library import LibraryDecoder
 
 ATOL = 1e-5
 
@@ -59,13 +59,8 @@ class SDPACalls(TorchFunctionMode):
 def test_attention_is_causal_equals_the_causal_mask(kv_heads):
     torch.manual_seed(0)
     x = torch.randn(2, 7, 32)
-    for attention in (
-        RotaryGroupedQueryAttention(32, 4, kv_heads, ReferenceRoPE(8, 16)),
-        course.RotaryGQA(32, 4, kv_heads, course.RoPE(8, 16)),
-    ):
-        _assert_same(
-            _outputs_and_grads(attention, x, None, is_causal=True), _outputs_and_grads(attention, x, _causal(7))
-        )
+    attention = RotaryGroupedQueryAttention(32, 4, kv_heads, ReferenceRoPE(8, 16))
+    _assert_same(_outputs_and_grads(attention, x, None, is_causal=True), _outputs_and_grads(attention, x, _causal(7)))
 
 
 def test_reference_refuses_a_mask_with_is_causal():
@@ -77,10 +72,10 @@ def test_reference_refuses_a_mask_with_is_causal():
 def _decoders():
     torch.manual_seed(1)
     fields = dict(vocab_size=50, d_model=32, n_layers=2, n_heads=4, d_ff=48, max_seq_len=16, n_kv_heads=2)
-    return LlamaDecoder(ReferenceConfig(**fields)), course.ModernDecoder(course.DecoderConfig(**fields))
+    return LlamaDecoder(ReferenceConfig(**fields)), LibraryDecoder(ReferenceConfig(**fields))
 
 
-@pytest.mark.parametrize("which", [0, 1], ids=["reference", "solutions"])
+@pytest.mark.parametrize("which", [0, 1], ids=["reference", "library"])
 def test_decoder_fast_path_equals_the_explicit_mask(which):
     """No padding: is_causal=True and no mask; an all-True padding mask takes the explicit path. Same logits and
     gradients; and SDPA is called as described."""

@@ -257,7 +257,7 @@ def _guarded_files() -> list[str]:
 
 def test_nothing_but_the_vocabulary_reads_nbgrader_metadata_or_spells_the_stub():
     files = _guarded_files()
-    assert "autograder/grading.py" in files and "tools/export_course.py" in files and "tests/notebooks.py" in files
+    assert "autograder/grading.py" in files and "tools/stamp.py" in files and "tests/notebooks.py" in files
     found = [
         f"{relative}:{line}: {what}"
         for relative in files

@@ -11,19 +11,27 @@ import math
 
 import pytest
 import torch
-from tinystories_helpers import tiny_config
+from tinystories_helpers import ROOT, tiny_config
 
-from tinystories.course import (
-    DecoderConfig,
-    ModernDecoder,
-    attention_maps,
-    bits_per_byte,
-    flops_per_token,
-    rank_micro_batches,
-)
 from tinystories.errors import RunError
 from tinystories.model import load_trained
 from tinystories.train import run
+
+
+@pytest.fixture(scope="module")
+def solutions():
+    """The instructor's answers the program loads for --stack reference (notebook 13's) and notebook 08's model."""
+    from types import SimpleNamespace
+
+    from tinystories.stack import load_from
+
+    def of(notebook, *names):
+        return load_from(ROOT / "solutions" / notebook / f"{notebook}.ipynb", list(names))
+
+    return SimpleNamespace(
+        **of("08_decoder_models", "DecoderConfig", "ModernDecoder"),
+        **of("13_tinystories", "attention_maps", "bits_per_byte", "flops_per_token", "rank_micro_batches"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,38 +83,40 @@ def test_a_good_checkpoint_is_never_overwritten(straight, data_dir):
     assert straight.checkpoint.read_bytes() == before
 
 
-def test_bits_per_byte_and_flops():
-    assert bits_per_byte(math.log(2), 10, 10) == pytest.approx(1.0)
-    assert bits_per_byte(2.0, 100, 400) == pytest.approx(2.0 * 100 / 400 / math.log(2))
-    config = DecoderConfig(vocab_size=100, d_model=32, n_layers=3, n_heads=4, d_ff=80, max_seq_len=16, n_kv_heads=2)
-    model = ModernDecoder(config)
+def test_bits_per_byte_and_flops(solutions):
+    assert solutions.bits_per_byte(math.log(2), 10, 10) == pytest.approx(1.0)
+    assert solutions.bits_per_byte(2.0, 100, 400) == pytest.approx(2.0 * 100 / 400 / math.log(2))
+    config = solutions.DecoderConfig(
+        vocab_size=100, d_model=32, n_layers=3, n_heads=4, d_ff=80, max_seq_len=16, n_kv_heads=2
+    )
+    model = solutions.ModernDecoder(config)
     matmul_weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    assert flops_per_token(config, 16) == 3 * (2 * matmul_weights + 4 * 3 * 16 * 32)
+    assert solutions.flops_per_token(config, 16) == 3 * (2 * matmul_weights + 4 * 3 * 16 * 32)
 
 
-def test_rank_micro_batches_cover_the_batch_once():
+def test_rank_micro_batches_cover_the_batch_once(solutions):
     batch = torch.arange(24).view(12, 2)
-    parts = [rank_micro_batches(batch, r, 3, 2) for r in range(3)]
+    parts = [solutions.rank_micro_batches(batch, r, 3, 2) for r in range(3)]
     assert all(len(p) == 2 and p[0].shape == (2, 2) for p in parts)
     torch.testing.assert_close(torch.cat([m for p in parts for m in p]), batch)
     with pytest.raises(ValueError, match="multiple of 8"):
-        rank_micro_batches(batch, 0, 4, 2)
+        solutions.rank_micro_batches(batch, 0, 4, 2)
 
 
 @pytest.mark.parametrize("n_kv_heads", [None, 2])
-def test_attention_maps_reproduce_the_attention_output(n_kv_heads):
+def test_attention_maps_reproduce_the_attention_output(solutions, n_kv_heads):
     """Oracle: maps @ V (V from v_proj, kv heads repeated) then out_proj is what SDPA gave the block."""
     torch.manual_seed(0)
-    config = DecoderConfig(
+    config = solutions.DecoderConfig(
         vocab_size=60, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_seq_len=16, n_kv_heads=n_kv_heads
     )
-    model = ModernDecoder(config).eval()
+    model = solutions.ModernDecoder(config).eval()
     tokens = torch.randint(0, 60, (2, 10))
     seen = []
     handles = [
         b.attn.register_forward_hook(lambda mod, args, out: seen.append((mod, args[0], out))) for b in model.blocks
     ]
-    maps = attention_maps(model, tokens)
+    maps = solutions.attention_maps(model, tokens)
     for h in handles:
         h.remove()
     assert maps.shape == (2, 2, 4, 10, 10) and maps.dtype == torch.float32
@@ -143,8 +153,6 @@ def test_your_stack_and_the_reference_are_one_program(straight, data_dir, tmp_pa
     agree to float32 rounding. Tolerance 1e-4 absolute on losses near 6: the two AdamWs and cross-entropies
     round differently, measured at most 4.8e-7 apart over these 6 steps, while a real difference (a
     schedule without warm-up and decay) moved them by 0.055."""
-    from tinystories_helpers import ROOT
-
     from tinystories.stack import PARTS, student_stack
 
     yours = student_stack(ROOT / "solutions", check=False)

@@ -2,7 +2,8 @@
 
 By default it trains the student's own parts (``tinystories.stack``: the model of notebook 08, the loss,
 optimizer, schedule, clipping and batches of notebook 10), each unfinished one replaced by the course's;
-``--stack reference`` trains the course's own (``tinystories.course``, exported from solutions/). The same command scales from a laptop CPU
+``--stack reference`` trains the reference parts, none of them an answer: the library's where PyTorch or Hugging Face
+has them (``tinystories.library``), brute force, closed forms and notebook 10's oracles for the rest. The same command scales from a laptop CPU
 (``cpu_demo``) to one GPU (``gpu_h100``, ``gpu_t4``) and to several with
 ``torchrun --nproc_per_node=N -m tinystories train``.
 """

@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
 
         sub.add_argument("--stack", choices=("yours", "reference"), default="yours",
                          help="yours (default): the parts of your notebooks (08, 10, 11, 13), each unfinished one "
-                              "replaced by the course's; reference: the course's own parts")
+                              "replaced by the course's reference; reference: only the reference parts (no answers: the library's)")
         sub.add_argument("--course-dir", default=None, help=course_help)
         sub.add_argument("--reference-parts", default="", metavar="PART,PART",
                          help="with --stack yours, take these parts from the course all the same, e.g. "

@@ -33,7 +33,7 @@ class ModelConfig:
     n_layers: int = 4
     n_heads: int = 4
     n_kv_heads: int = 0             # 0: as many as n_heads (no grouping)
-    d_ff: int = 0                   # 0: SwiGLU's 8/3 d_model rounded up to a multiple of 64
+    d_ff: int = 384                 # SwiGLU's hidden width (notebook 06's swiglu_hidden_dim(128): 8/3 d_model up to 64s)
     context_length: int = 128
     rope_theta: float = 10000.0
 
@@ -144,7 +144,7 @@ def _set(config: RunConfig, key: str, value, *, source: str) -> None:
 def _validate(config: RunConfig) -> None:
     m, t = config.model, config.train
     positive = [("data.vocab_size", config.data.vocab_size), ("model.d_model", m.d_model),
-                ("model.n_layers", m.n_layers), ("model.n_heads", m.n_heads),
+                ("model.n_layers", m.n_layers), ("model.n_heads", m.n_heads), ("model.d_ff", m.d_ff),
                 ("model.context_length", m.context_length), ("train.batch_size", t.batch_size),
                 ("train.micro_batch_size", t.micro_batch_size), ("train.max_steps", t.max_steps),
                 ("train.eval_interval", t.eval_interval), ("train.eval_batches", t.eval_batches),

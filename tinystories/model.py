@@ -13,10 +13,8 @@ from tinystories.errors import RunError
 
 
 def decoder_config(model_config, vocab_size: int, config_class):
-    from tinystories.course import swiglu_hidden_dim
-
     return config_class(vocab_size=vocab_size, d_model=model_config.d_model, n_layers=model_config.n_layers,
-                        n_heads=model_config.n_heads, d_ff=model_config.d_ff or swiglu_hidden_dim(model_config.d_model),
+                        n_heads=model_config.n_heads, d_ff=model_config.d_ff,
                         max_seq_len=model_config.context_length, n_kv_heads=model_config.n_kv_heads or None,
                         rope_base=model_config.rope_theta)
 

@@ -9,11 +9,14 @@ run's stories (``sample`` too).
 A part whose exercise is not started, fails the visible checks of its notebook's test cell, or cannot be
 loaded falls back to the course's reference, and the run starts by printing which is which and why.
 
-``--stack reference`` trains the course's own parts (instructors, CI, benchmarks): the model, schedule and
-batches exported from the solutions (``tinystories.course``) and PyTorch's ``F.cross_entropy``,
-``torch.optim.AdamW`` (fused on a GPU) and ``clip_grad_norm_``. The two stacks are one program: the same
-calls with the same arguments, so a run from the same seed gives the same losses to float32 rounding
-(``tests/test_tinystories_stack.py``).
+``--stack reference`` trains the course's reference parts (instructors, CI, benchmarks), none of them an answer
+of solutions/ (issue 54 §4): PyTorch's and Hugging Face's own where they have one (``tinystories.library``: the
+model and its cached twin from ``nn.RMSNorm``, Llama's rotation and SDPA; Hugging Face's KV cache and logits
+processors; ``F.cross_entropy``, ``torch.optim.AdamW``, fused on a GPU, and ``clip_grad_norm_``; the FLOPs that
+``FlopCounterMode`` counts), the oracles notebook 10 is graded against for the schedule and the batches, and
+brute force (the stories without a cache) or closed forms for the rest. The two stacks are one program: the
+same calls with the same arguments, so a run from the same seed gives the same losses to float32 rounding
+(``tests/test_tinystories_train.py``).
 """
 
 from __future__ import annotations
@@ -27,18 +30,12 @@ import torch
 import torch.nn.functional as F
 
 from coursetools.notebook_vocabulary import STUB_LINE, grade_id, is_stub_source
+from tinystories import library
 from tinystories.errors import RunError
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "course"
 NOT_NEEDED = "reference (not needed here)"
-
-
-def _course():
-    """tinystories.course, the solutions' parts exported (imported when a reference part is first needed)."""
-    from tinystories import course
-
-    return course
 
 
 @dataclass(frozen=True)
@@ -47,30 +44,30 @@ class Part:
     name: str  # the definition taken from the notebook
     notebook: str
     exercises: tuple[str, ...]  # grade ids whose visible checks must pass
-    reference: Callable[[], object]  # the course's part, in the same place: PyTorch's own, or tinystories.course's
+    reference: Callable[[], object]  # the course's part in its place (see the module's docstring)
 
 
 # One row per part: reference_stack, student_stack, the run's table and --reference-parts all read these rows.
 PARTS = (
     Part("model", "ModernDecoder", "08_decoder_models", ("rotary_gqa", "modern_block", "modern_decoder"),
-         lambda: _course().ModernDecoder),
+         lambda: library.LibraryDecoder),
     Part("loss", "cross_entropy", "10_training", ("cross_entropy",), lambda: F.cross_entropy),
     Part("optimizer", "AdamW", "10_training", ("adamw",), lambda: torch.optim.AdamW),
-    Part("schedule", "cosine_lr", "10_training", ("cosine_lr",), lambda: _course().cosine_lr),
+    Part("schedule", "cosine_lr", "10_training", ("cosine_lr",), lambda: training_oracles().cosine_lr),
     Part("clipping", "clip_grad_norm", "10_training", ("clip_grad_norm",), lambda: torch.nn.utils.clip_grad_norm_),
-    Part("batches", "get_batch", "10_training", ("get_batch",), lambda: _course().get_batch),
+    Part("batches", "get_batch", "10_training", ("get_batch",), lambda: training_oracles().get_batch),
     Part("micro_batches", "rank_micro_batches", "13_tinystories", ("rank_micro_batches",),
-         lambda: _course().rank_micro_batches),
-    Part("flops", "flops_per_token", "13_tinystories", ("flops_per_token",), lambda: _course().flops_per_token),
-    Part("mfu", "mfu", "13_tinystories", ("mfu",), lambda: _course().mfu),
-    Part("bits_per_byte", "bits_per_byte", "13_tinystories", ("bits_per_byte",), lambda: _course().bits_per_byte),
+         lambda: library.rank_micro_batches),
+    Part("flops", "flops_per_token", "13_tinystories", ("flops_per_token",), lambda: library.flops_per_token),
+    Part("mfu", "mfu", "13_tinystories", ("mfu",), lambda: library.mfu),
+    Part("bits_per_byte", "bits_per_byte", "13_tinystories", ("bits_per_byte",), lambda: library.bits_per_byte),
     Part("sampling", "sample_next", "11_decoding", ("greedy_temperature", "top_k_filter", "top_p_filter", "sample_next"),
-         lambda: _course().sample_next),
+         lambda: library.sample_next),
     Part("cached_model", "CachedDecoder", "11_decoding", ("kv_cache", "cached_attention", "cached_decoder"),
-         lambda: _course().CachedDecoder),
-    Part("cache", "KVCache", "11_decoding", ("kv_cache",), lambda: _course().KVCache),
+         lambda: library.LibraryDecoder),
+    Part("cache", "KVCache", "11_decoding", ("kv_cache",), lambda: library.LibraryCache),
     Part("generation", "generate_with_cache", "13_tinystories", ("generate_with_cache",),
-         lambda: _course().generate_with_cache),
+         lambda: library.generate_in_segments),
 )
 
 
@@ -113,8 +110,15 @@ class Stack:
         return "\n".join(lines)
 
 
+def training_oracles():
+    """``autograder.reference.training``: the schedule and batches notebook 10's checks grade against."""
+    from autograder.reference import training
+
+    return training
+
+
 def reference_stack(reason: str = "--stack reference") -> Stack:
-    stack = Stack(config_class=_course().DecoderConfig, **{p.key: p.reference() for p in PARTS})
+    stack = Stack(config_class=library.DecoderConfig, **{p.key: p.reference() for p in PARTS})
     stack.origins = {p.key: f"reference ({reason})" for p in PARTS}
     return stack
 
@@ -150,8 +154,7 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
     ``keys`` limits the work to those parts (``sample`` needs only the sampling ones), the others stay the
     reference's."""
     folder = Path(course_dir or COURSE).resolve()
-    stack = reference_stack()
-    stack.name, origins = "yours", {p.key: NOT_NEEDED for p in PARTS}
+    origins, yours = {p.key: NOT_NEEDED for p in PARTS}, {}
     wanted = [p for p in PARTS if keys is None or p.key in keys]
     for notebook in dict.fromkeys(p.notebook for p in wanted):
         parts = [p for p in wanted if p.notebook == notebook]
@@ -181,11 +184,12 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
             origins.update({p.key: f"reference (loading {path.name} raised {type(error).__name__}: {error})"
                             for p in ready})
             continue
-        for p in ready:
-            setattr(stack, p.key, loaded[p.name])
-            origins[p.key] = "yours"
+        yours |= {p.key: loaded[p.name] for p in ready}
         if "DecoderConfig" in loaded:
-            stack.config_class = loaded["DecoderConfig"]
+            yours["config_class"] = loaded["DecoderConfig"]
+        origins.update({p.key: "yours" for p in ready})
+    values = {p.key: yours[p.key] if p.key in yours else p.reference() for p in PARTS}
+    stack = Stack(config_class=yours.get("config_class") or library.DecoderConfig, name="yours", **values)
     stack.origins = origins
     return stack
 
@@ -203,12 +207,11 @@ def resolve(name: str, course_dir: str | Path | None = None, keys=None, referenc
         raise RunError(f"--reference-parts: no part {', '.join(unknown)}; the parts are "
                        f"{', '.join(p.key for p in PARTS)}")
     stack = _resolve_yours(course_dir, [p.key for p in PARTS if (keys is None or p.key in keys) and p.key not in forced])
-    reference = reference_stack()
-    for key in [key for key in forced if keys is None or key in keys]:
-        setattr(stack, key, getattr(reference, key))
-        stack.origins[key] = "reference (--reference-parts)"
-        if key == "model":
-            stack.config_class = reference.config_class
+    for part in [p for p in PARTS if p.key in forced and (keys is None or p.key in keys)]:
+        setattr(stack, part.key, part.reference())
+        stack.origins[part.key] = "reference (--reference-parts)"
+        if part.key == "model":
+            stack.config_class = library.DecoderConfig
     return stack
 
 

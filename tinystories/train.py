@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from tinystories import course
+from tinystories import library
 from tinystories.checkpoint import load_checkpoint
 from tinystories.config import as_dict, check_out_dir, to_toml
 from tinystories.errors import RunError
@@ -160,17 +160,17 @@ def _plot(metrics: list[dict], path: Path) -> None:
 
 def _cached_model(model, config, stack: Stack):
     """The trained weights in the stack's CachedDecoder (the same parameters as the ModernDecoder), in eval
-    mode; the course's CachedDecoder, with one line saying why, when the student's cannot hold them."""
+    mode; the reference's (``tinystories.library``), with one line saying why, when the student's cannot hold them."""
     decoder = decoder_config(config.model, model.lm_head.out_features, stack.config_class)
     try:
         cached = stack.cached_model(decoder)
         cached.load_state_dict(model.state_dict())
     except Exception as error:  # noqa: BLE001 - the student's class: one line, then the course's
-        if stack.cached_model is course.CachedDecoder:
+        if stack.cached_model is library.LibraryDecoder:
             raise
         print(f"your CachedDecoder cannot hold the trained weights ({type(error).__name__}: {error}); "
               "sampling with the course's")
-        stack.cached_model, stack.cache = course.CachedDecoder, course.KVCache
+        stack.cached_model, stack.cache = library.LibraryDecoder, library.LibraryCache
         stack.origins["cached_model"] = stack.origins["cache"] = f"reference (failed: {type(error).__name__})"
         return _cached_model(model, config, stack)
     return cached.to(next(model.parameters()).device).eval()
