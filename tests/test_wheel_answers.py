@@ -41,21 +41,17 @@ SOURCES = ("pyproject.toml", "README.md", "LICENSE", "autograder", "coursetools"
 # (issue 54 §4): a copy not listed here is a new leak, and a listed one that no longer matches must be removed, so
 # the list stays exact.
 KNOWN_COPIES = {
-    ("autograder/notebooks/nb03_rope.py", "_course_alibi_slopes"),
-    ("autograder/notebooks/nb03_rope.py", "alibi_slopes_oracle"),
-    ("autograder/notebooks/nb06_feed_forward.py", "fuse_oracle"),
-    ("autograder/reference/batching.py", "continuous"),
-    ("autograder/reference/bert.py", "MLMHead"),
-    ("autograder/reference/bert.py", "mlm_loss"),
+    # No library part fits and the oracle is the definition the notebook's text states, which any right answer spells
+    # the same way. PyTorch's nn.TransformerEncoderLayer(norm_first=True) and Hugging Face's LlamaDecoderLayer build
+    # their own parts under other names and masks; the checks need a block of the parts they inject, under the
+    # course's names, that passes the course's mask, rope and cache through: x + attn(norm1(x)), then + ffn(norm2(x)).
     ("autograder/reference/blocks.py", "PreNormBlock"),
-    ("autograder/reference/bpe.py", "merge_word"),
-    ("autograder/reference/feed_forward.py", "FeedForward"),
     ("autograder/reference/modern.py", "ModernBlock"),
-    ("autograder/reference/sampling.py", "greedy"),
-    ("autograder/reference/training.py", "cosine_lr"),
+    # No tokenizer library applies one merge to a word of given tokens (tokenizers' BPE starts from characters and
+    # applies its whole table); grading hands this to the student's train_bpe and counts its lines of Python.
+    ("autograder/reference/bpe.py", "merge_word"),
+    # The mean loss over a number of drawn batches in eval mode: no library has it.
     ("autograder/reference/training.py", "evaluate"),
-    ("autograder/reference/training.py", "inverse_sqrt_lr"),
-    ("autograder/reference/training.py", "loss_fn"),
 }
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)

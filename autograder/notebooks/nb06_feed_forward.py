@@ -32,9 +32,10 @@ torch.maximum(x, 0) and (x + |x|) / 2 give 0.5, torch.where(x > 0, x, 0) and x *
 - widths, parameter counts and FLOPs are integers and compared exactly.
 
 Exercise 6 (fused gate and up projections). Oracles: SwiGLU computed here from the unfused weights with
-``F.linear`` and ``F.silu``; the fused layout written out here (``torch.cat([w1, w3])`` along dim 0, as the
-notebook states it); Hugging Face's ``Phi3MLP`` (transformers, tiny random configs, offline) as an
-independent oracle of the layout and its order, gate first. The number of matrix products one forward pass
+``F.linear`` and ``F.silu``; the fused layout made by Hugging Face's own checkpoint conversion,
+``transformers.core_model_loading.Concatenate(dim=0)`` (what transformers' loading uses to fuse gate_proj and
+up_proj into gate_up_proj), on w1 then w3, as the notebook states the order; Hugging Face's ``Phi3MLP``
+(transformers, tiny random configs, offline) as an independent oracle of the layout and its order, gate first. The number of matrix products one forward pass
 runs is observed with a torch-function mode in the adapter (``_products_made``). That the output is computed from the
 fused product's result is observed by adding a known change to that result (``fused_forward_perturbed``): the
 output must equal SwiGLU of the changed halves (same tolerance), so a dummy ``gate_up_proj(x)`` whose result is
@@ -862,16 +863,21 @@ def test_costs_other_sizes(impl):
 
 
 def fuse_oracle(state):
-    """The stated layout, written out: gate rows (w1) then up rows (w3) along dim 0; w2 becomes down_proj."""
-    fused = {
-        "gate_up_proj.weight": torch.cat([state["w1.weight"], state["w3.weight"]]),
-        "down_proj.weight": state["w2.weight"],
-    }
-    if "w1.bias" in state:
-        fused |= {
-            "gate_up_proj.bias": torch.cat([state["w1.bias"], state["w3.bias"]]),
-            "down_proj.bias": state["w2.bias"],
-        }
+    """The fused layout as Hugging Face's checkpoint loading makes it: its ``Concatenate(dim=0)`` conversion, the one
+    transformers' conversion mapping applies to fuse ``gate_proj`` and ``up_proj`` into ``gate_up_proj`` (MiniMax-M3-VL),
+    here on w1 (gate) then w3 (up), weights and biases alike; w2 becomes down_proj unchanged (a rename). Phi-3's
+    ``Phi3MLP`` checks the gate-first order independently (``test_against_phi3``)."""
+    from transformers.core_model_loading import Concatenate
+
+    fused = {}
+    for kind in ("weight", "bias"):
+        if f"w1.{kind}" in state:
+            sources, target = [f"w1.{kind}", f"w3.{kind}"], f"gate_up_proj.{kind}"
+            # ``convert`` takes each source's list of tensors and empties the dict it is given: a new one each time
+            fused |= Concatenate(dim=0).convert(
+                {source: [state[source]] for source in sources}, source_patterns=sources, target_patterns=[target]
+            )
+            fused[f"down_proj.{kind}"] = state[f"w2.{kind}"]
     return fused
 
 

@@ -14,8 +14,9 @@ model ``model(tokens, padding_mask) -> logits`` by recomputing each slot's whole
 Both keep a log of their calls (``events``: ("start", slot), ("step", slots), ("finish", slot)) and refuse
 a call that makes no sense (starting a busy slot, stepping a free one), so a scheduler's mistakes show.
 
-``continuous(engine, prompts, ...)`` and ``static(engine, prompts, ...)`` are the two schedulers the
-benchmark compares.
+``static(engine, prompts, ...)`` is the scheduler the benchmark sets against notebook 11's continuous batching
+(which no library has for these engines: the benchmark and the tests load it from solutions/, so that the package
+carries no answer).
 """
 
 from __future__ import annotations
@@ -123,32 +124,6 @@ class SlotEngine(_Engine):
 
 def _done(new, max_new_tokens, eos_id):
     return len(new) >= max_new_tokens or (eos_id is not None and new[-1] == eos_id)
-
-
-def continuous(engine, prompts, *, max_new_tokens: int, eos_id=None) -> list[list[int]]:
-    """Refill a slot as soon as its request finishes; every step runs all busy slots."""
-    waiting, outputs, running = list(range(len(prompts))), [None] * len(prompts), {}
-    while waiting or running:
-        for slot in range(engine.n_slots):
-            while slot not in running and waiting:
-                r = waiting.pop(0)
-                new = [engine.start(slot, prompts[r])]
-                if _done(new, max_new_tokens, eos_id):
-                    outputs[r] = new
-                    engine.finish(slot)
-                else:
-                    running[slot] = (r, new)
-        if not running:
-            continue
-        slots = sorted(running)
-        for slot, token in zip(slots, engine.step(slots), strict=True):
-            r, new = running[slot]
-            new.append(token)
-            if _done(new, max_new_tokens, eos_id):
-                outputs[r] = new
-                engine.finish(slot)
-                del running[slot]
-    return outputs
 
 
 def static(engine, prompts, *, max_new_tokens: int, eos_id=None) -> list[list[int]]:

@@ -4,12 +4,14 @@
 (``nn.Embedding``) and ``norm = norm(d_model, eps=config.norm_eps)``; the output is the norm of the
 sum of the three lookups (token types default to 0), without dropout.
 
-``MLMHead(config, word_embeddings, *, norm=nn.LayerNorm)``: ``dense`` (d_model -> d_model), exact
-GELU, ``norm``, then ``decoder``, a linear map to the vocabulary whose weight is the word embedding
-table itself and whose bias is its own.
+``MLMHead(config, word_embeddings, *, norm=nn.LayerNorm)``: Hugging Face's BERT MLM head
+(``BertLMPredictionHead``: ``dense`` (d_model -> d_model), exact GELU, the norm, then ``decoder``, a linear map
+to the vocabulary whose weight is the word embedding table itself and whose bias is its own), its modules
+under the course's names ``dense``, ``norm`` and ``decoder``.
 
 ``BertForMaskedLM(config)`` stacks them around post-norm ``EncoderBlock``s; ``mask_tokens`` and
-``mlm_loss`` are BERT's masking and loss (notebook 09's interfaces), for notebook 10's demo.
+``mlm_loss`` are BERT's masking and loss (notebook 09's interfaces), for notebook 10's demo; the loss is Hugging
+Face's masked-LM loss.
 
 ``config`` is any object with the fields of the notebook's ``BertConfig`` (``vocab_size``,
 ``d_model``, ``max_positions``, ``type_vocab_size``, ``norm_eps``).
@@ -20,7 +22,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
@@ -42,15 +43,36 @@ class BertEmbeddings(nn.Module):
 
 
 class MLMHead(nn.Module):
+    """Hugging Face's ``BertLMPredictionHead``, run as it is, with the course's names and arguments.
+
+    Its modules are this module's children under the course's names (``transform.dense`` is ``dense``,
+    ``transform.LayerNorm`` is ``norm``, ``decoder`` is ``decoder``), so the state dict, ``norm=`` and the word
+    table the decoder is tied to are the course's. The HF head itself is kept outside ``_modules``: it holds the
+    same three modules, and registering it too would list each parameter under a second name. So its separate
+    ``bias`` (which HF's BertForMaskedLM ties to ``decoder.bias``; its forward does not read it) is not among this
+    module's parameters: the decoder's bias is the head's.
+    """
+
     def __init__(self, config, word_embeddings: nn.Embedding, *, norm=nn.LayerNorm):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model)
-        self.norm = norm(config.d_model, eps=config.norm_eps)
-        self.decoder = nn.Linear(config.d_model, config.vocab_size)
-        self.decoder.weight = word_embeddings.weight  # the same Parameter: one table, two uses
+        from transformers import BertConfig
+        from transformers.models.bert.modeling_bert import BertLMPredictionHead
+
+        head = BertLMPredictionHead(
+            BertConfig(
+                vocab_size=config.vocab_size,
+                hidden_size=config.d_model,
+                hidden_act="gelu",  # ACT2FN["gelu"]: the exact GELU
+                layer_norm_eps=config.norm_eps,
+            )
+        )
+        head.transform.LayerNorm = norm(config.d_model, eps=config.norm_eps)  # the norm asked for
+        head.decoder.weight = word_embeddings.weight  # the same Parameter: one table, two uses
+        self.dense, self.norm, self.decoder = head.transform.dense, head.transform.LayerNorm, head.decoder
+        object.__setattr__(self, "_hf_head", head)  # not a child: see the class docstring
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(F.gelu(self.dense(hidden))))
+        return self._hf_head(hidden)
 
 
 class BertForMaskedLM(nn.Module):
@@ -106,5 +128,9 @@ def mask_tokens(
 
 
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over the positions whose label is not -100."""
-    return F.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=-100)
+    """Mean cross-entropy over the positions whose label is not -100: Hugging Face's masked-LM loss
+    (``ForMaskedLMLoss``, its ``LOSS_MAPPING["ForMaskedLM"]``), which computes in float32 at least."""
+    from transformers.loss.loss_utils import ForMaskedLMLoss
+
+    # It flattens with ``view``, which needs contiguous tensors; these are copies only where they are not.
+    return ForMaskedLMLoss(logits.contiguous(), labels.contiguous(), vocab_size=logits.shape[-1])

@@ -23,6 +23,18 @@ def _keys(padding: torch.Tensor | None) -> torch.Tensor | None:
 
 
 class PreNormBlock(nn.Module):
+    """``x + attn(norm1(x), mask)``, then ``+ ffn(norm2(x))``, composed from the parts it is given.
+
+    Not PyTorch's ``nn.TransformerEncoderLayer(norm_first=True)``, which computes the same composition: that layer
+    builds its own parts (``self_attn`` with a fused ``in_proj_weight``, ``linear1``/``linear2``, its LayerNorms),
+    turns a boolean mask into an additive one of the opposite polarity (True = masked) before its sublayers see it,
+    and reads ``self_attn``'s fused weights on its eval-mode fast path. The checks need a block whose parts are made
+    by the ``attention``, ``feed_forward`` and ``norm`` arguments (recording stand-ins, a norm with GPT-2's eps) under
+    the course's names (``attn.q_proj``, ``ffn.fc1``, ...) and that hands the course's mask (True = may attend) to
+    its attention as it is. What is left is two residual additions: the definition of a pre-norm block, which any
+    correct answer writes the same way.
+    """
+
     def __init__(
         self,
         d_model: int,

@@ -79,6 +79,19 @@ class RotaryGroupedQueryAttention(nn.Module):
 
 
 class ModernBlock(nn.Module):
+    """Pre-norm with the parts it is given: ``x + attn(norm1(x), ...)``, then ``+ ffn(norm2(x))``.
+
+    Its default norm is PyTorch's ``nn.RMSNorm`` and its attention runs SDPA. The block is not Hugging Face's
+    ``LlamaDecoderLayer``, which computes the same composition: that layer builds its own parts under other names
+    (``input_layernorm``, ``self_attn.o_proj``, ``mlp.gate_proj``, ...), rotates split halves from the
+    ``position_embeddings`` (cos, sin) its caller computes, and takes Hugging Face's ``Cache`` and masks.
+    The checks inject this block into a student's ``ModernDecoder`` and ``CachedDecoder``, so it must rotate with the
+    ``rope`` module the student's decoder hands it (a wrong one must show in the logits), make its parts by the
+    ``attention``, ``feed_forward`` and ``norm`` arguments, keep the course's parameter names (states are loaded by
+    name) and pass the course's cache, layer index and ``is_causal`` on. What is left is two residual additions, the
+    definition of a pre-norm block, which any correct answer writes the same way.
+    """
+
     def __init__(
         self, config, rope: nn.Module, *, attention=RotaryGroupedQueryAttention, feed_forward=SwiGLU, norm=nn.RMSNorm
     ):

@@ -10,11 +10,14 @@ Filtered logits are -inf. ``sample_next`` applies temperature, then top-k, then 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-
-def greedy(logits: torch.Tensor) -> torch.Tensor:
-    return logits.argmax(dim=-1)
+# PyTorch's argmax over the vocabulary axis, which returns the first maximal index: ties go to the lower token id.
+greedy = functools.partial(torch.argmax, dim=-1)
+# Marked as this module's, so that ``autograder.adapters.need`` still refuses it when imported as an answer.
+greedy.__module__ = __name__
 
 
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:

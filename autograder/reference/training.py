@@ -3,7 +3,9 @@
 Used by the checks of notebook 10 (in the grader) and by its adapters (beside student code), so
 that the checkpoint, evaluation, loop and overfitting exercises are graded without the student's
 other exercises: ``torch.optim.AdamW``, ``F.cross_entropy``, ``torch.nn.utils.clip_grad_norm_`` and
-the schedules' closed forms.
+Hugging Face's schedules (``transformers.get_inverse_sqrt_schedule`` and
+``get_cosine_with_min_lr_schedule_with_warmup``, closed forms evaluated in float64, within a few ulps
+of the formulas notebook 10 states).
 
 Conventions: ``step`` is the number of the update about to be made; a loop makes updates
 ``1..max_steps`` with ``lr = schedule(step)`` written into every parameter group; the order per
@@ -14,13 +16,17 @@ every ``eval_interval`` updates and after the last one, with a generator freshly
 
 from __future__ import annotations
 
-import math
+import functools
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# Imported here, not where it is used: the adapters of notebook 10 call the schedule beside student code, and
+# everything a worker needs is imported before the student's folder is on sys.path (autograder.worker).
+from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup, get_inverse_sqrt_schedule
 
 from autograder.reference.configs import TrainConfig
 
@@ -34,26 +40,54 @@ def get_batch(tokens, batch_size: int, context_length: int, device="cpu", *, gen
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    """PyTorch's cross-entropy, mean over every position. ``F.cross_entropy`` takes a sequence as
+    [batch, classes, positions] with targets [batch, positions], so the vocabulary axis is moved second rather than
+    the positions flattened (for [N, vocab] logits ``movedim`` changes nothing)."""
+    return F.cross_entropy(logits.movedim(-1, 1), targets)
 
 
 def clip(parameters, max_norm: float) -> torch.Tensor:
     return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
 
+def _rate(scheduler: torch.optim.lr_scheduler.LambdaLR, step: int) -> float:
+    """The rate ``scheduler`` gives update ``step``: LambdaLR's own rule, base rate × ``lr_lambda(step)``, read at
+    any step without stepping through the ones before (the checks ask for steps in any order)."""
+    return scheduler.base_lrs[0] * scheduler.lr_lambdas[0](step)
+
+
+def _optimizer(lr: float) -> torch.optim.Optimizer:
+    """An optimizer to hang a scheduler on: Hugging Face's schedules take their peak rate from one."""
+    return torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=lr)
+
+
+@functools.lru_cache(maxsize=64)
+def _inverse_sqrt_schedule(d_model: int, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    # The Transformer paper's rate is its peak, d_model^-0.5 · warmup_steps^-0.5 (reached at warmup_steps), times
+    # min(step / warmup_steps, (step / warmup_steps)^-0.5): Hugging Face's factor, linear up to num_warmup_steps and
+    # (step / timescale)^-0.5 after, with timescale = warmup_steps.
+    peak = d_model**-0.5 * warmup_steps**-0.5
+    return get_inverse_sqrt_schedule(_optimizer(peak), num_warmup_steps=warmup_steps, timescale=warmup_steps)
+
+
 def inverse_sqrt_lr(step: int, *, d_model: int, warmup_steps: int) -> float:
-    if step == 0:
-        return 0.0
-    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+    return _rate(_inverse_sqrt_schedule(d_model, warmup_steps), step)
+
+
+@functools.lru_cache(maxsize=64)
+def _cosine_schedule(
+    max_lr: float, min_lr: float, warmup_steps: int, decay_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    return get_cosine_with_min_lr_schedule_with_warmup(
+        _optimizer(max_lr), num_warmup_steps=warmup_steps, num_training_steps=decay_steps, min_lr=min_lr
+    )
 
 
 def cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, decay_steps: int) -> float:
-    if step < warmup_steps:
-        return max_lr * step / warmup_steps
-    if step >= decay_steps:
-        return min_lr
-    progress = (step - warmup_steps) / (decay_steps - warmup_steps)
-    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+    """Hugging Face's linear warm-up from 0 and half cosine down to ``min_lr``. Its schedule is defined up to
+    ``num_training_steps`` only (past it the cosine comes back up); the course's holds ``min_lr`` after
+    ``decay_steps``, hence the rate of ``decay_steps`` for every later step."""
+    return _rate(_cosine_schedule(max_lr, min_lr, warmup_steps, decay_steps), min(step, decay_steps))
 
 
 def evaluate(
