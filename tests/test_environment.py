@@ -100,7 +100,7 @@ def _make_dry_run(tmp_path, torch_choice, gpu_listing):
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
     return subprocess.run(
-        ["make", "-n", f"VENV={tmp_path}/venv", f"TORCH={torch_choice}", "export"],
+        ["make", "-n", f"VENV={tmp_path}/venv", f"TORCH={torch_choice}", "stamp"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -1129,6 +1129,21 @@ def test_loss_equals_hugging_face(impl):
     _loss_case(impl, logits, labels, "mlm_loss(logits [30, 12], labels [30])")
 
 
+@LOSS.hidden
+def test_loss_with_large_logits(impl):
+    "finite and right for logits far apart (a target 100s of nats below the largest logit)"
+    logits, labels = _randn((6, 7, 16), 15, 80.0), _labels((6, 7), 16, 16, 0.6)
+    what = "mlm_loss(logits [6, 7, 16] spread over hundreds, labels [6, 7])"
+    loss = expect.tensor(impl.call(mlm_loss_run, logits, labels).get("loss"), what)
+    expect.that(
+        bool(torch.isfinite(loss).all()),
+        f"{what} returned {loss.detach().reshape(-1)[:1].tolist()}, but the cross-entropy there is finite: "
+        "softmax underflows to 0 for a target far below the largest logit, and log(0) is -inf. Take "
+        "log_softmax (or F.cross_entropy), which subtracts the largest logit before exponentiating",
+    )
+    _loss_case(impl, logits, labels, what)
+
+
 # --- Exercise 6 ------------------------------------------------------------------------------------
 
 

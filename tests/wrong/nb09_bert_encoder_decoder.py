@@ -386,6 +386,15 @@ WRONG_VERSIONS = (
             "return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction='sum')",
         ),
     ),
+    WrongVersion(
+        LOSS,
+        "log of softmax: -inf where a target is far below the largest logit (blind round)",
+        "softmax underflows to 0 for a target far below the largest logit",
+        edit(
+            _RETURN_F_CROSS_ENTROPY,
+            "return F.nll_loss(torch.log(torch.softmax(logits, dim=-1)).reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100)",
+        ),
+    ),
     # encoder_decoder
     WrongVersion(
         ENCDEC,
