@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tinystories_helpers import ROOT
+from tinystories_helpers import solution_parts
 
 from autograder.reference import hf_llama
 from tinystories import library
 from tinystories.library import DecoderConfig, LibraryCache, LibraryDecoder, sample_next
-from tinystories.stack import load_from
 
 ATOL = 1e-5
 SHAPES = [  # (d_model, n_layers, n_heads, n_kv_heads, d_ff, seed)
@@ -35,13 +34,12 @@ SHAPES = [  # (d_model, n_layers, n_heads, n_kv_heads, d_ff, seed)
 
 @pytest.fixture(scope="module")
 def solutions():
-    def of(notebook, *names):
-        return load_from(ROOT / "solutions" / notebook / f"{notebook}.ipynb", list(names))
-
     return (
-        of("08_decoder_models", "DecoderConfig", "ModernDecoder")
-        | of("11_decoding", "CachedDecoder", "KVCache", "sample_next")
-        | of("13_tinystories", "generate_with_cache", "flops_per_token", "mfu", "bits_per_byte", "rank_micro_batches")
+        solution_parts("08_decoder_models", "DecoderConfig", "ModernDecoder")
+        | solution_parts("11_decoding", "CachedDecoder", "KVCache", "sample_next")
+        | solution_parts(
+            "13_tinystories", "generate_with_cache", "flops_per_token", "mfu", "bits_per_byte", "rank_micro_batches"
+        )
     )
 
 

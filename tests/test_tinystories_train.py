@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from tinystories_helpers import ROOT, tiny_config
+from tinystories_helpers import ROOT, solution_parts, tiny_config
 
 from tinystories.errors import RunError
 from tinystories.model import load_trained
@@ -23,14 +23,9 @@ def solutions():
     """The instructor's answers the program loads for --stack reference (notebook 13's) and notebook 08's model."""
     from types import SimpleNamespace
 
-    from tinystories.stack import load_from
-
-    def of(notebook, *names):
-        return load_from(ROOT / "solutions" / notebook / f"{notebook}.ipynb", list(names))
-
     return SimpleNamespace(
-        **of("08_decoder_models", "DecoderConfig", "ModernDecoder"),
-        **of("13_tinystories", "attention_maps", "bits_per_byte", "flops_per_token", "rank_micro_batches"),
+        **solution_parts("08_decoder_models", "DecoderConfig", "ModernDecoder"),
+        **solution_parts("13_tinystories", "attention_maps", "bits_per_byte", "flops_per_token", "rank_micro_batches"),
     )
 
 

@@ -45,3 +45,11 @@ def cli(*args: str, module: tuple[str, ...] = ("-m", "tinystories"), timeout: in
     return subprocess.run(
         [sys.executable, *module, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def solution_parts(notebook: str, *names: str) -> dict:
+    """{name: the solutions' definition} from ``solutions/NOTEBOOK`` (its preamble and answer cells run), as the
+    program loads a student's parts: the oracles the tests hold the reference stack's library parts to."""
+    from tinystories.stack import load_from
+
+    return load_from(ROOT / "solutions" / notebook / f"{notebook}.ipynb", list(names))
