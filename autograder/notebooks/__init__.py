@@ -27,4 +27,5 @@ NOTEBOOKS = [
     "11_decoding",
     "12_bpe",
     "13_tinystories",
+    "14_systems",
 ]

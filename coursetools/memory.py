@@ -1,0 +1,100 @@
+"""What a piece of PyTorch code allocates on the CPU, watched from below autograd: notebook 14's measurements and
+the checks of its memory rules use the same watcher.
+
+``torch.cuda.max_memory_allocated`` has no CPU twin, so ``watch_memory`` keeps its own count. A dispatch mode
+sees every aten operator that runs inside the block, the backward pass that autograd runs for it included (a
+torch-function mode does not see the backward of an ``autograd.Function``). Each operator's outputs that own
+new storage (not views) are counted until their storage is freed; the peak is the largest sum of bytes alive at
+once, and ``largest`` the largest single tensor by number of elements. Memory allocated before the block (its
+inputs) is not counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+import torch._dynamo  # noqa: F401 - a dispatch mode imports it on first use, and an exercise's rules may be in force then
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+@dataclass
+class MemoryWatch:
+    """What ``watch_memory`` saw: ``peak_bytes`` (the most bytes of new storage alive at once), ``largest`` (the
+    shape of the tensor with the most elements that was made, not a view) and ``made`` (how many were made)."""
+
+    peak_bytes: int = 0
+    largest: tuple[int, ...] = ()
+    made: int = 0
+    _alive: list = field(default_factory=list, repr=False)  # (weak reference to a storage, its bytes)
+
+    @property
+    def largest_numel(self) -> int:
+        numel = 1
+        for size in self.largest:
+            numel *= size
+        return numel if self.largest or self.made else 0
+
+    def _note(self, outputs) -> None:
+        for tensor in outputs:
+            if tensor.is_meta or tensor.device.type != "cpu":
+                continue
+            self.made += 1
+            if not self.largest or tensor.numel() > self.largest_numel:
+                self.largest = tuple(tensor.shape)
+            storage = tensor.untyped_storage()
+            self._alive.append((StorageWeakRef(storage), storage.nbytes()))
+        self._alive = [(ref, size) for ref, size in self._alive if not ref.expired()]
+        self.peak_bytes = max(self.peak_bytes, sum(size for _, size in self._alive))
+
+
+def _owns_new_storage(func) -> bool:
+    """Whether an operator's results are new tensors, not views or in-place edits of its arguments."""
+    return not any(ret.alias_info is not None for ret in func._schema.returns)
+
+
+class _Watch(TorchDispatchMode):
+    def __init__(self, watch: MemoryWatch):
+        super().__init__()
+        self.watch = watch
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if _owns_new_storage(func):
+            outputs = result if isinstance(result, tuple | list) else (result,)
+            self.watch._note([t for t in outputs if isinstance(t, torch.Tensor)])
+        return result
+
+
+@contextlib.contextmanager
+def watch_memory():
+    """``with watch_memory() as seen: ...``: afterwards ``seen.peak_bytes``, ``seen.largest`` (``MemoryWatch``)."""
+    watch = MemoryWatch()
+    with _Watch(watch):
+        yield watch
+
+
+@contextlib.contextmanager
+def saved_for_backward():
+    """``with saved_for_backward() as saved: y = f(x)``: ``saved`` lists each tensor autograd keeps for the
+    backward pass of what runs in the block (``ctx.save_for_backward`` included), as it was handed over."""
+    saved: list[torch.Tensor] = []
+
+    def pack(tensor):
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        yield saved
+
+
+def storage_bytes(tensors) -> int:
+    """The bytes of the distinct storages behind ``tensors`` (a tensor saved twice, or a view of another, counts
+    once)."""
+    seen = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        seen[storage.data_ptr(), storage.nbytes()] = storage.nbytes()
+    return sum(seen.values())

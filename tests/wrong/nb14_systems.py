@@ -1,0 +1,332 @@
+"""Wrong versions of notebook 14's answers (14_systems): see ``wrong/__init__.py``."""
+
+from autograder.notebooks.nb14_systems import FLASH_BACKWARD, FLASH_FORWARD, TOP_OPERATORS
+from wrong import WrongVersion, edit
+
+_RULE = "this exercise's rule is: no ready-made attention or softmax"
+_MEMORY = "that is a quadratic tensor"
+
+# top_operators ---------------------------------------------------------------------------------------------------
+_KEEP = 'if event.get("cat") == "cpu_op" and event.get("ph") == "X":'
+_GROUP = 'threads[event["pid"], event["tid"]].append(event)'
+_SORT = 'events.sort(key=lambda e: (e["ts"], -e["dur"]))'
+_PARENT = """            if open_events:  # its time is its parent's total, not the parent's own
+                self_time[open_events[-1]["name"]] -= event["dur"]"""
+_RANK = "ranked = sorted(self_time.items(), key=lambda item: (-item[1], item[0]))"
+
+# flash_attention_forward -----------------------------------------------------------------------------------------
+_Q_TILE = "q_tile = q[..., i : i + block_q, :] * scale"
+_ROWS = "rows = torch.arange(i, i + q_tile.shape[-2]) + offset  # the tile's queries, as positions among the keys"
+_CAUSAL_MASK = "scores = scores.masked_fill(cols[None, :] > rows[:, None], -math.inf)"
+_ACC = "acc = acc * correction + p @ v[..., j : j + block_k, :]"
+_OUT = "out[..., i : i + block_q, :] = acc / running_sum"
+_LSE = "lse[..., i : i + block_q] = (running_max + torch.log(running_sum)).squeeze(-1)"
+_P = "p = torch.exp(scores - new_max)"
+_NEW_MAX = "new_max = torch.maximum(running_max, scores.amax(-1, keepdim=True))"
+_SKIP = """            if causal and j > rows[-1]:
+                break  # every key from here on is in the future of every query of the tile"""
+
+# flash_attention_backward ----------------------------------------------------------------------------------------
+_SAVE = "ctx.save_for_backward(q, k, v, out, lse)"
+_DELTA = "delta = (grad_out * out).sum(-1, keepdim=True)  # D_i = sum_j P_ij dP_ij = dO_i . O_i"
+_DQ = "dq[..., rows, :] += ds @ k_tile * scale"
+_DK = "dk[..., cols, :] += ds.transpose(-2, -1) @ q_tile * scale"
+_DV = "dv[..., cols, :] += p.transpose(-2, -1) @ do_tile"
+_SCORES_BACK = "scores = (q_tile @ k_tile.transpose(-2, -1)) * scale"
+_BACK_MASK = """                if ctx.causal:
+                    scores = scores.masked_fill(cols[None, :] > rows[:, None] + offset, -math.inf)"""
+
+WRONG_VERSIONS = (
+    # top_operators
+    WrongVersion(
+        TOP_OPERATORS,
+        "ranks total times",
+        "it ranks total times",
+        edit(_PARENT, "            pass"),
+    ),
+    WrongVersion(
+        TOP_OPERATORS,
+        "subtracts grandchildren too",
+        "grandchildren too",
+        edit(
+            _PARENT,
+            """            for outer in open_events:  # every operator this one is inside
+                self_time[outer["name"]] -= event["dur"]""",
+        ),
+    ),
+    WrongVersion(
+        TOP_OPERATORS,
+        "nests operators of different threads",
+        "group the events by (pid, tid) first",
+        edit(_GROUP, "threads[0].append(event)"),
+    ),
+    WrongVersion(
+        TOP_OPERATORS,
+        "counts annotations as operators",
+        "keep the events whose cat is 'cpu_op'",
+        edit(_KEEP, 'if event.get("ph") == "X":'),
+    ),
+    WrongVersion(
+        TOP_OPERATORS,
+        "sorts by start time only",
+        "the longer one is the parent",
+        edit(_SORT, 'events.sort(key=lambda e: e["ts"])'),
+    ),
+    WrongVersion(
+        TOP_OPERATORS,
+        "ties ranked by name backwards",
+        "in another order",
+        edit(_RANK, "ranked = sorted(self_time.items(), key=lambda item: (item[1], item[0]), reverse=True)"),
+    ),
+    WrongVersion(
+        TOP_OPERATORS,
+        "nests an operator that starts where another ends",
+        "top_operators(trace, k=5) on a hand-made trace",
+        edit(
+            'while open_events and event["ts"] >= open_events[-1]["ts"]',
+            'while open_events and event["ts"] > open_events[-1]["ts"]',
+        ),
+    ),
+    # flash_attention_forward
+    WrongVersion(
+        FLASH_FORWARD,
+        "calls F.scaled_dot_product_attention on each tile",
+        _RULE,
+        code="""def flash_attention_forward(q, k, v, causal=False, block_q=32, block_k=32):
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return out, torch.logsumexp(scores, -1)
+""",
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "a softmax per key tile",
+        _RULE,
+        edit(
+            _P,
+            "p = torch.softmax(scores, -1) * torch.exp(scores.amax(-1, keepdim=True) - new_max) * torch.exp(scores - new_max).sum(-1, keepdim=True)",
+        ),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "forgets the scale",
+        "not scaled by 1/sqrt(d)",
+        edit(_Q_TILE, "q_tile = q[..., i : i + block_q, :]"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "does not divide by the running sum",
+        "is not divided by the running sum",
+        edit(_OUT, "out[..., i : i + block_q, :] = acc"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "no causal mask inside the diagonal tiles",
+        "the causal mask is missing",
+        edit(_CAUSAL_MASK, "pass"),
+        edit(
+            _SKIP,
+            """            if False:
+                break""",
+        ),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "top-left causal alignment, as SDPA's is_causal",
+        "aligned top-left",
+        edit(_ROWS, "rows = torch.arange(i, i + q_tile.shape[-2])"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "no rescaling of the accumulator",
+        "rescale the sum and the output accumulated so far",
+        edit(_ACC, "acc = acc + p @ v[..., j : j + block_k, :]"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "returns the running max as lse",
+        "it returns the running max m",
+        edit(_LSE, "lse[..., i : i + block_q] = running_max.squeeze(-1)"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "returns log(l) as lse",
+        "it returns log(l) alone",
+        edit(_LSE, "lse[..., i : i + block_q] = torch.log(running_sum).squeeze(-1)"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "lse in bits",
+        "it is in bits (log2)",
+        edit(_LSE, "lse[..., i : i + block_q] = (running_max / math.log(2) + torch.log2(running_sum)).squeeze(-1)"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "no running max: exp of the raw scores",
+        "contains NaN or inf",
+        edit(_NEW_MAX, "new_max = torch.zeros_like(running_max)"),
+        edit("correction = torch.exp(running_max - new_max)", "correction = torch.ones_like(running_max)"),
+        edit(
+            "lse[..., i : i + block_q] = (running_max + torch.log(running_sum))",
+            "lse[..., i : i + block_q] = torch.log(running_sum)",
+        ),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "the naive [T, T] attention without a softmax call",
+        _MEMORY,
+        code="""def flash_attention_forward(q, k, v, causal=False, block_q=32, block_k=32):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        allowed = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2])
+        scores = scores.masked_fill(~allowed, -math.inf)
+    row_max = scores.amax(-1, keepdim=True)
+    weights = torch.exp(scores - row_max)
+    total = weights.sum(-1, keepdim=True)
+    return weights / total @ v, (row_max + torch.log(total)).squeeze(-1)
+""",
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "a [T, T] causal mask built once",
+        _MEMORY,
+        edit(
+            "    out = torch.empty_like(q)\n",
+            "    out = torch.empty_like(q)\n    allowed = torch.ones(t_q, t_k, dtype=torch.bool).tril(offset)\n",
+        ),
+        edit(_CAUSAL_MASK, "scores = scores.masked_fill(~allowed[i : i + block_q, j : j + block_k], -math.inf)"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "tiles over queries only, a strip of scores against every key",
+        _MEMORY,
+        code="""def flash_attention_forward(q, k, v, causal=False, block_q=32, block_k=32):
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:-1])
+    for i in range(0, t_q, block_q):
+        scores = q[..., i : i + block_q, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            rows = torch.arange(i, i + scores.shape[-2]) + t_k - t_q
+            scores = scores.masked_fill(torch.arange(t_k)[None, :] > rows[:, None], -math.inf)
+        row_max = scores.amax(-1, keepdim=True)
+        weights = torch.exp(scores - row_max)
+        total = weights.sum(-1, keepdim=True)
+        out[..., i : i + block_q, :] = weights / total @ v
+        lse[..., i : i + block_q] = (row_max + torch.log(total)).squeeze(-1)
+    return out, lse
+""",
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "keeps every tile's scores",
+        "do not keep every tile's scores",
+        edit("    out = torch.empty_like(q)\n", "    out = torch.empty_like(q)\n    seen_tiles = []\n"),
+        edit(_P, "p = torch.exp(scores - new_max)\n            seen_tiles.append(p)"),
+    ),
+    # flash_attention_backward
+    WrongVersion(
+        FLASH_BACKWARD,
+        "forgets D = rowsum(dO * O)",
+        "D = rowsum(dO * O) per query; it is missing",
+        edit(_DELTA, "delta = torch.zeros_like(out[..., :1])"),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "dQ without the scale",
+        "dQ = dS K * scale",
+        edit(_DQ, "dq[..., rows, :] += ds @ k_tile"),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "dK without the scale",
+        "dK = dS^T Q * scale",
+        edit(_DK, "dk[..., cols, :] += ds.transpose(-2, -1) @ q_tile"),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "recomputes the scores without the scale",
+        "FlashAttention's gradients",
+        edit(_SCORES_BACK, "scores = q_tile @ k_tile.transpose(-2, -1)"),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "dK and dV swapped",
+        "dK and dV are swapped",
+        edit("return dq, dk, dv, None, None, None", "return dq, dv, dk, None, None, None"),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "no causal mask in the backward pass",
+        "FlashAttention's gradients",
+        edit(_BACK_MASK, "                pass"),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "top-left causal mask in the backward pass",
+        "T_q != T_k",
+        edit("offset = t_k - t_q  # causal: query i sees keys j <= i + offset", "offset = 0"),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "saves the probabilities",
+        "recomputes the probabilities from the saved log-sum-exp",
+        edit(
+            _SAVE,
+            """scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            allowed = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2])
+            scores = scores.masked_fill(~allowed, -math.inf)
+        ctx.probabilities = torch.exp(scores - lse[..., None])
+        ctx.save_for_backward(q, k, v, out, lse)""",
+        ),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "autograd through a naive attention in backward",
+        _MEMORY,
+        code="""class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, block_q=32, block_k=32):
+        out, lse = flash_attention_forward(q, k, v, causal, block_q, block_k)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        with torch.enable_grad():
+            q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+            scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+            if ctx.causal:
+                allowed = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2])
+                scores = scores.masked_fill(~allowed, -math.inf)
+            probabilities = torch.exp(scores - scores.amax(-1, keepdim=True))
+            probabilities = probabilities / probabilities.sum(-1, keepdim=True)
+            dq, dk, dv = torch.autograd.grad(probabilities @ v, (q, k, v), grad_out)
+        return dq, dk, dv, None, None, None
+""",
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "calls F.scaled_dot_product_attention's autograd in backward",
+        _RULE,
+        code="""class FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, block_q=32, block_k=32):
+        out, lse = flash_attention_forward(q, k, v, causal, block_q, block_k)
+        ctx.save_for_backward(q, k, v)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v = ctx.saved_tensors
+        with torch.enable_grad():
+            q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=ctx.causal)
+            dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_out)
+        return dq, dk, dv, None, None, None
+""",
+    ),
+)
