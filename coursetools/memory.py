@@ -23,11 +23,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 @dataclass
 class MemoryWatch:
     """What ``watch_memory`` saw: ``peak_bytes`` (the most bytes of new storage alive at once), ``largest`` (the
-    shape of the tensor with the most elements that was made, not a view) and ``made`` (how many were made)."""
+    shape of the tensor with the most elements that was made, not a view), ``made`` (how many were made) and
+    ``products`` (the last two sizes of each matrix product's result: the tiles a tiled computation multiplies) and
+    ``scalars`` (how many numbers were taken out of tensors into Python: ``.item()``, ``float(t)``, ``int(t)``)."""
 
     peak_bytes: int = 0
     largest: tuple[int, ...] = ()
     made: int = 0
+    products: list = field(default_factory=list)
+    scalars: int = 0
     _alive: list = field(default_factory=list, repr=False)  # (weak reference to a storage, its bytes)
 
     @property
@@ -50,6 +54,9 @@ class MemoryWatch:
         self.peak_bytes = max(self.peak_bytes, sum(size for _, size in self._alive))
 
 
+_PRODUCTS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "mv", "addmv"}
+
+
 def _owns_new_storage(func) -> bool:
     """Whether an operator's results are new tensors, not views or in-place edits of its arguments."""
     return not any(ret.alias_info is not None for ret in func._schema.returns)
@@ -62,6 +69,10 @@ class _Watch(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
+        if func._schema.name == "aten::_local_scalar_dense":
+            self.watch.scalars += 1
+        if func._schema.name.removeprefix("aten::") in _PRODUCTS and isinstance(result, torch.Tensor):
+            self.watch.products.append(tuple(result.shape[-2:]))
         if _owns_new_storage(func):
             outputs = result if isinstance(result, tuple | list) else (result,)
             self.watch._note([t for t in outputs if isinstance(t, torch.Tensor)])
@@ -98,3 +109,33 @@ def storage_bytes(tensors) -> int:
         storage = tensor.untyped_storage()
         seen[storage.data_ptr(), storage.nbytes()] = storage.nbytes()
     return sum(seen.values())
+
+
+def tensors_held_by(root, leave_out=()) -> list[torch.Tensor]:
+    """The tensors reachable from ``root`` (an optimizer, the context of an autograd function) through attributes,
+    dicts, lists, tuples and sets, but those sharing storage with the tensors in ``leave_out`` (the parameters an
+    optimizer updates, which the model holds anyway). Modules and functions are not entered."""
+    import torch.nn as nn
+
+    left_out = {t.untyped_storage().data_ptr() for t in leave_out}
+    seen, found, todo = set(), [], [root]
+    while todo:
+        value = todo.pop()
+        if id(value) in seen or isinstance(value, str | bytes | int | float | bool | type(None) | nn.Module):
+            continue
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            if value.untyped_storage().data_ptr() not in left_out:
+                found.append(value)
+        elif isinstance(value, dict):
+            todo += [*value.keys(), *value.values()]
+        elif isinstance(value, list | tuple | set | frozenset):
+            todo += list(value)
+        elif hasattr(value, "__dict__") and not callable(value):
+            todo += list(vars(value).values())
+    return found
+
+
+def bytes_held_by(root, leave_out=()) -> int:
+    """The bytes of the distinct storages of ``tensors_held_by(root, leave_out)``."""
+    return storage_bytes(tensors_held_by(root, leave_out))

@@ -36,26 +36,36 @@ from autograder.adapters import adapter, given, need
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
 from autograder.rules import ATTENTIONS, LOG_SOFTMAXES, SOFTMAXES, Rule
-from coursetools.memory import saved_for_backward, storage_bytes, watch_memory
+from coursetools.memory import bytes_held_by, saved_for_backward, storage_bytes, tensors_held_by, watch_memory
 
 _NO_READY_MADE = (
     "no ready-made attention or softmax (F.scaled_dot_product_attention, softmax, log_softmax, logsumexp and the "
-    "like); and no [T_q, T_k] tensor, not even a boolean mask, nor the score tiles kept until the end"
+    "like), no NumPy and no .tolist(), and only a few Python numbers per tile (an .item() for a loop bound); no "
+    "[T_q, T_k] tensor, not even a boolean mask, no product larger than a tile, and the score tiles not kept"
 )
+# The values leave PyTorch in bulk only through these, which the rule refuses (so a NumPy attention cannot hide from
+# the checks, which watch PyTorch's operators); one number at a time (.item(), float()), the checks count them.
+_LEAVING_TORCH = ("torch.Tensor.numpy", "torch.Tensor.__array__", "torch.Tensor.tolist")
+SCALARS_PER_TILE = 4  # Python numbers taken out of tensors per pair of tiles, beyond SCALARS_ALLOWED
+SCALARS_ALLOWED = 64
 TOP_OPERATORS = Exercise("top_operators", "the operators that take the time", points=2)
 FLASH_FORWARD = Exercise(
     "flash_attention_forward",
     "FlashAttention's forward pass",
     points=3,
-    rules=(Rule(_NO_READY_MADE, SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS),),
+    rules=(Rule(_NO_READY_MADE, SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS + _LEAVING_TORCH),),
 )
 FLASH_BACKWARD = Exercise(
     "flash_attention_backward",
     "the backward pass, by recomputation",
     points=3,
-    rules=(Rule(_NO_READY_MADE, SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS),),
+    rules=(Rule(_NO_READY_MADE, SOFTMAXES + LOG_SOFTMAXES + ATTENTIONS + _LEAVING_TORCH),),
 )
-EXERCISES = [TOP_OPERATORS, FLASH_FORWARD, FLASH_BACKWARD]
+AVERAGE = Exercise("average_gradients", "data parallelism: average the gradients", points=2)
+OVERLAP = Exercise("overlapped_sync", "overlap: all-reduce during the backward pass", points=2)
+BUCKETS = Exercise("bucketed_sync", "buckets of gradients", points=3)
+SHARDED = Exercise("sharded_adamw", "sharded optimizer state (ZeRO-1)", points=3)
+EXERCISES = [TOP_OPERATORS, FLASH_FORWARD, FLASH_BACKWARD, AVERAGE, OVERLAP, BUCKETS, SHARDED]
 
 SELF_TIME_TOL = 0.01  # µs (module docstring)
 F32 = {"atol": 1e-5, "rtol": 1e-5}
@@ -67,30 +77,41 @@ _gen, _randn = seeded(14000)
 # --- top_operators ---------------------------------------------------------------------------------------------
 
 
-def _op(name, ts, dur, tid=1):
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur, "args": {}}
+def _op(name, ts, dur, tid=1, pid=7):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": {}}
 
 
 def _hand_made_trace() -> dict:
-    """Nested operators on two threads that overlap in time, a grandchild, a parent and child that start together,
-    a zero-length operator, siblings that touch, and events that are not operators (an annotation around a step,
-    a flow arrow, the process's name)."""
+    """Nested operators on two threads that overlap in time and on a thread of another process with the same thread
+    id, a grandchild, a parent and child that start together, a zero-length operator, siblings that touch, a child
+    whose end is rounded past its parent's, an annotation inside an operator, and events that are not operators
+    (an annotation around the step, a flow arrow, the process's name)."""
+    annotation = {"ph": "X", "cat": "user_annotation", "pid": 7, "tid": 1}
     events = [
-        # thread 1: a linear (0-100) holding an addmm (10-70) holding a copy_ (20-30); then a mul (100-130) that
-        # starts where the linear ends, holding an empty (100-100) and a copy_ (100-110) that start with it
+        # process 7, thread 1: a linear (0-100) holding an addmm (10-70) holding a copy_ (20-30); then a mul
+        # (100-130) that starts where the linear ends, holding an empty (100-100) and a copy_ (100-110) that start
+        # with it
         _op("aten::linear", 0, 100),
         _op("aten::addmm", 10, 60),
         _op("aten::copy_", 20, 10),
         _op("aten::copy_", 100, 10),  # listed before its parent, which starts at the same instant
         _op("aten::empty", 100, 0),
         _op("aten::mul", 100, 30),
+        # a gelu holding an annotation holding an erf: among the operators, the erf is the gelu's child
         _op("aten::gelu", 140, 25),
-        # thread 2, at the same time: the autograd engine's own operators, nested likewise
+        annotation | {"name": "## gelu ##", "ts": 145, "dur": 15},
+        _op("aten::erf", 147, 10),
+        # a child that starts inside its parent and whose end, rounded to the nanosecond, is 1 ns past the parent's
+        _op("aten::add", 170, 10.0),
+        _op("aten::fill_", 174, 6.001),
+        # process 7, thread 2, at the same time: the autograd engine's own operators, nested likewise
         _op("autograd::engine::evaluate_function: MmBackward0", 5, 120, tid=2),
         _op("aten::mm", 15, 80, tid=2),
         _op("aten::mul", 130, 5, tid=2),
+        # process 8, whose thread has the id 1 too: not nested in process 7's operators
+        _op("aten::bmm", 50, 40, pid=8),
         # not operators: what a whole step is annotated with, a forward-backward flow arrow, metadata
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 7, "tid": 1, "ts": 0, "dur": 200},
+        annotation | {"name": "ProfilerStep#1", "ts": 0, "dur": 200},
         {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "pid": 7, "tid": 1, "ts": 15, "id": 3},
         {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}},
     ]
@@ -98,15 +119,18 @@ def _hand_made_trace() -> dict:
 
 
 def _brute_force_self_times(trace: dict) -> dict[str, float]:
-    """At the middle of each microsecond (the hand-made traces use whole ones), charge the innermost operator open
-    on each thread: the one that started last among those open then (the longest, if several started together)."""
+    """At the middle of each microsecond (the hand-made traces start and end their operators at whole ones, to a
+    nanosecond), charge the innermost operator open on each thread of each process: the one that started last
+    among those open then (the longest, if several started together)."""
     ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
     times = {op["name"]: 0.0 for op in ops}
     end = max(op["ts"] + op["dur"] for op in ops)
-    for thread in {op["tid"] for op in ops}:
+    for thread in {(op["pid"], op["tid"]) for op in ops}:
         for step in range(int(end)):
             instant = step + 0.5
-            open_ops = [op for op in ops if op["tid"] == thread and op["ts"] <= instant < op["ts"] + op["dur"]]
+            open_ops = [
+                op for op in ops if (op["pid"], op["tid"]) == thread and op["ts"] <= instant < op["ts"] + op["dur"]
+            ]
             if open_ops:
                 innermost = max(open_ops, key=lambda op: (op["ts"], -op["dur"]))
                 times[innermost["name"]] += 1.0
@@ -164,22 +188,29 @@ def _same_ranking(got, expected, what: str, mistakes=(), truth: dict | None = No
 def _self_time_mistakes(trace: dict, k: int) -> list:
     ops = [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op" and e.get("ph") == "X"]
     everything = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    op_names = {e["name"] for e in ops}
 
-    def nested_self(events, *, all_descendants=False, one_thread=False, by_start_only=False):
+    def nested_self(
+        events, *, all_descendants=False, thread=lambda e: (e["pid"], e["tid"]), by_start_only=False, ends_inside=False
+    ):
         times = {}
-        for thread in {0} if one_thread else {e["tid"] for e in events}:
-            mine = [e for e in events if one_thread or e["tid"] == thread]
-            key = (lambda e: e["ts"]) if by_start_only else (lambda e: (e["ts"], -e["dur"]))
-            mine = sorted(mine, key=key)
+        for key in {thread(e) for e in events}:
+            order = (lambda e: e["ts"]) if by_start_only else (lambda e: (e["ts"], -e["dur"]))
             stack = []
-            for e in mine:
-                while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"]:
+            for e in sorted((e for e in events if thread(e) == key), key=order):
+                last = e["ts"] + e["dur"] if ends_inside else e["ts"]  # the instant that must fall inside the parent
+                while stack and (
+                    e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"] or last > stack[-1]["ts"] + stack[-1]["dur"]
+                ):
                     stack.pop()
                 times[e["name"]] = times.get(e["name"], 0.0) + e["dur"]
                 for parent in stack if all_descendants else stack[-1:]:
                     times[parent["name"]] -= e["dur"]
                 stack.append(e)
         return times
+
+    def ops_only(times):
+        return {name: t for name, t in times.items() if name in op_names}
 
     return [
         (
@@ -188,36 +219,50 @@ def _self_time_mistakes(trace: dict, k: int) -> list:
         ),
         (
             _ranked(nested_self(ops, all_descendants=True), k),
-            "it subtracts every operator inside, grandchildren too; "
-            "subtract only the direct children (a child's own time already excludes the grandchild)",
+            "it subtracts every operator inside, grandchildren too; subtract only the direct children (a child's own "
+            "time already excludes the grandchild)",
         ),
         (
-            _ranked(nested_self(ops, one_thread=True), k),
-            "it nests operators of different threads; nesting only "
-            "happens on one thread: group the events by (pid, tid) first",
+            _ranked(nested_self(ops, thread=lambda e: 0), k),
+            "it nests operators of different threads; nesting only happens on one thread: group the events by "
+            "(pid, tid) first",
+        ),
+        (
+            _ranked(nested_self(ops, thread=lambda e: e["tid"]), k),
+            "it nests operators of two processes whose threads have the same id: a thread is (pid, tid), not tid alone",
         ),
         (
             _ranked(nested_self(everything), k),
-            "it counts events that are not operators (user annotations such as "
-            "ProfilerStep#1): keep the events whose cat is 'cpu_op'",
+            "it counts events that are not operators (user annotations such as ProfilerStep#1): keep the events whose "
+            "cat is 'cpu_op'",
+        ),
+        (
+            _ranked(ops_only(nested_self(everything)), k),
+            "it lets annotations take part in the nesting (the erf inside '## gelu ##' inside the gelu is the gelu's "
+            "child among the operators): keep only the events whose cat is 'cpu_op' before nesting",
+        ),
+        (
+            _ranked(nested_self(ops, ends_inside=True), k),
+            "it asks a child to end before its parent ends; durations are rounded, so a child may end a nanosecond "
+            "after its parent: a child is an event that starts inside it",
         ),
         (
             _ranked(nested_self(ops, by_start_only=True), k),
-            "two operators that start at the same instant are nested "
-            "the wrong way round: the longer one is the parent (sort by start, then by longest first)",
+            "two operators that start at the same instant are nested the wrong way round: the longer one is the parent "
+            "(sort by start, then by longest first)",
         ),
     ]
 
 
 @TOP_OPERATORS.visible
 def test_hand_made_trace(impl):
-    "the self times of a hand-made trace: nesting, two threads, events that are not operators"
+    "the self times of a hand-made trace: nesting, threads and processes, events that are not operators"
     trace = _hand_made_trace()
     truth = _brute_force_self_times(trace)
-    got = _as_ranking(impl.call(call_top_operators, trace, 5), "top_operators(trace, k=5)")
-    _same_ranking(
-        got, _ranked(truth, 5), "top_operators(trace, k=5) on a hand-made trace", _self_time_mistakes(trace, 5), truth
-    )
+    k = len(truth)  # all of them: each mistake shows somewhere in the ranking
+    got = _as_ranking(impl.call(call_top_operators, trace, k), f"top_operators(trace, k={k})")
+    what = f"top_operators(trace, k={k}) on a hand-made trace"
+    _same_ranking(got, _ranked(truth, k), what, _self_time_mistakes(trace, k), truth)
 
 
 @TOP_OPERATORS.hidden
@@ -286,10 +331,14 @@ def test_real_profiles(impl):
 # --- FlashAttention: shapes, oracles and limits ----------------------------------------------------------------
 
 
-def _qkv(batch, heads, t_q, t_k, d, seed, score_scale=1.0):
-    """Queries, keys and values; ``score_scale`` multiplies the queries and the keys (so the scores by its square)."""
+def _qkv(leading, t_q, t_k, d, seed, score_scale=1.0, *, signs=(1, 1)):
+    """Queries, keys and values of shapes [*leading, T, d]; ``score_scale`` multiplies the queries and the keys (so
+    the scores by its square); ``signs`` (1 or -1) make all the queries' and keys' entries of one sign, so that all
+    the scores have the sign of their product."""
     g = _gen(seed)
-    q, k, v = (torch.randn(batch, heads, t, d, generator=g) for t in (t_q, t_k, t_k))
+    q, k, v = (torch.randn(*leading, t, d, generator=g) for t in (t_q, t_k, t_k))
+    if signs != (1, 1):
+        q, k = signs[0] * q.abs(), signs[1] * k.abs()
     return q * score_scale, k * score_scale, v
 
 
@@ -351,21 +400,26 @@ def _padded(t, block):
 
 def _limits(q, k, block_q, block_k, *, backward=False) -> dict:
     """What a tiled attention may make: no tensor bigger than its inputs (padded to whole tiles) or one tile of
-    scores per batch and head; alive at once, at most three copies of q, k and v (padded) and eight tiles, and for
-    the backward pass two more copies (dQ, dK, dV and the gradients it is given). The answers measured use about
-    one copy and two tiles (forward) and two copies (backward). A [T_q, T_k] tensor, or the score tiles kept, is
-    more: the checks choose T much larger than d and the tiles, so these bounds part them."""
+    scores per batch and head; no matrix product whose result is larger than a tile, unless one of its sizes is the
+    head width d (P V, dS K, dS^T Q); and alive at once, at most six copies of q, k and v (padded) and sixteen tiles,
+    ten copies for the backward pass (which makes dQ, dK and dV and is given dO), room for a computation in float64.
+    The answers measured, in float32, use about one copy and two tiles (forward) and two copies (backward); in
+    float64, four and seven. A [T_q, T_k] tensor, or the score tiles kept, is more: the checks choose T much larger
+    than d and the tiles (and d, block_q and block_k all different), so these bounds part them."""
     *batch, t_q, d = q.shape
     t_k = k.shape[-2]
     heads = math.prod(batch)
     inputs = heads * (_padded(t_q, block_q) + 2 * _padded(t_k, block_k)) * d
     largest = heads * max(_padded(t_q, block_q) * d, _padded(t_k, block_k) * d, block_q * block_k)
-    peak = q.element_size() * ((5 if backward else 3) * inputs + 8 * heads * block_q * block_k)
+    peak = q.element_size() * ((10 if backward else 6) * inputs + 16 * heads * block_q * block_k)
     return {
         "largest": largest,
         "peak_bytes": peak,
         "quadratic": t_q * t_k,
         "quadratic_bytes": q.element_size() * heads * t_q * t_k,
+        "tile": (block_q, block_k),
+        "d": d,
+        "scalars": SCALARS_ALLOWED + SCALARS_PER_TILE * -(-t_q // block_q) * -(-t_k // block_k),
     }
 
 
@@ -376,6 +430,19 @@ def _check_memory(seen: dict, limits: dict, what: str):
         f"a [block_q, block_k] tile of scores per batch and head ({limits['largest']:,}); for "
         f"T_q x T_k = {limits['quadratic']:,} scores that is a quadratic tensor (a [T_q, T_k] mask made once is one "
         "too): work tile by tile, and build each tile's mask from the positions of its rows and columns",
+    )
+    (block_q, block_k), d = limits["tile"], limits["d"]
+    too_big = [shape for shape in seen["products"] if d not in shape and shape[0] * shape[1] > block_q * block_k]
+    expect.that(
+        not too_big,
+        f"{what} multiplied matrices into a [{too_big[0][0] if too_big else 0}, {too_big[0][1] if too_big else 0}] "
+        f"result, larger than a tile of block_q x block_k = {block_q} x {block_k} scores: take key tiles of block_k "
+        "keys and query tiles of block_q queries (or smaller), as given",
+    )
+    expect.that(
+        seen["scalars"] <= limits["scalars"],
+        f"{what} took {seen['scalars']:,} Python numbers out of tensors (.item(), float(), int()), more than a few per "
+        f"pair of tiles ({limits['scalars']:,}): compute with tensors, not number by number in Python",
     )
     expect.that(
         seen["peak_bytes"] <= limits["peak_bytes"],
@@ -390,27 +457,31 @@ def _check_memory(seen: dict, limits: dict, what: str):
 # (batch, heads, T_q, T_k, d, block_q, block_k, causal, seed): tiles that divide the lengths and tiles that do not,
 # one tile for everything, causal with T_q < T_k (bottom-right), T_q > T_k, row tiles taller than key tiles.
 FORWARD_CASES = [
-    (2, 3, 37, 37, 16, 16, 8, False, 1),
-    (1, 2, 50, 50, 8, 16, 16, True, 2),
-    (2, 1, 23, 41, 32, 8, 16, False, 3),
-    (1, 1, 64, 64, 4, 64, 64, True, 4),
-    (1, 2, 5, 70, 8, 4, 32, True, 5),
-    (1, 2, 70, 5, 8, 16, 4, False, 6),
-    (1, 1, 48, 48, 8, 32, 16, True, 7),
-    (1, 2, 29, 61, 8, 16, 8, True, 16),
+    ((2, 3), 37, 37, 16, 16, 8, False, 1),
+    ((1, 2), 50, 50, 8, 16, 16, True, 2),
+    ((2, 1), 23, 41, 32, 8, 16, False, 3),
+    ((1, 1), 64, 64, 4, 64, 64, True, 4),
+    ((1, 2), 5, 70, 8, 4, 32, True, 5),
+    ((1, 2), 70, 5, 8, 16, 4, False, 6),
+    ((1, 1), 48, 48, 8, 32, 16, True, 7),
+    ((1, 2), 29, 61, 8, 16, 8, True, 16),
+    ((1, 2), 40, 40, 8, 16, 5, True, 18),  # a key tile starts at the last row of a query tile: needed by that row
 ]
 
 
-def _check_forward(impl, case, *, score_scale=1.0):
-    batch, heads, t_q, t_k, d, bq, bk, causal, seed = case
-    q, k, v = _qkv(batch, heads, t_q, t_k, d, seed, score_scale)
+def _describe(q, t_k, bq, bk, causal) -> str:
+    return f"q {list(q.shape)}, T_k = {t_k}, tiles {bq} x {bk}" + (", causal" if causal else "")
+
+
+def _check_forward(impl, case, *, score_scale=1.0, signs=(1, 1)):
+    leading, t_q, t_k, d, bq, bk, causal, seed = case
+    q, k, v = _qkv(leading, t_q, t_k, d, seed, score_scale, signs=signs)
     # Each score is rounded to float32 before exp: a relative error of 2^-24 of the largest score moves the weights,
     # hence the output and the log-sum-exp, by about that much; measured: at most 2.2 of them (20 seeds); 16 are allowed.
-    largest = float(_scores(q, k, causal).abs().masked_fill(~_scores(q, k, causal).isfinite(), 0).max())
+    scores = _scores(q, k, causal)
+    largest = float(scores.abs().masked_fill(~scores.isfinite(), 0).max())
     tol = {"atol": max(F32["atol"], 16 * 2**-24 * largest), "rtol": F32["rtol"]}
-    what = f"flash_attention_forward for q [{batch}, {heads}, {t_q}, {d}], T_k = {t_k}, tiles {bq} x {bk}" + (
-        ", causal" if causal else ""
-    )
+    what = f"flash_attention_forward for {_describe(q, t_k, bq, bk, causal)}"
     got = impl.call(run_flash_forward, q, k, v, causal, bq, bk)
     expect.that(
         isinstance(got["value"], list | tuple) and len(got["value"]) == 2,
@@ -421,11 +492,11 @@ def _check_forward(impl, case, *, score_scale=1.0):
     outs, lses = _forward_mistakes(q, k, v, causal)
     hint = (
         "When a new tile raises the running max from m to m', rescale the sum and the output accumulated so far "
-        "by exp(m - m'); and subtract the running max before exp, so that no exponential overflows."
+        "by exp(m - m'); and subtract the running max before exp, so that no exponential overflows or underflows."
     )
-    expect.tensor(out, f"the output of {what}", shape=q.shape)
+    expect.tensor(out, f"the output of {what}", shape=q.shape, dtype=q.dtype)
     expect.close(out, expected_out, f"the output of {what}", **tol, alternatives=outs, hint=hint)
-    expect.tensor(lse, f"the log-sum-exp of {what}", shape=q.shape[:-1])
+    expect.tensor(lse, f"the log-sum-exp of {what}", shape=q.shape[:-1], dtype=q.dtype)
     expect.close(lse, expected_lse, f"the log-sum-exp of {what}", **tol, alternatives=lses, hint=hint)
     return got
 
@@ -447,21 +518,35 @@ def test_forward_shapes_and_tiles(impl):
 @FLASH_FORWARD.hidden
 def test_forward_large_scores(impl):
     "scores in the hundreds (queries and keys scaled by 8): the running max keeps every exp finite"
-    _check_forward(impl, (1, 2, 40, 40, 16, 16, 8, True, 8), score_scale=8.0)
+    _check_forward(impl, ((1, 2), 40, 40, 16, 16, 8, True, 8), score_scale=8.0)
 
 
-# T much larger than d and the tiles, so that a quadratic tensor is far above the limits (``_limits``).
-assert all(case[2] <= case[3] for case in FORWARD_CASES if case[7])  # causal needs T_q <= T_k (``_mask``)
-MEMORY_CASES = [(1, 2, 400, 400, 8, 32, 16, True, 9), (1, 1, 160, 256, 8, 16, 32, False, 10)]
+@FLASH_FORWARD.hidden
+def test_forward_negative_scores(impl):
+    "every score far below zero (about -150): the running max starts at -inf, not 0, so exp does not underflow"
+    _check_forward(impl, ((1, 2), 40, 40, 16, 16, 8, True, 19), score_scale=6.0, signs=(1, -1))
+
+
+@FLASH_FORWARD.hidden
+def test_forward_leading_dimensions(impl):
+    "any leading dimensions: [heads, T, d] and [batch, 1, heads, T, d]"
+    for leading, seed in (((3,), 20), ((2, 1, 2), 21)):
+        _check_forward(impl, (leading, 33, 45, 8, 16, 8, True, seed))
+
+
+# T much larger than d and the tiles, so that a quadratic tensor is far above the limits (``_limits``); d, block_q
+# and block_k all different.
+assert all(case[1] <= case[2] for case in FORWARD_CASES if case[6])  # causal needs T_q <= T_k (``_mask``)
+MEMORY_CASES = [((1, 2), 800, 800, 8, 64, 32, True, 9), ((1, 1), 384, 640, 4, 32, 64, False, 10)]
 
 
 @FLASH_FORWARD.hidden
 def test_forward_memory(impl):
-    "no [T_q, T_k] tensor, and no more alive at once than a few tiles and copies of the inputs"
+    "no [T_q, T_k] tensor, no product larger than a tile, no more alive at once than a few tiles and copies of the inputs"
     for case in MEMORY_CASES:
         got = _check_forward(impl, case)
-        batch, heads, t_q, t_k, d, bq, bk, causal, _ = case
-        q, k, _ = _qkv(batch, heads, t_q, t_k, d, 0)
+        leading, t_q, t_k, d, bq, bk, causal, seed = case
+        q, k, _ = _qkv(leading, t_q, t_k, d, seed)
         _check_memory(got["memory"], _limits(q, k, bq, bk), f"flash_attention_forward (T_q = {t_q}, T_k = {t_k})")
 
 
@@ -510,27 +595,31 @@ def _grad_mistakes(q, k, v, causal, grad_out):
 
 
 BACKWARD_CASES = [
-    (1, 2, 37, 37, 16, 16, 8, False, 11),
-    (2, 1, 45, 45, 8, 16, 16, True, 12),
-    (1, 2, 23, 41, 32, 8, 16, False, 13),
-    (1, 1, 70, 5, 8, 16, 4, False, 14),
-    (1, 2, 5, 70, 8, 4, 32, True, 15),
-    (1, 2, 29, 61, 8, 16, 8, True, 17),
+    ((1, 2), 37, 37, 16, 16, 8, False, 11),
+    ((2, 1), 45, 45, 8, 16, 16, True, 12),
+    ((1, 2), 23, 41, 32, 8, 16, False, 13),
+    ((1, 1), 70, 5, 8, 16, 4, False, 14),
+    ((1, 2), 5, 70, 8, 4, 32, True, 15),
+    ((1, 2), 29, 61, 8, 16, 8, True, 17),
+    ((3,), 33, 45, 8, 16, 8, True, 22),  # [heads, T, d]: any leading dimensions
 ]
 
 
-def _check_backward(impl, case):
-    batch, heads, t_q, t_k, d, bq, bk, causal, seed = case
-    q, k, v = _qkv(batch, heads, t_q, t_k, d, seed)
-    grad_out = _randn((batch, heads, t_q, d), seed + 100)
-    what = f"FlashAttention's gradients for q [{batch}, {heads}, {t_q}, {d}], T_k = {t_k}, tiles {bq} x {bk}" + (
-        ", causal" if causal else ""
-    )
+def _check_backward(impl, case, *, score_scale=1.0):
+    leading, t_q, t_k, d, bq, bk, causal, seed = case
+    q, k, v = _qkv(leading, t_q, t_k, d, seed, score_scale)
+    grad_out = _randn((*leading, t_q, d), seed + 100)
+    what = f"FlashAttention's gradients for {_describe(q, t_k, bq, bk, causal)}"
     got = impl.call(run_flash_backward, q, k, v, causal, bq, bk, grad_out)
     expect.that(isinstance(got.get("grads"), dict), f"{what}: {got.get('grads')}")
     mistakes = _grad_mistakes(q, k, v, causal, grad_out)
+    # As in the forward pass, the float32 rounding of the largest score moves the probabilities by about 2^-24 of it,
+    # relative; the gradients, by that much of their largest entry (16 such roundings allowed).
+    scores = _scores(q, k, causal)
+    largest = float(scores.abs().masked_fill(~scores.isfinite(), 0).max())
     for name, expected in zip("qkv", _oracle_grads(q, k, v, causal, grad_out), strict=True):
-        expect.close(got["grads"][name], expected, f"d{name.upper()} of {what}", **GRAD, alternatives=mistakes[name])
+        tol = {"atol": max(GRAD["atol"], 16 * 2**-24 * largest * float(expected.abs().max())), "rtol": GRAD["rtol"]}
+        expect.close(got["grads"][name], expected, f"d{name.upper()} of {what}", **tol, alternatives=mistakes[name])
     return got
 
 
@@ -543,37 +632,392 @@ def test_backward_small(impl):
 
 @FLASH_BACKWARD.hidden
 def test_backward_shapes(impl):
-    "more shapes: T_q != T_k, causal with T_q < T_k (bottom-right)"
+    "more shapes: T_q != T_k, causal with T_q < T_k (bottom-right), [heads, T, d]"
     for case in BACKWARD_CASES[2:]:
         _check_backward(impl, case)
+
+
+@FLASH_BACKWARD.hidden
+def test_backward_large_scores(impl):
+    "scores in the hundreds: P = exp(S - lse) stays finite where exp(S) / exp(lse) overflows"
+    _check_backward(impl, ((1, 2), 40, 40, 16, 16, 8, True, 23), score_scale=8.0)
 
 
 @FLASH_BACKWARD.visible
 def test_backward_saves_no_probabilities(impl):
     "what forward keeps for backward: q, k, v, the output and the log-sum-exp, not the probabilities"
-    batch, heads, t_q, t_k, d, bq, bk, causal, seed = MEMORY_CASES[0]
-    q, k, v = _qkv(batch, heads, t_q, t_k, d, seed)
+    leading, t_q, t_k, d, bq, bk, causal, seed = MEMORY_CASES[0]
+    q, k, v = _qkv(leading, t_q, t_k, d, seed)
     got = impl.call(run_flash_backward, q, k, v, causal, bq, bk, _randn(q.shape, seed + 100))
     inputs = 4 * q.numel() + k.numel() + v.numel()  # q, k, v, out, and lse and a little more as the fourth q
     kept = got["saved_bytes"] // q.element_size()
     expect.that(
         kept <= inputs,
-        f"FlashAttention keeps {kept:,} numbers for its backward pass (ctx.save_for_backward and attributes of ctx), "
-        f"more than q, k, v, the output and the log-sum-exp ({inputs:,} at most) for T = {t_q}: the backward pass "
-        "recomputes the probabilities from the saved log-sum-exp, P = exp(S - lse), instead of keeping them",
+        f"FlashAttention keeps {kept:,} numbers for its backward pass (ctx.save_for_backward and what ctx holds in "
+        f"its attributes, lists included), more than q, k, v, the output and the log-sum-exp ({inputs:,} at most) "
+        f"for T = {t_q}: the backward pass recomputes the probabilities from the saved log-sum-exp, "
+        "P = exp(S - lse), instead of keeping them",
     )
 
 
 @FLASH_BACKWARD.hidden
 def test_backward_memory(impl):
-    "the backward pass makes no [T_q, T_k] tensor either, and keeps no more alive than a few tiles"
+    "the backward pass makes no [T_q, T_k] tensor either, no product larger than a tile, and keeps no more alive"
     for case in MEMORY_CASES:
         got = _check_backward(impl, case)
-        batch, heads, t_q, t_k, d, bq, bk, causal, _ = case
-        q, k, _ = _qkv(batch, heads, t_q, t_k, d, 0)
-        _check_memory(
-            got["memory"], _limits(q, k, bq, bk, backward=True), f"FlashAttention.backward (T_q = {t_q}, T_k = {t_k})"
+        leading, t_q, t_k, d, bq, bk, causal, seed = case
+        q, k, _ = _qkv(leading, t_q, t_k, d, seed)
+        limits = _limits(q, k, bq, bk, backward=True)
+        _check_memory(got["memory"], limits, f"FlashAttention.backward (T_q = {t_q}, T_k = {t_k})")
+
+
+# --- data parallelism -------------------------------------------------------------------------------------------
+
+# The model every data-parallel check trains: Linear layers of these (inputs, outputs) with tanh between, whose eight
+# parameters have different sizes (so buckets of a given size in bytes group them in one way only).
+LAYERS = ((6, 10), (10, 12), (12, 5), (5, 3))
+PARAMETERS = [shape for n_in, n_out in LAYERS for shape in ((n_out, n_in), (n_out,))]
+STEPS, LR = 3, 0.1
+PARAMS_TOL = {"atol": 1e-5, "rtol": 1e-5}  # 3 SGD steps; the ranks sum their halves' gradients in another order
+
+
+def _mlp() -> nn.Sequential:
+    layers = []
+    for n_in, n_out in LAYERS:
+        layers += [nn.Linear(n_in, n_out), nn.Tanh()]
+    return nn.Sequential(*layers[:-1])
+
+
+def _initial_state(seed: int) -> dict:
+    with torch.random.fork_rng():
+        torch.manual_seed(14000 + seed)
+        return {name: t.detach().clone() for name, t in _mlp().state_dict().items()}
+
+
+def _batches(seed: int, batch: int, steps: int = STEPS):
+    g = _gen(100 + seed)
+    return torch.randn(steps, batch, LAYERS[0][0], generator=g), torch.randn(steps, batch, LAYERS[-1][1], generator=g)
+
+
+def _single_process(state, xs, ys, *, lr=LR, scale=1.0) -> dict:
+    """The oracle: one process, the whole batch, plain SGD (``scale`` multiplies each gradient: a known mistake)."""
+    model = _mlp()
+    model.load_state_dict(state)
+    for x, y in zip(xs, ys, strict=True):
+        F.mse_loss(model(x), y).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * scale * p.grad
+                p.grad = None
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+def _ddp_oracle(state, xs, ys, world_size) -> list[dict]:
+    """PyTorch's DistributedDataParallel on the same ranks and shards (forked processes, gloo)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from coursetools.ranks import run_ranks
+
+    def work(rank, world):
+        model = _mlp()
+        model.load_state_dict(state)
+        ddp = DistributedDataParallel(model)
+        for x, y in zip(xs, ys, strict=True):
+            F.mse_loss(ddp(x.chunk(world)[rank]), y.chunk(world)[rank]).backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= LR * p.grad
+                    p.grad = None
+        return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+    return run_ranks(work, world_size)
+
+
+def _params_mistakes(state, xs, ys, world_size):
+    return [
+        (
+            _single_process(state, xs, ys, scale=world_size),
+            "the gradients are summed over the ranks, not averaged: divide the all-reduced sum by the world size",
+        ),
+        (
+            _single_process(state, xs, ys, scale=1 / world_size),
+            "the gradients are divided by the world size twice (or all-reduced and averaged twice)",
+        ),
+    ]
+
+
+def _ran(got, what):
+    expect.that(isinstance(got, dict) and ("ranks" in got or "failed" in got), f"{what}: no result ({got})")
+    expect.that(not got.get("failed"), f"{what}: {got.get('failed')}")
+    return got["ranks"]
+
+
+def _check_params(ranks, expected, what, mistakes=()):
+    first = ranks[0]["params"]
+    for rank, result in enumerate(ranks[1:], start=1):
+        for name, value in result["params"].items():
+            expect.that(
+                torch.allclose(value, first[name], atol=1e-6),
+                f"{what}: after the steps rank {rank}'s {name} differs from rank 0's: the ranks trained on different "
+                "gradients (every rank must end each step with the same, averaged gradient)",
+            )
+    for name, value in first.items():
+        alternatives = [(wrong[name], diagnosis) for wrong, diagnosis in mistakes]
+        expect.close(
+            value,
+            expected[name],
+            f"{what}: parameter {name} after {STEPS} steps",
+            **PARAMS_TOL,
+            alternatives=alternatives,
         )
+
+
+def _check_training(impl, adapter_function, *, world_size, batch, seed, extra=()):
+    state, (xs, ys) = _initial_state(seed), _batches(seed, batch)
+    what = f"{world_size} ranks, each on {batch // world_size} of a batch of {batch}"
+    got = impl.call(adapter_function, state, xs, ys, world_size, *extra)
+    ranks = _ran(got, what)
+    _check_params(ranks, _single_process(state, xs, ys), what, _params_mistakes(state, xs, ys, world_size))
+    return ranks, what
+
+
+@AVERAGE.visible
+def test_average_like_one_process(impl):
+    "2 ranks, each on half of the batch: the parameters after 3 steps equal one process on the whole batch"
+    _check_training(impl, train_with_average, world_size=2, batch=8, seed=1)
+
+
+@AVERAGE.hidden
+def test_average_like_ddp(impl):
+    "3 ranks: the same parameters as PyTorch's DistributedDataParallel and as one process"
+    state, (xs, ys) = _initial_state(2), _batches(2, 9)
+    ranks = _ran(impl.call(train_with_average, state, xs, ys, 3), "3 ranks")
+    for rank, expected in enumerate(_ddp_oracle(state, xs, ys, 3)):
+        for name, value in ranks[rank]["params"].items():
+            expect.close(
+                value,
+                expected[name],
+                f"3 ranks: rank {rank}'s {name}, against DistributedDataParallel's",
+                **PARAMS_TOL,
+                alternatives=[(w[name], d) for w, d in _params_mistakes(state, xs, ys, 3)],
+            )
+
+
+@AVERAGE.hidden
+def test_average_skips_parameters_without_gradients(impl):
+    "a frozen layer (no gradient) is left alone"
+    got = impl.call(train_with_average, _initial_state(3), *_batches(3, 8), 2, True)
+    ranks = _ran(got, "2 ranks, the first layer frozen")
+    state = _initial_state(3)
+    for rank, result in enumerate(ranks):
+        expect.that(
+            torch.equal(result["params"]["0.weight"], state["0.weight"]),
+            f"rank {rank} changed the frozen layer's weight",
+        )
+
+
+def _launched_during_backward(ranks, what):
+    for rank, result in enumerate(ranks):
+        sent = [c for c in result["sent"] if c["name"] == "all_reduce"]
+        expect.that(sent, f"{what}: rank {rank} sent no all_reduce through torch.distributed")
+        late = [c for c in sent if not c["during_backward"]]
+        expect.that(
+            not late,
+            f"{what}: rank {rank} sent {len(late)} of its {len(sent)} all-reduces after the backward pass had "
+            "finished; send each one from the hook, as its gradient is ready, so it overlaps the rest of backward",
+        )
+        blocking = [c for c in sent if not c["async"]]
+        expect.that(
+            not blocking,
+            f"{what}: rank {rank} sent {len(blocking)} all-reduces with async_op=False: each one blocks the backward "
+            "pass until it is done; send them with async_op=True and wait for them in wait()",
+        )
+
+
+@OVERLAP.visible
+def test_overlap_like_one_process(impl):
+    "2 ranks: the same parameters as one process, every all-reduce sent during backward, asynchronously"
+    ranks, what = _check_training(impl, train_with_overlap, world_size=2, batch=8, seed=4)
+    _launched_during_backward(ranks, what)
+
+
+@OVERLAP.hidden
+def test_overlap_three_ranks(impl):
+    "3 ranks, one all-reduce per parameter per step"
+    ranks, what = _check_training(impl, train_with_overlap, world_size=3, batch=9, seed=5)
+    _launched_during_backward(ranks, what)
+    for rank, result in enumerate(ranks):
+        count = sum(c["name"] == "all_reduce" for c in result["sent"])
+        expect.that(
+            count == STEPS * len(PARAMETERS),
+            f"{what}: rank {rank} sent {count} all-reduces in {STEPS} steps, expected one per parameter per "
+            f"step ({STEPS * len(PARAMETERS)})",
+        )
+
+
+def _buckets(bucket_bytes: int, element_size: int = 4) -> list[int]:
+    """The numbers of elements of the buckets the text describes: the parameters in reverse order, each joining
+    the current bucket unless that would take it past ``bucket_bytes``."""
+    sizes, current = [], None
+    for shape in reversed(PARAMETERS):
+        numel = math.prod(shape)
+        if current is None or (current + numel) * element_size > bucket_bytes:
+            if current is not None:
+                sizes.append(current)
+            current = 0
+        current += numel
+    return [*sizes, current]
+
+
+def _check_buckets(impl, bucket_bytes, world_size, seed):
+    ranks, what = _check_training(
+        impl, train_with_buckets, world_size=world_size, batch=4 * world_size, seed=seed, extra=(bucket_bytes,)
+    )
+    what = f"{what}, buckets of {bucket_bytes} bytes"
+    _launched_during_backward(ranks, what)
+    expected = sorted(_buckets(bucket_bytes))
+    forward_order = sorted(_buckets_in_order(bucket_bytes, PARAMETERS))
+    for rank, result in enumerate(ranks):
+        sizes = [c["numel"] for c in result["sent"] if c["name"] == "all_reduce"]
+        per_step = len(sizes) / STEPS
+        expect.that(
+            sorted(sizes) == sorted(expected * STEPS),
+            f"{what}: rank {rank} sent {per_step:g} all-reduces per step, of {sorted(sizes)[: len(expected) + 2]}... "
+            f"elements; the buckets hold {expected} elements, one all-reduce each per step"
+            + (
+                "; those are the buckets of the parameters in forward order: fill them from the last parameter, "
+                "whose gradient is ready first"
+                if sorted(sizes) == sorted(forward_order * STEPS)
+                else ""
+            ),
+        )
+
+
+def _buckets_in_order(bucket_bytes, shapes):
+    sizes, current = [], None
+    for shape in shapes:
+        numel = math.prod(shape)
+        if current is None or (current + numel) * 4 > bucket_bytes:
+            if current is not None:
+                sizes.append(current)
+            current = 0
+        current += numel
+    return [*sizes, current]
+
+
+# Bucket sizes whose buckets differ from forward order's, one for every parameter, and a parameter larger than a
+# bucket (w1: 480 bytes).
+BUCKET_CASES = [(2, 360, 6), (2, 4, 7), (3, 10_000, 8), (2, 300, 9)]
+
+
+@BUCKETS.visible
+def test_buckets_like_one_process(impl):
+    "2 ranks, buckets of 360 bytes: the parameters of one process, one all-reduce per bucket, during backward"
+    world_size, bucket_bytes, seed = BUCKET_CASES[0]
+    _check_buckets(impl, bucket_bytes, world_size, seed)
+
+
+@BUCKETS.hidden
+def test_bucket_sizes(impl):
+    "a bucket per parameter (4 bytes), one bucket for all (10,000 bytes, 3 ranks), a parameter larger than a bucket"
+    for world_size, bucket_bytes, seed in BUCKET_CASES[1:]:
+        _check_buckets(impl, bucket_bytes, world_size, seed)
+
+
+# --- ZeRO-1 ------------------------------------------------------------------------------------------------------
+
+ADAMW = {"lr": 1e-2, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
+ADAMW_TOL = {"atol": 1e-6, "rtol": 1e-5}  # the same gradients and AdamW's arithmetic: float32 rounding only
+
+
+def _adamw_oracle(state, xs, ys, **options) -> dict:
+    model = _mlp()
+    model.load_state_dict(state)
+    optimizer = torch.optim.AdamW(model.parameters(), **(ADAMW | options))
+    for x, y in zip(xs, ys, strict=True):
+        F.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+
+def _owned_bytes(world_size, rank) -> int:
+    """The bytes of the parameters ``rank`` owns by the text's rule: from the largest parameter to the smallest
+    (ties in list order), each goes to the rank that owns the fewest elements so far (the lowest rank on a tie)."""
+    owned, mine = [0] * world_size, 0
+    for shape in sorted(PARAMETERS, key=math.prod, reverse=True):
+        owner = min(range(world_size), key=lambda r: (owned[r], r))
+        owned[owner] += math.prod(shape)
+        mine += 4 * math.prod(shape) if owner == rank else 0
+    return mine
+
+
+def _check_sharded(impl, world_size, seed, **options):
+    state, (xs, ys) = _initial_state(seed), _batches(seed, 8)
+    what = f"ShardedAdamW on {world_size} ranks"
+    ranks = _ran(impl.call(train_with_sharded_adamw, state, xs, ys, world_size, ADAMW | options), what)
+    expected = _adamw_oracle(state, xs, ys, **options)
+    for rank, result in enumerate(ranks):
+        for name, value in result["params"].items():
+            expect.close(
+                value,
+                expected[name],
+                f"{what}: rank {rank}'s {name} after {STEPS} AdamW steps",
+                **ADAMW_TOL,
+                hint="Every rank steps the parameters it owns, then each parameter is broadcast from its owner.",
+            )
+    for rank, result in enumerate(ranks):
+        owned, held = _owned_bytes(world_size, rank), result["state_bytes"]
+        total = 8 * sum(math.prod(shape) for shape in PARAMETERS)
+        expect.that(
+            2 * owned <= held <= 2 * owned + 64 * len(PARAMETERS),
+            f"{what}: rank {rank}'s optimizer holds {held:,} bytes of tensors besides the parameters; AdamW's two "
+            f"moments of the parameters it owns take {2 * owned:,} (of all the parameters: {total:,}; the owners: "
+            "from the largest parameter to the smallest, each to the rank that owns the fewest elements so far)"
+            + (": it keeps state for every parameter, not only for its shard" if held >= total else "")
+            + (": it keeps less than the moments of its shard" if held < 2 * owned else ""),
+        )
+    return ranks
+
+
+@SHARDED.visible
+def test_sharded_like_adamw(impl):
+    "2 ranks: the parameters of torch.optim.AdamW on one process, each rank holding the moments of its shard only"
+    _check_sharded(impl, 2, 10)
+
+
+@SHARDED.hidden
+def test_sharded_three_ranks(impl):
+    "3 ranks, other hyperparameters (no weight decay, another learning rate)"
+    _check_sharded(impl, 3, 11, lr=3e-2, weight_decay=0.0)
+
+
+@SHARDED.hidden
+def test_sharded_like_zero_redundancy_optimizer(impl):
+    "the same parameters as PyTorch's ZeroRedundancyOptimizer (AdamW inside) on the same 2 ranks"
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    from coursetools.ranks import run_ranks
+
+    state, (xs, ys) = _initial_state(12), _batches(12, 8)
+
+    def work(rank, world):
+        model = _mlp()
+        model.load_state_dict(state)
+        optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **ADAMW)
+        for x, y in zip(xs, ys, strict=True):
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return {name: t.detach().clone() for name, t in model.state_dict().items()}
+
+    expected = run_ranks(work, 2)
+    ranks = _ran(impl.call(train_with_sharded_adamw, state, xs, ys, 2, ADAMW), "ShardedAdamW on 2 ranks")
+    for rank, result in enumerate(ranks):
+        for name, value in result["params"].items():
+            expect.close(
+                value, expected[rank][name], f"rank {rank}'s {name}, against ZeroRedundancyOptimizer's", **ADAMW_TOL
+            )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -586,7 +1030,13 @@ def call_top_operators(ns, trace: dict, k: int):
 
 
 def _memory(seen) -> dict:
-    return {"peak_bytes": seen.peak_bytes, "largest": list(seen.largest), "largest_numel": seen.largest_numel}
+    return {
+        "peak_bytes": seen.peak_bytes,
+        "largest": list(seen.largest),
+        "largest_numel": seen.largest_numel,
+        "products": [list(shape) for shape in seen.products],
+        "scalars": seen.scalars,
+    }
 
 
 @adapter
@@ -612,16 +1062,89 @@ def run_flash_backward(ns, q, k, v, causal: bool, block_q: int, block_k: int, gr
             "grads": f"FlashAttention.apply returned {type(out).__name__} {list(getattr(out, 'shape', []))}; "
             f"expected the output, of q's shape {list(q.shape)}, with a grad_fn"
         }
-    on_ctx = (
-        [value for value in vars(out.grad_fn).values() if isinstance(value, torch.Tensor)]
-        if hasattr(out.grad_fn, "__dict__")
-        else []
-    )
-    kept = storage_bytes([*saved, *on_ctx])
+    kept = storage_bytes([*saved, *tensors_held_by(getattr(out.grad_fn, "__dict__", {}))])  # ctx's attributes too
     with watch_memory() as seen:
         out.backward(grad_out)
     grads = {name: t.grad if t.grad is not None else torch.zeros_like(t) for name, t in zip("qkv", leaves, strict=True)}
     return {"grads": grads, "saved_bytes": kept, "memory": _memory(seen)}
+
+
+def _on_ranks(ns, work, world_size):
+    """``work(rank, world)`` on forked ranks (``coursetools.ranks``): their results, or why a rank failed."""
+    from coursetools.ranks import RanksFailed, run_ranks
+
+    try:
+        return {"ranks": run_ranks(work, world_size)}
+    except RanksFailed as error:
+        if error.unfinished:
+            raise NotImplementedError() from None  # the stub, as the grader recognises it
+        return {"failed": str(error)}
+
+
+def _sgd_training(ns, make_sync, state, xs, ys, world_size, freeze_first=False):
+    """Each rank trains the checks' model on its shard of each batch with plain SGD, calling the student's
+    gradient synchronisation between backward and the step; what it sent is recorded."""
+    from coursetools.ranks import recorded_collectives
+
+    def work(rank, world):
+        model = _mlp()
+        model.load_state_dict(state)
+        if freeze_first:
+            model[0].weight.requires_grad_(False)
+        with recorded_collectives(ns) as sent:
+            finish = make_sync(model)
+            for x, y in zip(xs, ys, strict=True):
+                F.mse_loss(model(x.chunk(world)[rank]), y.chunk(world)[rank]).backward()
+                finish()
+                with torch.no_grad():
+                    for p in model.parameters():
+                        if p.grad is not None:
+                            p -= LR * p.grad
+                        p.grad = None
+        return {"params": {name: t.detach().clone() for name, t in model.state_dict().items()}, "sent": list(sent)}
+
+    return _on_ranks(ns, work, world_size)
+
+
+@adapter
+def train_with_average(ns, state, xs, ys, world_size: int, freeze_first: bool = False):
+    average = need(ns, "average_gradients")
+    return _sgd_training(ns, lambda model: lambda: average(model), state, xs, ys, world_size, freeze_first)
+
+
+@adapter
+def train_with_overlap(ns, state, xs, ys, world_size: int):
+    make = need(ns, "OverlappedGradientSync")
+    return _sgd_training(ns, lambda model: make(model).wait, state, xs, ys, world_size)
+
+
+@adapter
+def train_with_buckets(ns, state, xs, ys, world_size: int, bucket_bytes: int):
+    make = need(ns, "BucketedGradientSync")
+    return _sgd_training(ns, lambda model: make(model, bucket_bytes).wait, state, xs, ys, world_size)
+
+
+@adapter
+def train_with_sharded_adamw(ns, state, xs, ys, world_size: int, options: dict):
+    """Each rank computes the whole batch's gradients (the same on every rank) and steps the student's
+    ShardedAdamW; reports the parameters and the bytes of tensors the optimizer holds besides them."""
+    sharded = need(ns, "ShardedAdamW")
+
+    def work(rank, world):
+        model = _mlp()
+        model.load_state_dict(state)
+        optimizer = sharded(list(model.parameters()), **options)
+        for x, y in zip(xs, ys, strict=True):
+            F.mse_loss(model(x), y).backward()
+            optimizer.step()
+            for p in model.parameters():
+                p.grad = None
+        return {
+            "params": {name: t.detach().clone() for name, t in model.state_dict().items()},
+            "state_bytes": bytes_held_by(optimizer, leave_out=list(model.parameters())),
+        }
+
+    return _on_ranks(ns, work, world_size)
 
 
 with contextlib.suppress(ImportError):  # the profiler's import is slow the first time: pay it while importing

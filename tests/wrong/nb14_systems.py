@@ -1,6 +1,14 @@
 """Wrong versions of notebook 14's answers (14_systems): see ``wrong/__init__.py``."""
 
-from autograder.notebooks.nb14_systems import FLASH_BACKWARD, FLASH_FORWARD, TOP_OPERATORS
+from autograder.notebooks.nb14_systems import (
+    AVERAGE,
+    BUCKETS,
+    FLASH_BACKWARD,
+    FLASH_FORWARD,
+    OVERLAP,
+    SHARDED,
+    TOP_OPERATORS,
+)
 from wrong import WrongVersion, edit
 
 _RULE = "this exercise's rule is: no ready-made attention or softmax"
@@ -35,6 +43,21 @@ _DV = "dv[..., cols, :] += p.transpose(-2, -1) @ do_tile"
 _SCORES_BACK = "scores = (q_tile @ k_tile.transpose(-2, -1)) * scale"
 _BACK_MASK = """                if ctx.causal:
                     scores = scores.masked_fill(cols[None, :] > rows[:, None] + offset, -math.inf)"""
+
+# average_gradients, OverlappedGradientSync, BucketedGradientSync -------------------------------------------------
+_ALL_REDUCE = "dist.all_reduce(parameter.grad)  # the sum over the ranks, in place"
+_DIVIDE = "parameter.grad /= world_size"
+_HOOK_SEND = "self.pending.append((parameter, dist.all_reduce(parameter.grad, async_op=True)))"
+_OVERLAP_DIVIDE = "parameter.grad /= self.world_size"
+_REGISTER = "parameter.register_post_accumulate_grad_hook(self.hook)"
+_BUCKET_RULE = "if not self.buckets or size + nbytes > bucket_bytes:"
+_BUCKET_ORDER = "for parameter in reversed([p for p in model.parameters() if p.requires_grad]):"
+_BUCKET_SEND = "self.pending.append((b, flat, dist.all_reduce(flat, async_op=True)))"
+_COPY_BACK = "parameter.grad.copy_(flat[offset : offset + parameter.numel()].view_as(parameter.grad))"
+
+# ShardedAdamW ----------------------------------------------------------------------------------------------------
+_MINE = "mine = [p for p in self.params if self.owner[id(p)] == self.rank]"
+_BROADCAST = "dist.broadcast(parameter, src=self.owner[id(parameter)])  # from the rank that owns it"
 
 WRONG_VERSIONS = (
     # top_operators
@@ -80,8 +103,35 @@ WRONG_VERSIONS = (
     ),
     WrongVersion(
         TOP_OPERATORS,
+        "threads grouped by tid alone",
+        "a thread is (pid, tid), not tid alone",
+        edit(_GROUP, 'threads[event["tid"]].append(event)'),
+    ),
+    WrongVersion(
+        TOP_OPERATORS,
+        "annotations nested among the operators, then dropped",
+        "it lets annotations take part in the nesting",
+        edit(_KEEP, 'if event.get("ph") == "X":'),
+        edit(
+            _RANK,
+            """ops = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"}
+    ranked = sorted(((n, t) for n, t in self_time.items() if n in ops), key=lambda item: (-item[1], item[0]))""",
+        ),
+    ),
+    WrongVersion(
+        TOP_OPERATORS,
+        "a child must end inside its parent",
+        "a child may end a nanosecond after its parent",
+        edit(
+            'while open_events and event["ts"] >= open_events[-1]["ts"] + open_events[-1]["dur"]:',
+            'while open_events and (event["ts"] >= open_events[-1]["ts"] + open_events[-1]["dur"] '
+            'or event["ts"] + event["dur"] > open_events[-1]["ts"] + open_events[-1]["dur"]):',
+        ),
+    ),
+    WrongVersion(
+        TOP_OPERATORS,
         "nests an operator that starts where another ends",
-        "top_operators(trace, k=5) on a hand-made trace",
+        "on a hand-made trace",
         edit(
             'while open_events and event["ts"] >= open_events[-1]["ts"]',
             'while open_events and event["ts"] > open_events[-1]["ts"]',
@@ -169,6 +219,76 @@ WRONG_VERSIONS = (
         edit(
             "lse[..., i : i + block_q] = (running_max + torch.log(running_sum))",
             "lse[..., i : i + block_q] = torch.log(running_sum)",
+        ),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "the running max starts at 0",
+        "contains NaN or inf",
+        edit(
+            "running_max = torch.full((*batch, q_tile.shape[-2], 1), -math.inf, dtype=q.dtype)",
+            "running_max = torch.zeros(*batch, q_tile.shape[-2], 1, dtype=q.dtype)",
+        ),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "skips the key tile that starts at the query tile's last row",
+        "causal",
+        edit(
+            _SKIP,
+            """            if causal and j >= rows[-1]:
+                break""",
+        ),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "only four-dimensional inputs",
+        "your code raised",
+        edit("    *batch, t_q, d = q.shape\n", "    b, h, t_q, d = q.shape\n    batch = [b, h]\n"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "returns float64",
+        "expected torch.float32",
+        edit("    return out, lse\n", "    return out.double(), lse.double()\n"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "key tiles of block_q keys",
+        "larger than a tile of block_q x block_k",
+        edit("for j in range(0, t_k, block_k):", "for j in range(0, t_k, block_q):"),
+        edit(
+            "scores = q_tile @ k[..., j : j + block_k, :].transpose(-2, -1)",
+            "scores = q_tile @ k[..., j : j + block_q, :].transpose(-2, -1)",
+        ),
+        edit(_ACC, "acc = acc * correction + p @ v[..., j : j + block_q, :]"),
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "the attention computed in NumPy",
+        _RULE,
+        code="""import numpy as np
+
+
+def flash_attention_forward(q, k, v, causal=False, block_q=32, block_k=32):
+    qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
+    scores = qn @ np.swapaxes(kn, -1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = np.where(np.tril(np.ones(scores.shape[-2:], bool), k.shape[-2] - q.shape[-2]), scores, -np.inf)
+    row_max = scores.max(-1, keepdims=True)
+    weights = np.exp(scores - row_max)
+    total = weights.sum(-1, keepdims=True)
+    return torch.from_numpy(weights / total @ vn), torch.from_numpy((row_max + np.log(total))[..., 0])
+""",
+    ),
+    WrongVersion(
+        FLASH_FORWARD,
+        "each row's max taken out in Python, number by number",
+        "Python numbers out of tensors",
+        edit(
+            _NEW_MAX,
+            "row_max = torch.tensor([[float(row.max())] for row in scores.reshape(-1, scores.shape[-1])])\n"
+            "            new_max = torch.maximum(running_max, row_max.reshape(running_max.shape))",
         ),
     ),
     WrongVersion(
@@ -268,6 +388,33 @@ WRONG_VERSIONS = (
     ),
     WrongVersion(
         FLASH_BACKWARD,
+        "P as exp(S) / exp(lse)",
+        "contains NaN or inf",
+        edit("p = torch.exp(scores - lse_tile)", "p = torch.exp(scores) / torch.exp(lse_tile)"),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "only four-dimensional inputs in backward",
+        "your code raised",
+        edit(
+            "t_q, t_k, d = q.shape[-2], k.shape[-2], q.shape[-1]", "b, h, t_q, d = q.shape\n        t_k = k.shape[-2]"
+        ),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
+        "keeps the probability tiles in a list on ctx",
+        "lists included",
+        edit(
+            _SAVE,
+            """ctx.save_for_backward(q, k, v, out, lse)
+        ctx.tiles = []
+        for i in range(0, q.shape[-2], block_q):
+            scores = q[..., i : i + block_q, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+            ctx.tiles.append(torch.exp(scores - lse[..., i : i + block_q, None]))""",
+        ),
+    ),
+    WrongVersion(
+        FLASH_BACKWARD,
         "saves the probabilities",
         "recomputes the probabilities from the saved log-sum-exp",
         edit(
@@ -328,5 +475,122 @@ WRONG_VERSIONS = (
             dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_out)
         return dq, dk, dv, None, None, None
 """,
+    ),
+    # average_gradients
+    WrongVersion(AVERAGE, "sums without averaging", "summed over the ranks, not averaged", edit(_DIVIDE, "pass")),
+    WrongVersion(
+        AVERAGE,
+        "divides twice",
+        "divided by the world size twice",
+        edit(_DIVIDE, "parameter.grad /= world_size * world_size"),
+    ),
+    WrongVersion(
+        AVERAGE,
+        "averages locally, never all-reduces",
+        "the ranks trained on different gradients",
+        edit(_ALL_REDUCE, "pass"),
+    ),
+    WrongVersion(
+        AVERAGE,
+        "all-reduces a copy",
+        "the ranks trained on different gradients",
+        edit(_ALL_REDUCE, "dist.all_reduce(parameter.grad.clone())"),
+    ),
+    WrongVersion(
+        AVERAGE,
+        "forgets the frozen parameters",
+        "rank 0 raised TypeError",
+        edit("        if parameter.grad is not None:\n", "        if True:\n"),
+    ),
+    # OverlappedGradientSync
+    WrongVersion(OVERLAP, "never divides", "summed over the ranks, not averaged", edit(_OVERLAP_DIVIDE, "pass")),
+    WrongVersion(
+        OVERLAP,
+        "blocking all-reduce in the hook",
+        "async_op=False",
+        edit(_HOOK_SEND, "dist.all_reduce(parameter.grad)\n        self.pending.append((parameter, None))"),
+        edit("            work.wait()\n", "            pass\n"),
+    ),
+    WrongVersion(
+        OVERLAP,
+        "sends everything in wait()",
+        "after the backward pass had finished",
+        edit(_HOOK_SEND, "self.pending.append((parameter, None))"),
+        edit("            work.wait()\n", "            dist.all_reduce(parameter.grad)\n"),
+    ),
+    WrongVersion(
+        OVERLAP,
+        "a tensor hook, which runs before .grad is written",
+        "rank 0 raised",
+        edit(_REGISTER, "parameter.register_hook(lambda grad, parameter=parameter: self.hook(parameter))"),
+    ),
+    WrongVersion(
+        OVERLAP,
+        "hooks registered twice",
+        "2 ranks",
+        edit(_REGISTER, f"{_REGISTER}\n                {_REGISTER}"),
+    ),
+    # BucketedGradientSync
+    WrongVersion(
+        BUCKETS,
+        "one all-reduce per parameter",
+        "one all-reduce each per step",
+        edit(_BUCKET_RULE, "if True:"),
+    ),
+    WrongVersion(
+        BUCKETS,
+        "buckets filled in forward order",
+        "fill them from the last parameter",
+        edit(_BUCKET_ORDER, "for parameter in [p for p in model.parameters() if p.requires_grad]:"),
+    ),
+    WrongVersion(
+        BUCKETS,
+        "blocking all-reduce of each bucket",
+        "async_op=False",
+        edit(_BUCKET_SEND, "dist.all_reduce(flat)\n            self.pending.append((b, flat, None))"),
+        edit("            work.wait()\n            flat /= self.world_size", "            flat /= self.world_size"),
+    ),
+    WrongVersion(
+        BUCKETS,
+        "never copies back",
+        "the ranks trained on different gradients",
+        edit(_COPY_BACK, "pass"),
+    ),
+    WrongVersion(
+        BUCKETS,
+        "forgets to reset the counts",
+        "2 ranks",
+        edit(
+            "        self.pending = []\n        self.ready = [0] * len(self.buckets)\n", "        self.pending = []\n"
+        ),
+    ),
+    # ShardedAdamW
+    WrongVersion(
+        SHARDED,
+        "every rank steps every parameter",
+        "it keeps state for every parameter",
+        edit(_MINE, "mine = self.params"),
+    ),
+    WrongVersion(
+        SHARDED,
+        "owners by index, i % world_size",
+        "the owners: from the largest parameter to the smallest",
+        edit(_MINE, "mine = [p for i, p in enumerate(self.params) if i % self.world_size == self.rank]"),
+        edit(
+            _BROADCAST,
+            "pass\n            for i, p in enumerate(self.params):\n                dist.broadcast(p, src=i % self.world_size)",
+        ),
+    ),
+    WrongVersion(
+        SHARDED,
+        "never broadcasts",
+        "each parameter is broadcast from its owner",
+        edit(_BROADCAST, "pass"),
+    ),
+    WrongVersion(
+        SHARDED,
+        "broadcasts everything from rank 0",
+        "each parameter is broadcast from its owner",
+        edit(_BROADCAST, "dist.broadcast(parameter, src=0)"),
     ),
 )
