@@ -25,13 +25,15 @@ class MemoryWatch:
     """What ``watch_memory`` saw: ``peak_bytes`` (the most bytes of new storage alive at once), ``largest`` (the
     shape of the tensor with the most elements that was made, not a view), ``made`` (how many were made) and
     ``products`` (the last two sizes of each matrix product's result: the tiles a tiled computation multiplies) and
-    ``scalars`` (how many numbers were taken out of tensors into Python: ``.item()``, ``float(t)``, ``int(t)``)."""
+    ``scalars`` (how many numbers were taken out of tensors into Python: ``.item()``, ``float(t)``, ``int(t)``) and
+    ``shapes`` (the shapes of the tensors made)."""
 
     peak_bytes: int = 0
     largest: tuple[int, ...] = ()
     made: int = 0
     products: list = field(default_factory=list)
     scalars: int = 0
+    shapes: set = field(default_factory=set)  # the shapes of the tensors made
     _alive: list = field(default_factory=list, repr=False)  # (weak reference to a storage, its bytes)
 
     @property
@@ -46,6 +48,7 @@ class MemoryWatch:
             if tensor.is_meta or tensor.device.type != "cpu":
                 continue
             self.made += 1
+            self.shapes.add(tuple(tensor.shape))
             if not self.largest or tensor.numel() > self.largest_numel:
                 self.largest = tuple(tensor.shape)
             storage = tensor.untyped_storage()

@@ -29,11 +29,12 @@ RANK_TIMEOUT = 20.0  # seconds for all the ranks together
 
 class RanksFailed(RuntimeError):
     """A rank raised, died or hung; the message says which and how (the rank's own traceback, last line first).
-    ``unfinished``: what the rank raised was ``NotImplementedError()``, an exercise's stub."""
+    ``unfinished``: what the rank raised was ``NotImplementedError()``, an exercise's stub; ``hung``: a rank did
+    not finish in time."""
 
-    def __init__(self, message: str, unfinished: bool = False):
+    def __init__(self, message: str, unfinished: bool = False, hung: bool = False):
         super().__init__(message)
-        self.unfinished = unfinished
+        self.unfinished, self.hung = unfinished, hung
 
 
 def _rank_main(work, rank: int, world_size: int, store_path: str, send) -> None:
@@ -102,8 +103,9 @@ def run_ranks(work: Callable[[int, int], object], world_size: int = 2, timeout: 
 
 def _result(rank: int, receive, process, timeout: float):
     if not receive.poll(timeout):
-        state = "died" if not process.is_alive() else f"did not finish within {timeout:g} s (waiting for another rank?)"
-        raise RanksFailed(f"rank {rank} {state}")
+        if not process.is_alive():
+            raise RanksFailed(f"rank {rank} died (exit code {process.exitcode})")
+        raise RanksFailed(f"rank {rank} did not finish within {timeout:g} s (waiting for another rank?)", hung=True)
     try:
         how, value = torch.load(io.BytesIO(receive.recv_bytes()), weights_only=True)
     except EOFError:
@@ -113,6 +115,24 @@ def _result(rank: int, receive, process, timeout: float):
     return value
 
 
+def _in_backward() -> bool:
+    return torch._C._current_graph_task_id() != -1
+
+
+class _RecordedWork:
+    """An asynchronous collective's handle, which notes in its entry when ``wait()`` is called during backward."""
+
+    def __init__(self, work, entry: dict):
+        self._work, self._entry = work, entry
+
+    def wait(self, *args, **kwargs):
+        self._entry["waited_during_backward"] |= _in_backward()
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
 _RECORDED = ("all_reduce", "broadcast", "reduce_scatter_tensor", "all_gather_into_tensor", "reduce", "all_gather")
 
 
@@ -120,7 +140,10 @@ _RECORDED = ("all_reduce", "broadcast", "reduce_scatter_tensor", "all_gather_int
 def recorded_collectives(namespace: dict | None = None):
     """``with recorded_collectives(ns) as sent: ...``: ``sent`` lists, for each collective sent through
     ``torch.distributed`` (by the module's functions, or by the same functions bound to names in ``namespace``),
-    ``{"name", "numel", "async", "during_backward", "time"}`` (``time.perf_counter()`` when it was sent). For one rank's process."""
+    ``{"name", "numel", "async", "during_backward", "time", "src", "ptr", "waited_during_backward"}``: when it was
+    sent (``time.perf_counter()``), the rank it came from (``src``, for a broadcast), the address of its tensor's
+    data (``ptr``: which tensor it was), and whether its ``work.wait()`` was called while autograd's backward pass
+    ran (an asynchronous collective waited for in a hook blocks the backward pass). For one rank's process."""
     sent = []
     originals = {name: getattr(dist, name) for name in _RECORDED}
 
@@ -131,14 +154,19 @@ def recorded_collectives(namespace: dict | None = None):
             given = dict(zip(parameters, args, strict=False)) | kwargs
             first = args[0] if args else next(iter(kwargs.values()), None)
             tensors = first if isinstance(first, list | tuple) else [first]
-            sent.append({
+            entry = {
                 "name": name,
                 "numel": sum(t.numel() for t in tensors if isinstance(t, torch.Tensor)),
                 "async": bool(given.get("async_op", False)),
-                "during_backward": torch._C._current_graph_task_id() != -1,
+                "during_backward": _in_backward(),
                 "time": time.perf_counter(),
-            })
-            return function(*args, **kwargs)
+                "src": given.get("src"),
+                "ptr": tensors[0].data_ptr() if tensors and isinstance(tensors[0], torch.Tensor) else None,
+                "waited_during_backward": False,
+            }
+            sent.append(entry)
+            work = function(*args, **kwargs)
+            return _RecordedWork(work, entry) if work is not None else None
 
         return collective
 

@@ -64,8 +64,59 @@ FLASH_BACKWARD = Exercise(
 AVERAGE = Exercise("average_gradients", "data parallelism: average the gradients", points=2)
 OVERLAP = Exercise("overlapped_sync", "overlap: all-reduce during the backward pass", points=2)
 BUCKETS = Exercise("bucketed_sync", "buckets of gradients", points=3)
-SHARDED = Exercise("sharded_adamw", "sharded optimizer state (ZeRO-1)", points=3)
-EXERCISES = [TOP_OPERATORS, FLASH_FORWARD, FLASH_BACKWARD, AVERAGE, OVERLAP, BUCKETS, SHARDED]
+SHARDED = Exercise(
+    "sharded_adamw",
+    "sharded optimizer state (ZeRO-1)",
+    points=3,
+    rules=(
+        Rule(
+            "write the sharding yourself: not ZeroRedundancyOptimizer or FSDP",
+            (
+                "torch.distributed.optim.ZeroRedundancyOptimizer",
+                "torch.distributed.fsdp.FullyShardedDataParallel",
+                "torch.distributed.fsdp.fully_shard",
+            ),
+        ),
+    ),
+)
+_READY_LOSSES = (
+    "torch.nn.functional.cross_entropy",
+    "torch.nn.functional.nll_loss",
+    "torch.nn.CrossEntropyLoss",
+    "torch.nn.NLLLoss",
+    "torch.nn.functional.binary_cross_entropy_with_logits",
+)
+MASKED_LOSS = Exercise(
+    "masked_cross_entropy",
+    "a loss without a data-dependent shape",
+    points=2,
+    rules=(Rule("do not call F.cross_entropy or F.nll_loss (or their modules)", _READY_LOSSES),),
+)
+_READY_ADAMW = (
+    "torch.optim.AdamW",
+    "torch.optim.Adam",
+    "torch.optim.adamw.adamw",
+    "torch.optim.adam.adam",
+    "torch._fused_adamw_",
+    "torch._fused_adam_",
+)
+COMPILED_ADAMW = Exercise(
+    "compiled_adamw",
+    "an AdamW step that compiles once",
+    points=2,
+    rules=(Rule("do not call torch.optim's Adam or AdamW, their functional forms or the fused kernels", _READY_ADAMW),),
+)
+EXERCISES = [
+    TOP_OPERATORS,
+    FLASH_FORWARD,
+    FLASH_BACKWARD,
+    AVERAGE,
+    OVERLAP,
+    BUCKETS,
+    SHARDED,
+    MASKED_LOSS,
+    COMPILED_ADAMW,
+]
 
 SELF_TIME_TOL = 0.01  # µs (module docstring)
 F32 = {"atol": 1e-5, "rtol": 1e-5}
@@ -681,17 +732,34 @@ STEPS, LR = 3, 0.1
 PARAMS_TOL = {"atol": 1e-5, "rtol": 1e-5}  # 3 SGD steps; the ranks sum their halves' gradients in another order
 
 
-def _mlp() -> nn.Sequential:
+def _mlp(head_first: bool = False) -> nn.Module:
+    """The layers in a Sequential; or, with ``head_first``, the last layer registered first (as a model's head often
+    is), so that its gradients, ready first in backward, are the first in ``model.parameters()``, not the last."""
     layers = []
     for n_in, n_out in LAYERS:
         layers += [nn.Linear(n_in, n_out), nn.Tanh()]
-    return nn.Sequential(*layers[:-1])
+    if not head_first:
+        return nn.Sequential(*layers[:-1])
+    return _HeadFirst(layers[-2], nn.Sequential(*layers[:-2]))
 
 
-def _initial_state(seed: int) -> dict:
+class _HeadFirst(nn.Module):
+    def __init__(self, head: nn.Module, body: nn.Module):
+        super().__init__()
+        self.head, self.body = head, body
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def _shapes(head_first: bool = False) -> list:
+    return [tuple(p.shape) for p in _mlp(head_first).parameters()]
+
+
+def _initial_state(seed: int, head_first: bool = False) -> dict:
     with torch.random.fork_rng():
         torch.manual_seed(14000 + seed)
-        return {name: t.detach().clone() for name, t in _mlp().state_dict().items()}
+        return {name: t.detach().clone() for name, t in _mlp(head_first).state_dict().items()}
 
 
 def _batches(seed: int, batch: int, steps: int = STEPS):
@@ -699,15 +767,18 @@ def _batches(seed: int, batch: int, steps: int = STEPS):
     return torch.randn(steps, batch, LAYERS[0][0], generator=g), torch.randn(steps, batch, LAYERS[-1][1], generator=g)
 
 
-def _single_process(state, xs, ys, *, lr=LR, scale=1.0) -> dict:
+def _single_process(state, xs, ys, *, lr=LR, scale=1.0, head_first=False, freeze_first=False) -> dict:
     """The oracle: one process, the whole batch, plain SGD (``scale`` multiplies each gradient: a known mistake)."""
-    model = _mlp()
+    model = _mlp(head_first)
     model.load_state_dict(state)
+    if freeze_first:
+        next(model.parameters()).requires_grad_(False)
     for x, y in zip(xs, ys, strict=True):
         F.mse_loss(model(x), y).backward()
         with torch.no_grad():
             for p in model.parameters():
-                p -= lr * scale * p.grad
+                if p.grad is not None:
+                    p -= lr * scale * p.grad
                 p.grad = None
     return {name: t.detach().clone() for name, t in model.state_dict().items()}
 
@@ -733,14 +804,14 @@ def _ddp_oracle(state, xs, ys, world_size) -> list[dict]:
     return run_ranks(work, world_size)
 
 
-def _params_mistakes(state, xs, ys, world_size):
+def _params_mistakes(state, xs, ys, world_size, **model):
     return [
         (
-            _single_process(state, xs, ys, scale=world_size),
+            _single_process(state, xs, ys, scale=world_size, **model),
             "the gradients are summed over the ranks, not averaged: divide the all-reduced sum by the world size",
         ),
         (
-            _single_process(state, xs, ys, scale=1 / world_size),
+            _single_process(state, xs, ys, scale=1 / world_size, **model),
             "the gradients are divided by the world size twice (or all-reduced and averaged twice)",
         ),
     ]
@@ -772,26 +843,44 @@ def _check_params(ranks, expected, what, mistakes=()):
         )
 
 
-def _check_training(impl, adapter_function, *, world_size, batch, seed, extra=()):
-    state, (xs, ys) = _initial_state(seed), _batches(seed, batch)
-    what = f"{world_size} ranks, each on {batch // world_size} of a batch of {batch}"
-    got = impl.call(adapter_function, state, xs, ys, world_size, *extra)
+def _check_training(impl, adapter_function, *, world_size, batch, seed, extra=(), head_first=False, freeze_first=False):
+    model = {"head_first": head_first, "freeze_first": freeze_first}
+    state, (xs, ys) = _initial_state(seed, head_first), _batches(seed, batch)
+    what = (
+        f"{world_size} ranks, each on {batch // world_size} of a batch of {batch}"
+        + (", the head registered first" if head_first else "")
+        + (", the first parameter frozen" if freeze_first else "")
+    )
+    got = impl.call(adapter_function, state, xs, ys, world_size, model, *extra)
     ranks = _ran(got, what)
-    _check_params(ranks, _single_process(state, xs, ys), what, _params_mistakes(state, xs, ys, world_size))
+    _check_params(
+        ranks, _single_process(state, xs, ys, **model), what, _params_mistakes(state, xs, ys, world_size, **model)
+    )
     return ranks, what
+
+
+def _only_all_reduces(ranks, what):
+    for rank, result in enumerate(ranks):
+        others = sorted({c["name"] for c in result["sent"] if c["name"] != "all_reduce"})
+        expect.that(
+            not others,
+            f"{what}: rank {rank} sent {', '.join(others)}; the exercise averages with all-reduces (dist.all_reduce), "
+            "one collective that leaves the sum on every rank",
+        )
 
 
 @AVERAGE.visible
 def test_average_like_one_process(impl):
     "2 ranks, each on half of the batch: the parameters after 3 steps equal one process on the whole batch"
-    _check_training(impl, train_with_average, world_size=2, batch=8, seed=1)
+    ranks, what = _check_training(impl, train_with_average, world_size=2, batch=8, seed=1)
+    _only_all_reduces(ranks, what)
 
 
 @AVERAGE.hidden
 def test_average_like_ddp(impl):
     "3 ranks: the same parameters as PyTorch's DistributedDataParallel and as one process"
     state, (xs, ys) = _initial_state(2), _batches(2, 9)
-    ranks = _ran(impl.call(train_with_average, state, xs, ys, 3), "3 ranks")
+    ranks = _ran(impl.call(train_with_average, state, xs, ys, 3, {}), "3 ranks")
     for rank, expected in enumerate(_ddp_oracle(state, xs, ys, 3)):
         for name, value in ranks[rank]["params"].items():
             expect.close(
@@ -805,15 +894,9 @@ def test_average_like_ddp(impl):
 
 @AVERAGE.hidden
 def test_average_skips_parameters_without_gradients(impl):
-    "a frozen layer (no gradient) is left alone"
-    got = impl.call(train_with_average, _initial_state(3), *_batches(3, 8), 2, True)
-    ranks = _ran(got, "2 ranks, the first layer frozen")
-    state = _initial_state(3)
-    for rank, result in enumerate(ranks):
-        expect.that(
-            torch.equal(result["params"]["0.weight"], state["0.weight"]),
-            f"rank {rank} changed the frozen layer's weight",
-        )
+    "a frozen parameter (no gradient) is left alone"
+    ranks, what = _check_training(impl, train_with_average, world_size=2, batch=8, seed=3, freeze_first=True)
+    _only_all_reduces(ranks, what)
 
 
 def _launched_during_backward(ranks, what):
@@ -832,6 +915,12 @@ def _launched_during_backward(ranks, what):
             f"{what}: rank {rank} sent {len(blocking)} all-reduces with async_op=False: each one blocks the backward "
             "pass until it is done; send them with async_op=True and wait for them in wait()",
         )
+        waited = [c for c in sent if c["waited_during_backward"]]
+        expect.that(
+            not waited,
+            f"{what}: rank {rank} waited for {len(waited)} all-reduces during the backward pass (work.wait() in the "
+            "hook): that blocks backward until each one is through, as a synchronous call would; wait in wait()",
+        )
 
 
 @OVERLAP.visible
@@ -843,23 +932,24 @@ def test_overlap_like_one_process(impl):
 
 @OVERLAP.hidden
 def test_overlap_three_ranks(impl):
-    "3 ranks, one all-reduce per parameter per step"
-    ranks, what = _check_training(impl, train_with_overlap, world_size=3, batch=9, seed=5)
+    "3 ranks, the first parameter frozen: one all-reduce per parameter with a gradient per step"
+    ranks, what = _check_training(impl, train_with_overlap, world_size=3, batch=9, seed=5, freeze_first=True)
     _launched_during_backward(ranks, what)
     for rank, result in enumerate(ranks):
         count = sum(c["name"] == "all_reduce" for c in result["sent"])
+        expected = STEPS * (len(PARAMETERS) - 1)
         expect.that(
-            count == STEPS * len(PARAMETERS),
-            f"{what}: rank {rank} sent {count} all-reduces in {STEPS} steps, expected one per parameter per "
-            f"step ({STEPS * len(PARAMETERS)})",
+            count == expected,
+            f"{what}: rank {rank} sent {count} all-reduces in {STEPS} steps, expected one per parameter with a "
+            f"gradient per step ({expected})",
         )
 
 
-def _buckets(bucket_bytes: int, element_size: int = 4) -> list[int]:
+def _buckets(bucket_bytes: int, shapes=PARAMETERS, element_size: int = 4) -> list[int]:
     """The numbers of elements of the buckets the text describes: the parameters in reverse order, each joining
     the current bucket unless that would take it past ``bucket_bytes``."""
     sizes, current = [], None
-    for shape in reversed(PARAMETERS):
+    for shape in reversed(shapes):
         numel = math.prod(shape)
         if current is None or (current + numel) * element_size > bucket_bytes:
             if current is not None:
@@ -869,14 +959,20 @@ def _buckets(bucket_bytes: int, element_size: int = 4) -> list[int]:
     return [*sizes, current]
 
 
-def _check_buckets(impl, bucket_bytes, world_size, seed):
+def _check_buckets(impl, bucket_bytes, world_size, seed, head_first=False):
     ranks, what = _check_training(
-        impl, train_with_buckets, world_size=world_size, batch=4 * world_size, seed=seed, extra=(bucket_bytes,)
+        impl,
+        train_with_buckets,
+        world_size=world_size,
+        batch=4 * world_size,
+        seed=seed,
+        extra=(bucket_bytes,),
+        head_first=head_first,
     )
     what = f"{what}, buckets of {bucket_bytes} bytes"
     _launched_during_backward(ranks, what)
-    expected = sorted(_buckets(bucket_bytes))
-    forward_order = sorted(_buckets_in_order(bucket_bytes, PARAMETERS))
+    expected = sorted(_buckets(bucket_bytes, _shapes(head_first)))
+    forward_order = sorted(_buckets_in_order(bucket_bytes, _shapes(head_first)))
     for rank, result in enumerate(ranks):
         sizes = [c["numel"] for c in result["sent"] if c["name"] == "all_reduce"]
         per_step = len(sizes) / STEPS
@@ -905,9 +1001,9 @@ def _buckets_in_order(bucket_bytes, shapes):
     return [*sizes, current]
 
 
-# Bucket sizes whose buckets differ from forward order's, one for every parameter, and a parameter larger than a
-# bucket (w1: 480 bytes).
-BUCKET_CASES = [(2, 360, 6), (2, 4, 7), (3, 10_000, 8), (2, 300, 9)]
+# Bucket sizes whose buckets differ from forward order's, one for every parameter, one bucket for all, a parameter
+# larger than a bucket (w1: 480 bytes), and a bucket filled exactly (12 + 60 + 20 = 92 bytes: the last three).
+BUCKET_CASES = [(2, 360, 6), (2, 4, 7), (3, 10_000, 8), (2, 300, 9), (2, 92, 24)]
 
 
 @BUCKETS.visible
@@ -919,9 +1015,11 @@ def test_buckets_like_one_process(impl):
 
 @BUCKETS.hidden
 def test_bucket_sizes(impl):
-    "a bucket per parameter (4 bytes), one bucket for all (10,000 bytes, 3 ranks), a parameter larger than a bucket"
+    "a bucket per parameter (4 bytes), one for all (10,000 bytes, 3 ranks), a parameter larger than a bucket, a bucket"
+    "filled exactly, and a model whose head is registered first (its gradients are ready first but listed first)"
     for world_size, bucket_bytes, seed in BUCKET_CASES[1:]:
         _check_buckets(impl, bucket_bytes, world_size, seed)
+    _check_buckets(impl, 300, 2, 25, head_first=True)
 
 
 # --- ZeRO-1 ------------------------------------------------------------------------------------------------------
@@ -941,15 +1039,21 @@ def _adamw_oracle(state, xs, ys, **options) -> dict:
     return {name: t.detach().clone() for name, t in model.state_dict().items()}
 
 
-def _owned_bytes(world_size, rank) -> int:
-    """The bytes of the parameters ``rank`` owns by the text's rule: from the largest parameter to the smallest
-    (ties in list order), each goes to the rank that owns the fewest elements so far (the lowest rank on a tie)."""
-    owned, mine = [0] * world_size, 0
-    for shape in sorted(PARAMETERS, key=math.prod, reverse=True):
+def _owners(world_size) -> list[int]:
+    """The owner of each parameter by the text's rule: from the largest parameter to the smallest (ties in list
+    order), each goes to the rank that owns the fewest elements so far (the lowest rank on a tie)."""
+    owned, owners = [0] * world_size, [0] * len(PARAMETERS)
+    for index in sorted(range(len(PARAMETERS)), key=lambda i: -math.prod(PARAMETERS[i])):
         owner = min(range(world_size), key=lambda r: (owned[r], r))
-        owned[owner] += math.prod(shape)
-        mine += 4 * math.prod(shape) if owner == rank else 0
-    return mine
+        owned[owner] += math.prod(PARAMETERS[index])
+        owners[index] = owner
+    return owners
+
+
+def _owned_bytes(world_size, rank) -> int:
+    return 4 * sum(
+        math.prod(shape) for shape, owner in zip(PARAMETERS, _owners(world_size), strict=True) if owner == rank
+    )
 
 
 def _check_sharded(impl, world_size, seed, **options):
@@ -977,6 +1081,37 @@ def _check_sharded(impl, world_size, seed, **options):
             + (": it keeps state for every parameter, not only for its shard" if held >= total else "")
             + (": it keeps less than the moments of its shard" if held < 2 * owned else ""),
         )
+    owners = _owners(world_size)
+    owned_numel = [sum(math.prod(PARAMETERS[i]) for i, o in enumerate(owners) if o == r) for r in range(world_size)]
+    rule = (
+        "from the largest parameter to the smallest, each to the rank that owns the fewest elements so far, the "
+        "lowest rank on a tie, ties between parameters in list order"
+    )
+    for rank, result in enumerate(ranks):
+        for step, sent in enumerate(result["broadcasts"], start=1):
+            per_source = [sum(numel for src, numel in sent if src == r) for r in range(world_size)]
+            expect.that(
+                per_source == owned_numel,
+                f"{what}: at step {step} rank {rank}'s broadcasts carried {per_source} elements from ranks "
+                f"0..{world_size - 1}; each parameter is broadcast from its owner, so {owned_numel} ({rule})",
+            )
+        weights = {i: PARAMETERS[i] for i in range(len(PARAMETERS)) if len(PARAMETERS[i]) == 2}  # distinct shapes
+        held = {tuple(shape) for shape in result["held_shapes"]}
+        made = {tuple(shape) for shape in result["shapes"]}
+        for i, shape in weights.items():
+            mine = owners[i] == rank
+            expect.that(
+                (shape in held) == mine,
+                f"{what}: rank {rank}'s optimizer {'lacks' if mine else 'holds'} state of the shape of parameter {i} "
+                f"{list(shape)}, which rank {owners[i]} owns ({rule}): a rank keeps AdamW's moments for the "
+                "parameters it owns, and only for those",
+            )
+            expect.that(
+                mine or shape not in made,
+                f"{what}: rank {rank}'s step() made tensors of the shape of parameter {i} {list(shape)}, which rank "
+                f"{owners[i]} owns: a rank computes nothing for the parameters others own (no state, no update, even "
+                "for a moment); it receives them by broadcast",
+            )
     return ranks
 
 
@@ -1018,6 +1153,196 @@ def test_sharded_like_zero_redundancy_optimizer(impl):
             expect.close(
                 value, expected[rank][name], f"rank {rank}'s {name}, against ZeroRedundancyOptimizer's", **ADAMW_TOL
             )
+
+
+# --- steps that compile -----------------------------------------------------------------------------------------
+
+# masked_cross_entropy: the mean over the kept tokens of -log softmax in float32; F.cross_entropy's own rounding
+# differs from any other order of the same sums by a few float32 ulps of the loss (order 1-10): 1e-5.
+LOSS_TOL = {"atol": 1e-5, "rtol": 1e-5}
+# The graph count that dynamo reports for a function it can trace whole (torch._dynamo.explain).
+ONE_GRAPH = "one graph, no graph break"
+
+
+def _loss_case(seed, shape, vocab, ignore_index, *, ignored_share=0.3, scale=1.0):
+    g = _gen(200 + seed)
+    logits = torch.randn(*shape, vocab, generator=g) * scale
+    targets = torch.randint(0 if ignore_index != 0 else 1, vocab, shape, generator=g)
+    ignored = torch.rand(shape, generator=g) < ignored_share
+    ignored.view(-1)[0] = False  # at least one token counts
+    return logits, targets.masked_fill(ignored, ignore_index)
+
+
+def _loss_mistakes(logits, targets, ignore_index):
+    flat_logits, flat_targets = logits.reshape(-1, logits.shape[-1]).double(), targets.reshape(-1)
+    kept = flat_targets != ignore_index
+    total = F.cross_entropy(flat_logits, flat_targets, ignore_index=ignore_index, reduction="sum")
+    as_class = torch.where(kept, flat_targets, 0)
+    return [
+        (
+            total / flat_targets.numel(),
+            "it divides by every token; the mean is over the tokens that count (the sum of the 0/1 weights)",
+        ),
+        (total, "it returns the sum; the loss is the mean over the tokens that count"),
+        (
+            F.cross_entropy(flat_logits, as_class),
+            "the ignored tokens are counted (as class 0): weight each token's loss "
+            "by 1 if its target is not ignore_index, else 0",
+        ),
+    ]
+
+
+def _check_loss(impl, seed, shape, vocab, ignore_index, *, scale=1.0):
+    logits, targets = _loss_case(seed, shape, vocab, ignore_index, scale=scale)
+    what = f"masked_cross_entropy for logits {list(logits.shape)}, ignore_index={ignore_index}"
+    got = impl.call(run_masked_cross_entropy, logits, targets, ignore_index)
+    flat_logits = logits.reshape(-1, vocab).double().requires_grad_()
+    expected = F.cross_entropy(flat_logits, targets.reshape(-1), ignore_index=ignore_index)
+    expected.backward()
+    mistakes = _loss_mistakes(logits, targets, ignore_index)
+    expect.close(
+        got["value"],
+        expected.detach(),
+        what,
+        **LOSS_TOL,
+        alternatives=mistakes,
+        hint="Use log_softmax, not log(softmax): it stays finite for logits far apart.",
+    )
+    expect.close(got["grad"], flat_logits.grad.reshape(logits.shape), f"the gradient of {what}", **LOSS_TOL)
+    return got, what
+
+
+def _one_graph(got, what, cure):
+    breaks = got["graph_breaks"]
+    expect.that(
+        got["graphs"] == 1 and not breaks,
+        f"{what}: torch.compile traced {got['graphs']} graphs with {len(breaks)} graph breaks"
+        + (f" ({breaks[0][:160]})" if breaks else "")
+        + f"; the text asks for {ONE_GRAPH}: {cure}",
+    )
+
+
+_NO_DATA_DEPENDENT = (
+    "the number of tokens kept is only known once the targets are read, so boolean indexing (logits[mask]), "
+    "nonzero or .item() splits the graph there; weight every token's loss by a 0/1 mask instead"
+)
+
+
+@MASKED_LOSS.visible
+def test_loss_like_cross_entropy(impl):
+    "the value and gradient of F.cross_entropy with ignore_index, traced as one graph by torch.compile"
+    for seed, shape in ((1, (4, 6)), (2, (24,))):
+        got, what = _check_loss(impl, seed, shape, 11, -100)
+        _one_graph(got, what, _NO_DATA_DEPENDENT)
+
+
+@MASKED_LOSS.hidden
+def test_loss_other_ignore_index_and_large_logits(impl):
+    "ignore_index=0 (a padding id), logits hundreds apart, compiled (fullgraph) equal to eager"
+    got, what = _check_loss(impl, 3, (3, 5), 17, 0)
+    _one_graph(got, what, _NO_DATA_DEPENDENT)
+    got, what = _check_loss(impl, 4, (2, 7), 13, -100, scale=200.0)
+    expect.that(got["compiled"] is not None, f"{what}: torch.compile(fullgraph=True) failed: {got['compile_error']}")
+    expect.close(got["compiled"], got["value"], f"{what}, compiled against eager", **LOSS_TOL)
+
+
+# compiled_adamw ---------------------------------------------------------------------------------------------------
+
+ADAMW_STEP_TOL = {"atol": 1e-5, "rtol": 1e-5}  # 5 steps of size lr <= 0.05 on values of order 1; compiled or not
+
+
+def _adamw_case(seed, shapes, steps=5):
+    g = _gen(300 + seed)
+    params = [torch.randn(*shape, generator=g) for shape in shapes]
+    grads = [[torch.randn(*shape, generator=g) for shape in shapes] for _ in range(steps)]
+    lrs = [0.01 * (i + 1) for i in range(steps)]  # a schedule: a new learning rate at every step
+    return params, grads, lrs
+
+
+def _adamw_oracle_steps(params, grads, lrs, betas, eps, weight_decay):
+    leaves = [p.clone().requires_grad_() for p in params]
+    optimizer = torch.optim.AdamW(leaves, lr=lrs[0], betas=betas, eps=eps, weight_decay=weight_decay)
+    for step_grads, lr in zip(grads, lrs, strict=True):
+        for p, g in zip(leaves, step_grads, strict=True):
+            p.grad = g.clone()
+        optimizer.param_groups[0]["lr"] = lr
+        optimizer.step()
+    return [p.detach() for p in leaves]
+
+
+def _adamw_mistakes(params, grads, lrs, betas, eps, weight_decay):
+    """AdamW with one known mistake each, written out (the mistakes have no library of their own)."""
+
+    def run(*, bias_correction=True, decay_after=False):
+        ps = [p.clone().double() for p in params]
+        ms, vs = [torch.zeros_like(p) for p in ps], [torch.zeros_like(p) for p in ps]
+        for t, (step_grads, lr) in enumerate(zip(grads, lrs, strict=True), start=1):
+            for p, g, m, v in zip(ps, step_grads, ms, vs, strict=True):
+                g = g.double()
+                if not decay_after:
+                    p.mul_(1 - lr * weight_decay)
+                m.mul_(betas[0]).add_(g, alpha=1 - betas[0])
+                v.mul_(betas[1]).addcmul_(g, g, value=1 - betas[1])
+                c1, c2 = (1 - betas[0] ** t, 1 - betas[1] ** t) if bias_correction else (1.0, 1.0)
+                p.sub_(lr * (m / c1) / ((v / c2).sqrt() + eps))
+                if decay_after:
+                    p.mul_(1 - lr * weight_decay)
+        return ps
+
+    return [
+        (
+            run(bias_correction=False),
+            "the moments are not bias-corrected: divide m by 1 - beta1^t and v by 1 - beta2^t",
+        ),
+        (
+            run(decay_after=True),
+            "the weight decay is applied after the update; AdamW (decoupled, as torch.optim.AdamW) "
+            "shrinks p by lr * weight_decay before it",
+        ),
+    ]
+
+
+def _check_adamw(impl, seed, shapes, *, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, compiled=True):
+    params, grads, lrs = _adamw_case(seed, shapes)
+    what = f"adamw_step_ over {len(lrs)} steps with a new lr each step, parameters {[list(s) for s in shapes]}" + (
+        ", compiled" if compiled else ", not compiled"
+    )
+    got = impl.call(run_adamw_steps, params, grads, lrs, betas, eps, weight_decay, compiled)
+    expected = _adamw_oracle_steps(params, grads, lrs, betas, eps, weight_decay)
+    step = got["step"]  # first: a step that stays 0 also makes every update wrong, for this reason
+    expect.that(
+        isinstance(step, torch.Tensor) and step.dim() == 0 and float(step) == len(lrs),
+        f"{what}: the step tensor reads {step} afterwards; adamw_step_ adds 1 to it in place at every call",
+    )
+    mistakes = _adamw_mistakes(params, grads, lrs, betas, eps, weight_decay)
+    for i, (value, oracle) in enumerate(zip(got["params"], expected, strict=True)):
+        expect.close(
+            value,
+            oracle,
+            f"{what}: parameter {i}",
+            **ADAMW_STEP_TOL,
+            alternatives=[(wrong[i], diagnosis) for wrong, diagnosis in mistakes],
+        )
+    return got, what
+
+
+@COMPILED_ADAMW.visible
+def test_adamw_like_torch_optim_compiled_once(impl):
+    "5 compiled steps with a new learning rate each: torch.optim.AdamW's parameters, and a single compilation"
+    got, what = _check_adamw(impl, 1, [(3, 4), (4,)])
+    expect.that(
+        got["compiles"] == 1,
+        f"{what}: torch.compile compiled {got['compiles']} graphs; one is enough when lr and step stay 0-D tensors "
+        "(.item(), float(lr), a Python step count or a graph break turns each value into a new graph)",
+    )
+
+
+@COMPILED_ADAMW.hidden
+def test_adamw_eager_and_other_settings(impl):
+    "not compiled; and compiled with three parameters, no weight decay, other betas and eps"
+    _check_adamw(impl, 2, [(5,), (2, 3)], compiled=False)
+    got, what = _check_adamw(impl, 3, [(2, 2), (3,), (1, 4)], betas=(0.8, 0.99), eps=1e-6, weight_decay=0.0)
+    expect.that(got["compiles"] == 1, f"{what}: torch.compile compiled {got['compiles']} graphs, expected one")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1071,26 +1396,33 @@ def run_flash_backward(ns, q, k, v, causal: bool, block_q: int, block_k: int, gr
 
 def _on_ranks(ns, work, world_size):
     """``work(rank, world)`` on forked ranks (``coursetools.ranks``): their results, or why a rank failed."""
-    from coursetools.ranks import RanksFailed, run_ranks
+    from autograder.errors import TimeLimitExceeded
+    from coursetools.ranks import RANK_TIMEOUT, RanksFailed, run_ranks
 
     try:
         return {"ranks": run_ranks(work, world_size)}
     except RanksFailed as error:
         if error.unfinished:
             raise NotImplementedError() from None  # the stub, as the grader recognises it
-        return {"failed": str(error)}
+        if error.hung:  # as the grader's own time limit would say it, so the exercise's other checks do not wait too
+            raise TimeLimitExceeded(RANK_TIMEOUT) from None
+        said = str(error)
+        if "Connection reset by peer" in said or "Connection closed by peer" in said:
+            said += " (another rank had stopped: every rank must send the same collectives, in the same order)"
+        return {"failed": said}
 
 
-def _sgd_training(ns, make_sync, state, xs, ys, world_size, freeze_first=False):
-    """Each rank trains the checks' model on its shard of each batch with plain SGD, calling the student's
-    gradient synchronisation between backward and the step; what it sent is recorded."""
+def _sgd_training(ns, make_sync, state, xs, ys, world_size, model_options: dict):
+    """Each rank trains the checks' model (``_mlp``, ``model_options``: ``head_first``, ``freeze_first``) on its
+    shard of each batch with plain SGD, calling the student's gradient synchronisation between backward and the
+    step; what it sent is recorded."""
     from coursetools.ranks import recorded_collectives
 
     def work(rank, world):
-        model = _mlp()
+        model = _mlp(model_options.get("head_first", False))
         model.load_state_dict(state)
-        if freeze_first:
-            model[0].weight.requires_grad_(False)
+        if model_options.get("freeze_first"):
+            next(model.parameters()).requires_grad_(False)
         with recorded_collectives(ns) as sent:
             finish = make_sync(model)
             for x, y in zip(xs, ys, strict=True):
@@ -1107,44 +1439,113 @@ def _sgd_training(ns, make_sync, state, xs, ys, world_size, freeze_first=False):
 
 
 @adapter
-def train_with_average(ns, state, xs, ys, world_size: int, freeze_first: bool = False):
+def train_with_average(ns, state, xs, ys, world_size: int, model_options: dict):
     average = need(ns, "average_gradients")
-    return _sgd_training(ns, lambda model: lambda: average(model), state, xs, ys, world_size, freeze_first)
+    return _sgd_training(ns, lambda model: lambda: average(model), state, xs, ys, world_size, model_options)
 
 
 @adapter
-def train_with_overlap(ns, state, xs, ys, world_size: int):
+def train_with_overlap(ns, state, xs, ys, world_size: int, model_options: dict):
     make = need(ns, "OverlappedGradientSync")
-    return _sgd_training(ns, lambda model: make(model).wait, state, xs, ys, world_size)
+    return _sgd_training(ns, lambda model: make(model).wait, state, xs, ys, world_size, model_options)
 
 
 @adapter
-def train_with_buckets(ns, state, xs, ys, world_size: int, bucket_bytes: int):
+def train_with_buckets(ns, state, xs, ys, world_size: int, model_options: dict, bucket_bytes: int):
     make = need(ns, "BucketedGradientSync")
-    return _sgd_training(ns, lambda model: make(model, bucket_bytes).wait, state, xs, ys, world_size)
+    return _sgd_training(ns, lambda model: make(model, bucket_bytes).wait, state, xs, ys, world_size, model_options)
 
 
 @adapter
 def train_with_sharded_adamw(ns, state, xs, ys, world_size: int, options: dict):
     """Each rank computes the whole batch's gradients (the same on every rank) and steps the student's
-    ShardedAdamW; reports the parameters and the bytes of tensors the optimizer holds besides them."""
+    ShardedAdamW; reports the parameters, the bytes of tensors the optimizer holds besides them, each step's
+    broadcasts (from which rank, how many elements), the shapes of the tensors its steps made and of those it holds."""
+    from coursetools.ranks import recorded_collectives
+
     sharded = need(ns, "ShardedAdamW")
 
     def work(rank, world):
         model = _mlp()
         model.load_state_dict(state)
-        optimizer = sharded(list(model.parameters()), **options)
+        params = list(model.parameters())
+        optimizer = sharded(params, **options)
+        broadcasts, shapes = [], set()
         for x, y in zip(xs, ys, strict=True):
             F.mse_loss(model(x), y).backward()
-            optimizer.step()
-            for p in model.parameters():
+            with recorded_collectives(ns) as sent, watch_memory() as seen:
+                optimizer.step()
+            broadcasts.append([[c["src"], c["numel"]] for c in sent if c["name"] == "broadcast"])
+            shapes |= seen.shapes
+            for p in params:
                 p.grad = None
         return {
             "params": {name: t.detach().clone() for name, t in model.state_dict().items()},
-            "state_bytes": bytes_held_by(optimizer, leave_out=list(model.parameters())),
+            "state_bytes": bytes_held_by(optimizer, leave_out=params),
+            "broadcasts": broadcasts,
+            "shapes": sorted(list(shape) for shape in shapes),
+            "held_shapes": sorted({tuple(t.shape) for t in tensors_held_by(optimizer, leave_out=params)}),
         }
 
     return _on_ranks(ns, work, world_size)
+
+
+@adapter
+def run_masked_cross_entropy(ns, logits, targets, ignore_index: int):
+    """The student's loss: its value and the logits' gradient (eager), what dynamo makes of it
+    (``torch._dynamo.explain``) and its value compiled with ``fullgraph=True`` (the aot_eager backend: dynamo and
+    AOTAutograd, no generated code, so it takes a second on any CPU)."""
+    import torch._dynamo
+
+    loss = need(ns, "masked_cross_entropy")
+    leaf = logits.clone().requires_grad_()
+    value = loss(leaf, targets, ignore_index)
+    grad = None
+    if isinstance(value, torch.Tensor) and value.requires_grad:
+        value.backward()
+        grad = leaf.grad
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(loss)(logits, targets, ignore_index)
+    torch._dynamo.reset()
+    compiled, compile_error = None, ""
+    try:
+        compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)(logits, targets, ignore_index)
+    except Exception as error:  # noqa: BLE001 - reported to the check, which says it
+        compile_error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    torch._dynamo.reset()
+    return {
+        "value": value.detach() if isinstance(value, torch.Tensor) else value,
+        "grad": grad,
+        "graphs": explained.graph_count,
+        "graph_breaks": [str(b.reason) for b in explained.break_reasons],
+        "compiled": compiled.detach() if isinstance(compiled, torch.Tensor) else None,
+        "compile_error": compile_error,
+    }
+
+
+@adapter
+def run_adamw_steps(ns, params, grads, lrs, betas, eps, weight_decay, compiled: bool):
+    """The student's adamw_step_ over the steps, its learning rate a 0-D tensor set in place before each (as a
+    scheduler does), compiled or not; how many graphs torch.compile compiled (a backend that counts them)."""
+    import torch._dynamo
+
+    step_fn = need(ns, "adamw_step_")
+    compiles = []
+
+    def counting_backend(graph_module, example_inputs):
+        compiles.append(len(example_inputs))
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    run = torch.compile(step_fn, backend=counting_backend) if compiled else step_fn
+    params = [p.clone() for p in params]
+    exp_avgs, exp_avg_sqs = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
+    step, lr = torch.tensor(0.0), torch.tensor(lrs[0])
+    for step_grads, value in zip(grads, lrs, strict=True):
+        lr.fill_(value)
+        run(params, step_grads, exp_avgs, exp_avg_sqs, step, lr, betas[0], betas[1], eps, weight_decay)
+    torch._dynamo.reset()
+    return {"params": params, "step": step, "compiles": len(compiles)}
 
 
 with contextlib.suppress(ImportError):  # the profiler's import is slow the first time: pay it while importing

@@ -3,8 +3,10 @@
 from autograder.notebooks.nb14_systems import (
     AVERAGE,
     BUCKETS,
+    COMPILED_ADAMW,
     FLASH_BACKWARD,
     FLASH_FORWARD,
+    MASKED_LOSS,
     OVERLAP,
     SHARDED,
     TOP_OPERATORS,
@@ -58,6 +60,14 @@ _COPY_BACK = "parameter.grad.copy_(flat[offset : offset + parameter.numel()].vie
 # ShardedAdamW ----------------------------------------------------------------------------------------------------
 _MINE = "mine = [p for p in self.params if self.owner[id(p)] == self.rank]"
 _BROADCAST = "dist.broadcast(parameter, src=self.owner[id(parameter)])  # from the rank that owns it"
+
+# masked_cross_entropy, adamw_step_ ---------------------------------------------------------------------------------
+_WEIGHT = "weight = (targets != ignore_index).to(logits.dtype)  # 1 for a token that counts, 0 for one that does not"
+_LOSS_RETURN = "return (nll * weight).sum() / weight.sum()"
+_LOG_PROBS = "log_probs = torch.log_softmax(logits.float(), dim=-1)"
+_BIAS1 = "bias1 = 1 - beta1**step  # tensors: the step is an input of the compiled graph, not a constant"
+_DECAY = "p.mul_(1 - lr * weight_decay)"
+_UPDATE = "p.sub_(lr * (m / bias1) / ((v / bias2).sqrt() + eps))"
 
 WRONG_VERSIONS = (
     # top_operators
@@ -592,5 +602,199 @@ def flash_attention_forward(q, k, v, causal=False, block_q=32, block_k=32):
         "broadcasts everything from rank 0",
         "each parameter is broadcast from its owner",
         edit(_BROADCAST, "dist.broadcast(parameter, src=0)"),
+    ),
+    # masked_cross_entropy
+    WrongVersion(
+        MASKED_LOSS,
+        "indexes the kept tokens",
+        "splits the graph there",
+        code="""def masked_cross_entropy(logits, targets, ignore_index=-100):
+    kept = targets != ignore_index
+    kept_logits, kept_targets = logits[kept], targets[kept]
+    log_probs = torch.log_softmax(kept_logits.float(), dim=-1)
+    return -log_probs.gather(-1, kept_targets.unsqueeze(-1)).mean()
+""",
+    ),
+    WrongVersion(
+        MASKED_LOSS,
+        "divides by every token",
+        "it divides by every token",
+        edit(_LOSS_RETURN, "return (nll * weight).sum() / weight.numel()"),
+    ),
+    WrongVersion(
+        MASKED_LOSS, "returns the sum", "it returns the sum", edit(_LOSS_RETURN, "return (nll * weight).sum()")
+    ),
+    WrongVersion(
+        MASKED_LOSS,
+        "counts the ignored tokens",
+        "the ignored tokens are counted",
+        edit(_WEIGHT, "weight = torch.ones_like(targets, dtype=logits.dtype)"),
+    ),
+    WrongVersion(
+        MASKED_LOSS,
+        "log of softmax",
+        "contains NaN or inf",
+        edit(
+            _LOG_PROBS,
+            "log_probs = torch.log(torch.exp(logits.float()) / torch.exp(logits.float()).sum(-1, keepdim=True))",
+        ),
+    ),
+    WrongVersion(
+        MASKED_LOSS,
+        "the count read with .item()",
+        "splits the graph there",
+        edit(_LOSS_RETURN, "return (nll * weight).sum() / weight.sum().item()"),
+    ),
+    WrongVersion(
+        MASKED_LOSS,
+        "calls F.cross_entropy",
+        "do not call F.cross_entropy",
+        code="""def masked_cross_entropy(logits, targets, ignore_index=-100):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=ignore_index)
+""",
+    ),
+    # adamw_step_
+    WrongVersion(
+        COMPILED_ADAMW,
+        "no bias correction",
+        "not bias-corrected",
+        edit(_UPDATE, "p.sub_(lr * m / (v.sqrt() + eps))"),
+    ),
+    WrongVersion(
+        COMPILED_ADAMW,
+        "weight decay after the update",
+        "the weight decay is applied after the update",
+        edit(_DECAY, "pass"),
+        edit(_UPDATE, f"{_UPDATE}\n        p.mul_(1 - lr * weight_decay)"),
+    ),
+    WrongVersion(
+        COMPILED_ADAMW,
+        "the learning rate read once, as a Python number, and kept",
+        "torch.compile compiled",
+        edit("    step += 1\n", "    step += 1\n    lr = lr.item()\n"),
+    ),
+    WrongVersion(
+        COMPILED_ADAMW,
+        "a Python step count",
+        "torch.compile compiled",
+        edit(_BIAS1, "t = int(step)\n    bias1 = 1 - beta1**t"),
+        edit("bias2 = 1 - beta2**step", "bias2 = 1 - beta2**t"),
+    ),
+    WrongVersion(
+        COMPILED_ADAMW,
+        "a fresh step counter, not the tensor",
+        "the step tensor reads",
+        edit("    step += 1\n", "    step = step + 1\n"),
+    ),
+    WrongVersion(
+        COMPILED_ADAMW,
+        "calls torch.optim.adamw",
+        "do not call torch.optim",
+        code="""def adamw_step_(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
+    steps = [step.clone() for _ in params]
+    torch.optim.adamw.adamw(params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
+                            eps=eps, weight_decay=weight_decay, amsgrad=False, maximize=False)
+    step += 1
+""",
+    ),
+    # blind round 2
+    WrongVersion(
+        AVERAGE,
+        "reduce to rank 0, then broadcast",
+        "the exercise averages with all-reduces",
+        edit(_ALL_REDUCE, "dist.reduce(parameter.grad, dst=0)\n            dist.broadcast(parameter.grad, src=0)"),
+    ),
+    WrongVersion(
+        OVERLAP,
+        "waits in the hook",
+        "waited for",
+        edit(
+            _HOOK_SEND,
+            "work = dist.all_reduce(parameter.grad, async_op=True)\n        work.wait()\n"
+            "        self.pending.append((parameter, work))",
+        ),
+    ),
+    WrongVersion(
+        OVERLAP,
+        "a hook on the frozen parameters too",
+        "rank 0 raised",
+        edit(
+            "            if parameter.requires_grad:\n                parameter.register",
+            "            if True:\n                parameter.register",
+        ),
+    ),
+    WrongVersion(
+        BUCKETS,
+        "a bucket may not reach bucket_bytes",
+        "the buckets hold",
+        edit(_BUCKET_RULE, "if not self.buckets or size + nbytes >= bucket_bytes:"),
+    ),
+    WrongVersion(
+        BUCKETS,
+        "sends a bucket when its last-listed parameter is ready",
+        "head registered first",
+        edit("        if self.ready[b] == len(self.buckets[b]):", "        if parameter is self.buckets[b][-1]:"),
+    ),
+    WrongVersion(
+        BUCKETS,
+        "waits in the hook",
+        "waited for",
+        edit(
+            _BUCKET_SEND,
+            "work = dist.all_reduce(flat, async_op=True)\n            work.wait()\n"
+            "            self.pending.append((b, flat, work))",
+        ),
+    ),
+    WrongVersion(
+        SHARDED,
+        "ZeroRedundancyOptimizer inside",
+        "not ZeroRedundancyOptimizer",
+        code="""from torch.distributed.optim import ZeroRedundancyOptimizer
+
+
+class ShardedAdamW:
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        self.inner = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=lr, betas=betas, eps=eps,
+                                             weight_decay=weight_decay)
+
+    def step(self):
+        self.inner.step()
+""",
+    ),
+    WrongVersion(
+        SHARDED,
+        "updates every parameter, then drops the state of the others",
+        "a rank computes nothing for the parameters others own",
+        edit(
+            _MINE,
+            "mine = [p for p in self.params if self.owner[id(p)] == self.rank]\n"
+            "        self.everything = torch.optim.AdamW(self.params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)",
+        ),
+        edit(
+            "        self.optimizer.step()  # this rank's shard only; its state exists only for that shard\n",
+            "        self.everything.step()\n"
+            "        for p in self.params:\n"
+            "            if self.owner[id(p)] != self.rank:\n"
+            "                self.everything.state.pop(p, None)\n",
+        ),
+    ),
+    WrongVersion(
+        SHARDED,
+        "ties broken in reverse list order",
+        "ties between parameters in list order",
+        edit(
+            "for parameter in sorted(self.params, key=lambda p: p.numel(), reverse=True):",
+            "for parameter in reversed(sorted(self.params, key=lambda p: p.numel())):",
+        ),
+    ),
+    WrongVersion(
+        SHARDED,
+        "zeroes what it does not own and all-reduces",
+        "each parameter is broadcast from its owner",
+        edit(
+            _BROADCAST,
+            "if self.owner[id(parameter)] != self.rank:\n                    parameter.zero_()\n"
+            "                dist.all_reduce(parameter)",
+        ),
     ),
 )
