@@ -5,7 +5,7 @@ Notebook 14 runs the data parallelism you write on two or three processes, and i
 through a store in a temporary folder (no network needed beyond the loopback gloo's sockets use), calls
 ``work(rank, world_size)`` in each, and returns what each returned, in rank order. Processes are forked, not
 spawned, so ``work`` may be a function defined in a notebook. A rank that raises, dies or hangs past ``timeout``
-ends every rank, and ``RanksFailed`` says which rank did what. Each collective that ``torch.distributed`` sends
+ends every rank, and ``RanksFailed`` says which rank did what (``UnfinishedRank`` when it met an exercise's stub). Each collective that ``torch.distributed`` sends
 can be recorded (``recorded_collectives``) with whether it was sent while autograd's backward pass was running.
 """
 
@@ -28,13 +28,22 @@ RANK_TIMEOUT = 20.0  # seconds for all the ranks together
 
 
 class RanksFailed(RuntimeError):
-    """A rank raised, died or hung; the message says which and how (the rank's own traceback, last line first).
-    ``unfinished``: what the rank raised was ``NotImplementedError()``, an exercise's stub; ``hung``: a rank did
-    not finish in time."""
+    """A rank raised, died or hung; the message says which and how (what it raised, and where in the code that
+    called into the course). ``hung``: a rank did not finish in time."""
 
-    def __init__(self, message: str, unfinished: bool = False, hung: bool = False):
+    def __init__(self, message: str, hung: bool = False):
         super().__init__(message)
-        self.unfinished, self.hung = unfinished, hung
+        self.hung = hung
+
+
+class UnfinishedRank(NotImplementedError):
+    """A rank met an exercise's stub, ``raise NotImplementedError()``: raised again here, without a message, as the
+    stub itself is (so the grader says "not implemented yet"), with ``stub_qualname``, the function whose stub it
+    was (so a notebook's demo cell says which exercise it waits for, ``coursetools.run_all``)."""
+
+    def __init__(self, stub_qualname: str | None):
+        super().__init__()
+        self.stub_qualname = stub_qualname
 
 
 def _rank_main(work, rank: int, world_size: int, store_path: str, send) -> None:
@@ -52,8 +61,12 @@ def _rank_main(work, rank: int, world_size: int, store_path: str, send) -> None:
                 dist.destroy_process_group()
         send.send_bytes(_packed(("returned", result)))
     except BaseException as error:  # noqa: BLE001 - whatever a rank raises is reported by the parent
-        how = "unfinished" if isinstance(error, NotImplementedError) and not error.args else "raised"
-        send.send_bytes(_packed((how, _described(error))))
+        if isinstance(error, NotImplementedError) and not error.args:
+            from coursetools.run_all import stub_name
+
+            send.send_bytes(_packed(("unfinished", stub_name(error.__traceback__))))
+        else:
+            send.send_bytes(_packed(("raised", _described(error))))
 
 
 _LIBRARIES = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))  # torch's and the course's
@@ -110,8 +123,10 @@ def _result(rank: int, receive, process, timeout: float):
         how, value = torch.load(io.BytesIO(receive.recv_bytes()), weights_only=True)
     except EOFError:
         raise RanksFailed(f"rank {rank} died (exit code {process.exitcode})") from None
-    if how in ("raised", "unfinished"):
-        raise RanksFailed(f"rank {rank} raised {value}", unfinished=how == "unfinished")
+    if how == "unfinished":
+        raise UnfinishedRank(value)
+    if how == "raised":
+        raise RanksFailed(f"rank {rank} raised {value}")
     return value
 
 

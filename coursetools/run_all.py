@@ -128,7 +128,8 @@ def _handler(shell, etype, value, tb, tb_offset=None):
     if issubclass(etype, NameError) and getattr(value, "name", None) in _NOT_MADE:
         reason = _NOT_MADE[value.name]
         line = f"This cell waits for {reason}: it uses `{value.name}`, which an earlier cell could not make yet."
-    elif issubclass(etype, NotImplementedError) and (name := stub_name(tb)) is not None:
+    elif issubclass(etype, NotImplementedError) and (name := getattr(value, "stub_qualname", None) or stub_name(tb)):
+        # (stub_qualname: the stub was met in another process, such as a rank of coursetools.ranks)
         exercise = exercise_for(name, _notebook_file())
         reason = f'"{exercise}"' if exercise else "an exercise"
         line = message(name, exercise)

@@ -1401,9 +1401,9 @@ def _on_ranks(ns, work, world_size):
 
     try:
         return {"ranks": run_ranks(work, world_size)}
+    except NotImplementedError:  # a rank met the stub (UnfinishedRank): raised here as the stub is, to say so
+        raise NotImplementedError() from None
     except RanksFailed as error:
-        if error.unfinished:
-            raise NotImplementedError() from None  # the stub, as the grader recognises it
         if error.hung:  # as the grader's own time limit would say it, so the exercise's other checks do not wait too
             raise TimeLimitExceeded(RANK_TIMEOUT) from None
         said = str(error)
