@@ -72,6 +72,7 @@ def longest_scopes() -> dict[str, float]:
         "tests/test_grader_failures.py": 160,
         folder_scope("04_attention"): 142,
         "tests/test_hub.py": 127,
+        "notebook 14_systems": 115,  # measured alone (TestChecks14 and TestWrong14, -p no:xdist), not in that run
         "tests/test_class_grading.py": 115,
         "tests/test_run_all_browser.py::TestRunAllLate": 112,
         "tests/test_run_all_browser.py::TestRunAllEarly": 106,

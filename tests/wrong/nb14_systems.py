@@ -797,4 +797,43 @@ class ShardedAdamW:
             "                dist.all_reduce(parameter)",
         ),
     ),
+    # blind round 3
+    WrongVersion(
+        COMPILED_ADAMW,
+        "eps inside the square root",
+        "eps is added inside the square root",
+        edit(_UPDATE, "p.sub_(lr * (m / bias1) / (v / bias2 + eps).sqrt())"),
+    ),
+    WrongVersion(
+        COMPILED_ADAMW,
+        "new tensors in the lists",
+        "put new tensors in the list of parameters",
+        code="""def adamw_step_(params, grads, exp_avgs, exp_avg_sqs, step, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01):
+    step += 1
+    for i, (p, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs, strict=True)):
+        p = p * (1 - lr * weight_decay)
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        params[i] = p - lr * (m / (1 - beta1**step)) / ((v / (1 - beta2**step)).sqrt() + eps)
+        exp_avgs[i], exp_avg_sqs[i] = m, v
+""",
+    ),
+    WrongVersion(
+        MASKED_LOSS,
+        "gathers at targets.clamp(min=0)",
+        "your code raised",
+        edit(
+            "safe = torch.where(targets == ignore_index, 0, targets)  # any valid class in place of ignore_index",
+            "safe = targets.clamp(min=0)",
+        ),
+    ),
+    WrongVersion(
+        MASKED_LOSS,
+        "nll_loss reached through torch._C",
+        "do not call F.cross_entropy or F.nll_loss",
+        code="""def masked_cross_entropy(logits, targets, ignore_index=-100):
+    log_probs = torch.log_softmax(logits.float(), dim=-1).reshape(-1, logits.shape[-1])
+    return torch._C._nn.nll_loss_nd(log_probs, targets.reshape(-1), None, 1, ignore_index)
+""",
+    ),
 )
