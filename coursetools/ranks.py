@@ -5,7 +5,7 @@ Notebook 14 runs the data parallelism you write on two or three processes, and i
 through a store in a temporary folder (no network needed beyond the loopback gloo's sockets use), calls
 ``work(rank, world_size)`` in each, and returns what each returned, in rank order. Processes are forked, not
 spawned, so ``work`` may be a function defined in a notebook. A rank that raises, dies or hangs past ``timeout``
-ends every rank, and ``RanksFailed`` says which rank did what (``UnfinishedRank`` when it met an exercise's stub). Each collective that ``torch.distributed`` sends
+ends every rank, and ``RanksFailed`` says which rank did what (a ``NotImplementedError`` when it met an exercise's stub: ``unfinished``). Each collective that ``torch.distributed`` sends
 can be recorded (``recorded_collectives``) with whether it was sent while autograd's backward pass was running.
 """
 
@@ -36,14 +36,13 @@ class RanksFailed(RuntimeError):
         self.hung = hung
 
 
-class UnfinishedRank(NotImplementedError):
-    """A rank met an exercise's stub, ``raise NotImplementedError()``: raised again here, without a message, as the
-    stub itself is (so the grader says "not implemented yet"), with ``stub_qualname``, the function whose stub it
+def unfinished(stub_qualname: str | None) -> NotImplementedError:
+    """What a rank that met an exercise's stub (``raise NotImplementedError()``) raises here: the stub's own error,
+    without a message (so the grader says "not implemented yet"), with ``stub_qualname``, the function whose stub it
     was (so a notebook's demo cell says which exercise it waits for, ``coursetools.run_all``)."""
-
-    def __init__(self, stub_qualname: str | None):
-        super().__init__()
-        self.stub_qualname = stub_qualname
+    error = NotImplementedError()
+    error.stub_qualname = stub_qualname
+    return error
 
 
 def _rank_main(work, rank: int, world_size: int, store_path: str, send) -> None:
@@ -124,7 +123,7 @@ def _result(rank: int, receive, process, timeout: float):
     except EOFError:
         raise RanksFailed(f"rank {rank} died (exit code {process.exitcode})") from None
     if how == "unfinished":
-        raise UnfinishedRank(value)
+        raise unfinished(value)
     if how == "raised":
         raise RanksFailed(f"rank {rank} raised {value}")
     return value

@@ -1423,7 +1423,7 @@ def _on_ranks(ns, work, world_size):
 
     try:
         return {"ranks": run_ranks(work, world_size)}
-    except NotImplementedError:  # a rank met the stub (UnfinishedRank): raised here as the stub is, to say so
+    except NotImplementedError:  # a rank met the stub (coursetools.ranks.unfinished): raised here as the stub is
         raise NotImplementedError() from None
     except RanksFailed as error:
         if error.hung:  # as the grader's own time limit would say it, so the exercise's other checks do not wait too
