@@ -44,3 +44,13 @@ class MultiHeadAttention(CrossAttention):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         return super().forward(x, x, mask)
+
+
+def math_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """PyTorch's ``F.scaled_dot_product_attention`` on its math path, which builds the whole ``[q_len, k_len]``
+    matrix of scores and keeps the probabilities for backward, as notebook 04's attention does (notebook 14's
+    fallback for it, so that its memory comparison stays one with quadratic attention). mask: True = may attend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
