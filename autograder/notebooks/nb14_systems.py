@@ -955,11 +955,12 @@ def test_overlap_three_ranks(impl):
         )
 
 
-def _buckets(bucket_bytes: int, shapes=PARAMETERS, element_size: int = 4) -> list[int]:
-    """The numbers of elements of the buckets the text describes: the parameters in reverse order, each joining
-    the current bucket unless that would take it past ``bucket_bytes``."""
+def _buckets(bucket_bytes: int, shapes, element_size: int = 4) -> list[int]:
+    """The numbers of elements of the buckets the text describes, filled in the order of ``shapes``: each parameter
+    joins the current bucket unless that would take it past ``bucket_bytes``. The text's order is the reverse of
+    ``model.parameters()``; forward order is a known mistake."""
     sizes, current = [], None
-    for shape in reversed(shapes):
+    for shape in shapes:
         numel = math.prod(shape)
         if current is None or (current + numel) * element_size > bucket_bytes:
             if current is not None:
@@ -980,8 +981,8 @@ def _check_buckets(impl, bucket_bytes, world_size, seed, head_first=False):
     )
     what = f"{what}, buckets of {bucket_bytes} bytes"
     _launched_during_backward(ranks, what)
-    expected = sorted(_buckets(bucket_bytes, _shapes(head_first)))
-    forward_order = sorted(_buckets_in_order(bucket_bytes, _shapes(head_first)))
+    expected = sorted(_buckets(bucket_bytes, reversed(_shapes(head_first))))
+    forward_order = sorted(_buckets(bucket_bytes, _shapes(head_first)))
     for rank, result in enumerate(ranks):
         sizes = [c["numel"] for c in result["sent"] if c["name"] == "all_reduce"]
         per_step = len(sizes) / STEPS
@@ -996,18 +997,6 @@ def _check_buckets(impl, bucket_bytes, world_size, seed, head_first=False):
                 else ""
             ),
         )
-
-
-def _buckets_in_order(bucket_bytes, shapes):
-    sizes, current = [], None
-    for shape in shapes:
-        numel = math.prod(shape)
-        if current is None or (current + numel) * 4 > bucket_bytes:
-            if current is not None:
-                sizes.append(current)
-            current = 0
-        current += numel
-    return [*sizes, current]
 
 
 # Bucket sizes whose buckets differ from forward order's, one for every parameter, one bucket for all, a parameter
