@@ -34,7 +34,10 @@ class MemoryWatch:
     products: list = field(default_factory=list)
     scalars: int = 0
     shapes: set = field(default_factory=set)  # the shapes of the tensors made
-    _alive: list = field(default_factory=list, repr=False)  # (weak reference to a storage, its bytes)
+    # storage id -> (weak reference to the storage, its bytes). Keyed by storage because some operators return a
+    # view of a storage they just made without saying so in their schema (aten::_unsafe_view, behind matmul's
+    # reshapes): counted per tensor, that storage would count twice.
+    _alive: dict = field(default_factory=dict, repr=False)
 
     @property
     def largest_numel(self) -> int:
@@ -52,9 +55,14 @@ class MemoryWatch:
             if not self.largest or tensor.numel() > self.largest_numel:
                 self.largest = tuple(tensor.shape)
             storage = tensor.untyped_storage()
-            self._alive.append((StorageWeakRef(storage), storage.nbytes()))
-        self._alive = [(ref, size) for ref, size in self._alive if not ref.expired()]
-        self.peak_bytes = max(self.peak_bytes, sum(size for _, size in self._alive))
+            self._alive[storage._cdata] = (StorageWeakRef(storage), storage.nbytes())
+        self._alive = {key: (ref, size) for key, (ref, size) in self._alive.items() if not ref.expired()}
+        self.peak_bytes = max(self.peak_bytes, self.alive_bytes)
+
+    @property
+    def alive_bytes(self) -> int:
+        """The bytes of the storages made in the block that are still alive (what it left allocated)."""
+        return sum(size for ref, size in self._alive.values() if not ref.expired())
 
 
 _PRODUCTS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "mv", "addmv"}

@@ -7,6 +7,10 @@ Oracles:
   the trace keeps durations to the nanosecond, 0.001 µs, and a sum of a few thousand of them rounds far below
   that). On hand-made traces the oracle is brute force: at every instant (the traces use whole microseconds, so
   the midpoints of unit steps), the innermost operator open on each thread is charged.
+- ``block_activation_bytes``: a measurement. ``coursetools.block_memory`` runs the block the formula describes and
+  sums the distinct storages autograd saves (``saved_tensors_hooks``), parameters left out; integers, compared
+  exactly. A wrong formula is diagnosed by fitting its differences from the measurements, over at least seven
+  shapes, to the terms a block's memory is made of (``_ACTIVATION_TERMS``).
 - ``flash_attention_forward``: ``F.scaled_dot_product_attention`` and ``torch.logsumexp`` of the masked scores,
   both in float64. Outputs and log-sum-exps of order 1, summed over at most 300 keys in float32: measured errors
   below 1e-6 (6 shapes, float32 answer against the float64 oracle), so atol 1e-5 + rtol 1e-5.
@@ -36,6 +40,7 @@ from autograder.adapters import adapter, given, need
 from autograder.exercises import Exercise
 from autograder.notebooks._seeds import seeded
 from autograder.rules import ATTENTIONS, LOG_SOFTMAXES, SOFTMAXES, Rule
+from coursetools.block_memory import measured_block_bytes
 from coursetools.memory import bytes_held_by, saved_for_backward, storage_bytes, tensors_held_by, watch_memory
 
 _NO_READY_MADE = (
@@ -49,6 +54,7 @@ _LEAVING_TORCH = ("torch.Tensor.numpy", "torch.Tensor.__array__", "torch.Tensor.
 SCALARS_PER_TILE = 4  # Python numbers taken out of tensors per pair of tiles, beyond SCALARS_ALLOWED
 SCALARS_ALLOWED = 64
 TOP_OPERATORS = Exercise("top_operators", "the operators that take the time", points=2)
+ACTIVATIONS = Exercise("block_activation_bytes", "the memory one block keeps", points=2)
 FLASH_FORWARD = Exercise(
     "flash_attention_forward",
     "FlashAttention's forward pass",
@@ -112,6 +118,7 @@ COMPILED_ADAMW = Exercise(
 )
 EXERCISES = [
     TOP_OPERATORS,
+    ACTIVATIONS,
     FLASH_FORWARD,
     FLASH_BACKWARD,
     AVERAGE,
@@ -381,6 +388,151 @@ def test_real_profiles(impl):
         cut = sorted(oracle.values(), reverse=True)[k - 1]  # the k-th largest self time
         left_out = [(n, t) for n, t in _ranked(oracle, len(oracle)) if t > cut + SELF_TIME_TOL and n not in dict(got)]
         expect.that(not left_out, f"{what} leaves out {left_out[:3]}, which took more self time")
+
+
+# --- block_activation_bytes --------------------------------------------------------------------------------------
+
+# Shapes (batch, seq, width, heads): batch, length, width and heads each vary on its own, so that the differences
+# between a formula and the measurements determine the terms below (seven of them: at least seven shapes).
+ACTIVATION_SHAPES_VISIBLE = (
+    (1, 1, 4, 1),
+    (2, 5, 8, 2),
+    (1, 7, 12, 3),
+    (3, 4, 16, 4),
+    (2, 9, 6, 1),
+    (1, 16, 8, 2),
+    (2, 3, 10, 5),
+    (4, 2, 4, 2),
+)
+ACTIVATION_SHAPES_HIDDEN = (
+    (1, 1, 8, 8),
+    (3, 17, 12, 3),
+    (1, 33, 16, 8),
+    (4, 9, 20, 5),
+    (2, 64, 64, 4),
+    (1, 2, 6, 6),
+    (5, 11, 24, 6),
+    (2, 40, 32, 1),
+    (1, 128, 16, 2),
+    (3, 3, 36, 9),
+)
+
+
+# What a wrong formula's difference from the measurement is made of: (monomial, its name, bytes per element, what a
+# whole number of such tensors is). A term in the width alone depends on neither the batch nor the length: parameters.
+def _plural(n: int) -> str:
+    return "s" * (n != 1)
+
+
+_ACTIVATION_TERMS = (
+    (
+        lambda b, t, d, h: b * t * d,
+        "batch·seq·width",
+        4,
+        lambda n: f"{n} [batch, seq, width] float32 tensor{_plural(n)}",
+    ),
+    (
+        lambda b, t, d, h: b * t,
+        "batch·seq",
+        4,
+        lambda n: f"{n} [batch, seq, 1] float32 tensor{_plural(n)} (a LayerNorm keeps its mean and 1/sigma)",
+    ),
+    (
+        lambda b, t, d, h: b * h * t * t,
+        "batch·heads·seq²",
+        4,
+        lambda n: f"{n} [batch, heads, seq, seq] float32 tensor{_plural(n)} (attention scores or probabilities)",
+    ),
+    (
+        lambda b, t, d, h: t * t,
+        "seq²",
+        1,
+        lambda n: f"{n} byte{_plural(n)} per entry of a [seq, seq] tensor (the boolean mask takes one)",
+    ),
+    (lambda b, t, d, h: d * d, "width²", 0, None),
+    (lambda b, t, d, h: d, "width", 0, None),
+    (lambda b, t, d, h: 1, "a constant", 0, None),
+)
+
+
+def _call_text(shape) -> str:
+    return "block_activation_bytes({}, {}, {}, {})".format(*shape)
+
+
+def _whole_factor(got: list, measured: list, shapes) -> str:
+    """The mistakes that scale every float32 tensor: elements counted, or another dtype's bytes."""
+    masks = [t * t for _, t, _, _ in shapes]
+    for per_element, why in (
+        (1, "it counts elements, not bytes: each float32 element takes 4 bytes"),
+        (2, "it counts 2 bytes per element; the block runs in float32, 4 bytes each"),
+        (8, "it counts 8 bytes per element; the block runs in float32, 4 bytes each"),
+    ):
+        for mask_bytes in (1, per_element):
+            if all(
+                g == (m - mask) // 4 * per_element + mask * mask_bytes
+                for g, m, mask in zip(got, measured, masks, strict=True)
+            ):
+                return why
+    return ""
+
+
+def _activation_diagnosis(got: list, measured: list, shapes) -> str:
+    """What the formula's differences from the measurements are made of, in the units of ``_ACTIVATION_TERMS``."""
+    whole = _whole_factor(got, measured, shapes)
+    if whole:
+        return whole
+    rows = torch.tensor([[term[0](*shape) for term in _ACTIVATION_TERMS] for shape in shapes], dtype=torch.float64)
+    diff = torch.tensor([g - m for g, m in zip(got, measured, strict=True)], dtype=torch.float64)
+    coefficients = torch.linalg.lstsq(rows, diff.unsqueeze(-1)).solution.squeeze(-1).round()
+    if not torch.equal(rows @ coefficients, diff):
+        return "its differences from the measurements are not whole numbers of the block's tensors"
+    parts = []
+    for (_, name, size, tensors), c in zip(_ACTIVATION_TERMS, coefficients.long().tolist(), strict=True):
+        if c and tensors is None:
+            return (
+                f"it has a term in {name}, which depends on neither the batch nor the length: that is the "
+                "parameters, which the block holds anyway and which are not counted"
+            )
+        if c:
+            count = tensors(abs(c) // size) if abs(c) % size == 0 else f"{abs(c)}·{name} bytes"
+            parts.append(f"{count} too {'many' if c > 0 else 'few'}")
+    return "it counts " + "; ".join(parts)
+
+
+def _check_activation_bytes(impl, shapes):
+    got = impl.call(call_block_activation_bytes, list(shapes))
+    expect.that(
+        not got["tensors_made"],
+        f"{_call_text(shapes[0])} made {got['tensors_made']} tensors (or read numbers out of them); the text asks for "
+        "a formula in Python arithmetic on the four numbers, without running the block or making tensors",
+    )
+    for value, shape in zip(got["values"], shapes, strict=True):
+        if isinstance(value, dict) and "__unsupported__" in value:
+            expect.fail(f"{_call_text(shape)} returned a {value['__unsupported__']}, expected an int")
+        expect.that(
+            isinstance(value, int) and not isinstance(value, bool),
+            f"{_call_text(shape)} returned {value!r}, expected an int (a number of bytes): use // or whole numbers",
+        )
+    measured = [measured_block_bytes(*shape) for shape in shapes]
+    for value, expected, shape in zip(got["values"], measured, shapes, strict=True):
+        if value != expected:
+            expect.fail(
+                f"{_call_text(shape)} = {value:,}, but a PreNormBlock of that shape keeps {expected:,} bytes for its "
+                f"backward pass (measured: each saved storage once, parameters left out); "
+                f"{_activation_diagnosis(got['values'], measured, shapes)}"
+            )
+
+
+@ACTIVATIONS.visible
+def test_activation_bytes_small_blocks(impl):
+    "the bytes a PreNormBlock keeps for its backward pass, measured, for 8 small shapes (1 to 5 heads)"
+    _check_activation_bytes(impl, ACTIVATION_SHAPES_VISIBLE)
+
+
+@ACTIVATIONS.hidden
+def test_activation_bytes_more_shapes(impl):
+    "10 more shapes: one head, as many heads as the width, lengths up to 128"
+    _check_activation_bytes(impl, ACTIVATION_SHAPES_HIDDEN)
 
 
 # --- FlashAttention: shapes, oracles and limits ----------------------------------------------------------------
@@ -1363,6 +1515,15 @@ def test_adamw_eager_and_other_settings(impl):
 @adapter
 def call_top_operators(ns, trace: dict, k: int):
     return need(ns, "top_operators")(trace, k)
+
+
+@adapter
+def call_block_activation_bytes(ns, shapes: list):
+    """The student's formula for each shape, and how many tensors it made (a formula makes none)."""
+    formula = need(ns, "block_activation_bytes")
+    with watch_memory() as seen:
+        values = [formula(*shape) for shape in shapes]
+    return {"values": values, "tensors_made": seen.made + seen.scalars}
 
 
 def _memory(seen) -> dict:

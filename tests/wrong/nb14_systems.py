@@ -1,6 +1,7 @@
 """Wrong versions of notebook 14's answers (14_systems): see ``wrong/__init__.py``."""
 
 from autograder.notebooks.nb14_systems import (
+    ACTIVATIONS,
     AVERAGE,
     BUCKETS,
     COMPILED_ADAMW,
@@ -23,6 +24,14 @@ _SORT = 'events.sort(key=lambda e: (e["ts"], -e["dur"]))'
 _PARENT = """            if open_events:  # its time is its parent's total, not the parent's own
                 self_time[open_events[-1]["name"]] -= event["dur"]"""
 _RANK = "ranked = sorted(self_time.items(), key=lambda item: (-item[1], item[0]))"
+
+# block_activation_bytes ------------------------------------------------------------------------------------------
+_QKV_OUT = "+ 3 * tokens * width  # q and k (the first product's operands) and v (the second's): qkv's output"
+_P_KEPT = "+ batch * heads * seq * seq  # softmax's output P, also the second product's operand: kept once"
+_LN_STATS = "+ 2 * tokens  # ln1's mean and 1/sigma, [B, T, 1] each"
+_GELU_OUT = "+ 4 * tokens * width  # down's input: gelu's output"
+_INPUT = "tokens * width  # ln1's input: the block's input"
+_BYTES = "return 4 * floats + seq * seq  # 4 bytes per float32 number, and the causal mask's one byte per entry"
 
 # flash_attention_forward -----------------------------------------------------------------------------------------
 _Q_TILE = "q_tile = q[..., i : i + block_q, :] * scale"
@@ -146,6 +155,76 @@ WRONG_VERSIONS = (
             'while open_events and event["ts"] >= open_events[-1]["ts"]',
             'while open_events and event["ts"] > open_events[-1]["ts"]',
         ),
+    ),
+    # block_activation_bytes
+    WrongVersion(
+        ACTIVATIONS,
+        "forgets the probabilities",
+        "1 [batch, heads, seq, seq] float32 tensor (attention scores or probabilities) too few",
+        edit(_P_KEPT, "+ 0"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "counts scores and probabilities",
+        "1 [batch, heads, seq, seq] float32 tensor (attention scores or probabilities) too many",
+        edit(_P_KEPT, "+ 2 * batch * heads * seq * seq  # the scores and P"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "forgets LayerNorm's statistics",
+        "2 [batch, seq, 1] float32 tensors (a LayerNorm keeps its mean and 1/sigma) too few",
+        edit(_LN_STATS, "+ 0"),
+    ),
+    WrongVersion(
+        ACTIVATIONS, "counts elements", "it counts elements, not bytes", edit(_BYTES, "return floats + seq * seq")
+    ),
+    WrongVersion(
+        ACTIVATIONS, "counts bf16 bytes", "2 bytes per element", edit(_BYTES, "return 2 * floats + seq * seq")
+    ),
+    WrongVersion(
+        ACTIVATIONS, "forgets the mask", "byte per entry of a [seq, seq] tensor", edit(_BYTES, "return 4 * floats")
+    ),
+    WrongVersion(ACTIVATIONS, "the mask as float32", "3 bytes", edit(_BYTES, "return 4 * floats + 4 * seq * seq")),
+    WrongVersion(
+        ACTIVATIONS, "a mask per head", "too many", edit(_BYTES, "return 4 * floats + batch * heads * seq * seq")
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "GELU's input and output once",
+        "4 [batch, seq, width] float32 tensors too few",
+        edit(_GELU_OUT, "+ 0"),
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "the qkv output and q, k, v copies",
+        "3 [batch, seq, width] float32 tensors too many",
+        edit(_QKV_OUT, "+ 6 * tokens * width"),
+    ),
+    WrongVersion(
+        ACTIVATIONS, "forgets the block's input", "1 [batch, seq, width] float32 tensor too few", edit(_INPUT, "0")
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "counts the parameters",
+        "the parameters",
+        edit(_BYTES, "return 4 * floats + seq * seq + 4 * (12 * width * width + 13 * width)"),
+    ),
+    WrongVersion(ACTIVATIONS, "returns a float", "expected an int", edit(_BYTES, "return 4.0 * floats + seq * seq")),
+    WrongVersion(
+        ACTIVATIONS,
+        "runs the block",
+        "without running the block or making tensors",
+        code="""def block_activation_bytes(batch, seq, width, heads):
+    from coursetools.block_memory import measured_block_bytes
+
+    return measured_block_bytes(batch, seq, width, heads)
+""",
+    ),
+    WrongVersion(
+        ACTIVATIONS,
+        "heads times the width",
+        "not whole numbers of the block's tensors",
+        edit(_QKV_OUT, "+ 3 * tokens * width * heads"),
     ),
     # flash_attention_forward
     WrongVersion(
