@@ -1,7 +1,7 @@
 """Every code path a GPU run takes, run on the CPU at a tiny size, so that CI (which has no GPU) breaks
-when one of them does: torch.compile of the model (the reference's and a student's), bf16 autocast, the
-fp16 gradient scaler, fused AdamW, SDPA against the unfused formula. DDP with two processes is
-test_tinystories_ddp.py.
+when one of them does: torch.compile of the model (the reference's and a student's, with notebook 14's loss
+and optimizer step), bf16 autocast, the fp16 gradient scaler, fused AdamW, SDPA against the unfused formula.
+DDP with two processes is test_tinystories_ddp.py; the compiled optimizer alone, test_tinystories_compiled.py.
 
 Each run is compared with the plain float32 run of the same config and seed (``straight``), over 6 steps
 with losses near 6. Tolerances: compiled and unfused-attention runs only reorder float32 sums, 1e-4 absolute
@@ -11,12 +11,14 @@ with losses near 6. Tolerances: compiled and unfused-attention runs only reorder
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from tinystories_helpers import ROOT, tiny_config
 
 import tinystories.train as train_module
-from tinystories.stack import reference_stack, student_stack
+from tinystories.stack import reference_stack, student_stack, training_keys
 from tinystories.train import CompiledLoss, batch_loss, run
 
 
@@ -35,18 +37,26 @@ def straight(data_dir, tmp_path_factory):
 
 
 @pytest.mark.parametrize("stack", ["reference", "yours"])
-def test_torch_compile(stack, straight, data_dir, tmp_path):
+def test_torch_compile(stack, straight, data_dir, tmp_path, capsys):
     """train.compile = true: inductor compiles the model (forward and backward) on the CPU, and a student's
-    loss too (train.compile_loss): the compiled student stack trains to the eager run's losses (1e-4)."""
-    chosen = reference_stack() if stack == "reference" else student_stack(ROOT / "solutions", check=False)
+    loss too (train.compile_loss), notebook 14's, and its optimizer step (tinystories.compiled_adamw): the
+    compiled student stack, resolved for a compiled run as the command resolves it, trains to the eager run's
+    losses (1e-4), and its table says which parts it trained."""
+    keys = training_keys(compile=True)
+    chosen = reference_stack() if stack == "reference" else student_stack(ROOT / "solutions", check=False, keys=keys)
     result = run(tiny_config(data_dir, tmp_path, "train.compile=true"), stack=chosen, progress=False)
     assert _losses(result) == pytest.approx(straight, abs=1e-4, rel=0)
+    if stack == "yours":
+        table = capsys.readouterr().out
+        assert re.search(r"compiled_loss: masked_cross_entropy +notebook 14  yours", table), table
+        assert re.search(r"compiled_step: adamw_step_ +notebook 14  yours", table), table
+        assert "  loss: cross_entropy" not in table and "  optimizer: AdamW" not in table  # notebook 10's: not called
 
 
 @pytest.fixture(scope="module")
 def yours():
-    """A stack with notebook 10's loss (the solution's); its other parts are the reference's."""
-    return student_stack(ROOT / "solutions", check=False, keys=["loss"])
+    """A stack with notebook 10's loss and notebook 14's (the solutions'); its other parts are the reference's."""
+    return student_stack(ROOT / "solutions", check=False, keys=["loss", "compiled_loss"])
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +86,13 @@ def _captured(graphs) -> list[set[str]]:
     ]
 
 
-def test_a_students_loss_runs_inside_the_compiled_region(yours, your_loss, data_dir, tmp_path):
-    """With train.compile, the loss of notebook 10 runs under torch.compile as the model does (issue 38: on a
-    GPU, its separate operations over the logits cost a student's stack most of its gap to the reference),
-    together with the cast of the logits to float32. Observed: Dynamo hands the compiler ONE graph (no cut at
-    the loss's boolean mask, CAPTURE_DYNAMIC_OUTPUT_SHAPES) that holds the cast and the loss's operations over
-    the logits (max, exp, sum, log, gather); the result equals the eager loss of the float32 logits to float32
-    rounding (1e-6 relative) for bf16 and float32 logits of two shapes and seeds. PyTorch's own loss is left
-    as it is."""
+def test_a_students_loss_runs_inside_the_compiled_region(yours, data_dir, tmp_path):
+    """With train.compile, the loss of notebook 14 runs under torch.compile as the model does (issue 38: on a
+    GPU, a loss's separate operations over the logits cost a student's stack most of its gap to the reference),
+    together with the cast of the logits to float32. Observed: Dynamo hands the compiler ONE graph that holds
+    the cast and the loss's operations over the logits (log_softmax, gather, sum); the result equals the eager
+    loss of the float32 logits to float32 rounding (1e-6 relative) for bf16 and float32 logits of two shapes
+    and seeds. PyTorch's own loss is left as it is."""
     graphs = []
     loss = batch_loss(yours, tiny_config(data_dir, tmp_path, "train.compile=true"), backend=_recording_backend(graphs))
     assert isinstance(loss, CompiledLoss)
@@ -93,12 +102,12 @@ def test_a_students_loss_runs_inside_the_compiled_region(yours, your_loss, data_
         generator = torch.Generator().manual_seed(seed)
         logits = torch.randn(batch, positions, vocabulary, generator=generator).to(dtype)
         targets = torch.randint(0, vocabulary, (batch, positions), generator=generator)
-        expected = your_loss(logits.float().flatten(0, 1), targets.flatten())
+        expected = yours.compiled_loss(logits.float().flatten(0, 1), targets.flatten())
         torch.testing.assert_close(loss(logits, targets), expected, rtol=1e-6, atol=0)
     assert loss.fallback is None
     assert len(graphs) == 2, f"the loss was cut into {len(graphs) // 2} graphs per dtype, not one"  # one per dtype
     for captured in _captured(graphs):
-        assert {"float", "max", "exp", "sum", "log", "gather"} <= captured, captured
+        assert {"float", "log_softmax", "gather", "sum"} <= captured, captured
     eager = batch_loss(reference_stack(), tiny_config(data_dir, tmp_path, "train.compile=true"))
     assert not isinstance(eager, CompiledLoss)
     for off in (["train.compile=false"], ["train.compile=true", "train.compile_loss=false"]):

@@ -29,13 +29,15 @@ def _parser() -> argparse.ArgumentParser:
         from tinystories.stack import PARTS
 
         sub.add_argument("--stack", choices=("yours", "reference"), default="yours",
-                         help="yours (default): the parts of your notebooks (08, 10, 11, 13), each unfinished one "
-                              "replaced by the course's reference; reference: only the reference parts (no answers: the library's)")
+                         help="yours (default): the parts of your notebooks (08, 10, 11, 13; 14 with train.compile), "
+                              "each unfinished one replaced by the course's reference; reference: only the reference "
+                              "parts (no answers: the library's)")
         sub.add_argument("--course-dir", default=None, help=course_help)
         sub.add_argument("--reference-parts", default="", metavar="PART,PART",
                          help="with --stack yours, take these parts from the course all the same, e.g. "
-                              "loss,optimizer,clipping: PyTorch's fused versions, for speed on a GPU. Parts: "
-                              + ", ".join(p.key for p in PARTS))
+                              "loss,optimizer,clipping: PyTorch's fused versions, for speed on a GPU (loss and "
+                              "optimizer also name compiled_loss and compiled_step, notebook 14's, which a run with "
+                              "train.compile calls in their place). Parts: " + ", ".join(p.key for p in PARTS))
 
     train = commands.add_parser("train", help="train (or, with --resume, continue) a run")
     common(train, config_default=None)
@@ -94,19 +96,23 @@ def main(argv: list[str] | None = None) -> int:
 
             config = _config(args, resume=args.resume)  # before importing torch: a typo fails fast
             check_out_dir(config, args.resume)
-            from tinystories.stack import resolve
+            from tinystories.stack import resolve, training_keys
             from tinystories.train import init_distributed, leave_distributed, run
 
             init_distributed(config.train)  # under torchrun: before the stack, which rank 0 alone checks
-            run(config, stack=resolve(args.stack, args.course_dir, reference_parts=args.reference_parts), resume=args.resume, progress=not args.quiet,
-                stop_after=args.stop_after, course_dir=args.course_dir)
+            stack = resolve(args.stack, args.course_dir, keys=training_keys(config.train.compile),
+                            reference_parts=args.reference_parts)
+            run(config, stack=stack, resume=args.resume, progress=not args.quiet, stop_after=args.stop_after,
+                course_dir=args.course_dir)
             leave_distributed()
         elif args.command == "preflight":
             from tinystories.preflight import preflight, report
-            from tinystories.stack import resolve
+            from tinystories.stack import resolve, training_keys
 
             config = _config(args)
-            findings = preflight(config, name=args.config, steps=args.steps, stack=resolve(args.stack, args.course_dir, reference_parts=args.reference_parts))
+            stack = resolve(args.stack, args.course_dir, keys=training_keys(config.train.compile),
+                            reference_parts=args.reference_parts)
+            findings = preflight(config, name=args.config, steps=args.steps, stack=stack)
             print(report(findings))
             return 0 if all(f.ok for f in findings) else 1
         elif args.command == "prepare":

@@ -5,7 +5,10 @@
 from notebook 10 the loss, the optimizer, the learning-rate schedule, gradient clipping and the batches,
 from notebook 11 the sampling, the cached decoder and its KV cache, and from notebook 13 each rank's
 micro-batches, the FLOPs per token and MFU the run reports, bits per byte, and the loop that writes the
-run's stories (``sample`` too).
+run's stories (``sample`` too). A run that compiles (``train.compile``) takes its loss and optimizer step from
+notebook 14 instead (``masked_cross_entropy``, and ``adamw_step_`` that ``tinystories.compiled_adamw`` runs
+compiled), the two written to compile to one graph, once; notebook 10's serve the runs that do not compile, and
+each run loads and checks only the parts it calls (``training_keys``).
 A part whose exercise is not started, fails the visible checks of its notebook's test cell, or cannot be
 loaded falls back to the course's reference, and the run starts by printing which is which and why.
 
@@ -31,6 +34,7 @@ import torch.nn.functional as F
 
 from coursetools.notebook_vocabulary import STUB_LINE, grade_id, is_stub_source
 from tinystories import library
+from tinystories.compiled_adamw import CompiledAdamW
 from tinystories.errors import RunError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,13 +72,25 @@ PARTS = (
     Part("cache", "KVCache", "11_decoding", ("kv_cache",), lambda: library.LibraryCache),
     Part("generation", "generate_with_cache", "13_tinystories", ("generate_with_cache",),
          lambda: library.generate_in_segments),
+    Part("compiled_loss", "masked_cross_entropy", "14_systems", ("masked_cross_entropy",), lambda: F.cross_entropy),
+    Part("compiled_step", "adamw_step_", "14_systems", ("compiled_adamw",), lambda: torch.optim.AdamW),
 )
+# The parts a compiled run calls in place of notebook 10's loss and optimizer (``batch_loss``, ``make_optimizer``).
+COMPILED = {"loss": "compiled_loss", "optimizer": "compiled_step"}
+
+
+def training_keys(compile: bool) -> list[str]:
+    """The parts a training run calls: with ``train.compile``, notebook 14's loss and optimizer step in place of
+    notebook 10's, which are then neither loaded, checked nor listed (and the other way round)."""
+    unused = COMPILED.keys() if compile else COMPILED.values()
+    return [p.key for p in PARTS if p.key not in unused]
 
 
 @dataclass
 class Stack:
     """What a run calls. ``model`` is the ModernDecoder class, ``config_class`` its DecoderConfig;
     ``cached_model`` the CachedDecoder that holds the trained weights for sampling, ``cache`` its KVCache;
+    ``compiled_loss`` and ``compiled_step`` replace ``loss`` and ``optimizer`` in a compiled run (``COMPILED``);
     ``origins`` says, for each part, "yours" or "reference (why)"."""
 
     model: type
@@ -92,14 +108,21 @@ class Stack:
     cached_model: type
     cache: type
     generation: object
+    compiled_loss: object
+    compiled_step: object
     name: str = "reference"
     origins: dict[str, str] = field(default_factory=dict)
 
-    def make_optimizer(self, groups, *, fused: bool, **options) -> torch.optim.Optimizer:
-        """The optimizer over ``groups``; PyTorch's fused AdamW kernel where asked for and it is PyTorch's."""
-        if fused and self.optimizer is torch.optim.AdamW:
+    def make_optimizer(self, groups, *, fused: bool, compiled: bool = False, **options) -> torch.optim.Optimizer:
+        """The optimizer over ``groups``: ``optimizer``, or with ``compiled`` (``train.compile``) ``compiled_step``,
+        notebook 14's ``adamw_step_`` run compiled by ``CompiledAdamW``, or its reference, PyTorch's AdamW. PyTorch's
+        fused AdamW kernel where asked for and it is PyTorch's."""
+        optimizer = self.compiled_step if compiled else self.optimizer
+        if fused and optimizer is torch.optim.AdamW:
             options["fused"] = True
-        return self.optimizer(groups, **options)
+        if not isinstance(optimizer, type):  # notebook 14's adamw_step_: a function, not an optimizer class
+            return CompiledAdamW(groups, optimizer, **options)
+        return optimizer(groups, **options)
 
     def table(self) -> str:
         """One line per part this stack was resolved for (``student_stack(keys=...)`` leaves the others out)."""
@@ -196,7 +219,8 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
 
 def resolve(name: str, course_dir: str | Path | None = None, keys=None, reference_parts: str = "") -> Stack:
     """``--stack yours`` or ``--stack reference``; ``reference_parts`` ("loss,optimizer"): parts to take from the
-    course all the same (``--reference-parts``), without loading or checking yours."""
+    course all the same (``--reference-parts``), without loading or checking yours; "loss" and "optimizer" name
+    notebook 14's ``compiled_loss`` and ``compiled_step`` too, which a compiled run calls in their place."""
     if name == "reference":
         return reference_stack()
     if name != "yours":
@@ -206,6 +230,7 @@ def resolve(name: str, course_dir: str | Path | None = None, keys=None, referenc
     if unknown:
         raise RunError(f"--reference-parts: no part {', '.join(unknown)}; the parts are "
                        f"{', '.join(p.key for p in PARTS)}")
+    forced += [COMPILED[key] for key in forced if key in COMPILED]  # "loss": the loss the run calls, compiled or not
     stack = _resolve_yours(course_dir, [p.key for p in PARTS if (keys is None or p.key in keys) and p.key not in forced])
     for part in [p for p in PARTS if p.key in forced and (keys is None or p.key in keys)]:
         setattr(stack, part.key, part.reference())

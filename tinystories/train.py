@@ -256,7 +256,8 @@ def _use_compile_cache(enabled: bool) -> None:
 
 # Notebook 10's loss ends with ``per_position[keep].mean()``: a boolean mask, whose output size depends on the
 # data. Without this, Dynamo cuts the compiled loss in two there; with it, the loss is one graph, and on an H100
-# a run's peak memory fell from 8.3 to 7.1 GiB, the reference's (benchmarks/tinystories_gpu.md).
+# a run's peak memory fell from 8.3 to 7.1 GiB, the reference's (benchmarks/tinystories_gpu.md). A compiled run
+# now takes notebook 14's loss, which has no such mask; this still serves a loss compiled with one.
 CAPTURE_DYNAMIC_OUTPUT_SHAPES = True
 
 
@@ -296,21 +297,24 @@ class CompiledLoss:
 
 def batch_loss(stack: Stack, config, *, backend="inductor", say=print):
     """The loss of a batch as the loop computes it: ``(B, T, V)`` logits in autocast's dtype and ``(B, T)``
-    targets, given to ``stack.loss`` as float32 ``(B*T, V)`` logits and ``(B*T,)`` targets.
+    targets, given to the stack's loss as float32 ``(B*T, V)`` logits and ``(B*T,)`` targets. That loss is
+    notebook 10's ``stack.loss``, or with ``train.compile`` notebook 14's ``stack.compiled_loss``
+    (``masked_cross_entropy``: no boolean mask, so no data-dependent shape to cut the graph at).
 
     With ``train.compile`` and ``train.compile_loss``, a loss that is not PyTorch's own runs compiled
     (``CompiledLoss``), as the model does, and the cast to float32 with it, so that Inductor reads the bf16
     logits where the loss needs them rather than a float32 copy written first (1.3 GB a step in gpu_h100). The
     loss still receives exactly the float32 values (the cast is exact).
 
-    A student's clipping and optimizer step stay eager. Compiled, the solution's clipping trained 3% slower on
-    an H100 (two alternated pairs of runs). The optimizer's learning rate changes every step and reaches the
-    update as a Python number (``p.addcdiv_(m, v, value=-lr)``, ``alpha=-lr``, and ``1 - lr * wd`` with the
-    no-decay group's ``wd = 0.0``), which Dynamo can only bake into the graph: every new value recompiles the
-    solution's step, with or without ``addcdiv`` decomposed, until the recompile limit leaves it eager anyway.
-    With a single decay group it stops recompiling and applies a stale learning rate, silently
-    (benchmarks/optimizer_compile.md)."""
-    loss = stack.loss
+    A student's clipping stays eager: compiled, the solution's trained 3% slower on an H100 (two alternated pairs
+    of runs). So does notebook 10's optimizer step: its learning rate changes every step and reaches the update as
+    a Python number (``p.addcdiv_(m, v, value=-lr)``, ``alpha=-lr``, and ``1 - lr * wd`` with the no-decay
+    group's ``wd = 0.0``), which Dynamo can only bake into the graph: every new value recompiles the solution's
+    step, with or without ``addcdiv`` decomposed, until the recompile limit leaves it eager anyway. With a single
+    decay group it stops recompiling and applies a stale learning rate, silently (benchmarks/optimizer_compile.md).
+    A compiled run's optimizer is notebook 14's step instead, whose learning rate is a tensor
+    (``tinystories.compiled_adamw``)."""
+    loss = stack.compiled_loss if config.train.compile else stack.loss
 
     def loss_of_batch(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return loss(logits.float().flatten(0, 1), targets.flatten())
@@ -457,7 +461,8 @@ def _loop(config, stack: Stack, d: _Dist, device: torch.device, precision: str) 
     decay = [p for p in raw_model.parameters() if p.dim() >= 2]
     no_decay = [p for p in raw_model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    optimizer = stack.make_optimizer(groups, fused=device.type == "cuda", lr=t.max_lr, betas=(t.beta1, t.beta2))
+    optimizer = stack.make_optimizer(groups, fused=device.type == "cuda", compiled=t.compile, lr=t.max_lr,
+                                     betas=(t.beta1, t.beta2))
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     autocast = functools.partial(torch.autocast, device_type=device.type, dtype=dtype, enabled=dtype is not None)
@@ -469,8 +474,8 @@ def _loop(config, stack: Stack, d: _Dist, device: torch.device, precision: str) 
 
 
 def _compile(loop: _Loop, say) -> None:
-    """``train.compile``: the model compiled, and a student's loss (``batch_loss``); under torchrun, DDP around
-    the model.
+    """``train.compile``: the model compiled, and a student's loss (``batch_loss``; a student's optimizer, made by
+    ``_loop``, compiles its own step); under torchrun, DDP around the model.
     After a resume has loaded the weights into the module itself."""
     t, d = loop.config.train, loop.d
     if t.compile:
