@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import tinystories.train as train_module  # noqa: E402
 from benchmarks._common import command, machine, now  # noqa: E402
 from tinystories.config import load_config  # noqa: E402
-from tinystories.stack import reference_stack, student_stack  # noqa: E402
+from tinystories.stack import COMPILED, reference_stack, student_stack  # noqa: E402
 from tinystories.train import peak_flops, run  # noqa: E402
 
 TINY = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.d_ff=64", "model.context_length=32",
@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny model (a smoke test of this script on a CPU)")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--stack", choices=("reference", "solutions"), default="reference",
-                        help="solutions: the parts a student who finished notebooks 08 and 10 trains (tinystories.stack)")
+                        help="solutions: the parts a student who finished the notebooks trains (tinystories.stack; with "
+                             "train.compile, notebook 14's loss and optimizer step)")
     parser.add_argument("--reference-parts", default="", metavar="PART,PART",
                         help="with --stack solutions: parts taken from the course all the same (loss,optimizer,...), "
                              "to see which of a student's parts costs the time")
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         reference = reference_stack()
         for key in filter(None, (key.strip() for key in args.reference_parts.split(","))):
             getattr(reference, key)  # an unknown part raises here, before any training
-            setattr(stack, key, getattr(reference, key))
+            # "loss" and "optimizer" name the parts a run calls, compiled (notebook 14's) or not, as the command's do
+            for part in (key, COMPILED[key]) if key in COMPILED else (key,):
+                setattr(stack, part, getattr(reference, part))
         result = run(config, stack=stack, progress=False)
     timed = result.metrics[args.warmup:]
     device = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
