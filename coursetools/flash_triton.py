@@ -22,7 +22,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _attend_to_key_tile(q, acc, m_i, l_i, k_start, v_start, first_key, rows, t_k, offset, scale,
+def _attend_to_key_tile(q, acc, m_i, l_i, k_start, v_start, first_key, rows, t_k, shift, scale,
                         D: tl.constexpr, BLOCK_K: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                         PRECISION: tl.constexpr):
     keys = first_key + tl.arange(0, BLOCK_K)
@@ -34,7 +34,7 @@ def _attend_to_key_tile(q, acc, m_i, l_i, k_start, v_start, first_key, rows, t_k
     if MASKED:  # only the tiles across the diagonal or past T_k pay for a mask
         visible = real[None, :]
         if CAUSAL:
-            visible = visible & (keys[None, :] <= rows[:, None] + offset)
+            visible = visible & (keys[None, :] <= rows[:, None] + shift)
         s = tl.where(visible, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
     # exp(m_i - m_new) <= 1 rescales what was summed relative to the old maximum to the new one; every exponent
@@ -64,19 +64,19 @@ def _flash_forward_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, t_q, t_k, scale,
     l_i = tl.zeros([BLOCK_Q], tl.float32)  # running sum of exp(score - m_i)
     acc = tl.zeros([BLOCK_Q, D], tl.float32)  # running sum of exp(score - m_i) * v
 
-    offset = t_k - t_q  # causal: query i sees keys j <= i + offset
+    shift = t_k - t_q  # bottom-right alignment: query i attends to the keys j <= i + shift
     if CAUSAL:
-        unmasked_end = (first_row + offset + 1) // BLOCK_K * BLOCK_K  # whole tiles the tile's first query sees
-        end = tl.minimum(first_row + BLOCK_Q, t_q) + offset  # one past the last key its last query sees
+        unmasked_end = (first_row + shift + 1) // BLOCK_K * BLOCK_K  # whole tiles the tile's first query sees
+        end = tl.minimum(first_row + BLOCK_Q, t_q) + shift  # one past the last key its last query sees
     else:
         unmasked_end = t_k // BLOCK_K * BLOCK_K
         end = t_k
     # The key tiles every query of the tile sees entirely: no mask. Tiles past `end` (the future) are skipped.
     for first_key in range(0, unmasked_end, BLOCK_K):
-        acc, m_i, l_i = _attend_to_key_tile(q, acc, m_i, l_i, k_start, v_start, first_key, rows, t_k, offset, scale,
+        acc, m_i, l_i = _attend_to_key_tile(q, acc, m_i, l_i, k_start, v_start, first_key, rows, t_k, shift, scale,
                                             D, BLOCK_K, False, CAUSAL, PRECISION)
     for first_key in range(unmasked_end, end, BLOCK_K):  # across the diagonal, or the last partial tile
-        acc, m_i, l_i = _attend_to_key_tile(q, acc, m_i, l_i, k_start, v_start, first_key, rows, t_k, offset, scale,
+        acc, m_i, l_i = _attend_to_key_tile(q, acc, m_i, l_i, k_start, v_start, first_key, rows, t_k, shift, scale,
                                             D, BLOCK_K, True, CAUSAL, PRECISION)
 
     real = rows < t_q
@@ -100,11 +100,11 @@ def flash_attention_triton(q, k, v, causal=False, block_q=64, block_k=64):
     assert t_k > 0 and (t_q <= t_k or not causal), "causal attention needs T_q <= T_k (bottom-right alignment)"
     assert q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1", "a CUDA tensor, or TRITON_INTERPRET=1 on the CPU"
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # the kernel indexes [B*H, T, d] rows directly
-    out = torch.empty_like(q)
+    o = torch.empty_like(q)
     lse = torch.empty((b, h, t_q), dtype=torch.float32, device=q.device)
     # float32 products as float32 ("ieee"), not TF32's 10-bit mantissas; the flag changes nothing for 16-bit inputs
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     grid = (triton.cdiv(t_q, block_q), b * h)  # one program per (query tile, batch * head)
-    _flash_forward_kernel[grid](q, k, v, out, lse, t_q, t_k, 1 / math.sqrt(d), D=d, BLOCK_Q=block_q,
+    _flash_forward_kernel[grid](q, k, v, o, lse, t_q, t_k, 1 / math.sqrt(d), D=d, BLOCK_Q=block_q,
                                 BLOCK_K=block_k, CAUSAL=causal, PRECISION=precision)
-    return out, lse
+    return o, lse

@@ -54,6 +54,22 @@ def test_release_holds_no_solution_or_hidden_test_line(notebook, kind):
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_cell_outputs_show_no_solution_line(notebook):
+    """What the cells print shows no answer either: a student's graded notebook keeps its outputs, and the feedback
+    shows them (notebook 14 prints the course's Triton kernel, which once shared lines with the tiled forward's
+    answer). The solution's outputs stand for the student's: the cells that print code print the same code."""
+    nb = read(solution_path(notebook))
+    printed = "\n".join(
+        text
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        for text in (output.get("text", ""), output.get("data", {}).get("text/plain", ""))
+    )
+    assert not leaked(secret_lines(nb, "solution"), printed)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_leak_detector_finds_the_secrets_in_the_sources(notebook):
     """The search above can fail: run on the instructor's notebook, it finds every line."""
     nb = read(solution_path(notebook))
