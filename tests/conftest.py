@@ -59,35 +59,36 @@ class SuiteScopes(LoadScopeScheduling):
 
 def longest_scopes() -> dict[str, float]:
     """Scope -> the seconds it took, for the suite's longest scopes (a profiled fresh clone on the 2-core machine,
-    e6709d7, 2026-11-29 10:41, benchmarks/suite_time.md: the sums of its ``--junitxml`` times per scope).
+    232912e, 2026-11-29 22:08, benchmarks/suite_time.md: the sums of its ``--junitxml`` times per scope).
 
     The workers take scopes in queue order, and xdist queues them by their number of tests, so a long scope of
     few tests came last: the hub's one test (51 s then) kept one worker busy while the other had finished. Queued
     longest first, the many short scopes even out the end. A stale figure costs only that balance;
     test_suite_scopes checks that each name is still a scope."""
     return {
-        folder_scope("00_welcome"): 214,
-        "tests/test_sandbox.py": 195,
-        folder_scope("02_normalization"): 173,
-        "tests/test_grader_failures.py": 160,
-        folder_scope("04_attention"): 142,
-        "tests/test_hub.py": 127,
-        "notebook 14_systems": 115,  # measured alone (TestChecks14 and TestWrong14, -p no:xdist), not in that run
-        "tests/test_class_grading.py": 115,
-        "tests/test_run_all_browser.py::TestRunAllLate": 112,
-        "tests/test_run_all_browser.py::TestRunAllEarly": 106,
-        "tests/test_tinystories_cli.py": 106,
-        "tests/test_tinystories_gpu_paths.py": 101,
-        "notebook 12_bpe": 92,
-        folder_scope("01_tokens_embeddings"): 88,
-        "tests/test_environment.py": 82,
-        "tests/test_student_session.py": 71,
-        "solutions/10_training/10_training.ipynb": 64,
-        "notebook 13_tinystories": 62,
-        "tests/test_attention_view.py": 59,
-        "solutions/07_blocks/07_blocks.ipynb": 50,
-        "tests/test_colab_notebook.py": 50,
-        "tests/test_multiuser_exchange.py": 47,
+        "tests/test_sandbox.py": 235,
+        folder_scope("02_normalization"): 227,
+        folder_scope("00_welcome"): 194,
+        folder_scope("04_attention"): 190,
+        "tests/test_grader_failures.py": 147,
+        "tests/test_tinystories_gpu_paths.py": 139,
+        "notebook 14_systems": 139,
+        "tests/test_hub.py": 132,
+        "tests/test_run_all_browser.py::TestRunAllLate": 125,
+        "tests/test_tinystories_cli.py": 115,
+        "tests/test_run_all_browser.py::TestRunAllEarly": 115,
+        "tests/test_class_grading.py": 113,
+        "notebook 12_bpe": 90,
+        folder_scope("01_tokens_embeddings"): 81,
+        "tests/test_environment.py": 76,
+        "tests/test_student_session.py": 68,
+        "solutions/10_training/10_training.ipynb": 66,
+        "tests/test_colab_notebook.py": 56,
+        "notebook 13_tinystories": 53,
+        "tests/test_attention_view.py": 52,
+        "tests/test_multiuser_exchange.py": 51,
+        "solutions/07_blocks/07_blocks.ipynb": 42,
+        "tests/test_class_report.py": 40,
     }
 
 
