@@ -15,6 +15,7 @@ import contextlib
 import inspect
 import io
 import multiprocessing
+import multiprocessing.connection
 import os
 import tempfile
 import time
@@ -104,8 +105,7 @@ def run_ranks(work: Callable[[int, int], object], world_size: int = 2, timeout: 
         try:
             for process in processes:
                 process.start()
-            return [_result(rank, receive, process, timeout) for rank, ((receive, _), process) in
-                    enumerate(zip(pipes, processes, strict=True))]
+            return _results([receive for receive, _ in pipes], processes, timeout)
         finally:
             for process in processes:
                 if process.is_alive():
@@ -113,20 +113,38 @@ def run_ranks(work: Callable[[int, int], object], world_size: int = 2, timeout: 
                 process.join(timeout=5)
 
 
-def _result(rank: int, receive, process, timeout: float):
-    if not receive.poll(timeout):
-        if not process.is_alive():
+# After one rank fails, how long the others have to report: a rank that met a stub reports at once, and when it
+# exits first, its peers fail with it (gloo: "Connection closed by peer"); the stub, not their error, is the news.
+FAILURE_GRACE = 2.0  # seconds
+
+
+def _results(receivers: list, processes: list, timeout: float) -> list:
+    """Each rank's result, in rank order, read as the ranks report (``multiprocessing.connection.wait``)."""
+    outcomes: dict[int, tuple[str, object]] = {}
+    deadline = time.monotonic() + timeout
+    while len(outcomes) < len(receivers) and time.monotonic() < deadline:
+        waiting = [receiver for rank, receiver in enumerate(receivers) if rank not in outcomes]
+        for receiver in multiprocessing.connection.wait(waiting, timeout=max(0.0, deadline - time.monotonic())):
+            rank = receivers.index(receiver)
+            try:
+                outcomes[rank] = torch.load(io.BytesIO(receiver.recv_bytes()), weights_only=True)
+            except EOFError:
+                outcomes[rank] = ("died", None)
+            if outcomes[rank][0] != "returned":
+                deadline = min(deadline, time.monotonic() + FAILURE_GRACE)
+    for how, value in outcomes.values():
+        if how == "unfinished":
+            raise unfinished(value)
+    for rank, process in enumerate(processes):
+        how, value = outcomes.get(rank, (None, None))
+        if how == "raised":
+            raise RanksFailed(f"rank {rank} raised {value}")
+        if how == "died" or (how is None and not process.is_alive()):
             raise RanksFailed(f"rank {rank} died (exit code {process.exitcode})")
-        raise RanksFailed(f"rank {rank} did not finish within {timeout:g} s (waiting for another rank?)", hung=True)
-    try:
-        how, value = torch.load(io.BytesIO(receive.recv_bytes()), weights_only=True)
-    except EOFError:
-        raise RanksFailed(f"rank {rank} died (exit code {process.exitcode})") from None
-    if how == "unfinished":
-        raise unfinished(value)
-    if how == "raised":
-        raise RanksFailed(f"rank {rank} raised {value}")
-    return value
+    for rank in range(len(receivers)):
+        if rank not in outcomes:
+            raise RanksFailed(f"rank {rank} did not finish within {timeout:g} s (waiting for another rank?)", hung=True)
+    return [outcomes[rank][1] for rank in range(len(receivers))]
 
 
 def _in_backward() -> bool:
