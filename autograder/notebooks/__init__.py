@@ -28,4 +28,5 @@ NOTEBOOKS = [
     "12_bpe",
     "13_tinystories",
     "14_systems",
+    "15_post_training",
 ]
