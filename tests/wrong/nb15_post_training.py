@@ -1,7 +1,7 @@
 """Wrong versions of notebook 15's answers (15_post_training): see ``wrong/__init__.py``."""
 
 from autograder.notebooks.nb15_post_training import ADD_LORA, DPO, LOGPROBS, LORA, SFT_BATCH
-from wrong import WrongVersion, edit
+from wrong import WrongVersion, edit, solution_answers
 
 # sft_batch -----------------------------------------------------------------------------------------------------
 _LABELS = "labels[row, first:n] = tokens[first + 1 :]"
@@ -87,6 +87,22 @@ WRONG_VERSIONS = (
     ),
     WrongVersion(
         SFT_BATCH,
+        "finds the <|assistant|> token by searching for it",
+        "labels for pairs whose prompts and responses contain the special ids are",
+        edit(_FIRST, "first = sequence.index(assistant_id)"),
+    ),
+    WrongVersion(
+        SFT_BATCH,
+        "appends <|end|> to the caller's responses",
+        "changed the lists it was given",
+        edit(
+            "    sequences = [[user_id, *prompt, assistant_id, *response, end_id] for prompt, response in pairs]",
+            "    for _, response in pairs:\n        response.append(end_id)\n"
+            "    sequences = [[user_id, *prompt, assistant_id, *response] for prompt, response in pairs]",
+        ),
+    ),
+    WrongVersion(
+        SFT_BATCH,
         "float tensors",
         "token ids are torch.long",
         edit("return input_ids, labels", "return input_ids.float(), labels.float()"),
@@ -155,6 +171,12 @@ WRONG_VERSIONS = (
         edit(_MERGE, "self.base.weight = nn.Parameter(self.base.weight + self.scaling * self.lora_B @ self.lora_A)"),
         edit(_UNMERGE, "self.base.weight = nn.Parameter(self.base.weight - self.scaling * self.lora_B @ self.lora_A)"),
     ),
+    WrongVersion(
+        LORA,
+        "merge state kept under another name",
+        "self.merged is",
+        code=solution_answers("15_post_training")["lora_linear"].replace("self.merged", "self.is_merged"),
+    ),
     WrongVersion(LORA, "unmerge does nothing", "merge() then unmerge()", edit(_UNMERGE, "pass")),
     WrongVersion(
         LORA,
@@ -200,6 +222,33 @@ WRONG_VERSIONS = (
         "your code raised",
         edit(_MATCH, 'if name and any(name == t or name.endswith("." + t) for t in targets)'),
     ),
+    WrongVersion(
+        ADD_LORA,
+        "a layer chosen by two targets is wrapped twice",
+        "wrap each of them once",
+        code=solution_answers("15_post_training")["add_lora"].replace(
+            "name for name, module in model.named_modules()\n        if isinstance(module, nn.Linear) and "
+            'any(name == t or name.endswith("." + t) for t in targets)',
+            "name for t in targets for name, module in model.named_modules()\n        if isinstance(module, nn.Linear) "
+            'and (name == t or name.endswith("." + t))',
+        ),
+    ),
+    WrongVersion(
+        ADD_LORA,
+        "r capped at the layer's width",
+        "wider than the 32-wide layers",
+        edit(
+            "setattr(parent, child, LoRALinear(getattr(parent, child), r, alpha, dropout))",
+            "layer = getattr(parent, child)\n"
+            "        setattr(parent, child, LoRALinear(layer, min(r, layer.in_features, layer.out_features), alpha, dropout))",
+        ),
+    ),
+    WrongVersion(
+        ADD_LORA,
+        "type(module) is nn.Linear",
+        "subclass of nn.Linear",
+        edit("if isinstance(module, nn.Linear) and", "if type(module) is nn.Linear and"),
+    ),
     WrongVersion(ADD_LORA, "nothing frozen", "still require grad", edit(_FREEZE, "pass")),
     WrongVersion(
         ADD_LORA,
@@ -216,6 +265,15 @@ WRONG_VERSIONS = (
         "freezes everything, LoRA too",
         "trainable parameters; expected",
         edit(_RETURN, "    model.requires_grad_(False)\n    return model\n"),
+    ),
+    WrongVersion(
+        ADD_LORA,
+        "dropout not passed on",
+        "pass dropout=0.1 on to LoRALinear",
+        edit(
+            "setattr(parent, child, LoRALinear(getattr(parent, child), r, alpha, dropout))",
+            "setattr(parent, child, LoRALinear(getattr(parent, child), r, alpha))",
+        ),
     ),
     WrongVersion(ADD_LORA, "returns nothing", "it returns the model it changed", edit(_RETURN, "    return None\n")),
     WrongVersion(
@@ -252,6 +310,16 @@ WRONG_VERSIONS = (
         "log_softmax in the logits' dtype",
         "compute in float32 or wider",
         edit(_LOG_P, "log_p = torch.log_softmax(logits, dim=-1)"),
+    ),
+    WrongVersion(
+        LOGPROBS,
+        "a mean per row times the row's count",
+        "a row with none",
+        edit(
+            _SUM,
+            "return torch.stack([F.cross_entropy(row.float(), y, ignore_index=IGNORE) * -(y != IGNORE).sum() "
+            "for row, y in zip(logits, labels, strict=True)])",
+        ),
     ),
     WrongVersion(LOGPROBS, "negated", "its sign is flipped", edit(_SUM, "return -(picked * targets).sum(dim=-1)")),
     WrongVersion(
@@ -328,6 +396,18 @@ WRONG_VERSIONS = (
         "computed in float32",
         "keep the inputs' dtype",
         edit(_LOSS, "loss = -F.logsigmoid((chosen - rejected).float()).mean()"),
+    ),
+    WrongVersion(
+        DPO,
+        "computed in float64",
+        "keep the inputs' dtype",
+        edit(_LOSS, "loss = -F.logsigmoid((chosen - rejected).double()).mean()"),
+    ),
+    WrongVersion(
+        DPO,
+        "beta = 0 taken for the default",
+        "(beta=0.0)",
+        edit(_CHOSEN, "beta = beta or 0.1\n    " + _CHOSEN),
     ),
     WrongVersion(
         DPO,
