@@ -17,6 +17,10 @@ Oracles:
 - ``dpo_loss``: the closed form with ``F.logsigmoid``; log 2 when the policy equals the reference; and on a tabular
   problem, the policy that minimizes the expected DPO loss under Bradley-Terry preferences is the reference
   reweighted by exp(r / beta) (the DPO paper's closed form), found by L-BFGS through the student's loss in float64.
+- ``frozen_reference``: observed on the course's reference decoder: no parameter storage shared with the model,
+  none requiring grad, every module in eval mode, the model left trainable and in training mode; the copy's logits
+  equal the model's exactly (the same weights, the same operations), and stay exactly as they were while the model
+  takes three SGD steps.
 
 Tolerances (float32 on CPU, any BLAS):
 - outputs of LoRA layers of width <= 64 with values of order 1: atol 1e-5 + rtol 1e-5 (float32 against peft's
@@ -51,7 +55,8 @@ LORA = Exercise("lora_linear", "a LoRA layer", points=3)
 ADD_LORA = Exercise("add_lora", "LoRA on chosen layers of a model", points=2)
 LOGPROBS = Exercise("response_logprobs", "the log-probability of a response", points=2)
 DPO = Exercise("dpo_loss", "DPO's loss", points=3)
-EXERCISES = [SFT_BATCH, LORA, ADD_LORA, LOGPROBS, DPO]
+REFERENCE = Exercise("frozen_reference", "a frozen reference", points=1)
+EXERCISES = [SFT_BATCH, LORA, ADD_LORA, LOGPROBS, DPO, REFERENCE]
 ORACLE_IMPORTS = ("peft",)  # imported while the notebook runs (grading.grade): seconds
 
 OUT = {"atol": 1e-5, "rtol": 1e-5}
@@ -960,6 +965,72 @@ def test_dpo_optimum_on_a_tabular_policy(impl):
         )
 
 
+# --- Exercise 6: a frozen reference ------------------------------------------------------------------------------
+
+
+def _reference_case(impl, seed, train_steps=0, mode="train"):
+    state = _model_state(seed)
+    tokens = torch.randint(0, _MODEL.vocab_size, (2, 9), generator=_gen(seed))
+    got = impl.call(make_reference, state, tokens, train_steps, mode)
+    expect.that(got["module"], f"frozen_reference returned a {got['returned']}; it returns a model (an nn.Module)")
+    expect.that(not got["same_object"], "frozen_reference returned the model itself; the reference is a copy of it")
+    expect.that(
+        not got["shared"],
+        f"the reference shares {got['shared'][:3]} with the model (the same tensors): training the policy would move "
+        "the reference too. Copy the model deeply (copy.deepcopy)",
+    )
+    return got
+
+
+@REFERENCE.visible
+def test_a_frozen_copy(impl):
+    "a copy of the model with its own parameters, none trainable, in eval mode, giving the model's outputs"
+    got = _reference_case(impl, 50)
+    expect.that(
+        not got["trainable"],
+        f"the reference's parameters {got['trainable'][:3]} require grad: freeze them (requires_grad_(False)), so "
+        "no gradient is computed for them and no optimizer moves them",
+    )
+    expect.that(
+        not got["training"],
+        f"the reference's modules {got['training'][:3]} are in training mode: put it in eval mode (.eval()), so "
+        "dropout is off when it scores answers",
+    )
+    expect.close(got["reference_output"], got["model_output"], "the reference's logits", atol=0.0)
+    _model_kept(got)
+
+
+def _model_kept(got):
+    expect.that(
+        got["model_trainable"] and got["model_modes_kept"],
+        "frozen_reference froze the model it was given, or changed its modules' modes: the policy must stay "
+        "trainable, each module in the mode it was in; freeze and switch the copy only",
+    )
+
+
+@REFERENCE.hidden
+def test_the_models_modes_are_kept(impl):
+    "a model given in eval mode, or with one block in eval mode, is left in those modes; its copy is all eval"
+    for seed, mode in ((52, "eval"), (53, "mixed")):
+        got = _reference_case(impl, seed, mode=mode)
+        expect.that(not got["training"], f"the reference of a model in {mode} mode has modules in training mode")
+        _model_kept(got)
+
+
+@REFERENCE.hidden
+def test_the_reference_stays_while_the_policy_trains(impl):
+    "three optimizer steps on the model leave the reference's outputs exactly as they were"
+    got = _reference_case(impl, 51, train_steps=3)
+    expect.that(got["model_moved"], "the model did not change when trained: was it frozen by frozen_reference?")
+    expect.close(
+        got["reference_after"],
+        got["reference_output"],
+        "the reference's logits after three training steps of the model",
+        atol=0.0,
+        hint="The reference must not move while the policy trains.",
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Adapters: the only code in this module that touches the student's objects (autograder.adapters).
 
@@ -1140,3 +1211,43 @@ def optimize_tabular_dpo(ns, log_reference, rewards, beta):
     for _ in range(3):
         optimizer.step(closure)
     return torch.log_softmax(logits.detach(), 0)
+
+
+@adapter
+def make_reference(ns, state, tokens, train_steps, mode="train"):
+    """The student's frozen_reference of a reference decoder in training mode, what it shares with the model, and
+    (with ``train_steps``) the reference's outputs after the model has trained."""
+    model = LlamaDecoder(_MODEL)
+    model.load_state_dict(state)
+    model.train(mode == "train")
+    if mode == "mixed":  # one block in eval mode, the rest training
+        model.train()
+        model.blocks[0].eval()
+    modes = {name: m.training for name, m in model.named_modules()}
+    reference = need(ns, "frozen_reference")(model)
+    result = {"module": isinstance(reference, nn.Module), "returned": type(reference).__name__}
+    if not result["module"]:
+        return result
+    result["same_object"] = reference is model
+    ours = {p.data_ptr(): name for name, p in model.named_parameters()}
+    result["shared"] = sorted(ours[p.data_ptr()] for p in reference.parameters() if p.data_ptr() in ours)
+    result["trainable"] = [name for name, p in reference.named_parameters() if p.requires_grad]
+    result["training"] = [name or "(the model)" for name, m in reference.named_modules() if m.training]
+    result["model_trainable"] = all(p.requires_grad for p in model.parameters())
+    result["model_modes_kept"] = modes == {name: m.training for name, m in model.named_modules()}
+    with torch.no_grad():
+        result["model_output"] = model(tokens)
+        result["reference_output"] = reference(tokens)
+    if train_steps:
+        before = [p.detach().clone() for p in model.parameters()]
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        if trainable:
+            optimizer = torch.optim.SGD(trainable, lr=0.1)
+            for _ in range(train_steps):
+                optimizer.zero_grad()
+                model(tokens).logsumexp(-1).mean().backward()
+                optimizer.step()
+        result["model_moved"] = any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+        with torch.no_grad():
+            result["reference_after"] = reference(tokens)
+    return result

@@ -1,6 +1,6 @@
 """Wrong versions of notebook 15's answers (15_post_training): see ``wrong/__init__.py``."""
 
-from autograder.notebooks.nb15_post_training import ADD_LORA, DPO, LOGPROBS, LORA, SFT_BATCH
+from autograder.notebooks.nb15_post_training import ADD_LORA, DPO, LOGPROBS, LORA, REFERENCE, SFT_BATCH
 from wrong import WrongVersion, edit, solution_answers
 
 # sft_batch -----------------------------------------------------------------------------------------------------
@@ -27,6 +27,9 @@ _RETURN = "    return model\n"
 # response_logprobs ---------------------------------------------------------------------------------------------
 _SUM = "return (picked * targets).sum(dim=-1)"
 _LOG_P = "log_p = torch.log_softmax(logits.float(), dim=-1)"
+
+# frozen_reference ----------------------------------------------------------------------------------------------
+_FROZEN = "return copy.deepcopy(model).eval().requires_grad_(False)"
 
 # dpo_loss ------------------------------------------------------------------------------------------------------
 _LOSS = "loss = -F.logsigmoid(chosen - rejected).mean()"
@@ -420,5 +423,49 @@ WRONG_VERSIONS = (
         "the loss detached",
         "no gradient reached the policy",
         edit(_RETURN_DPO, "return loss.detach(), chosen.detach(), rejected.detach()"),
+    ),
+    # frozen_reference
+    WrongVersion(REFERENCE, "returns the model itself", "returned the model itself", edit(_FROZEN, "return model")),
+    WrongVersion(
+        REFERENCE,
+        "a shallow copy",
+        "shares",
+        edit(_FROZEN, "reference = copy.copy(model)\n    reference.training = False\n    return reference"),
+    ),
+    WrongVersion(
+        REFERENCE,
+        "not frozen",
+        "require grad: freeze them",
+        edit(_FROZEN, "return copy.deepcopy(model).eval()"),
+    ),
+    WrongVersion(
+        REFERENCE,
+        "not in eval mode",
+        "are in training mode",
+        edit(_FROZEN, "return copy.deepcopy(model).requires_grad_(False)"),
+    ),
+    WrongVersion(
+        REFERENCE,
+        "freezes the model before copying it",
+        "froze the model it was given",
+        edit(_FROZEN, "model.eval().requires_grad_(False)\n    return copy.deepcopy(model)"),
+    ),
+    WrongVersion(
+        REFERENCE,
+        "only the top module in eval mode",
+        "are in training mode",
+        edit(
+            _FROZEN,
+            "reference = copy.deepcopy(model).requires_grad_(False)\n    reference.training = False\n    return reference",
+        ),
+    ),
+    WrongVersion(
+        REFERENCE,
+        "puts the model back in training mode",
+        "changed its modules' modes",
+        edit(
+            _FROZEN,
+            "model.eval()\n    reference = copy.deepcopy(model).requires_grad_(False)\n    model.train()\n    return reference",
+        ),
     ),
 )
