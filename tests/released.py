@@ -1,8 +1,8 @@
 """Course folders with a notebook released, from one nbgrader generation of every notebook per test process.
 
 ``nbgrader generate_assignment`` costs an nbgrader start-up (about 5 s) per call, and the suite sets up some
-thirty course folders. ``generate_assignment "*"`` releases every notebook in one process (12 s for all
-fourteen); each course folder then gets copies of the release, the source and a gradebook that knows only its
+thirty course folders. ``generate_assignment "*"`` releases every notebook in one process (12 s for the
+fourteen of 2026-11-28); each course folder then gets copies of the release, the source and a gradebook that knows only its
 own assignment, which is what a ``generate_assignment NOTEBOOK`` in that folder leaves.
 """
 
