@@ -75,9 +75,14 @@ _gen, _randn = seeded(15000)
 # --- Exercise 1: a batch of chat examples ------------------------------------------------------------------------
 
 
+def _chat_sequences(pairs, user, assistant, end):
+    """The template, written out: ``<|user|> prompt <|assistant|> response <|end|>`` for each pair."""
+    return [[user, *prompt, assistant, *response, end] for prompt, response in pairs]
+
+
 def _expected_batch(pairs, user, assistant, end, pad):
     """Position by position, from the text's definition."""
-    sequences = [[user, *p, assistant, *r, end] for p, r in pairs]
+    sequences = _chat_sequences(pairs, user, assistant, end)
     width = max(len(s) for s in sequences) - 1
     inputs, labels = [], []
     for (prompt, _), sequence in zip(pairs, sequences, strict=True):
@@ -101,7 +106,7 @@ def _batch_mistakes(pairs, user, assistant, end, pad):
     mistakes = []
 
     def labels_where(counted):
-        sequences = [[user, *p, assistant, *r, end] for p, r in pairs]
+        sequences = _chat_sequences(pairs, user, assistant, end)
         width = right.shape[1]
         rows = []
         for (prompt, response), sequence in zip(pairs, sequences, strict=True):
@@ -139,7 +144,7 @@ def _batch_mistakes(pairs, user, assistant, end, pad):
         )
     )
     unshifted = []
-    for (prompt, _), sequence in zip(pairs, [[user, *p, assistant, *r, end] for p, r in pairs], strict=True):
+    for (prompt, _), sequence in zip(pairs, _chat_sequences(pairs, user, assistant, end), strict=True):
         row = [sequence[t] if len(prompt) + 2 <= t < len(sequence) else IGNORE for t in range(right.shape[1])]
         unshifted.append(row)
     mistakes.append(
@@ -836,7 +841,6 @@ def _dpo_inputs(batch, seed, scale=10.0, dtype=torch.float32):
 
 def _check_dpo(impl, batch, beta, seed, scale=10.0):
     pc, pr, rc, rr = _dpo_inputs(batch, seed, scale)
-    grad_output = torch.tensor(1.0)
     got = impl.call(call_dpo_loss, pc, pr, rc, rr, beta)
     what = f"dpo_loss on a batch of {batch} (beta={beta})"
     loss, chosen, rejected = _dpo_oracle(pc.double(), pr.double(), rc.double(), rr.double(), beta)
@@ -861,7 +865,6 @@ def _check_dpo(impl, batch, beta, seed, scale=10.0):
         **DPO_TOL,
         hint="The rejected reward is beta * (policy_rejected - reference_rejected), per pair.",
     )
-    del grad_output
     return got
 
 
