@@ -97,19 +97,17 @@ def markdown(result) -> str:
         "step (ms) | step / full |",
         "|---:|---:|---:|:---|---:|---:|---:|---:|---:|---:|",
     ]
-    full = {}
+    full = {r["d_model"]: r for r in result["results"] if r["method"] == "full"}  # each width's full fine-tuning
     for r in result["results"]:
-        full.setdefault(r["d_model"], r["step_seconds"])
         lines.append(
             f"| {r['d_model']} | {r['n_layers']} | {r['parameters']:,} | {r['method']} | "
             f"{r['trainable']:,} | {r['trainable'] / r['parameters']:.1%} | "
             f"{r['gradient_bytes'] / MIB:.2f} | {r['adamw_state_bytes'] / MIB:.2f} | "
-            f"{1000 * r['step_seconds']:.0f} | {r['step_seconds'] / full[r['d_model']]:.2f} |"
+            f"{1000 * r['step_seconds']:.0f} | {r['step_seconds'] / full[r['d_model']]['step_seconds']:.2f} |"
         )
     lora = [r for r in result["results"] if r["method"] != "full"]
-    full_rows = {r["d_model"]: r for r in result["results"] if r["method"] == "full"}
-    memory = [r["adamw_state_bytes"] / full_rows[r["d_model"]]["adamw_state_bytes"] for r in lora]
-    speed = [r["step_seconds"] / full_rows[r["d_model"]]["step_seconds"] for r in lora]
+    memory = [r["adamw_state_bytes"] / full[r["d_model"]]["adamw_state_bytes"] for r in lora]
+    speed = [r["step_seconds"] / full[r["d_model"]]["step_seconds"] for r in lora]
     lines += [
         "",
         f"Over these rows, LoRA's AdamW state is {min(memory):.1%} to {max(memory):.1%} of full fine-tuning's, "

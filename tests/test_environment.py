@@ -198,20 +198,18 @@ def _dry_runs() -> dict:
     (``BINDER``). Each run spends about half its time waiting on the package index (26 s of wall, 12 s of CPU, on
     the 2-core machine), so side by side they take little more than the longest of them."""
     _, _, pip = _pip_section(ROOT / "binder" / "environment.yml")
-    folder = Path(tempfile.mkdtemp(prefix="binder-requirements-"))
-    binder = folder / "requirements.txt"
-    binder.write_text("\n".join(line for line in pip if not line.startswith("--extra-index-url")))
-    runs = {
-        minor: (ROOT / "requirements.lock", {"python": python, "deps": False})
-        for minor, (_, python) in _pythons().items()
-        if OLDEST_MINOR <= minor <= NEWEST_MINOR
-    }
-    runs[BINDER] = (binder, {})
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(runs)) as pool:
-        started = {key: pool.submit(envfiles.dry_run, path, **options) for key, (path, options) in runs.items()}
-        done = {key: future.result() for key, future in started.items()}
-    shutil.rmtree(folder)
-    return done
+    with tempfile.TemporaryDirectory(prefix="binder-requirements-") as folder:
+        binder = Path(folder) / "requirements.txt"
+        binder.write_text("\n".join(line for line in pip if not line.startswith("--extra-index-url")))
+        runs = {
+            minor: (ROOT / "requirements.lock", {"python": python, "deps": False})
+            for minor, (_, python) in _pythons().items()
+            if OLDEST_MINOR <= minor <= NEWEST_MINOR
+        }
+        runs[BINDER] = (binder, {})
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(runs)) as pool:
+            started = {key: pool.submit(envfiles.dry_run, path, **options) for key, (path, options) in runs.items()}
+            return {key: future.result() for key, future in started.items()}
 
 
 @pytest.mark.parametrize("minor", range(OLDEST_MINOR, NEWEST_MINOR + 1), ids=lambda m: f"3.{m}")
