@@ -97,6 +97,11 @@ def attention_html(attention: list[torch.Tensor], tokens: list[str], view: str =
 def _show(attention, tokens, view):
     from IPython.display import HTML, display
 
+    from coursetools.grading_run import being_graded
+
+    if being_graded():  # the grader keeps every output for the feedback: this one is megabytes and seconds, not graded
+        print("(the attention view is drawn when you run the notebook, not while it is graded)")
+        return
     try:
         display(HTML(attention_html(attention, tokens, view)))
     except (ImportError, OSError, RuntimeError) as error:  # no bertviz, or a broken install: a picture

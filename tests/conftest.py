@@ -17,6 +17,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # is what `make outputs` records and what students run.
 os.environ.setdefault("COURSE_TINYSTORIES_STEPS", "5")
 
+# Every notebook's long demonstrations (the training runs, timings and sampling that `short_runs()` shortens while
+# graded; their outputs depend on the CPU, so nbval ignores them) run short in nbval's and the browser's kernels
+# too: the same code, the rest of each notebook compared as recorded. `make outputs` records them at full length.
+os.environ.setdefault("COURSE_SHORT_RUNS", "1")
+
 # pytest-xdist runs one worker per core: a second torch thread in a worker, its notebook kernels or its
 # grading workers only fights the other worker for the cores (notebook 10's training cells ran 5-10x slower).
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -106,6 +108,21 @@ def test_exercise_ids_are_unique_across_the_course():
     assert sorted(REGISTERED) == discovered(), "every notebook in solutions/ needs its module in autograder/notebooks"
     for notebook in REGISTERED:
         assert identify(read(release_path(notebook))) == notebook
+
+
+def test_identifying_a_notebook_imports_no_notebooks_checks():
+    """``identify`` reads the exercise declarations, not the check modules: grading notebook 04 must not import
+    notebook 10's checks, whose oracles (transformers, peft) took 6 s to import in every grading process."""
+    script = (
+        "import sys\n"
+        "from autograder.grading import identify\n"
+        "from autograder.notebook_format import nbformat\n"
+        f"assert identify(nbformat.read({str(release_path('04_attention'))!r}, as_version=4)) == '04_attention'\n"
+        "print(sorted(m for m in sys.modules if m.startswith('autograder.notebooks.nb')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_every_figure_of_the_solutions_describes_itself():

@@ -46,6 +46,29 @@ def _numbers_aside(text: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "#", text)
 
 
+_SOLUTION_GRADES: dict = {}  # notebook -> (results, offered): two tests read the solutions' grades
+
+
+def _solution_grades(namespaces, notebook):
+    """Every solution answer of ``notebook`` graded once, and the diagnoses its checks held ready meanwhile
+    (``expect.close``'s ``alternatives``, numbers aside -> as offered), recorded as the checks ran."""
+    if notebook not in _SOLUTION_GRADES:
+        offered, close = {}, expect.close
+
+        def recording(*args, alternatives=(), **kwargs):
+            alternatives = list(alternatives)
+            offered.update({_numbers_aside(diagnosis): diagnosis for _, diagnosis in alternatives})
+            return close(*args, alternatives=alternatives, **kwargs)
+
+        expect.close = recording
+        try:
+            results = [_run(namespaces, notebook, e, code) for e, code in solution_answers(notebook).items()]
+        finally:
+            expect.close = close
+        _SOLUTION_GRADES[notebook] = results, offered
+    return _SOLUTION_GRADES[notebook]
+
+
 class _WrongImplementations:
     notebook: str
 
@@ -63,8 +86,8 @@ class _WrongImplementations:
 
     def test_the_templates_are_right_when_unbroken(self, solution_namespaces):
         """The wrong versions differ from a right one only by the mistake."""
-        for exercise_id, code in solution_answers(self.notebook).items():
-            result = _grade(solution_namespaces, self.notebook, exercise_id, code)
+        results, _ = _solution_grades(solution_namespaces, self.notebook)
+        for result in results:
             assert result.passed, result.message
 
     def test_every_exercise_has_three_wrong_implementations(self):
@@ -73,23 +96,13 @@ class _WrongImplementations:
             counts[wrong.exercise] += 1
         assert min(counts.values()) >= 3, counts
 
-    def test_every_mistake_a_check_names_has_a_wrong_version(self, solution_namespaces, monkeypatch):
+    def test_every_mistake_a_check_names_has_a_wrong_version(self, solution_namespaces):
         """The checks' known mistakes and the catalogue of wrong versions are one list, not two: every diagnosis a
         check holds ready (``expect.close``'s ``alternatives``, recorded while the solution is graded), its numbers
         aside, is the message of some wrong version here. One that none gets is a mistake known only to the check,
         whose message was never seen to fire: write the wrong version that makes it (or, when no code can, drop it
         from the check)."""
-        offered, close = {}, expect.close
-
-        def recording(*args, alternatives=(), **kwargs):
-            alternatives = list(alternatives)
-            offered.update({_numbers_aside(diagnosis): diagnosis for _, diagnosis in alternatives})
-            return close(*args, alternatives=alternatives, **kwargs)
-
-        monkeypatch.setattr(expect, "close", recording)
-        for exercise_id, code in solution_answers(self.notebook).items():
-            _GRADED[(self.notebook, exercise_id, code)] = _run(solution_namespaces, self.notebook, exercise_id, code)
-        monkeypatch.undo()
+        _, offered = _solution_grades(solution_namespaces, self.notebook)
         said = "\n".join(
             _numbers_aside(r.message)
             for wrong in wrong_versions(self.notebook)
