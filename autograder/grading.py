@@ -35,7 +35,6 @@ from coursetools.notebook_vocabulary import (
     is_answer_cell,
     is_definition_cell,
     is_test_cell,
-    test_id,
 )
 
 __all__ = ["DEFAULT_TIMEOUT", "grade", "grade_file", "self_check", "unsandboxed_note"]
@@ -69,8 +68,8 @@ def identify(nb) -> str:
     owner = exercise_index()
     overlap = dict.fromkeys(NOTEBOOKS, 0)
     for graded in {grade_id(cell) for cell in nb.cells} - {None}:
-        exercise = graded if graded in owner else answer_id(graded)
-        if exercise in owner and graded in (exercise, test_id(exercise)):
+        exercise = graded if graded in owner else answer_id(graded)  # an answer cell's id, or its test cell's
+        if exercise in owner:
             overlap[owner[exercise]] += 1
     best = max(overlap.values())
     matches = [name for name, count in overlap.items() if count == best]

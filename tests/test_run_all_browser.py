@@ -13,9 +13,9 @@ a click on it shows the course's progress table.
 The notebooks run as a student's would (no grading mode): with the exercises unfinished, the long
 demonstrations stop at once; notebook 13's short training run (not an exercise's) takes 5 steps
 (``COURSE_TINYSTORIES_STEPS``) instead of 80, and the demonstrations that need no exercise (notebook 15's
-pre-training) run short, as in nbval (``COURSE_SHORT_RUNS``, tests/conftest.py). The notebooks are split over two classes, each
-with one JupyterLab server and one browser, so that pytest-xdist's ``--dist loadscope`` runs the
-classes on its two workers at once; the split balances their measured times.
+pre-training) run short, as in nbval (``COURSE_SHORT_RUNS``, tests/conftest.py). The notebooks are split over
+two classes, each with one JupyterLab server and one browser, so that pytest-xdist's ``--dist loadscope`` runs
+the classes on its two workers at once; the split balances their measured times.
 """
 
 from __future__ import annotations
