@@ -1,8 +1,8 @@
 """``python -m autograder grade-class``: a class autograded by several workers, killed, and resumed.
 
-One class of notebook 02 (the cheapest to grade): a full, a stub and a cheating student (wrong answers
-that patch torch's comparisons and fake ``autograder.check``), and a submission that is not a notebook
-at all. The same class goes through plain ``nbgrader autograde`` (the oracle) and
+One class of notebook 02 (the cheapest to grade): a full student, the untouched release, a student whose
+cells end the worker and hang when replayed, and a submission that is not a notebook at all. (Cheating is
+tried in every notebook's class of tests/test_nbgrader_e2e.py, through the same grader.) The same class goes through plain ``nbgrader autograde`` (the oracle) and
 through ``grade-class --workers 2``, which is SIGKILLed, with its workers, as soon as the first
 submission is done, then run again. Both gradebooks must agree, the finished submissions must not be
 graded again, and the CSV must be the one ``nbgrader export`` writes.
@@ -24,16 +24,7 @@ import pytest
 from attacks import REPLAYS_DIFFERENTLY
 from notebooks import ROOT, read, require_sandbox
 from released import release_into
-from test_nbgrader_e2e import (
-    FAKE_AUTOGRADER,
-    PATCH_TORCH,
-    Student,
-    nbgrader,
-    points,
-    right,
-    submission,
-    wrong,
-)
+from test_nbgrader_e2e import Student, nbgrader, points, right, submission
 
 from coursetools.notebook_vocabulary import is_graded_cell, test_id
 
@@ -41,9 +32,6 @@ NOTEBOOK = "02_normalization"
 STUDENTS = {
     "full": Student({}, set()),
     "stub": Student(None, set(points(NOTEBOOK))),
-    "cheater": Student(
-        {e: wrong(NOTEBOOK, e) + PATCH_TORCH + FAKE_AUTOGRADER for e in points(NOTEBOOK)}, set(points(NOTEBOOK))
-    ),
     # Its RMSNorm cell ends the process, and its LayerNorm cell hangs when the grader replays it: both cost
     # their own points, with a report, and the others' grades are as they would be without this student.
     "replayer": Student(

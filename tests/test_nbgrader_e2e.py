@@ -1,8 +1,11 @@
 """A whole class through real nbgrader, for every notebook: release, submissions, autograde, feedback, export.
 
-Every notebook's class has a full, a stub and a wrong student; the wrong student's last answer
-also cheats (patches torch's comparisons, fakes ``autograder.check``), and must still earn
-nothing. Notebook 01's class adds the ways of breaking the worker; notebook 04's adds every
+Every notebook's class has a full and an unfinished student. The unfinished student leaves the last
+exercise as released (its stub) and answers every other one with a plausible mistake, the last of
+which also cheats (patches torch's comparisons, fakes ``autograder.check``); it must earn nothing,
+and its feedback must say "not implemented yet" for the stub, why each mistake failed, and show no
+line of the solutions or the hidden tests that it did not write itself. (Every exercise's stub and
+every catalogued mistake are graded in-process too: tests/test_checks.py, tests/test_wrong_implementations.py.) Notebook 01's class adds the ways of breaking the worker; notebook 04's adds every
 attack on the grader (``attacks.py``) and three that only make sense inside nbgrader: copying
 the instructor's solution, copying a classmate's submission, editing the gradebook. Attackers
 each hold a wrong (or failing) answer to ONE exercise: the trick must not earn it, and their
@@ -31,7 +34,7 @@ import attacks
 import nbformat
 import pytest
 from browser_driver import WIDEST, offline_page, requires_browser
-from leaks import html_text, leaked, secret_lines
+from leaks import html_text, leaked, normalise, secret_lines
 from notebooks import (
     NOTEBOOKS,
     ROOT,
@@ -63,6 +66,11 @@ class Student:
     says: dict[str, tuple[str, ...]] = field(default_factory=dict)  # exercise -> one of these in the feedback
     files: dict[str, str] = field(default_factory=dict)  # more files submitted beside the notebook: path -> text
     forges_verdicts: bool = False  # writes a passing verdict into every cell's metadata, where the grader keeps its own
+    unstarted: frozenset[str] = frozenset()  # exercises whose answer cell stays as released (its stub)
+
+    def stubbed(self, notebook: str) -> set[str]:
+        """The exercises this student's notebook holds as released."""
+        return set(points(notebook)) if self.answers is None else set(self.unstarted)
 
 
 def points(notebook: str) -> dict[str, int]:
@@ -217,16 +225,18 @@ def attackers(nb: str, harm: attacks.Harm) -> dict[str, Student]:
 
 
 def class_of(notebook: str, harm: attacks.Harm) -> dict[str, Student]:
-    every = set(points(notebook))
-    last = checks_for(notebook).exercises[-1].id  # no other exercise builds on the last one
+    # No other exercise builds on the last one: left as released, its stub costs no other exercise its mistake's
+    # message, and the cheat in the answer before it reaches no mistake after it.
+    *answered, last = [e.id for e in checks_for(notebook).exercises]
     students = {
         "full": Student({}, set()),
-        "stub": Student(None, every),
-        # Every answer a plausible mistake, and the last one also cheats: the trick must not earn it.
-        "wrong": Student(
-            {e: wrong(notebook, e) + (PATCH_TORCH + FAKE_AUTOGRADER) * (e == last) for e in every},
-            every,
+        # Every answer but the last a plausible mistake, the last of them also cheating (the trick must not earn
+        # it), and the last exercise not started: one grading walks both ways of failing.
+        "unfinished": Student(
+            {e: wrong(notebook, e) + (PATCH_TORCH + FAKE_AUTOGRADER) * (e == answered[-1]) for e in answered},
+            set(points(notebook)),
             forges_verdicts=True,
+            unstarted=frozenset({last}),
         ),
     }
     if notebook == "01_tokens_embeddings":
@@ -247,7 +257,7 @@ def submission(release, notebook: str, student: Student):
     if student.answers is None:
         return nb
     for cell in nb.cells:
-        if grade_id(cell) in points(notebook):
+        if grade_id(cell) in points(notebook) and grade_id(cell) not in student.unstarted:
             cell.source = student.answers.get(grade_id(cell), right(notebook, grade_id(cell)))
     if student.edit == "delete":
         nb.cells = [c for c in nb.cells if not is_test_id(grade_id(c))]
@@ -441,7 +451,7 @@ class _GradedClassTests:
             verdict = verdicts[test_id(exercise)]
             assert verdict is not None and verdict.id == exercise, verdict  # from_json read it: statuses are enums
             assert verdict.passed == (score == points(self.notebook)[exercise]), verdict
-            if student == "stub":
+            if exercise in course.students[student].stubbed(self.notebook):
                 assert Status.NOT_IMPLEMENTED in {check.status for check in verdict.checks}, verdict
         assert [c for c in cells if not is_test_cell(c) and verdict_of(c) is not None] == []
 
@@ -488,11 +498,15 @@ class _GradedClassTests:
         for noise in ("Warning:", "not recognized", "Alternative text is missing"):
             assert noise not in course.log, course.log[-3000:]
 
-    def test_feedback_shows_no_solution_to_the_stub(self, course):
-        """The untouched release gets feedback that says, per exercise, what to do, without a line of the solutions."""
-        text = _feedback(course, "stub")
-        assert text.count("not implemented yet") >= len(points(self.notebook)), text[-2000:]
-        assert not leaked(secret_lines(read(solution_path(self.notebook)), "solution"), text)
+    def test_feedback_shows_no_solution_but_what_the_student_wrote(self, course, student):
+        """Each exercise left as released gets feedback that says what to do, and no feedback shows a line of the
+        solutions that the student's own notebook does not hold (the wrong answers are edits of the right ones)."""
+        text = _feedback(course, student)
+        stubbed = course.students[student].stubbed(self.notebook)
+        assert text.count("not implemented yet") >= len(stubbed), text[-2000:]
+        submitted = read(course.folder / "submitted" / student / self.notebook / f"{self.notebook}.ipynb")
+        written = normalise("\n".join(cell.source for cell in submitted.cells if cell.cell_type == "code"))
+        assert not leaked(secret_lines(read(solution_path(self.notebook)), "solution", shown_before=written), text)
 
 
 class TestClass01(_GradedClassTests):
@@ -504,7 +518,7 @@ class TestClass01(_GradedClassTests):
         assert "data:image/png;base64," in html
         assert '<img alt="Figure' in html  # described by its titles and axis labels (autograder.outputs)
         assert "spam spam" in _feedback(course, "prints_megabytes")
-        assert "standard deviation" in _feedback(course, "wrong")  # the wrong Embedding's init
+        assert "standard deviation" in _feedback(course, "unfinished")  # the wrong Embedding's init
 
     def test_feedback_says_what_the_grader_saw(self, course):
         """A class the failed answer cell never defined: the grader ran every cell, so "run its answer cell
@@ -554,10 +568,10 @@ class TestClass02(_GradedClassTests):
     @requires_browser
     def test_feedback_wraps_every_reason_at_the_pages_width(self, course):
         """Issue 52 §3: at the width JupyterLab's HTML viewer gives a 1000-px window (an 846-px frame), no output of
-        the wrong student's feedback, each exercise's reason among them, runs past the page: nothing to scroll
+        the unfinished student's feedback, each exercise's reason among them, runs past the page: nothing to scroll
         sideways for. ``WIDEST`` measures every output's text block against the box it is drawn in."""
         with offline_page(width=846, height=900) as browsing:
-            browsing.page.goto(_feedback_path(course, "wrong").as_uri())
+            browsing.page.goto(_feedback_path(course, "unfinished").as_uri())
             widths = browsing.page.evaluate(WIDEST)
         assert widths["blocks"] >= len(points(self.notebook)), widths  # the reasons were measured
         assert widths["overflowing"] == [], widths
