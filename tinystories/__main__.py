@@ -7,6 +7,7 @@ A user error (bad config, missing data, a checkpoint in the way, out of GPU memo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -162,5 +163,21 @@ def _sample(args) -> None:
         print(f"--- {i + 1} ---\n{text}")
 
 
+def _end_rank(code: int) -> None:
+    """End one of torchrun's processes without the interpreter's teardown.
+
+    After ``destroy_process_group`` PyTorch 2.13 still runs gloo's threads (``pt_gloo_runloop``, ``gloo_tcp_loop``:
+    listed in ``/proc/self/task`` of each rank as it ends), and tearing the interpreter down under them can abort
+    the process ("terminate called without an active exception", pytorch/pytorch#190489), so torchrun reports a
+    run that finished as failed (seen once in the suite's DDP test, on a loaded machine). Every file the run
+    wrote is closed by now; the standard streams are flushed here."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        _end_rank(status)
+    sys.exit(status)

@@ -75,9 +75,10 @@ def leave_distributed() -> None:
     """Leave torchrun's process group after a run that ended well; nothing for one process.
 
     Gloo's worker threads left alive at interpreter exit can abort the process ("terminate called
-    without an active exception", pytorch/pytorch#190489). After a failure the group is left alone:
-    the other rank may still be inside a collective, and destroying it there can deadlock. ``run`` ends
-    with a barrier, so every rank arrives here with its collectives done."""
+    without an active exception", pytorch/pytorch#190489); on PyTorch 2.13 they outlive this call too,
+    so the command ends each rank without the interpreter's teardown (``tinystories.__main__``). After a
+    failure the group is left alone: the other rank may still be inside a collective, and destroying it
+    there can deadlock. ``run`` ends with a barrier, so every rank arrives here with its collectives done."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
