@@ -3,10 +3,11 @@
 Every notebook's class has a full and an unfinished student. The unfinished student leaves the last
 exercise as released (its stub) and answers every other one with a plausible mistake, the last of
 which also cheats (patches torch's comparisons, fakes ``autograder.check``); it must earn nothing,
-and its feedback must say "not implemented yet" for the stub, why each mistake failed, and show no
-line of the solutions or the hidden tests that it did not write itself. (Every exercise's stub and
-every catalogued mistake are graded in-process too: tests/test_checks.py, tests/test_wrong_implementations.py.) Notebook 01's class adds the ways of breaking the worker; notebook 04's adds every
-attack on the grader (``attacks.py``) and three that only make sense inside nbgrader: copying
+and its feedback must say "not implemented yet" for the stub and show no line of the solutions or
+the hidden tests that it did not write itself. (Every exercise's stub and
+every catalogued mistake are graded in-process too: tests/test_checks.py and
+tests/test_wrong_implementations.py.) Notebook 01's class adds the ways of breaking the worker;
+notebook 04's adds every attack on the grader (``attacks.py``) and three that only make sense inside nbgrader: copying
 the instructor's solution, copying a classmate's submission, editing the gradebook. Attackers
 each hold a wrong (or failing) answer to ONE exercise: the trick must not earn it, and their
 right answers must still earn theirs.
