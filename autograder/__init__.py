@@ -1,5 +1,7 @@
 """Checks, a sandboxed runner and nbgrader integration for the Transformer course."""
 
+import coursetools  # noqa: F401 - quiets torchao's import-time warnings (coursetools/__init__.py)
+
 __all__ = ["check"]
 
 

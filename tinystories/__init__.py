@@ -8,3 +8,5 @@ has them (``tinystories.library``), brute force, closed forms and notebook 10's 
 (``cpu_demo``) to one GPU (``gpu_h100``, ``gpu_t4``) and to several with
 ``torchrun --nproc_per_node=N -m tinystories train``.
 """
+
+import coursetools  # noqa: F401 - quiets torchao's import-time warnings (coursetools/__init__.py)

@@ -29,4 +29,5 @@ NOTEBOOKS = [
     "13_tinystories",
     "14_systems",
     "15_post_training",
+    "16_serving_scaling",
 ]
