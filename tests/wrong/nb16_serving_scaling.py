@@ -350,8 +350,12 @@ _M_CHOSEN = "chosen = probabilities.topk(top_k, dim=-1).indices"
 _M_LOSS_RETURN = "return n_experts * (counts / n_tokens * probabilities.mean(dim=0)).sum()"
 
 MOE_WRONG = (
-    WrongVersion(MOE_ROUTE, "softmax in the logits' dtype (the blind round)", "take the softmax in float32",
-                 edit(_M_SOFTMAX, "probabilities = torch.softmax(router_logits, dim=-1)")),
+    WrongVersion(
+        MOE_ROUTE,
+        "softmax in the logits' dtype (the blind round)",
+        "take the softmax in float32",
+        edit(_M_SOFTMAX, "probabilities = torch.softmax(router_logits, dim=-1)"),
+    ),
     # route
     WrongVersion(MOE_ROUTE, "weights not renormalised", "not renormalised", edit(_M_RENORM, "return weights, experts")),
     WrongVersion(
