@@ -1298,24 +1298,30 @@ def _s_raised(got, what, expected, prompt_length, k):
         expect.fail(f"{what} raised {got['raised']}")
 
 
+def _s_greedy_observed(impl, target_spec, draft_spec, prompt, k, max_new_tokens, expected, what):
+    """The student's greedy speculative_generate on these models, with every model call observed: returns what the
+    adapter saw, the tokens, and the target's calls (``expected``, the right output, judges a run that raised)."""
+    got = impl.call(spec_generate_observed, target_spec, draft_spec, torch.tensor(prompt), k, max_new_tokens, 0.0, None)
+    _s_raised(got, what, expected, len(prompt), k)
+    tokens = _s_output(got["output"], what, prompt, max_new_tokens)
+    return got, tokens, _s_check_observed(got, what, tokens, len(prompt), k)
+
+
 def _s_greedy_table_case(impl, seed, prompt, k, max_new_tokens, vocab=10, target_layers=2, draft_layers=2, same=False):
     target = _s_table(seed, vocab)
     draft = target.clone() if same else target + _s_randn(tuple(target.shape), seed + 1, 1.5)
     what = f"speculative_generate(target, draft, {prompt}, k={k}, max_new_tokens={max_new_tokens})"
-    got = impl.call(
-        spec_generate_observed,
+    expected = _s_table_greedy(target, prompt, max_new_tokens)
+    got, tokens, target_calls = _s_greedy_observed(
+        impl,
         {"table": target, "layers": target_layers},
         {"table": draft, "layers": draft_layers},
-        torch.tensor(prompt),
+        prompt,
         k,
         max_new_tokens,
-        0.0,
-        None,
+        expected,
+        what,
     )
-    expected = _s_table_greedy(target, prompt, max_new_tokens)
-    _s_raised(got, what, expected, len(prompt), k)
-    tokens = _s_output(got["output"], what, prompt, max_new_tokens)
-    target_calls = _s_check_observed(got, what, tokens, len(prompt), k)
     if tokens != expected:
         first = next(i for i, (a, b) in enumerate(zip(tokens, expected, strict=True)) if a != b)
         expect.fail(
@@ -1405,19 +1411,16 @@ def _s_llama_case(impl, seed, prompt, k, max_new_tokens):
         )[0].tolist()
     expect.that(hf == expected, f"internal: Hugging Face's assisted generation gave {hf}, recomputation {expected}")
     what = f"speculative_generate(k={k}, max_new_tokens={max_new_tokens}) on tiny random Llama models"
-    got = impl.call(
-        spec_generate_observed,
+    _, tokens, _ = _s_greedy_observed(
+        impl,
         {"fields": fields, "state": state},
         {"fields": draft_fields, "state": draft_state},
-        torch.tensor(prompt),
+        prompt,
         k,
         max_new_tokens,
-        0.0,
-        None,
+        expected,
+        what,
     )
-    _s_raised(got, what, expected, len(prompt), k)
-    tokens = _s_output(got["output"], what, prompt, max_new_tokens)
-    _s_check_observed(got, what, tokens, len(prompt), k)
     expect.that(
         tokens == hf,
         f"{what} returned {tokens}; Hugging Face's generate(assistant_model=draft) and the target's own greedy "
