@@ -12,11 +12,12 @@ inputs) is not counted.
 from __future__ import annotations
 
 import contextlib
+import functools
+import weakref
 from dataclasses import dataclass, field
 
 import torch
 import torch._dynamo  # noqa: F401 - a dispatch mode imports it on first use, and an exercise's rules may be in force then
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -36,8 +37,11 @@ class MemoryWatch:
     shapes: set = field(default_factory=set)  # the shapes of the tensors made
     # storage id -> (weak reference to the storage, its bytes). Keyed by storage because some operators return a
     # view of a storage they just made without saying so in their schema (aten::_unsafe_view, behind matmul's
-    # reshapes): counted per tensor, that storage would count twice.
+    # reshapes): counted per tensor, that storage would count twice. A storage's Python object lives exactly as
+    # long as the storage (PyTorch preserves it), so the reference's callback takes it out of the count when it
+    # is freed: each operator costs the watch the same whatever is alive, rather than a pass over all of it.
     _alive: dict = field(default_factory=dict, repr=False)
+    _alive_bytes: int = field(default=0, repr=False)
 
     @property
     def largest_numel(self) -> int:
@@ -55,19 +59,28 @@ class MemoryWatch:
             if not self.largest or tensor.numel() > self.largest_numel:
                 self.largest = tuple(tensor.shape)
             storage = tensor.untyped_storage()
-            self._alive[storage._cdata] = (StorageWeakRef(storage), storage.nbytes())
-        self._alive = {key: (ref, size) for key, (ref, size) in self._alive.items() if not ref.expired()}
-        self.peak_bytes = max(self.peak_bytes, self.alive_bytes)
+            key = storage._cdata
+            if key not in self._alive:
+                size = storage.nbytes()
+                self._alive[key] = (weakref.ref(storage, functools.partial(self._freed, key)), size)
+                self._alive_bytes += size
+        self.peak_bytes = max(self.peak_bytes, self._alive_bytes)
+
+    def _freed(self, key, reference) -> None:
+        if key in self._alive and self._alive[key][0] is reference:
+            _, size = self._alive.pop(key)
+            self._alive_bytes -= size
 
     @property
     def alive_bytes(self) -> int:
         """The bytes of the storages made in the block that are still alive (what it left allocated)."""
-        return sum(size for ref, size in self._alive.values() if not ref.expired())
+        return self._alive_bytes
 
 
 _PRODUCTS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "dot", "mv", "addmv"}
 
 
+@functools.cache  # one answer per operator: the schema does not change
 def _owns_new_storage(func) -> bool:
     """Whether an operator's results are new tensors, not views or in-place edits of its arguments."""
     return not any(ret.alias_info is not None for ret in func._schema.returns)

@@ -25,7 +25,9 @@ def speculative_accept(target_probs, draft_probs, drafted, generator=None):
     drafted = drafted.long()
     seed = int(torch.randint(2**62, (), generator=generator))
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        # The CPU generator alone, which is all the fork keeps: torch.manual_seed would also queue a seed for every
+        # accelerator backend, each recording the call's stack (about 2 ms a call, and a check makes thousands).
+        torch.default_generator.manual_seed(seed)
         if drafted.numel() == 0:  # no draft: Hugging Face's slicing needs at least one candidate
             return torch.multinomial(target_probs[0], 1)
         tokens, _ = _speculative_sampling(
