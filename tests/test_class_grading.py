@@ -2,7 +2,7 @@
 
 One class of notebook 02 (the cheapest to grade): a full student, the untouched release, a student whose
 cells end the worker and hang when replayed, and a submission that is not a notebook at all. (Cheating is
-tried in every notebook's class of tests/test_nbgrader_e2e.py, through the same grader.) The same class
+tried in each course folder of tests/test_nbgrader_e2e.py, through the same grader.) The same class
 goes through plain ``nbgrader autograde`` (the oracle) and through ``grade-class --workers 2``, which is
 SIGKILLed, with its workers, as soon as the first submission is done, then run again. Both gradebooks must agree, the finished submissions must not be
 graded again, and the CSV must be the one ``nbgrader export`` writes.

@@ -1,12 +1,13 @@
 """A whole class through real nbgrader, for every notebook: release, submissions, autograde, feedback, export.
 
-Every notebook's class has a full and an unfinished student. The unfinished student leaves the last
-exercise as released (its stub) and answers every other one with a plausible mistake, the last of
-which also cheats (patches torch's comparisons, fakes ``autograder.check``); it must earn nothing,
-and its feedback must say "not implemented yet" for the stub and show no line of the solutions or
-the hidden tests that it did not write itself. (Every exercise's stub and
-every catalogued mistake are graded in-process too: tests/test_checks.py and
-tests/test_wrong_implementations.py.) Notebook 01's class adds the ways of breaking the worker;
+Every notebook's class has a full student, who must earn every point. The first notebook of each course
+folder (``GRADED_TOGETHER``) adds an unfinished student, who leaves the last exercise as released (its stub)
+and answers every other one with a plausible mistake, the last of which also cheats (patches torch's
+comparisons, fakes ``autograder.check``); it must earn nothing, and its feedback must say "not implemented
+yet" for the stub and show no line of the solutions or the hidden tests that it did not write itself. Those
+ways of failing run through the same grader whatever the notebook, so one grading per folder walks them
+through nbgrader; every notebook's stubs and catalogued mistakes, with the messages its test cells show, are
+graded in-process (tests/test_checks.py and tests/test_wrong_implementations.py). Notebook 01's class adds the ways of breaking the worker;
 notebook 04's adds every attack on the grader (``attacks.py``) and three that only make sense inside nbgrader: copying
 the instructor's solution, copying a classmate's submission, editing the gradebook. Attackers
 each hold a wrong (or failing) answer to ONE exercise: the trick must not earn it, and their
@@ -229,17 +230,16 @@ def class_of(notebook: str, harm: attacks.Harm) -> dict[str, Student]:
     # No other exercise builds on the last one: left as released, its stub costs no other exercise its mistake's
     # message, and the cheat in the answer before it reaches no mistake after it.
     *answered, last = [e.id for e in checks_for(notebook).exercises]
-    students = {
-        "full": Student({}, set()),
+    students = {"full": Student({}, set())}
+    if walks_the_failures(notebook):
         # Every answer but the last a plausible mistake, the last of them also cheating (the trick must not earn
         # it), and the last exercise not started: one grading walks both ways of failing.
-        "unfinished": Student(
+        students["unfinished"] = Student(
             {e: wrong(notebook, e) + (PATCH_TORCH + FAKE_AUTOGRADER) * (e == answered[-1]) for e in answered},
             set(points(notebook)),
             forges_verdicts=True,
             unstarted=frozenset({last}),
-        ),
-    }
+        )
     if notebook == "01_tokens_embeddings":
         students |= worker_breakers(notebook)
     if notebook == attacks.NOTEBOOK:
@@ -317,6 +317,12 @@ GRADED_TOGETHER = (
     tuple(notebook for notebook in NOTEBOOKS if notebook not in _FIRST_HALF + _ALONE),
     *((notebook,) for notebook in _ALONE),
 )
+
+
+def walks_the_failures(notebook: str) -> bool:
+    """Whether ``notebook``'s class has the unfinished student: the first notebook of each course folder has
+    (notebooks 01 and 02 read its feedback), so every ``nbgrader autograde`` of the suite grades one."""
+    return notebook == graded_with(notebook)[0]
 
 
 def test_each_notebook_is_graded_in_one_folder():
@@ -479,7 +485,9 @@ class _GradedClassTests:
                 for row in csv.DictReader(handle)
                 if row["assignment"] == self.notebook
             }
-        assert rows == {
+        # nbgrader exports a row for every student of the course folder: 0 where this notebook was not submitted
+        folder_students = {name for students in course.graded_with.values() for name in students}
+        assert rows == {name: 0 for name in folder_students} | {
             name: sum(p for e, p in points(self.notebook).items() if e not in s.zero)
             for name, s in course.students.items()
         }
