@@ -16,6 +16,7 @@ from notebooks import NOTEBOOKS, ROOT, discovered, read, release_path, solution_
 from autograder.exercises import Exercise, NotebookChecks, checks_for
 from autograder.notebooks import NOTEBOOKS as REGISTERED
 from coursetools.notebook_vocabulary import (
+    CONTEXT_CELLS,
     grade_id,
     is_answer_cell,
     is_locked,
@@ -66,6 +67,16 @@ def test_each_exercise_has_an_answer_cell_then_its_test_cell(notebook):
         assert jupyter_answer_id(nb.cells[index].id), nb.cells[index].id
         assert nb.cells[answers[exercise.id]].id == jupyter_answer_id(nb.cells[index].id)
         assert jupyter_test_id(nb.cells[answers[exercise.id]].id) == nb.cells[index].id
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_the_earlier_parts_are_in_the_context_cell(notebook):
+    """The cell that loads the earlier notebooks' parts (``use_earlier``) is the context cell of that name, so
+    whatever loads this notebook's definitions on their own (``load_from_notebook``, the grader's definitions)
+    runs it before the answer cells that build on those parts."""
+    cells = read(solution_path(notebook)).cells
+    loading = [c.get("id") for c in cells if c.cell_type == "code" and "use_earlier(" in c.source]
+    assert set(loading) <= {"earlier"} and "earlier" in CONTEXT_CELLS, loading
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
