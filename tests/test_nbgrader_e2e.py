@@ -7,10 +7,10 @@ comparisons, fakes ``autograder.check``); it must earn nothing, and its feedback
 yet" for the stub and show no line of the solutions or the hidden tests that it did not write itself. Those
 ways of failing run through the same grader whatever the notebook, so one grading per folder walks them
 through nbgrader; every notebook's stubs and catalogued mistakes, with the messages its test cells show, are
-graded in-process (tests/test_checks.py and tests/test_wrong_implementations.py). Notebook 01's class adds the ways of breaking the worker;
-notebook 04's adds every attack on the grader (``attacks.py``) and three that only make sense inside nbgrader: copying
-the instructor's solution, copying a classmate's submission, editing the gradebook. Attackers
-each hold a wrong (or failing) answer to ONE exercise: the trick must not earn it, and their
+graded in-process (tests/test_checks.py and tests/test_wrong_implementations.py). Notebook 01's class adds
+the ways of breaking the worker; notebook 04's adds every attack on the grader (``attacks.py``) and three that
+only make sense inside nbgrader: copying the instructor's solution, copying a classmate's submission, editing the
+gradebook. Attackers each hold a wrong (or failing) answer to ONE exercise: the trick must not earn it, and their
 right answers must still earn theirs.
 
 Each notebook's tests are one test class (``TestClassNN``). The classes are graded in four course folders
