@@ -135,12 +135,21 @@ def summary(shares: torch.Tensor) -> dict:
     }
 
 
+def run_entry(entry: str) -> tuple[float, str]:
+    """``COEFFICIENT:POOLING`` -> (coefficient, pooling), for argparse (a bad entry is its usage error)."""
+    coefficient, _, pooling = entry.partition(":")
+    if pooling not in ("pooled", "per-layer"):
+        raise argparse.ArgumentTypeError(f"{entry!r}: expected COEFFICIENT:pooled or COEFFICIENT:per-layer")
+    return float(coefficient), pooling
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--every", type=int, default=50)
-    parser.add_argument("--runs", nargs="+", default=["0:pooled", "0.01:pooled", "0.1:pooled", "0.01:per-layer",
-                                                       "0.1:per-layer"])
+    default_runs = ["0:pooled", "0.01:pooled", "0.1:pooled", "0.01:per-layer", "0.1:per-layer"]
+    # argparse passes a list default through as it is: the entries are parsed here like the command line's
+    parser.add_argument("--runs", nargs="+", type=run_entry, default=[run_entry(e) for e in default_runs])
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/moe_balance")
@@ -150,9 +159,7 @@ def main():
     vocab, train_stream, val_stream = streams()
     start = mixture(vocab)
     runs = []
-    for entry in args.runs:
-        coefficient, pooling = float(entry.split(":")[0]), entry.split(":")[1]
-        assert pooling in ("pooled", "per-layer"), entry
+    for coefficient, pooling in args.runs:
         model = copy.deepcopy(start)
         began = time.perf_counter()
         shares = train(model, train_stream, args.steps, coefficient, pooling, args.lr)
@@ -164,7 +171,7 @@ def main():
         runs.append({"coefficient": coefficient, "pooling": pooling if coefficient else "none", "seconds": round(seconds, 1),
                      "perplexity": round(perplexity(model, val_stream), 2), "windows": windows,
                      "first_step": summary(shares[:1]), "last_window": windows[-1]})
-        print(f"{entry}: {seconds:.0f} s, last window {windows[-1]}", flush=True)
+        print(f"{coefficient}:{pooling}: {seconds:.0f} s, last window {windows[-1]}", flush=True)
     result = {"command": command(), "date": now(), "machine": machine(),
               "load_average": {"before": before, "after": load_average()},
               "setup": {"experts": N_EXPERTS, "top_k": TOP_K, "expert_width": EXPERT_WIDTH, "d_model": 128,
