@@ -28,18 +28,32 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from coursetools.notebook_vocabulary import STUB_LINE, grade_id, is_stub_source
-from tinystories import library
-from tinystories.compiled_adamw import CompiledAdamW
 from tinystories.errors import RunError
+
+if TYPE_CHECKING:
+    import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = ROOT / "course"
 NOT_NEEDED = "reference (not needed here)"
+
+
+def _torch():
+    """torch, imported once a part is needed: the command line's parser reads ``PARTS``, and a mistake in its
+    arguments or its config is said before the seconds that importing torch takes."""
+    import torch
+    import torch.nn.functional  # noqa: F401 - the loss's reference
+
+    return torch
+
+
+def _library():
+    from tinystories import library
+
+    return library
 
 
 @dataclass(frozen=True)
@@ -54,26 +68,26 @@ class Part:
 # One row per part: reference_stack, student_stack, the run's table and --reference-parts all read these rows.
 PARTS = (
     Part("model", "ModernDecoder", "08_decoder_models", ("rotary_gqa", "modern_block", "modern_decoder"),
-         lambda: library.LibraryDecoder),
-    Part("loss", "cross_entropy", "10_training", ("cross_entropy",), lambda: F.cross_entropy),
-    Part("optimizer", "AdamW", "10_training", ("adamw",), lambda: torch.optim.AdamW),
+         lambda: _library().LibraryDecoder),
+    Part("loss", "cross_entropy", "10_training", ("cross_entropy",), lambda: _torch().nn.functional.cross_entropy),
+    Part("optimizer", "AdamW", "10_training", ("adamw",), lambda: _torch().optim.AdamW),
     Part("schedule", "cosine_lr", "10_training", ("cosine_lr",), lambda: training_oracles().cosine_lr),
-    Part("clipping", "clip_grad_norm", "10_training", ("clip_grad_norm",), lambda: torch.nn.utils.clip_grad_norm_),
+    Part("clipping", "clip_grad_norm", "10_training", ("clip_grad_norm",), lambda: _torch().nn.utils.clip_grad_norm_),
     Part("batches", "get_batch", "10_training", ("get_batch",), lambda: training_oracles().get_batch),
     Part("micro_batches", "rank_micro_batches", "13_tinystories", ("rank_micro_batches",),
-         lambda: library.rank_micro_batches),
-    Part("flops", "flops_per_token", "13_tinystories", ("flops_per_token",), lambda: library.flops_per_token),
-    Part("mfu", "mfu", "13_tinystories", ("mfu",), lambda: library.mfu),
-    Part("bits_per_byte", "bits_per_byte", "13_tinystories", ("bits_per_byte",), lambda: library.bits_per_byte),
+         lambda: _library().rank_micro_batches),
+    Part("flops", "flops_per_token", "13_tinystories", ("flops_per_token",), lambda: _library().flops_per_token),
+    Part("mfu", "mfu", "13_tinystories", ("mfu",), lambda: _library().mfu),
+    Part("bits_per_byte", "bits_per_byte", "13_tinystories", ("bits_per_byte",), lambda: _library().bits_per_byte),
     Part("sampling", "sample_next", "11_decoding", ("greedy_temperature", "top_k_filter", "top_p_filter", "sample_next"),
-         lambda: library.sample_next),
+         lambda: _library().sample_next),
     Part("cached_model", "CachedDecoder", "11_decoding", ("kv_cache", "cached_attention", "cached_decoder"),
-         lambda: library.LibraryDecoder),
-    Part("cache", "KVCache", "11_decoding", ("kv_cache",), lambda: library.LibraryCache),
+         lambda: _library().LibraryDecoder),
+    Part("cache", "KVCache", "11_decoding", ("kv_cache",), lambda: _library().LibraryCache),
     Part("generation", "generate_with_cache", "13_tinystories", ("generate_with_cache",),
-         lambda: library.generate_in_segments),
-    Part("compiled_loss", "masked_cross_entropy", "14_systems", ("masked_cross_entropy",), lambda: F.cross_entropy),
-    Part("compiled_step", "adamw_step_", "14_systems", ("compiled_adamw",), lambda: torch.optim.AdamW),
+         lambda: _library().generate_in_segments),
+    Part("compiled_loss", "masked_cross_entropy", "14_systems", ("masked_cross_entropy",), lambda: _torch().nn.functional.cross_entropy),
+    Part("compiled_step", "adamw_step_", "14_systems", ("compiled_adamw",), lambda: _torch().optim.AdamW),
 )
 # The parts a compiled run calls in place of notebook 10's loss and optimizer (``batch_loss``, ``make_optimizer``).
 COMPILED = {"loss": "compiled_loss", "optimizer": "compiled_step"}
@@ -117,8 +131,10 @@ class Stack:
         """The optimizer over ``groups``: ``optimizer``, or with ``compiled`` (``train.compile``) ``compiled_step``,
         notebook 14's ``adamw_step_`` run compiled by ``CompiledAdamW``, or its reference, PyTorch's AdamW. PyTorch's
         fused AdamW kernel where asked for and it is PyTorch's."""
+        from tinystories.compiled_adamw import CompiledAdamW
+
         optimizer = self.compiled_step if compiled else self.optimizer
-        if fused and optimizer is torch.optim.AdamW:
+        if fused and optimizer is _torch().optim.AdamW:
             options["fused"] = True
         if not isinstance(optimizer, type):  # notebook 14's adamw_step_: a function, not an optimizer class
             return CompiledAdamW(groups, optimizer, **options)
@@ -141,7 +157,7 @@ def training_oracles():
 
 
 def reference_stack(reason: str = "--stack reference") -> Stack:
-    stack = Stack(config_class=library.DecoderConfig, **{p.key: p.reference() for p in PARTS})
+    stack = Stack(config_class=_library().DecoderConfig, **{p.key: p.reference() for p in PARTS})
     stack.origins = {p.key: f"reference ({reason})" for p in PARTS}
     return stack
 
@@ -212,7 +228,7 @@ def student_stack(course_dir: str | Path | None = None, *, check: bool = True, k
             yours["config_class"] = loaded["DecoderConfig"]
         origins.update({p.key: "yours" for p in ready})
     values = {p.key: yours[p.key] if p.key in yours else p.reference() for p in PARTS}
-    stack = Stack(config_class=yours.get("config_class") or library.DecoderConfig, name="yours", **values)
+    stack = Stack(config_class=yours.get("config_class") or _library().DecoderConfig, name="yours", **values)
     stack.origins = origins
     return stack
 
@@ -236,7 +252,7 @@ def resolve(name: str, course_dir: str | Path | None = None, keys=None, referenc
         setattr(stack, part.key, part.reference())
         stack.origins[part.key] = "reference (--reference-parts)"
         if part.key == "model":
-            stack.config_class = library.DecoderConfig
+            stack.config_class = _library().DecoderConfig
     return stack
 
 
