@@ -15,12 +15,3 @@ def seeded(base: int):
         return torch.randn(*shape, generator=gen(seed)) * scale
 
     return gen, randn
-
-
-def seed_cpu(seed: int) -> torch.Generator:
-    """``torch.manual_seed(seed)`` for the grader's own draws, which are all on the CPU: the same state of the CPU
-    generator, without the rest. torch.manual_seed also queues a seed for each accelerator backend (CUDA, XPU,
-    MTIA), and each one records the caller's stack: 2-4 ms a call under pytest, and the checks of one notebook make
-    hundreds. Adapters, which seed beside the student's code, keep torch.manual_seed: that code may draw elsewhere.
-    """
-    return torch.default_generator.manual_seed(int(seed))

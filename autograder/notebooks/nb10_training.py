@@ -62,7 +62,7 @@ from torch import nn
 from autograder import expect
 from autograder.adapters import adapter, need
 from autograder.exercises import Exercise
-from autograder.notebooks._seeds import seed_cpu, seeded
+from autograder.notebooks._seeds import seeded
 from autograder.reference import training as ref
 from autograder.rules import LOG_SOFTMAXES, Rule
 
@@ -818,7 +818,7 @@ SCHEDULE = {"max_lr": 3e-2, "min_lr": 3e-3, "warmup_steps": 3, "decay_steps": 12
 
 
 def _tiny_state(seed):
-    seed_cpu(10000 + seed)
+    torch.manual_seed(10000 + seed)
     return ref.TinyLM().state_dict()
 
 
@@ -831,7 +831,7 @@ def resumed_oracle(state, tokens, total, stop, seeds, keep=("model", "optimizer"
 
     model, optimizer = ref.tiny_setup(seeds["init"])
     model.load_state_dict(state)
-    seed_cpu(seeds["dropout"])
+    torch.manual_seed(seeds["dropout"])
     generator = torch.Generator().manual_seed(seeds["batches"])
     ref.run_steps(model, optimizer, tokens, stop, first_step=1, generator=generator, config=config, schedule=schedule)
     saved = {
@@ -842,7 +842,7 @@ def resumed_oracle(state, tokens, total, stop, seeds, keep=("model", "optimizer"
     }
     fresh_model, fresh_optimizer = ref.tiny_setup(seeds["init"] + 1)
     fresh_generator = torch.Generator().manual_seed(seeds["batches"] + 1)
-    seed_cpu(seeds["dropout"] + 1)
+    torch.manual_seed(seeds["dropout"] + 1)
     if "model" in keep:
         fresh_model.load_state_dict(saved["model"])
     if "optimizer" in keep:
@@ -1047,7 +1047,7 @@ def train_oracle(state, train_tokens, val_tokens, config, schedule_kwargs, seed,
     def schedule(step):
         return ref.cosine_lr(step, **schedule_kwargs)
 
-    seed_cpu(global_seed)
+    torch.manual_seed(global_seed)
     if mistake is None:
         return ref.train(model, optimizer, train_tokens, val_tokens, config, schedule=schedule, generator=generator)
     history = {"train_loss": [], "lr": [], "val_loss": []}

@@ -85,7 +85,7 @@ from torch import nn
 from autograder import expect
 from autograder.adapters import adapter, need, outcome
 from autograder.exercises import Exercise
-from autograder.notebooks._seeds import seed_cpu, seeded
+from autograder.notebooks._seeds import seeded
 from autograder.reference import hf_llama
 from autograder.reference.configs import DecoderConfig
 from autograder.reference.decoders import LlamaDecoder
@@ -224,7 +224,7 @@ def measured_flops_per_token(fields: dict, context_length: int, batch: int = 2) 
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    seed_cpu(0)
+    torch.manual_seed(0)
     model = LlamaDecoder(DecoderConfig(**fields))
     tokens = torch.randint(0, fields["vocab_size"], (batch, context_length))
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
@@ -411,7 +411,7 @@ def test_gradient_accumulation_equals_the_full_batch(impl):
         tokens = torch.randint(0, 11, (n, 6), generator=g)
         call = f"rank_micro_batches(tokens [{n}, 6], rank, world_size={world}, accumulation_steps={accumulation})"
         got = impl.call(micro_batches, tokens, world, accumulation)
-        seed_cpu(seed)
+        torch.manual_seed(seed)
         model = nn.Sequential(nn.Embedding(11, 8), nn.Tanh(), nn.Linear(8, 11))
 
         full = _grads(model, tokens, 1.0)
@@ -457,7 +457,7 @@ ADAMW = ("adamw", {"lr": 1e-2, "weight_decay": 0.1, "eps": 1e-3})
 
 
 def _step_setup(seed, fields=STEP_FIELDS):
-    seed_cpu(13100 + seed)
+    torch.manual_seed(13100 + seed)
     return {name: p.detach().clone() for name, p in LlamaDecoder(DecoderConfig(**fields)).state_dict().items()}
 
 

@@ -38,7 +38,7 @@ from torch import nn
 from autograder import expect
 from autograder.adapters import adapter, given, need
 from autograder.exercises import Exercise
-from autograder.notebooks._seeds import seed_cpu, seeded
+from autograder.notebooks._seeds import seeded
 from autograder.rules import ATTENTIONS, LOG_SOFTMAXES, SOFTMAXES, Rule
 from coursetools.block_memory import measured_block_bytes
 from coursetools.memory import bytes_held_by, saved_for_backward, storage_bytes, tensors_held_by, watch_memory
@@ -346,7 +346,7 @@ def _profiled_step(seed: int, width: int) -> tuple[dict, dict[str, float]]:
 
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # no profiler log lines in the test cell's output (read lazily)
     with torch.random.fork_rng():  # the notebook's own random numbers stay as they were (visible checks run there)
-        seed_cpu(seed)
+        torch.manual_seed(seed)
         model = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width), nn.LayerNorm(width))
         x = torch.randn(16, width)
     optimizer = torch.optim.AdamW(model.parameters())
@@ -914,7 +914,7 @@ def _shapes(head_first: bool = False) -> list:
 
 def _initial_state(seed: int, head_first: bool = False) -> dict:
     with torch.random.fork_rng():
-        seed_cpu(14000 + seed)
+        torch.manual_seed(14000 + seed)
         return {name: t.detach().clone() for name, t in _mlp(head_first).state_dict().items()}
 
 

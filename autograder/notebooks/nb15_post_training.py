@@ -44,7 +44,7 @@ from torch import nn
 from autograder import expect
 from autograder.adapters import adapter, given, need, summary
 from autograder.exercises import Exercise
-from autograder.notebooks._seeds import seed_cpu, seeded
+from autograder.notebooks._seeds import seeded
 from autograder.reference.configs import DecoderConfig
 from autograder.reference.decoders import LlamaDecoder
 
@@ -554,7 +554,7 @@ def _decoder(state, subclass_head=False):
 
 
 def _model_state(seed):
-    seed_cpu(15000 + seed)
+    torch.manual_seed(15000 + seed)
     return LlamaDecoder(_MODEL).state_dict()
 
 

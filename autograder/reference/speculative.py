@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from autograder.notebooks._seeds import seed_cpu
 from autograder.reference.hf_llama import transformers_quiet
 
 _TRANSFORMERS = transformers_quiet()
@@ -26,7 +25,9 @@ def speculative_accept(target_probs, draft_probs, drafted, generator=None):
     drafted = drafted.long()
     seed = int(torch.randint(2**62, (), generator=generator))
     with torch.random.fork_rng(devices=[]):
-        seed_cpu(seed)  # the CPU generator alone, which is all the fork keeps
+        # The CPU generator alone, which is all the fork keeps: torch.manual_seed would also queue a seed for every
+        # accelerator backend, each recording the call's stack (about 2 ms a call, and a check makes thousands).
+        torch.default_generator.manual_seed(seed)
         if drafted.numel() == 0:  # no draft: Hugging Face's slicing needs at least one candidate
             return torch.multinomial(target_probs[0], 1)
         tokens, _ = _speculative_sampling(

@@ -28,7 +28,6 @@ from torch import nn
 # everything a worker needs is imported before the student's folder is on sys.path (autograder.worker).
 from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup, get_inverse_sqrt_schedule
 
-from autograder.notebooks._seeds import seed_cpu
 from autograder.reference.configs import TrainConfig
 
 
@@ -183,7 +182,7 @@ class TinyLM(nn.Module):
 
 def tiny_setup(seed: int, lr: float = 3e-2):
     """A TinyLM, its AdamW and a token stream, all from ``seed``."""
-    seed_cpu(seed)
+    torch.manual_seed(seed)
     model = TinyLM()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, foreach=False)
     return model, optimizer
