@@ -231,15 +231,22 @@ def _config(fields):
 # --- GPT-2: the oracle and the checker's own mapping --------------------------------------
 
 
-def hf_gpt2(fields, seed):
-    T = _transformers()
-    config = T.GPT2Config(
+def gpt2_config(fields, **more):
+    """Hugging Face's GPT2Config for the course's config ``fields`` (``more``: GPT2Config's own other fields)."""
+    return _transformers().GPT2Config(
         vocab_size=fields["vocab_size"],
         n_positions=fields["n_positions"],
         n_embd=fields["d_model"],
         n_layer=fields["n_layers"],
         n_head=fields["n_heads"],
         n_inner=fields["d_ff"],
+        **more,
+    )
+
+
+def hf_gpt2(fields, seed):
+    config = gpt2_config(
+        fields,
         layer_norm_epsilon=fields.get("norm_eps", 1e-5),
         activation_function="gelu_new",
         resid_pdrop=0.0,
@@ -248,7 +255,7 @@ def hf_gpt2(fields, seed):
         bos_token_id=0,
         eos_token_id=0,
     )
-    return _randomize(T.GPT2LMHeadModel(config).eval(), seed)
+    return _randomize(_transformers().GPT2LMHeadModel(config).eval(), seed)
 
 
 def gpt2_course_state(hf_state, n_layers, d):
@@ -385,18 +392,8 @@ GPT2_124M = 124_439_808
 def _hugging_face_count(fields: tuple[tuple[str, int], ...]) -> int:
     """``GPT2LMHeadModel(config).num_parameters()`` for these fields. Built on the meta device: a count needs the
     parameters' shapes only, and GPT-2 small's 124M random values took 1.7 s to draw, at each wrong count graded."""
-    T, config = _transformers(), dict(fields)
     with torch.device("meta"):
-        model = T.GPT2LMHeadModel(
-            T.GPT2Config(
-                vocab_size=config["vocab_size"],
-                n_positions=config["n_positions"],
-                n_embd=config["d_model"],
-                n_layer=config["n_layers"],
-                n_head=config["n_heads"],
-                n_inner=config["d_ff"],
-            )
-        )
+        model = _transformers().GPT2LMHeadModel(gpt2_config(dict(fields)))
     return model.num_parameters()
 
 
