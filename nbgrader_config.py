@@ -26,6 +26,7 @@ from nbgrader.preprocessors import (
 from autograder.nbgrader_plugin import (
     CsvExportKeepsUngradedEmpty,
     FeedbackClearHiddenTests,
+    FeedbackExporter,
     FeedbackOutputsWrap,
     RestoreCells,
     TrustedVerdict,
@@ -93,6 +94,8 @@ c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, Feedba
 # Feedback typesets its maths offline: nbgrader's feedback template, with MathJax inlined from coursetools/static
 # instead of loaded from a CDN (autograder/templates/feedback/mathjax.html.j2; 2.3 MB more per HTML file).
 c.HTMLExporter.extra_template_basedirs = feedback_template_dirs()
+# ... and nbconvert's HTML exporter skips its second pass over a page where it would change nothing (1 s a page).
+c.GenerateFeedback.exporter_class = FeedbackExporter
 c.HTMLExporter.filters = {"course_script": course_script}
 
 # A submission that could not be graded (the grader failed, see TrustedVerdict) is exported with empty

@@ -26,6 +26,9 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 from nbconvert.preprocessors import Preprocessor
 from nbformat.notebooknode import NotebookNode, from_dict
 from nbgrader.coursedir import CourseDirectory
@@ -179,6 +182,44 @@ class FeedbackOutputsWrap(Preprocessor):
     def preprocess(self, nb, resources):
         resources.setdefault("inlining", {}).setdefault("css", []).append(self.css)
         return nb, resources
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbconvert's HTML exporter for ``generate_feedback``, without its second reading of a page that needs none.
+
+    ``HTMLExporter`` renders the page and then parses all of it again with BeautifulSoup, to give alternative text
+    to each ``<img>`` that has none and ``tabindex`` to the cells of JupyterLab's templates. nbgrader's feedback
+    template is the classic one, which has no such cells, and the grader records every figure with its
+    alternative text (``autograder.outputs``), so on the course's feedback that pass changed only how the HTML was
+    spelled, yet took about 1 s of each page's 1.6 s (the highlighted code is some 7,000 tags a page;
+    benchmarks/suite_time.md). A page with an ``<img>`` that lacks alternative text (an HTML output of the
+    student's own, say) still takes nbconvert's whole path. ``tests/test_nbgrader_e2e.py`` checks that the two
+    give the same document.
+    """
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        html, rendered = self._render(nb, resources, **kw)
+        if IMAGE_WITHOUT_ALT.search(html) or LAB_CELLS.search(html):
+            return super().from_notebook_node(nb, resources, **kw)
+        return html, rendered
+
+    def _render(self, nb, resources, **kw):
+        """The template's page, with the filters ``HTMLExporter.from_notebook_node`` registers first (nbconvert
+        7.17): code highlighted in the notebook's language, and widget outputs dropped where none can show."""
+        language = nb.metadata.get("language_info", {})
+        lexer = language.get("pygments_lexer", language.get("name", None))
+        highlight = self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self))
+        resources = self._init_resources(resources)
+        data_types = WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources)
+        self.register_filter("highlight_code", highlight)
+        self.register_filter("filter_data_type", data_types)
+        return TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+
+
+# What HTMLExporter's second pass would change: an image without alternative text, or a cell of JupyterLab's
+# templates (the two selectors it gives tabindex).
+IMAGE_WITHOUT_ALT = re.compile(r"<img(?![^>]*\balt\s*=)[^>]*>", re.IGNORECASE)
+LAB_CELLS = re.compile(r"jp-Cell-inputWrapper|jp-OutputArea-output")
 
 
 # The feedback's maths: nbgrader's feedback template loads MathJax from a CDN, so offline its formulas stayed raw

@@ -567,6 +567,29 @@ class TestClass02(_GradedClassTests):
         assert "cdnjs.cloudflare.com" not in html and "text/x-mathjax-config" not in html  # nbconvert's MathJax 2
         assert "$\\gamma$" in html  # the maths the browser test below sees typeset
 
+    def test_feedback_is_the_page_nbconverts_own_exporter_writes(self, course):
+        """``FeedbackExporter`` (nbgrader_config.py) skips ``HTMLExporter``'s second pass over the page, which had
+        nothing to change on the course's feedback: the unfinished student's page, figures and failing reasons
+        included, is the document nbconvert's own exporter writes, but for how BeautifulSoup spells its HTML."""
+        from bs4 import BeautifulSoup
+
+        theirs = course.folder / "feedback-nbconvert"
+        done = nbgrader(
+            course.folder,
+            "generate_feedback",
+            self.notebook,
+            "--student=unfinished",
+            f"--CourseDirectory.feedback_directory={theirs.name}",
+            "--GenerateFeedback.exporter_class=nbconvert.exporters.HTMLExporter",
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        ours = _feedback_path(course, "unfinished").read_text()
+        assert "<img" in ours and "Score: 0.0" in ours  # a page with figures and failing grades
+        assert (
+            str(BeautifulSoup(ours, "html.parser"))
+            == (theirs / "unfinished" / self.notebook / f"{self.notebook}.html").read_text()
+        )
+
     @requires_browser
     def test_feedback_typesets_its_maths_offline(self, course):
         """Opened from disk with every outside request refused, the feedback draws its formulas: no raw $\\gamma$."""
