@@ -8,10 +8,15 @@ per ``--runs`` entry, from the same seeds and batches. An entry is ``COEFFICIENT
 and how the layers' router logits meet the loss: ``pooled``, concatenated into one loss (as Hugging Face's
 ``load_balancing_loss_func`` takes them, and the notebook's run), or ``per-layer``, the mean of each layer's own
 loss. At every step it records each layer's expert shares
-of the top-2 choices; the JSON keeps, per window of ``--every`` steps: the busiest expert's share, the least used
+of the top-k choices; the JSON keeps, per window of ``--every`` steps: the busiest expert's share, the least used
 one's, the number of starved experts (share below a quarter of the balanced 1/8, over the 4 layers' 32 experts)
 and the effective number of experts, exp(entropy of the shares) (8 when balanced, 1 when one expert takes all;
 each a mean over the window, and over the layers where it is a share). Writes ``--out`` ``.json`` and ``.md``.
+
+``--router switch`` trains another router instead of the notebook's: top-1, each token's output scaled by its
+chosen expert's softmax probability as it is (the Switch Transformer's gate, not renormalized; renormalized, a
+single weight is always 1 and the router would get no gradient from the language-model loss), with experts of
+width 192 so that the active parameters per token are the notebook's two of width 96.
 
 Run from the repository root:
 
@@ -46,6 +51,26 @@ MoELayer, load_balancing_loss = load_from_notebook(
     "16_serving_scaling", "MoELayer", "load_balancing_loss", folder=ROOT / "solutions"
 )
 N_EXPERTS, TOP_K, EXPERT_WIDTH = 8, 2, 96
+
+
+class SwitchMoE(MoELayer):
+    """The notebook's layer with the Switch Transformer's router: each token goes to its top-1 expert, and that
+    expert's output is scaled by the token's softmax probability of it (not renormalized to 1)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, x.shape[-1])
+        self.router_logits = self.router(tokens)
+        gate, chosen = torch.softmax(self.router_logits.float(), dim=-1).max(dim=-1)  # [N] each
+        out = torch.zeros_like(tokens)
+        for index, expert in enumerate(self.experts):
+            rows = torch.nonzero(chosen == index).flatten()
+            if len(rows):
+                out = out.index_add(0, rows, gate[rows, None].to(tokens.dtype) * expert(tokens[rows]))
+        return out.reshape(x.shape)
+
+
+# Each router with its layer, its top-k and its experts' width: the same active parameters per token.
+ROUTERS = {"notebook": (MoELayer, TOP_K, EXPERT_WIDTH), "switch": (SwitchMoE, 1, TOP_K * EXPERT_WIDTH)}
 STARVED = 1 / (4 * N_EXPERTS)  # a quarter of the balanced share
 
 
@@ -66,31 +91,33 @@ def streams():
     return tokenizer.get_vocab_size(), stream(stories[:-held_out]), stream(stories[-held_out:])
 
 
-def mixture(vocab: int) -> nn.Module:
+def mixture(vocab: int, router: str) -> nn.Module:
+    layer, top_k, width = ROUTERS[router]
     config = DecoderConfig(vocab_size=vocab, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2,
                            d_ff=TOP_K * EXPERT_WIDTH, max_seq_len=256)
     torch.manual_seed(0)
     model = LlamaDecoder(config)
     torch.manual_seed(1)
     for block in model.blocks:
-        block.ffn = MoELayer(config.d_model, EXPERT_WIDTH, N_EXPERTS, TOP_K)
+        block.ffn = layer(config.d_model, width, N_EXPERTS, top_k)
     return model
 
 
 def shares_of(model) -> torch.Tensor:
     """[layers, experts]: each expert's share of the last forward pass's top-k choices, per layer."""
     return torch.stack([
-        torch.bincount(block.ffn.router_logits.topk(TOP_K, dim=-1).indices.flatten(), minlength=N_EXPERTS)
-        / (TOP_K * len(block.ffn.router_logits))
+        torch.bincount(block.ffn.router_logits.topk(block.ffn.top_k, dim=-1).indices.flatten(), minlength=N_EXPERTS)
+        / (block.ffn.top_k * len(block.ffn.router_logits))
         for block in model.blocks
     ])
 
 
 def balance_loss(model, pooling: str) -> torch.Tensor:
     logits = [block.ffn.router_logits for block in model.blocks]
+    top_k = model.blocks[0].ffn.top_k
     if pooling == "pooled":  # expert i of every layer counted as one expert
-        return load_balancing_loss(torch.cat(logits), TOP_K)
-    return torch.stack([load_balancing_loss(layer, TOP_K) for layer in logits]).mean()
+        return load_balancing_loss(torch.cat(logits), top_k)
+    return torch.stack([load_balancing_loss(layer, top_k) for layer in logits]).mean()
 
 
 def train(model, stream, steps, coefficient, pooling, peak_lr, batch=8, length=64, warmup=10, seed=1):
@@ -151,13 +178,15 @@ def main():
     # argparse passes a list default through as it is: the entries are parsed here like the command line's
     parser.add_argument("--runs", nargs="+", type=run_entry, default=[run_entry(e) for e in default_runs])
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--router", choices=sorted(ROUTERS), default="notebook")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/moe_balance")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     before = load_average()
     vocab, train_stream, val_stream = streams()
-    start = mixture(vocab)
+    start = mixture(vocab, args.router)
+    _, top_k, width = ROUTERS[args.router]
     runs = []
     for coefficient, pooling in args.runs:
         model = copy.deepcopy(start)
@@ -174,7 +203,7 @@ def main():
         print(f"{coefficient}:{pooling}: {seconds:.0f} s, last window {windows[-1]}", flush=True)
     result = {"command": command(), "date": now(), "machine": machine(),
               "load_average": {"before": before, "after": load_average()},
-              "setup": {"experts": N_EXPERTS, "top_k": TOP_K, "expert_width": EXPERT_WIDTH, "d_model": 128,
+              "setup": {"router": args.router, "experts": N_EXPERTS, "top_k": top_k, "expert_width": width, "d_model": 128,
                         "layers": 4, "steps": args.steps, "peak_lr": args.lr, "batch": [8, 64],
                         "starved_below": STARVED},
               "runs": runs}
