@@ -18,6 +18,7 @@ from autograder.errors import cell_number
 from autograder.exercises import ExerciseResult, checks_for, checks_to_run, exercise_index, run_exercise
 from autograder.impl import RemoteImpl
 from autograder.notebook_format import nbformat
+from autograder.notebooks import WORKER_IMPORTS
 from autograder.phases import Phase, starting_detail
 from autograder.process import CellOutcome, StudentProcess, Worker
 from autograder.sandbox import (
@@ -141,20 +142,21 @@ def grade(
     starting Python, each cell, each check (``autograder.phases``; the checker's own counts, for a display).
     """
     said = on_phase or (lambda phase: None)
+    name = identify(nb)  # from the cells' ids, in milliseconds: which notebook says what the worker imports
+    imports = WORKER_IMPORTS.get(name, ())
     with Sandbox(Path(cwd), course_root, list(private), limits or Limits(), enabled=sandboxed) as sandbox:
         # The worker starts first: it imports torch and IPython while this process imports the checks (and
-        # torch), which ``identify`` does; on two cores that halves the wait before the first cell runs.
-        starting = Worker(sandbox)
+        # torch); on two cores that halves the wait before the first cell runs.
+        starting = Worker(sandbox, imports)
         said(Phase("starting", detail=starting_detail(sandbox.enabled)))
         try:
-            name = identify(nb)
             checks = checks_for(name)
         except BaseException:
             starting.kill()
             raise
         cells = definition_cells(nb) if definitions_only else student_cells(nb)
         process = StudentProcess(
-            checks.adapter_module, cells, sandbox, timeout, record, starting=starting, on_phase=on_phase
+            checks.adapter_module, cells, sandbox, timeout, record, imports, starting=starting, on_phase=on_phase
         )
         try:
             outcomes = _run_cells(process, checks.oracle_imports)

@@ -66,12 +66,12 @@ class _Tail(threading.Thread):
 class Worker:
     """One worker process and the two pipes to it.
 
-    ``Worker(sandbox)`` starts the process and returns at once: it imports torch and IPython while the
-    checker imports its checks; ``ready(adapter_module)`` then names the notebook's adapters and waits
-    until the worker has imported them.
+    ``Worker(sandbox, imports)`` starts the process and returns at once: it imports torch, IPython and
+    ``imports`` (``autograder.notebooks.WORKER_IMPORTS``) while the checker imports its checks;
+    ``ready(adapter_module)`` then names the notebook's adapters and waits until the worker has imported them.
     """
 
-    def __init__(self, sandbox: Sandbox):
+    def __init__(self, sandbox: Sandbox, imports: tuple[str, ...] = ()):
         request_read, self._request_write = os.pipe()
         self._reply_read, reply_write = os.pipe()
         self._info_read, info_write = os.pipe()  # bubblewrap says there which process is the sandbox's init
@@ -79,6 +79,7 @@ class Worker:
         # shape what the worker imports before it has given up root and set its limits (a json.py beside
         # the notebook must never run as grader code); -B: the environment's PYTHONDONTWRITEBYTECODE, which
         # -I ignores. The worker puts the folder on sys.path itself, once it runs student code.
+        settings = sandbox.settings() | {"imports": list(imports)}
         argv = [
             sys.executable,
             "-I",
@@ -87,10 +88,10 @@ class Worker:
             "autograder.worker",
             str(request_read),
             str(reply_write),
-            json.dumps(sandbox.settings()),
+            json.dumps(settings),
         ]
         try:
-            self.process = self._start(sandbox, argv, request_read, reply_write, info_write)
+            self.process = self._start(sandbox, settings, argv, request_read, reply_write, info_write)
         except OSError as error:  # bubblewrap or Python cannot be executed: nothing of the student's ran
             for fd in (request_read, self._request_write, self._reply_read, reply_write, self._info_read, info_write):
                 os.close(fd)
@@ -101,14 +102,14 @@ class Worker:
         self.tail.start()
         self._sandbox_init = getattr(self.process, "init", None)
         self.warnings: list[str] = []
-        self._sandbox = sandbox
+        self._sandbox, self._imports = sandbox, imports
 
     @staticmethod
-    def _start(sandbox: Sandbox, argv: list[str], request_read: int, reply_write: int, info_write: int):
+    def _start(sandbox: Sandbox, settings: dict, argv: list[str], request_read: int, reply_write: int, info_write: int):
         """A worker forked from the zygote, or, without a sandbox or where that cannot be, a fresh Python."""
         if sandbox.enabled and zygote.usable():
             try:
-                return zygote.WarmProcess(sandbox, request_read, reply_write)
+                return zygote.WarmProcess(sandbox, settings, request_read, reply_write)
             except OSError as error:  # bubblewrap could not build the sandbox: a cold start says why, as always
                 zygote.give_up(str(error))
         return subprocess.Popen(
@@ -145,7 +146,7 @@ class Worker:
                     # Nothing of the student's ran. A cold start, from now on in this grader process, either works
                     # or fails as it always has, with its own message (a hidden package, a broken bubblewrap...).
                     zygote.give_up(reason)
-                    return Worker(self._sandbox).ready(adapter_module)
+                    return Worker(self._sandbox, self._imports).ready(adapter_module)
                 raise WorkerDidNotStart(f"{reason} (exit status {status})" if said else reason) from None
             if not ready["ok"]:  # a limit could not be set: nothing of the student's may run
                 self.kill()
@@ -234,6 +235,7 @@ class StudentProcess:
     adapter_module: str
     cells: list[tuple[int, str]]
     sandbox: Sandbox
+    imports: tuple[str, ...] = ()  # what each worker imports before the cells (autograder.notebooks.WORKER_IMPORTS)
     timeout: float = 30.0
     record: bool = False  # keep each cell's outputs (for nbgrader's feedback)
     outcomes: dict[int, CellOutcome] = field(default_factory=dict)
@@ -318,7 +320,7 @@ class StudentProcess:
                 self._phase("starting", 0, 0, starting_detail(self.sandbox.enabled))
             self._started = True
             try:
-                self._worker = (starting or Worker(self.sandbox)).ready(self.adapter_module)
+                self._worker = (starting or Worker(self.sandbox, self.imports)).ready(self.adapter_module)
             except WorkerDidNotStart as error:
                 if not self.outcomes:
                     raise could_not_grade(error.reason) from None

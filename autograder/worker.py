@@ -6,7 +6,8 @@ it only sends back what the student's code computed for the inputs it was given,
 what the cells showed. Before any student code runs it gives up root (when started
 by root, inside the sandbox) and applies the resource limits.
 
-Usage: python -I -B -m autograder.worker REQUEST_FD REPLY_FD SETTINGS_JSON
+Usage: python -I -B -m autograder.worker REQUEST_FD REPLY_FD SETTINGS_JSON (the sandbox's settings, and the
+modules to import first: ``process.Worker``)
 (``-I``: the working directory, the student's folder, is not on ``sys.path`` until student code runs.)
 The first request names the notebook's module (``{"adapters": "autograder.notebooks.nb..."}``): the checker
 starts the worker before it knows which notebook it grades, so that the worker imports torch and IPython
@@ -51,13 +52,17 @@ def confine(settings: dict) -> tuple[Limits, list[str]]:
     return limits, limits.apply(processes=settings["sandboxed"])
 
 
-def preload() -> None:
-    """Import everything the worker needs before any student code runs (a zygote does it once for many workers)."""
+def preload(imports: tuple[str, ...] | list[str] = ()) -> None:
+    """Import everything the worker needs before any student code runs (a zygote does it once for many workers),
+    and ``imports``, the modules its notebook's cells will import (``autograder.notebooks.WORKER_IMPORTS``)."""
     import torch  # noqa: F401 - the replies' format (autograder.wire) and every adapter need it
     from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
     from traitlets.config import Config  # noqa: F401
 
     from autograder.adapters import resolve  # noqa: F401
+
+    for module in imports:
+        importlib.import_module(module)
 
 
 def main() -> None:
@@ -73,7 +78,7 @@ def serve(request_fd: int, reply_fd: int, limits: Limits, unset: list[str], sett
     if unset and settings["sandboxed"]:  # grading: no student code runs with a limit missing
         wire.send(reply_fd, wire.dump_reply({"nonce": None, "ok": False, "error": "; ".join(unset)}))
         return
-    preload()  # everything the worker needs is imported before any student code runs
+    preload(settings["imports"])  # everything the worker needs is imported before any student code runs
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
 

@@ -3,7 +3,9 @@
 Starting a worker cost about a second of ``import torch``; a class of a hundred submissions paid it a
 hundred times. Here one process per grader (the *zygote*, as Android and Chromium call theirs) imports
 what every worker needs (torch, IPython, matplotlib's pyplot), freezes it out of the garbage collector's
-sight, and then only forks. The isolation stays bubblewrap's:
+sight, and then only forks. Notebooks whose workers import more (Hugging Face's models:
+``autograder.notebooks.WORKER_IMPORTS``) get a zygote of their own that imports that too, so a worker never holds
+another notebook's imports. The isolation stays bubblewrap's:
 
 1. the grader starts a **placeholder** under ``Sandbox.wrap`` exactly as it would start a worker, so
    bubblewrap builds the namespaces and the mounts (the submission's scratch copy included); the
@@ -205,9 +207,10 @@ def _end(process: subprocess.Popen) -> None:
 
 
 class Zygote:
-    """The grader's handle on its zygote process; ``shared()`` gives one per grader process and environment."""
+    """The grader's handle on its zygote process; ``shared()`` gives one per grader process, environment and set
+    of ``imports`` (beyond what every worker imports: ``worker.preload``)."""
 
-    def __init__(self, environment: dict[str, str], command: list[str] | None = None):
+    def __init__(self, environment: dict[str, str], imports: tuple[str, ...] = (), command: list[str] | None = None):
         self.home = tempfile.mkdtemp(prefix="autograder-zygote-")
         self.environment = dict(environment, HOME=self.home, TMPDIR=self.home)
         self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -221,6 +224,7 @@ class Zygote:
                     *(command or [sys.executable, "-I", "-B", "-m", "autograder.zygote"]),
                     str(theirs.fileno()),
                     self.home,
+                    json.dumps(list(imports)),
                 ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -258,13 +262,14 @@ _ZYGOTES: dict[tuple, Zygote] = {}
 _ZYGOTES_LOCK = threading.Lock()
 
 
-def shared(environment: dict[str, str]) -> Zygote:
-    """This grader's zygote for workers with ``environment`` (HOME and TMPDIR aside), started on first use."""
-    key = tuple(sorted((k, v) for k, v in environment.items() if k not in ("HOME", "TMPDIR")))
+def shared(environment: dict[str, str], imports: tuple[str, ...] = ()) -> Zygote:
+    """This grader's zygote for workers with ``environment`` (HOME and TMPDIR aside) that import ``imports``,
+    started on first use: a worker holds its own notebook's imports, never another notebook's."""
+    key = (tuple(sorted((k, v) for k, v in environment.items() if k not in ("HOME", "TMPDIR"))), tuple(imports))
     with _ZYGOTES_LOCK:
         zygote = _ZYGOTES.get(key)
         if zygote is None or not zygote.alive():
-            zygote = _ZYGOTES[key] = Zygote(environment)
+            zygote = _ZYGOTES[key] = Zygote(environment, tuple(imports))
             if len(_ZYGOTES) == 1:
                 atexit.register(close_all)
         return zygote
@@ -284,7 +289,7 @@ class WarmProcess:
     ``returncode`` the worker's exit status, reported by the zygote's child that waits for it.
     """
 
-    def __init__(self, sandbox, request_read: int, reply_write: int):
+    def __init__(self, sandbox, settings: dict, request_read: int, reply_write: int):
         environment = sandbox.environment()
         self.placeholder = start_placeholder(sandbox.wrap, environment, sandbox.submission)
         self.pid, self.init = self.placeholder.process.pid, self.placeholder.init
@@ -295,7 +300,7 @@ class WarmProcess:
             fds = self.placeholder.namespace_fds()
             try:
                 fds |= {"request": request_read, "reply": reply_write, "output": output_write, "status": status_write}
-                shared(environment).spawn(fds, sandbox.settings(), sandbox.submission, environment)
+                shared(environment, tuple(settings["imports"])).spawn(fds, settings, sandbox.submission, environment)
             finally:
                 for name in (*NAMESPACES, "command_user", "pid", "init"):
                     os.close(fds[name])
@@ -341,11 +346,12 @@ class WarmProcess:
 # The zygote's side
 
 
-def serve(channel: socket.socket) -> None:
-    """Import what workers need, then fork one per request until the grader closes the socket."""
+def serve(channel: socket.socket, imports: tuple[str, ...] = ()) -> None:
+    """Import what workers need (with ``imports``, their notebooks'), then fork one per request until the grader
+    closes the socket."""
     from autograder import worker
 
-    worker.preload()
+    worker.preload(imports)
     # Every notebook draws: pyplot once here, with the sandbox's MPLBACKEND=Agg and matplotlib's defaults (the
     # zygote's home and folder are its own empty one, so a matplotlibrc beside a notebook is not read), and its
     # font list built once rather than in each submission's scratch home.
@@ -530,13 +536,13 @@ def _check_unprivileged(uid: int | None) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """The zygote's process: ``python -m autograder.zygote SOCKET_FD HOME``; it removes HOME when it ends.
+    """The zygote's process: ``python -m autograder.zygote SOCKET_FD HOME IMPORTS_JSON``; it removes HOME when it ends.
 
     The grader removes HOME too (``Zygote.close``), but a grader killed by a signal runs no clean-up: its socket's
     end still ends the zygote here.
     """
     try:
-        serve(socket.socket(fileno=int(argv[1])))
+        serve(socket.socket(fileno=int(argv[1])), tuple(json.loads(argv[3])))
     finally:
         shutil.rmtree(argv[2], ignore_errors=True)
 

@@ -29,6 +29,7 @@ from notebooks import ROOT
 from test_multiuser_exchange import accounts, as_user  # noqa: F401 - accounts is a fixture
 
 from autograder import zygote
+from autograder.notebooks import WORKER_IMPORTS
 from autograder.process import Worker
 from autograder.sandbox import Limits, Sandbox, unavailable_reason
 
@@ -135,6 +136,33 @@ def test_one_zygote_serves_each_submission_and_none_sees_another(tmp_path):
     assert {z.process.pid for z in zygote._ZYGOTES.values()} == zygotes, "a second zygote started"
 
 
+def _imported(folder: Path, imports: tuple[str, ...], modules: tuple[str, ...]) -> list[bool]:
+    """Whether each of ``modules`` is imported, before any student code, in a worker started with ``imports``."""
+    with Sandbox(folder, None, [], Limits()) as sandbox:
+        worker = Worker(sandbox, imports).ready(ADAPTERS)
+        try:
+            source = f"import json, sys\nprint(json.dumps([m in sys.modules for m in {list(modules)!r}]))\n"
+            reply = worker.request({"op": "exec", "index": 0, "source": source, "record": True}, 60, "looking")
+            assert reply["ok"], reply
+            return json.loads(reply["outputs"][0]["text"])
+        finally:
+            worker.kill()
+
+
+@pytest.mark.parametrize("cold", [False, True], ids=["forked", "cold"])
+def test_a_worker_starts_with_its_own_notebooks_imports_and_no_other(tmp_path, monkeypatch, cold):
+    """A worker for a notebook that declares Hugging Face's models (``WORKER_IMPORTS``) starts with them imported,
+    forked from a zygote or started cold; a worker for a notebook that declares none, started after it by the same
+    grader process, starts without them: what a grade can depend on is its own notebook's."""
+    _require_sandbox()
+    if cold:
+        monkeypatch.setenv(zygote.COLD_ENV, "1")
+    hugging_face = WORKER_IMPORTS["08_decoder_models"]
+    assert "04_attention" not in WORKER_IMPORTS
+    assert _imported(_folder(tmp_path, "08"), hugging_face, hugging_face) == [True]
+    assert _imported(_folder(tmp_path, "04"), (), hugging_face) == [False]
+
+
 def test_as_an_ordinary_account_a_forked_worker_holds_no_privilege(accounts, tmp_path):  # noqa: F811
     _require_sandbox()
     user = accounts.add("grader")
@@ -239,9 +267,9 @@ def test_where_a_worker_cannot_start_warm_it_starts_cold(tmp_path, monkeypatch, 
     program = f"import sys, autograder.zygote as z\n{patch}z.main(sys.argv)\n"
     made = {}
 
-    def shared(environment):
+    def shared(environment, imports=()):
         if "zygote" not in made:
-            made["zygote"] = zygote.Zygote(environment, command=[sys.executable, "-I", "-B", "-c", program])
+            made["zygote"] = zygote.Zygote(environment, imports, command=[sys.executable, "-I", "-B", "-c", program])
         return made["zygote"]
 
     monkeypatch.setattr(zygote, "shared", shared)

@@ -31,3 +31,24 @@ NOTEBOOKS = [
     "15_post_training",
     "16_serving_scaling",
 ]
+
+# What a worker grading the notebook imports before any student code runs, beyond what every worker imports
+# (``autograder.worker.preload``): these notebooks' cells, or their adapters, import Hugging Face's models, whose
+# ``modeling_utils`` takes about 3 s (benchmarks/worker_imports.md, which records what each solution's graded run
+# imports). Imported once by the grader's zygote (``autograder.zygote``), whose forks are these notebooks' workers,
+# a class pays it once, not per submission. A worker's imports depend on its notebook alone, forked or cold
+# (notebooks with the same tuple share a zygote; tests/test_warm_workers.py), so a grade never depends on which
+# notebooks were graded before it.
+_HUGGING_FACE = ("transformers.modeling_utils",)
+WORKER_IMPORTS: dict[str, tuple[str, ...]] = dict.fromkeys(
+    [
+        "03_rope",
+        "08_decoder_models",
+        "09_bert_encoder_decoder",
+        "10_training",
+        "13_tinystories",
+        "15_post_training",
+        "16_serving_scaling",
+    ],
+    _HUGGING_FACE,
+)
