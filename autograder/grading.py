@@ -156,7 +156,14 @@ def grade(
             raise
         cells = definition_cells(nb) if definitions_only else student_cells(nb)
         process = StudentProcess(
-            checks.adapter_module, cells, sandbox, timeout, record, imports, starting=starting, on_phase=on_phase
+            checks.adapter_module,
+            cells,
+            sandbox,
+            timeout,
+            record,
+            starting=starting,
+            on_phase=on_phase,
+            imports=imports,
         )
         try:
             outcomes = _run_cells(process, checks.oracle_imports)

@@ -235,13 +235,13 @@ class StudentProcess:
     adapter_module: str
     cells: list[tuple[int, str]]
     sandbox: Sandbox
-    imports: tuple[str, ...] = ()  # what each worker imports before the cells (autograder.notebooks.WORKER_IMPORTS)
     timeout: float = 30.0
     record: bool = False  # keep each cell's outputs (for nbgrader's feedback)
     outcomes: dict[int, CellOutcome] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # limits an unsandboxed worker could not set
     starting: Worker | None = None  # started before the adapters were known (grading.grade); readied at first use
     on_phase: Callable[[Phase], None] | None = None  # told each cell, start and replay as it begins (display only)
+    imports: tuple[str, ...] = ()  # what each worker imports before the cells (autograder.notebooks.WORKER_IMPORTS)
     _worker: Worker | None = None
     _started: bool = False  # a worker has been started (the next one is a restart)
 
