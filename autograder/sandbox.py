@@ -83,6 +83,7 @@ def format_size(size: int) -> str:
 
 # The defaults, as written in nbgrader_config.py and on the command line.
 DEFAULT_MEMORY, DEFAULT_PROCESSES, DEFAULT_FILE_SIZE = "3G", 256, "1G"
+HUGGING_FACE_HOME = "/nonexistent/huggingface"  # every worker's HF_HOME (Sandbox.environment)
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,10 @@ class Sandbox:
             "MKL_NUM_THREADS": threads,
             "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per arena otherwise
             GRADING_ENV: "1",  # notebooks cut their long demonstrations short (coursetools.grading_run)
+            # Hugging Face's libraries fix their cache and token paths when imported, from HF_HOME or else HOME: one
+            # path for every worker, so that a worker forked from a zygote that imported them (whose HOME is its own
+            # folder) holds the paths a cold worker would. Grading has no network, so no worker fills a cache.
+            "HF_HOME": HUGGING_FACE_HOME,
         }
 
     def wrap(self, argv: list[str], info_fd: int | None = None) -> list[str]:

@@ -436,6 +436,9 @@ def _become_worker(fds: dict[str, int], request: dict, unprivileged: bool) -> No
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["environment"])
+        # Recomputed from this worker's TMPDIR at its first use: an import in the zygote may have fixed it to the
+        # zygote's own folder, which the sandbox does not show.
+        tempfile.tempdir = None
         os.setsid()  # as bubblewrap's --new-session: no controlling terminal to inject keystrokes into
         # What a cold worker's command line holds (python -m autograder.worker REQUEST REPLY SETTINGS), not the zygote's.
         sys.argv = [worker.__file__, str(fds["request"]), str(fds["reply"]), json.dumps(request["settings"])]

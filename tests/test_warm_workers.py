@@ -163,6 +163,63 @@ def test_a_worker_starts_with_its_own_notebooks_imports_and_no_other(tmp_path, m
     assert _imported(_folder(tmp_path, "04"), (), hugging_face) == [False]
 
 
+# Module globals that name a folder; printed as JSON (module, name) pairs, with the temporary folder.
+NAMED_FOLDERS = r"""
+import json, pathlib, sys, tempfile
+__folder = {folder!r}
+def __names(value):
+    if isinstance(value, (str, pathlib.PurePath)):
+        return __folder in str(value)
+    return isinstance(value, (list, tuple)) and any(isinstance(v, (str, pathlib.PurePath)) and __folder in str(v) for v in value)
+print(json.dumps({{
+    "found": sorted({{(name, key) for name, module in list(sys.modules.items()) for key, value in list(vars(module).items())
+                     if not key.startswith("__") and __names(value)}}),
+    "temporary": tempfile.gettempdir(),
+}}))
+"""
+
+# What names the zygote's own folder (its HOME and working folder) in a forked worker, none of it used in grading:
+# the zygote's command line (autograder/zygote.py's docstring), matplotlib's user font and style folders, site's
+# user site (ignored: -I), multiprocessing's starting folder, huggingface_hub's default home (unused: HF_HOME is
+# set) and the path transformers' docstring tooling reads.
+HARMLESS_ZYGOTE_PATHS = {
+    ("sys", "orig_argv"),
+    ("matplotlib.font_manager", "_HOME"),
+    ("matplotlib.font_manager", "MSUserFontDirectories"),
+    ("matplotlib.font_manager", "OSXFontDirectories"),
+    ("matplotlib.font_manager", "X11FontDirectories"),
+    ("matplotlib.style", "USER_LIBRARY_PATHS"),
+    ("site", "USER_SITE"),
+    ("site", "USER_BASE"),
+    ("multiprocessing.process", "ORIGINAL_DIR"),
+    ("huggingface_hub.constants", "default_home"),
+    ("transformers.utils.auto_docstring", "PATH_TO_TRANSFORMERS"),
+}
+
+
+def test_a_forked_worker_holds_no_path_of_its_zygotes_folder(tmp_path):
+    """A zygote imports with its own HOME and TMPDIR (its folder, which no sandbox shows); what those imports fix
+    from them (``tempfile.tempdir``, Hugging Face's cache and token paths) must not reach its workers, which would
+    then use paths that a cold worker does not. Scanned: every loaded module's globals, in a worker forked from the
+    Hugging Face notebooks' zygote."""
+    _require_sandbox()
+    folder = _folder(tmp_path, "08")
+    hugging_face = WORKER_IMPORTS["08_decoder_models"]
+    with Sandbox(folder, None, [], Limits()) as sandbox:
+        worker = Worker(sandbox, hugging_face).ready(ADAPTERS)
+        try:
+            assert isinstance(worker.process, zygote.WarmProcess), f"started cold here: {zygote.why_cold()}"
+            (home,) = [z.home for key, z in zygote._ZYGOTES.items() if key[1] == hugging_face]
+            source = NAMED_FOLDERS.format(folder=home)
+            reply = worker.request({"op": "exec", "index": 0, "source": source, "record": True}, 60, "looking")
+            assert reply["ok"], reply
+            seen = json.loads(reply["outputs"][0]["text"])
+        finally:
+            worker.kill()
+    assert {tuple(pair) for pair in seen["found"]} <= HARMLESS_ZYGOTE_PATHS, seen["found"]
+    assert seen["temporary"] == str(folder), seen["temporary"]
+
+
 def test_as_an_ordinary_account_a_forked_worker_holds_no_privilege(accounts, tmp_path):  # noqa: F811
     _require_sandbox()
     user = accounts.add("grader")
