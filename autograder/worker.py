@@ -10,7 +10,7 @@ Usage: python -I -B -m autograder.worker REQUEST_FD REPLY_FD SETTINGS_JSON (the 
 modules to import first: ``process.Worker``)
 (``-I``: the working directory, the student's folder, is not on ``sys.path`` until student code runs.)
 The first request names the notebook's module (``{"adapters": "autograder.notebooks.nb..."}``): the checker
-starts the worker before it knows which notebook it grades, so that the worker imports torch and IPython
+starts the worker before it has imported that module's checks, so that the worker imports torch and IPython
 while the checker imports its checks; the worker says it is ready once it has imported that module.
 """
 
