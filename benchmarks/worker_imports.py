@@ -23,10 +23,12 @@ from _common import command, load_average, machine, now
 
 from autograder.notebooks import NOTEBOOKS, WORKER_IMPORTS
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 WATCHED = ("transformers.modeling_utils", "peft", "torch._dynamo", "torch._inductor", "sympy", "tokenizers")
 
-# Run in a fresh Python: argv[1] the notebook, argv[2] its adapters' module. Prints one JSON line.
+# Run in a fresh Python: argv[1] the notebook, argv[2] its adapters' module, argv[3] the watched modules, argv[4]
+# this folder (for ``_run_cells``, which runs the cells). Prints one JSON line.
 PROBE = r"""
 import json, os, sys
 os.environ.update(COURSE_GRADING="1", MPLBACKEND="Agg")
@@ -34,20 +36,10 @@ from autograder import worker
 worker.preload()
 import importlib, matplotlib.pyplot
 importlib.import_module(sys.argv[2])
+sys.path.insert(0, sys.argv[4])
+from _run_cells import run_code_cells
 before = set(sys.modules)
-from IPython.core.interactiveshell import InteractiveShell
-path = os.path.abspath(sys.argv[1])
-os.chdir(os.path.dirname(path))
-sys.path.insert(0, os.getcwd())
-cells = json.load(open(path, encoding="utf-8"))["cells"]
-shell = InteractiveShell.instance()
-failed = 0
-for cell in cells:
-    grader = cell.get("metadata", {}).get("nbgrader", {})
-    if cell["cell_type"] != "code" or (grader.get("grade") and not grader.get("solution")):
-        continue
-    failed += not shell.run_cell("".join(cell["source"]), silent=True).success
-sys.stdout = sys.__stdout__
+failed = run_code_cells(sys.argv[1])
 watched = json.loads(sys.argv[3])
 print(json.dumps({"adapters": [m for m in watched if m in before],
                   "cells": [m for m in watched if m in sys.modules and m not in before], "failed_cells": failed}))
@@ -82,7 +74,8 @@ def main() -> None:
     for notebook in NOTEBOOKS:
         path = ROOT / "solutions" / notebook / f"{notebook}.ipynb"
         seen = _last_json(
-            [sys.executable, "-c", PROBE, str(path), f"autograder.notebooks.nb{notebook}", json.dumps(WATCHED)], env=env
+            [sys.executable, "-c", PROBE, str(path), f"autograder.notebooks.nb{notebook}", json.dumps(WATCHED), str(HERE)],
+            env=env,
         )
         declared = list(WORKER_IMPORTS.get(notebook, ()))
         rows.append({"notebook": notebook, "declared": declared, **seen})

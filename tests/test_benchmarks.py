@@ -1,8 +1,7 @@
 """Every benchmark script still imports: nothing in the product imports them, so a renamed function or module
 broke one unseen (``tokenizer_prepare.py`` imported a name that had been renamed). Importing a script runs
-none of its measurements (each waits for ``__main__``). The drivers that ``check_latency.py`` starts as
-programs (``_check_phases.py``, ``_run_cells.py``) do their work at import; for them every module they import
-must exist.
+none of its measurements (each waits for ``__main__``). A driver that ``check_latency.py`` starts as a program
+and that does its work at import (``_check_phases.py``) is only read: every module it imports must exist.
 """
 
 from __future__ import annotations
